@@ -1,0 +1,30 @@
+# dsv4_module(): one static library per source folder, plus that folder's unit-test binary.
+#
+# Sources are found by glob, so adding a file needs no CMake edit:
+#   <dir>/*.cc           -> library dsv4_<name>   (except *_test.cc and *_bench.cc)
+#   <dir>/*_test.cc      -> executable <name>_test, linked with GoogleTest, registered with CTest
+function(dsv4_module name)
+  cmake_parse_arguments(M "" "DIR" "DEPS" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${M_DIR}/*.cc)
+  list(FILTER srcs EXCLUDE REGEX "_(test|bench)\\.cc$")
+  if(srcs)
+    add_library(dsv4_${name} STATIC ${srcs})
+    target_include_directories(dsv4_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(dsv4_${name} PUBLIC ${M_DEPS})
+    target_compile_options(dsv4_${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  else()
+    add_library(dsv4_${name} INTERFACE)
+    target_include_directories(dsv4_${name} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(dsv4_${name} INTERFACE ${M_DEPS})
+  endif()
+  if(DSV4_TESTS)
+    file(GLOB tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${M_DIR}/*_test.cc)
+    if(tests)
+      add_executable(${name}_test ${tests})
+      target_link_libraries(${name}_test PRIVATE dsv4_${name} GTest::gtest GTest::gtest_main)
+      target_compile_definitions(${name}_test PRIVATE
+        DSV4_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DSV4_BINARY_DIR="${PROJECT_BINARY_DIR}")
+      add_test(NAME ${name} COMMAND ${name}_test WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    endif()
+  endif()
+endfunction()

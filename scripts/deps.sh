@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian 12's packages and the npm registry.
+# Idempotent: skips apt-get when every package is already installed.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+
+packages=(build-essential cmake ninja-build pkg-config git ccache
+  nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libonig-dev libicu-dev libxxhash-dev libcpp-httplib-dev libssl-dev zlib1g-dev
+  nodejs npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Node packages for the independent references and end-to-end tests (tests/js/package.json).
+if [ -f "$here/tests/js/package.json" ] && [ ! -d "$here/tests/js/node_modules" ]; then
+  echo "deps: npm install in tests/js"
+  (cd "$here/tests/js" && npm install --no-audit --no-fund --loglevel=error)
+fi
