@@ -6,13 +6,15 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 
 packages=(build-essential cmake ninja-build pkg-config git ccache
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libonig-dev libicu-dev libxxhash-dev libcpp-httplib-dev libssl-dev zlib1g-dev
-  nodejs npm)
+  libonig-dev libicu-dev libxxhash-dev libcpp-httplib-dev libssl-dev zlib1g-dev)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js may come from Debian (nodejs + npm) or from a vendor package that bundles npm.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <fmt/format.h>
 
 namespace dsv4::cuda {
 
