@@ -3,6 +3,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${DSV4_BUILD_DIR:-$here/build}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$here}"  # share the cache across checkouts
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$build/build.ninja" ]; then

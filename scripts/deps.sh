@@ -23,8 +23,14 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Node packages for the independent references and end-to-end tests (tests/js/package.json).
-if [ -f "$here/tests/js/package.json" ] && [ ! -d "$here/tests/js/node_modules" ]; then
-  echo "deps: npm install in tests/js"
-  (cd "$here/tests/js" && npm install --no-audit --no-fund --loglevel=error)
+# Node packages for the independent references and end-to-end tests (tests/js/package.json);
+# reinstalled whenever package.json or the lock file changes.
+js="$here/tests/js"
+if [ -f "$js/package.json" ]; then
+  stamp=$(cat "$js/package.json" "$js/package-lock.json" 2>/dev/null | md5sum | cut -d' ' -f1)
+  if [ "$(cat "$js/node_modules/.dsv4-stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "deps: npm install in tests/js"
+    (cd "$js" && npm install --no-audit --no-fund --loglevel=error)
+    echo "$stamp" > "$js/node_modules/.dsv4-stamp"
+  fi
 fi
