@@ -29,7 +29,7 @@ TEST(Status, PropagatesErrorsWithContext) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (const char* name : {"F8_E4M3", "F8_E5M2", "F8_E8M0", "I8", "U8", "BF16", "F16", "F32", "I32", "I64"}) {
+  for (const char* name : {"F8_E4M3", "F8_E5M2", "F8_E8M0", "I8", "U8", "I16", "BF16", "F16", "F32", "I32", "I64"}) {
     auto t = dtype_from_name(name);
     ASSERT_TRUE(t.has_value()) << name;
     EXPECT_EQ(dtype_name(*t), name);
