@@ -1,0 +1,130 @@
+// The engine API the server uses: submit a tokenized request, stream its tokens back, cancel, status, drain.
+//
+// Threads: submit/cancel/status/drain may be called from any thread. EventSink calls come from the one engine
+// thread, in order per request, and must return quickly (copy and hand off; never call back into the Engine).
+//
+// Stop strings are matched by the engine on the output bytes (the concatenation of each generated token's bytes,
+// from the byte-level tokenizer, given once to the engine as EngineOptions::token_bytes). The token that
+// completes a match is still delivered; Finish says where the match starts so the server cuts the text there
+// (when streaming, the server holds back text that could still become a stop string).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "lanes/sampling.h"
+
+namespace dsv4::lanes {
+
+using RequestId = uint64_t;  // assigned by submit, unique for the engine's life, never 0
+
+enum class Priority { foreground, background };  // background waits while foreground requests queue
+
+// A cap on reasoning: after `max_tokens` generated tokens without `end_token`, the engine forces `close_tokens`.
+struct ThinkingBudget {
+  int32_t max_tokens = -1;            // -1 = no cap; counts generated tokens while thinking
+  TokenId end_token = -1;             // the token that ends thinking (e.g. `</think>`); thinking starts at once
+  std::vector<TokenId> close_tokens;  // forced at the cap; should end with end_token
+};
+
+struct Request {
+  std::vector<TokenId> prompt;                         // rendered prompt ids; size >= 1
+  SamplingParams sampling;                             // greedy by default
+  std::optional<uint64_t> seed;                        // absent: seed_from_prompt(prompt)
+  int32_t max_tokens = 256;                            // generated tokens at most (forced ones included); >= 1
+  std::vector<TokenId> eos_ids;                        // added to the model's eos ids
+  bool ignore_eos = false;                             // true: EOS does not finish (benchmarks)
+  std::vector<std::vector<TokenId>> stop_sequences;    // finish when the output ends with one of these
+  std::vector<std::string> stop_strings;               // finish when the output bytes contain one of these
+  bool logprobs = false;                               // fill TokenEvent::logprob
+  int32_t top_logprobs = 0;                            // alternatives per token, 0..20 (needs logprobs)
+  std::vector<TokenId> forced_tokens;                  // the first outputs, scored not sampled (teacher forcing)
+  bool draft = true;                                   // false: one token per round (the serial reference)
+  ThinkingBudget thinking;                             // reasoning cap; off by default
+  Priority priority = Priority::foreground;
+};
+
+// One committed output token.
+struct TokenEvent {
+  TokenId token = 0;
+  float logprob = 0.0f;           // raw log-probability (temperature 1), when Request::logprobs
+  std::vector<TokenLogprob> top;  // best alternatives, when Request::top_logprobs > 0
+  bool forced = false;            // from forced_tokens or a thinking-budget close, not drawn
+};
+
+enum class FinishReason { stop, length, cancelled, error };
+enum class StopKind { none, eos, sequence, string };  // what ended a `stop` finish
+
+struct Usage {
+  int64_t prompt_tokens = 0;         // prompt length
+  int64_t cached_prompt_tokens = 0;  // prompt rows restored from the prompt cache
+  int64_t completion_tokens = 0;     // tokens delivered
+  int64_t drafted_tokens = 0;        // DSpark drafts verified
+  int64_t accepted_tokens = 0;       // drafts accepted
+  int64_t verify_rounds = 0;         // verify windows this request ran
+};
+
+struct Finish {
+  FinishReason reason = FinishReason::stop;
+  std::string message;            // why, for error and cancelled ("halted: drain deadline passed")
+  StopKind stop_kind = StopKind::none;
+  int32_t stop_index = -1;        // index into stop_sequences or stop_strings
+  int64_t stop_byte_offset = -1;  // StopKind::string: where the match starts in the output bytes
+  Usage usage;
+};
+
+// Where a request's events go; one sink may serve many requests.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Tokens committed this round, in order (a drafted round may commit several).
+  virtual void on_tokens(RequestId id, std::span<const TokenEvent> tokens) = 0;
+  // The request's last event; called exactly once for every submitted request.
+  virtual void on_finish(RequestId id, const Finish& finish) = 0;
+  // Prompt progress after each piece (rows in the stream / prompt length); lets the server send keepalives.
+  virtual void on_prefill(RequestId id, int64_t rows_done, int64_t rows_total) {}
+};
+
+struct EngineStatus {
+  int32_t queued = 0;                 // submitted, not yet admitted
+  int32_t running = 0;                // admitted and not finished (prefilling or decoding)
+  bool draining = false;              // drain() called: new submissions are refused
+  bool halted = false;                // drain deadline passed; the engine stopped
+  int64_t rounds = 0;                 // engine rounds run
+  int64_t generated_tokens = 0;       // tokens delivered, all requests
+  int64_t drafted_tokens = 0;         // DSpark drafts verified, all requests
+  int64_t accepted_tokens = 0;        // drafts accepted, all requests
+  int64_t cache_lookups = 0;          // admissions that asked the prompt cache
+  int64_t cache_hits = 0;             // admissions that resumed from it
+  int64_t cache_hit_tokens = 0;       // prompt rows resumed
+  int64_t cache_discarded = 0;        // entries found damaged or foreign and dropped
+  int64_t cache_ram_bytes = 0;        // bytes of cached snapshots in RAM
+  int64_t cache_disk_bytes = 0;       // bytes of cached snapshots on disk
+  int64_t cache_entries = 0;          // entries in RAM and on disk
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Queues a request. Refused at once (invalid_argument / resource_exhausted, naming why) when it can never
+  // run: empty prompt, bad parameters, longer than the context, or larger than all memory; unavailable
+  // while draining.
+  virtual StatusOr<RequestId> submit(Request request, std::shared_ptr<EventSink> sink) = 0;
+  // Ends the request between rounds (or between prompt pieces) with FinishReason::cancelled; unknown ids
+  // and finished ones are ignored.
+  virtual void cancel(RequestId id) = 0;
+  // A consistent snapshot of counters, taken between rounds.
+  virtual EngineStatus status() const = 0;
+  // Refuses new submissions; lets queued and running requests continue for `grace`; then halts at a round
+  // boundary, finishing what is left with FinishReason::error "halted: drain deadline passed". Returns when
+  // the engine is idle: ok if everything finished, unavailable naming how many requests were halted.
+  virtual Status drain(std::chrono::milliseconds grace) = 0;
+};
+
+}  // namespace dsv4::lanes

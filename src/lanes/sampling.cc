@@ -1,0 +1,129 @@
+// The keyed sampler: greedy argmax, or temperature/top-k/top-p/min-p then Gumbel-max keyed by (seed, position, id).
+#include "lanes/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace dsv4::lanes {
+namespace {
+
+// NaN logits never win: they read as -inf.
+double logit_value(float x) {
+  return std::isnan(x) ? -std::numeric_limits<double>::infinity() : static_cast<double>(x);
+}
+
+// Orders ids best first: larger logit, then lower id.
+struct BetterFirst {
+  std::span<const float> logits;
+  bool operator()(TokenId a, TokenId b) const {
+    double la = logit_value(logits[a]), lb = logit_value(logits[b]);
+    return la != lb ? la > lb : a < b;
+  }
+};
+
+TokenId argmax(std::span<const float> logits) {
+  TokenId best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logit_value(logits[i]) > logit_value(logits[best])) best = static_cast<TokenId>(i);
+  }
+  return best;
+}
+
+// max and log(sum(exp(l - max))) in double, summed in id order.
+std::pair<double, double> log_partition(std::span<const float> logits) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, logit_value(l));
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(logit_value(l) - max);
+  return {max, std::log(sum)};
+}
+
+}  // namespace
+
+uint64_t seed_from_prompt(std::span<const TokenId> prompt) {
+  uint64_t h = 0;
+  for (TokenId t : prompt) h = splitmix64_mix(h + kGoldenGamma + static_cast<uint32_t>(t));
+  return h >> 1;
+}
+
+TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                     int64_t position) {
+  if (logits.empty()) return 0;
+  if (params.greedy()) return argmax(logits);
+  const double temperature = std::max(static_cast<double>(params.temperature), 1e-6);
+
+  // Candidates best first; top-k needs only the k best sorted.
+  std::vector<TokenId> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  size_t kept = ids.size();
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept) {
+    kept = static_cast<size_t>(params.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + kept, ids.end(), BetterFirst{logits});
+  } else {
+    std::sort(ids.begin(), ids.end(), BetterFirst{logits});
+  }
+  std::vector<double> scaled(kept);  // f64 [kept]: logit / T, best first
+  for (size_t i = 0; i < kept; ++i) scaled[i] = logit_value(logits[ids[i]]) / temperature;
+  const double top = scaled[0];
+
+  // top-p: the smallest best-first prefix whose mass reaches top_p (mass summed best first).
+  if (params.top_p < 1.0f) {
+    double total = 0.0;
+    for (size_t i = 0; i < kept; ++i) total += std::exp(scaled[i] - top);
+    const double need = static_cast<double>(params.top_p) * total;
+    double cumulative = 0.0;
+    size_t cut = kept;
+    for (size_t i = 0; i < kept; ++i) {
+      cumulative += std::exp(scaled[i] - top);
+      if (cumulative >= need) {
+        cut = i + 1;
+        break;
+      }
+    }
+    kept = std::max<size_t>(cut, 1);
+  }
+  // min-p: p_i >= min_p * p_max  <=>  x_i >= x_0 + log(min_p).
+  if (params.min_p > 0.0f) {
+    const double floor = top + std::log(static_cast<double>(params.min_p));
+    size_t cut = 1;
+    while (cut < kept && scaled[cut] >= floor) ++cut;
+    kept = cut;
+  }
+  // Gumbel-max: argmax x_i - log(-log(u)); the first (best-sorted) candidate wins ties.
+  size_t best = 0;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < kept; ++i) {
+    const double u = key_uniform(key_bits(seed, position, ids[i]));
+    const double score = scaled[i] - std::log(-std::log(u));
+    if (score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  return ids[best];
+}
+
+float token_logprob(std::span<const float> logits, TokenId token) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
+  auto [max, log_sum] = log_partition(logits);
+  return static_cast<float>(logit_value(logits[token]) - max - log_sum);
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n) {
+  std::vector<TokenLogprob> out;
+  if (n <= 0 || logits.empty()) return out;
+  const size_t count = std::min<size_t>(static_cast<size_t>(n), logits.size());
+  std::vector<TokenId> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), BetterFirst{logits});
+  auto [max, log_sum] = log_partition(logits);
+  out.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - max - log_sum)});
+  }
+  return out;
+}
+
+}  // namespace dsv4::lanes

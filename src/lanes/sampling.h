@@ -1,0 +1,70 @@
+// The keyed sampler: a token draw depends only on (seed, absolute position, logits row) — never on the batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dsv4::lanes {
+
+using TokenId = int32_t;
+
+// How one request draws its tokens. temperature == 0 means greedy (argmax, lowest id on ties).
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy; otherwise logits are divided by max(temperature, 1e-6)
+  int32_t top_k = 0;         // keep the k best tokens; 0 = off
+  float top_p = 1.0f;        // keep the smallest best-first set whose probability reaches top_p; 1 = off
+  float min_p = 0.0f;        // keep tokens with p >= min_p * p_max (applied after top_p); 0 = off
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// One alternative with its log-probability under the raw (temperature 1, untruncated) distribution.
+struct TokenLogprob {
+  TokenId token = 0;
+  float logprob = 0.0f;
+};
+
+// SplitMix64's output finalizer (Steele, Lea, Flood 2014; Vigna's splitmix64.c).
+constexpr uint64_t splitmix64_mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
+
+// The i-th output (i from 1) of SplitMix64 started at `state`: mix(state + i * gamma).
+constexpr uint64_t splitmix64_nth(uint64_t state, uint64_t i) {
+  return splitmix64_mix(state + i * kGoldenGamma);
+}
+
+// 64 random bits keyed by (seed, position, token): mix(mix(mix(seed + gamma) ^ position * C) ^ token).
+constexpr uint64_t key_bits(uint64_t seed, int64_t position, TokenId token) {
+  uint64_t h = splitmix64_mix(seed + kGoldenGamma);
+  h = splitmix64_mix(h ^ (static_cast<uint64_t>(position) * 0xD1B54A32D192ED03ull));
+  return splitmix64_mix(h ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
+}
+
+// A uniform double in (0, 1] from 64 bits: top 53 bits * 2^-53 + 2^-54 (never 0, so log(u) is finite).
+inline double key_uniform(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53 + 0x1.0p-54;
+}
+
+// The seed of a request that gave none: a SplitMix64 fold over its prompt ids, 63 bits.
+uint64_t seed_from_prompt(std::span<const TokenId> prompt);
+
+// Draws the token for the row predicting `position` from logits (f32 [V]). Greedy ignores seed.
+// Gumbel-max over the kept candidates: argmax of x/T - log(-log(u(seed, position, id))).
+TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                     int64_t position);
+
+// log_softmax(logits)[token] in double, rounded to float (the raw distribution, temperature 1).
+float token_logprob(std::span<const float> logits, TokenId token);
+
+// The n best tokens of the raw distribution with their logprobs, best first, lowest id on ties.
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n);
+
+}  // namespace dsv4::lanes

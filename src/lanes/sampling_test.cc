@@ -1,0 +1,108 @@
+// Keyed sampler tests: SplitMix64 published vectors, and draws checked against tests/reference/keyed_sampler.py.
+#include "lanes/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+
+namespace dsv4::lanes {
+namespace {
+
+// The row tests/reference/keyed_sampler.py samples (ROW): ties at ids 2 and 4.
+constexpr std::array<float, 8> kRow = {1.5f, -0.25f, 2.0f, 0.75f, 2.0f, -3.0f, 0.5f, 1.25f};
+
+TEST(SplitMix64, PublishedSequenceFromSeedZero) {
+  // First four outputs of Vigna's splitmix64.c with x = 0 (published, e.g. in the xoshiro seeding notes).
+  EXPECT_EQ(splitmix64_nth(0, 1), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(splitmix64_nth(0, 2), 0x6E789E6AA1B965F4ull);
+  EXPECT_EQ(splitmix64_nth(0, 3), 0x06C45D188009454Full);
+  EXPECT_EQ(splitmix64_nth(0, 4), 0xF88BB8A8724C81ECull);
+}
+
+TEST(KeyedSampler, KeyBitsMatchReference) {
+  // Values printed by tests/reference/keyed_sampler.py.
+  EXPECT_EQ(key_bits(42, 7, 3), 0x93262A4B77F53D1Bull);
+  EXPECT_EQ(key_bits((1ull << 63) + 5, 123456789, 128000), 0xA128347FAE4D4841ull);
+}
+
+TEST(KeyedSampler, PromptSeedMatchesReference) {
+  const std::array<TokenId, 3> a = {1, 2, 3};
+  const std::array<TokenId, 2> b = {128000, -1};
+  EXPECT_EQ(seed_from_prompt(a), 0x35728AE0E0563F1Bull);
+  EXPECT_EQ(seed_from_prompt(b), 0x414C78F985B7C3C7ull);
+}
+
+TEST(KeyedSampler, UniformNeverZeroNorAboveOne) {
+  EXPECT_EQ(key_uniform(0), 0x1.0p-54);
+  EXPECT_EQ(key_uniform(~0ull), 1.0 - 0x1.0p-53 + 0x1.0p-54);
+}
+
+struct DrawCase {
+  SamplingParams params;
+  std::array<TokenId, 16> expected;  // draws at positions 100..115 with seed 99
+};
+
+TEST(KeyedSampler, DrawsMatchReference) {
+  // Expectations printed by tests/reference/keyed_sampler.py ("draws (T, top_k, top_p, min_p) [...]").
+  const DrawCase cases[] = {
+      {{1.0f, 0, 1.0f, 0.0f}, {6, 4, 0, 4, 4, 2, 6, 3, 2, 4, 2, 4, 2, 2, 0, 4}},
+      {{0.7f, 5, 0.9f, 0.05f}, {7, 4, 0, 4, 4, 2, 2, 7, 2, 4, 2, 4, 2, 2, 0, 4}},
+      {{1.3f, 0, 0.8f, 0.0f}, {3, 4, 0, 4, 4, 2, 2, 3, 2, 4, 7, 4, 2, 2, 0, 4}},
+      {{2.0f, 3, 1.0f, 0.2f}, {2, 4, 0, 4, 4, 2, 2, 2, 2, 4, 2, 4, 2, 2, 0, 4}},
+  };
+  for (const DrawCase& c : cases) {
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(sample_keyed(kRow, c.params, 99, 100 + i), c.expected[i])
+          << "T=" << c.params.temperature << " position " << 100 + i;
+    }
+  }
+}
+
+TEST(KeyedSampler, GreedyTakesLowestIdOnTies) {
+  EXPECT_EQ(sample_keyed(kRow, SamplingParams{}, 1, 0), 2);
+  const std::array<float, 3> nan_first = {NAN, -1.0f, -2.0f};
+  EXPECT_EQ(sample_keyed(nan_first, SamplingParams{}, 1, 0), 1);
+}
+
+TEST(KeyedSampler, TruncationsKeepOnlyTheirSets) {
+  // top_k = 1 is greedy at every position and seed; top_k = 2 only ever draws the tied best pair {2, 4}.
+  for (int64_t pos = 0; pos < 500; ++pos) {
+    EXPECT_EQ(sample_keyed(kRow, {1.0f, 1, 1.0f, 0.0f}, 7, pos), 2);
+    TokenId t = sample_keyed(kRow, {5.0f, 2, 1.0f, 0.0f}, 7, pos);
+    EXPECT_TRUE(t == 2 || t == 4) << t;
+    // min_p = 0.5 keeps x >= 2 + ln 0.5 = 1.307 at T = 1: ids 2, 4 and 0 (1.5); id 7 (1.25) falls below.
+    t = sample_keyed(kRow, {1.0f, 0, 1.0f, 0.5f}, 7, pos);
+    EXPECT_TRUE(t == 2 || t == 4 || t == 0) << t;
+  }
+}
+
+TEST(KeyedSampler, FrequenciesFollowTheDistribution) {
+  // logits = ln p for p = (1/2, 1/4, 1/8, 1/8); 40,000 keyed draws; each count within 5 binomial sigmas.
+  const std::array<double, 4> p = {0.5, 0.25, 0.125, 0.125};
+  std::array<float, 4> logits;
+  for (int i = 0; i < 4; ++i) logits[i] = static_cast<float>(std::log(p[i]));
+  std::array<int, 4> counts = {};
+  const int n = 40000;
+  for (int64_t pos = 0; pos < n; ++pos) counts[sample_keyed(logits, {1.0f, 0, 1.0f, 0.0f}, 2024, pos)]++;
+  for (int i = 0; i < 4; ++i) {
+    const double mean = n * p[i], sigma = std::sqrt(n * p[i] * (1 - p[i]));
+    EXPECT_NEAR(counts[i], mean, 5 * sigma) << "token " << i;
+  }
+}
+
+TEST(KeyedSampler, LogprobsOfTheRawDistribution) {
+  // logits = ln(1/2), ln(1/4), ln(1/4) (+3, a shift that must not matter): logprobs are ln of those p.
+  const std::array<float, 3> logits = {static_cast<float>(std::log(0.5) + 3), static_cast<float>(std::log(0.25) + 3),
+                                       static_cast<float>(std::log(0.25) + 3)};
+  EXPECT_NEAR(token_logprob(logits, 0), std::log(0.5), 1e-6);
+  EXPECT_NEAR(token_logprob(logits, 2), std::log(0.25), 1e-6);
+  auto top = top_logprobs(logits, 2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].token, 0);
+  EXPECT_EQ(top[1].token, 1);  // tie with id 2: lower id first
+  EXPECT_NEAR(top[1].logprob, std::log(0.25), 1e-6);
+}
+
+}  // namespace
+}  // namespace dsv4::lanes
