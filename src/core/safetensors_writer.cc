@@ -1,0 +1,269 @@
+// Safetensors writing: header layout, chunked streaming of generated tensors, atomic file replace.
+#include "core/safetensors_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/tensor_view.h"
+
+namespace dsv4 {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+using Sink = std::function<Status(std::span<const uint8_t>)>;
+
+bool valid_utf8_json_string(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+// Bytes per chunk of a generated tensor: the largest multiple of a natural unit (a dim-0 slice,
+// else an innermost row, else one element) that fits in `budget`.
+int64_t chunk_size(const SafetensorsWriter::Item& item, int64_t budget) {
+  const int64_t elem = dtype_size(item.dtype);
+  int64_t unit = elem;
+  if (!item.shape.empty()) {
+    int64_t slice = item.nbytes / std::max<int64_t>(item.shape[0], 1);
+    int64_t row = item.shape.back() * elem;
+    if (slice > 0 && slice <= budget) {
+      unit = slice;
+    } else if (row > 0 && row <= budget) {
+      unit = row;
+    }
+  }
+  return std::max<int64_t>(unit, budget / unit * unit);
+}
+
+Status write_all(int fd, std::span<const uint8_t> bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), std::min<size_t>(bytes.size(), size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error(StatusCode::unavailable, "write failed: {}", std::strerror(errno));
+    }
+    bytes = bytes.subspan(static_cast<size_t>(n));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status SafetensorsWriter::check_new(const std::string& name, DType dtype,
+                                    const std::vector<int64_t>& shape, int64_t* nbytes) const {
+  if (name.empty()) return error(StatusCode::invalid_argument, "tensor name is empty");
+  if (name == "__metadata__") {
+    return error(StatusCode::invalid_argument, "tensor name '__metadata__' is reserved");
+  }
+  if (!valid_utf8_json_string(name)) {
+    return error(StatusCode::invalid_argument, "tensor name '{}' is not valid UTF-8", name);
+  }
+  if (names_.count(name) != 0) {
+    return error(StatusCode::invalid_argument, "tensor '{}': added twice", name);
+  }
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return error(StatusCode::invalid_argument, "tensor '{}': negative dimension in shape {}", name,
+                   shape_string(shape));
+    }
+  }
+  auto n = checked_nbytes(dtype, shape);
+  if (!n) {
+    return error(StatusCode::invalid_argument, "tensor '{}': shape {} overflows 64 bits", name,
+                 shape_string(shape));
+  }
+  *nbytes = *n;
+  return ok_status();
+}
+
+Status SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                              std::vector<uint8_t> bytes) {
+  int64_t nbytes = 0;
+  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
+  if (static_cast<int64_t>(bytes.size()) != nbytes) {
+    return error(StatusCode::invalid_argument, "tensor '{}': {} bytes given but {} {} needs {}", name,
+                 bytes.size(), dtype_name(dtype), shape_string(shape), nbytes);
+  }
+  names_.insert(name);
+  payload_bytes_ += nbytes;
+  items_.push_back(Item{std::move(name), dtype, std::move(shape), nbytes, std::move(bytes), {}, {}});
+  return ok_status();
+}
+
+Status SafetensorsWriter::add_borrowed(std::string name, DType dtype, std::vector<int64_t> shape,
+                                       std::span<const uint8_t> bytes) {
+  int64_t nbytes = 0;
+  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
+  if (static_cast<int64_t>(bytes.size()) != nbytes) {
+    return error(StatusCode::invalid_argument, "tensor '{}': {} bytes given but {} {} needs {}", name,
+                 bytes.size(), dtype_name(dtype), shape_string(shape), nbytes);
+  }
+  names_.insert(name);
+  payload_bytes_ += nbytes;
+  items_.push_back(Item{std::move(name), dtype, std::move(shape), nbytes, {}, bytes, {}});
+  return ok_status();
+}
+
+Status SafetensorsWriter::add_generated(std::string name, DType dtype, std::vector<int64_t> shape,
+                                        TensorFill fill) {
+  int64_t nbytes = 0;
+  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
+  if (!fill) return error(StatusCode::invalid_argument, "tensor '{}': no fill function", name);
+  names_.insert(name);
+  payload_bytes_ += nbytes;
+  items_.push_back(Item{std::move(name), dtype, std::move(shape), nbytes, {}, {}, std::move(fill)});
+  return ok_status();
+}
+
+std::string SafetensorsWriter::header(const SafetensorsWriteOptions& options) const {
+  OrderedJson j = OrderedJson::object();
+  if (!metadata_.empty()) {
+    OrderedJson m = OrderedJson::object();
+    for (const auto& [k, v] : metadata_) m[k] = v;
+    j["__metadata__"] = std::move(m);
+  }
+  int64_t offset = 0;
+  for (const Item& it : items_) {
+    OrderedJson e = OrderedJson::object();
+    e["dtype"] = std::string(dtype_name(it.dtype));
+    e["shape"] = it.shape;
+    e["data_offsets"] = {offset, offset + it.nbytes};
+    j[it.name] = std::move(e);
+    offset += it.nbytes;
+  }
+  std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const int64_t align = std::max<int64_t>(options.header_alignment, 1);
+  while ((8 + static_cast<int64_t>(text.size())) % align != 0) text.push_back(' ');
+  return text;
+}
+
+Status SafetensorsWriter::emit(const SafetensorsWriteOptions& options, const Sink& sink) const {
+  const std::string text = header(options);
+  uint8_t len[8];
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));  // little-endian
+  DSV4_RETURN_IF_ERROR(sink({len, 8}));
+  DSV4_RETURN_IF_ERROR(sink({reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
+  std::vector<uint8_t> buffer;  // reused across generated tensors; at most chunk_bytes (or one unit)
+  const int64_t budget = std::max<int64_t>(options.chunk_bytes, 1);
+  for (const Item& it : items_) {
+    if (it.fill) {
+      const int64_t chunk = chunk_size(it, budget);
+      for (int64_t off = 0; off < it.nbytes; off += chunk) {
+        const int64_t len_now = std::min(chunk, it.nbytes - off);
+        if (static_cast<int64_t>(buffer.size()) < len_now) buffer.resize(static_cast<size_t>(len_now));
+        std::span<uint8_t> out(buffer.data(), static_cast<size_t>(len_now));
+        Status s = it.fill(off, out);
+        if (!s.ok()) return s.with_context(fmt::format("tensor '{}'", it.name));
+        DSV4_RETURN_IF_ERROR(sink(out));
+      }
+    } else if (!it.owned.empty()) {
+      DSV4_RETURN_IF_ERROR(sink(it.owned));
+    } else if (!it.borrowed.empty()) {
+      DSV4_RETURN_IF_ERROR(sink(it.borrowed));
+    }
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<uint8_t>> SafetensorsWriter::serialize(const SafetensorsWriteOptions& options) const {
+  std::vector<uint8_t> out;
+  DSV4_RETURN_IF_ERROR(emit(options, [&](std::span<const uint8_t> b) {
+    out.insert(out.end(), b.begin(), b.end());
+    return ok_status();
+  }));
+  return out;
+}
+
+Status SafetensorsWriter::write(const std::string& path, const SafetensorsWriteOptions& options) const {
+  return write_file_atomically(path, options.sync, [&](const Sink& sink) { return emit(options, sink); });
+}
+
+Status write_file_atomically(const std::string& path, bool sync,
+                             const std::function<Status(const Sink&)>& produce) {
+  // The temporary name does not end in ".safetensors", so a directory scan never picks it up.
+  const std::string tmp = fmt::format("{}.partial-{}", path, ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return error(StatusCode::unavailable, "{}: cannot create temporary {}: {}", path, tmp,
+                 std::strerror(errno));
+  }
+  Status s = produce([&](std::span<const uint8_t> b) { return write_all(fd, b); });
+  if (s.ok() && sync && ::fsync(fd) != 0) {
+    s = error(StatusCode::unavailable, "fsync failed: {}", std::strerror(errno));
+  }
+  if (::close(fd) != 0 && s.ok()) {
+    s = error(StatusCode::unavailable, "close failed: {}", std::strerror(errno));
+  }
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = error(StatusCode::unavailable, "rename from {} failed: {}", tmp, std::strerror(errno));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s.with_context(path);
+  }
+  if (sync) {
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);  // best effort: makes the rename durable
+      ::close(dfd);
+    }
+  }
+  return ok_status();
+}
+
+std::string shard_file_name(int index, int count) {
+  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index, count);
+}
+
+Status ShardedSafetensorsWriter::write_shard(const std::string& file_name, const SafetensorsWriter& shard) {
+  constexpr std::string_view kSuffix = ".safetensors";
+  if (file_name.empty() || file_name.find('/') != std::string::npos || file_name == "." ||
+      file_name == ".." || file_name.size() <= kSuffix.size() ||
+      file_name.compare(file_name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    return error(StatusCode::invalid_argument, "shard file name '{}' is not a plain *.safetensors name",
+                 file_name);
+  }
+  if (files_.count(file_name) != 0) {
+    return error(StatusCode::invalid_argument, "shard '{}' written twice", file_name);
+  }
+  for (const auto& it : shard.tensors()) {
+    auto prev = weight_map_.find(it.name);
+    if (prev != weight_map_.end()) {
+      return error(StatusCode::invalid_argument, "{}: tensor '{}': already written to {}", file_name,
+                   it.name, prev->second);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return error(StatusCode::unavailable, "{}: cannot create directory: {}", dir_, ec.message());
+  DSV4_RETURN_IF_ERROR(shard.write((std::filesystem::path(dir_) / file_name).string(), options_));
+  files_.insert(file_name);
+  for (const auto& it : shard.tensors()) weight_map_.emplace(it.name, file_name);
+  total_size_ += shard.payload_bytes();
+  return ok_status();
+}
+
+Status ShardedSafetensorsWriter::finish() {
+  nlohmann::json j;  // std::map-backed: keys sorted, as Hugging Face writes weight_map
+  j["metadata"] = {{"total_size", total_size_}};
+  j["weight_map"] = nlohmann::json::object();
+  for (const auto& [name, file] : weight_map_) j["weight_map"][name] = file;
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string path = (std::filesystem::path(dir_) / "model.safetensors.index.json").string();
+  return write_file_atomically(path, options_.sync, [&](const Sink& sink) {
+    return sink({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  });
+}
+
+}  // namespace dsv4
