@@ -15,8 +15,8 @@ namespace {
 using Json = nlohmann::json;
 
 // Dtype strings of the safetensors format that dsv4 has no use for (tensor.rs 811–863).
-constexpr std::array<std::string_view, 11> kUnsupportedDtypes = {
-    "BOOL", "F6_E2M3", "F6_E3M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
+constexpr std::array<std::string_view, 10> kUnsupportedDtypes = {
+    "BOOL", "F6_E2M3", "F6_E3M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
     "U16",  "U32",     "C64",     "F64",         "U64"};
 
 struct Parser {

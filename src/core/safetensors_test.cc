@@ -71,6 +71,7 @@ TEST(SafetensorsRoundTrip, AllDtypesScalarsZeroSizeAlignedAndUnaligned) {
       {DType::i8, {4, 2}, 1},      {DType::u8, {5}, 1},        {DType::bf16, {3, 1, 2}, 2},
       {DType::f16, {3}, 2},        {DType::f32, {}, 4},        {DType::i32, {2, 2}, 4},
       {DType::i64, {3}, 8},        {DType::bf16, {0, 4}, 2},   {DType::f32, {0}, 4},
+      {DType::i16, {2, 3}, 2},
   };
   for (int64_t align : {8, 1}) {
     SafetensorsWriter w;
@@ -96,8 +97,8 @@ TEST(SafetensorsRoundTrip, AllDtypesScalarsZeroSizeAlignedAndUnaligned) {
       EXPECT_EQ(v->nbytes, static_cast<int64_t>(payloads[i].size()));
       EXPECT_EQ(std::vector<uint8_t>(v->bytes(), v->bytes() + v->nbytes), payloads[i]) << i;
     }
-    // Total payload = the sum of the per-case sizes: 15+7+6+8+5+12+6+4+16+24+0+0 = 103.
-    EXPECT_EQ(f->header().data_size, 103);
+    // Total payload = the sum of the per-case sizes: 15+7+6+8+5+12+6+4+16+24+0+0+12 = 115.
+    EXPECT_EQ(f->header().data_size, 115);
   }
 }
 
