@@ -1,0 +1,55 @@
+// Byte-level BPE model: vocabulary, merge ranks, and the merge loop over one pre-token's bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+
+namespace dsv4 {
+
+using TokenId = int32_t;
+
+class BpeModel {
+ public:
+  // Parses tokenizer.json "model" ({"type":"BPE", vocab, merges, ...}). Merges may be "a b"
+  // strings or ["a","b"] pairs. Refuses what would change ids silently: byte_fallback, dropout,
+  // subword prefixes/suffixes, a vocab without all 256 byte symbols, merges naming unknown tokens.
+  static StatusOr<BpeModel> from_json(const nlohmann::json& model);
+
+  // Appends the ids of one pre-token (raw bytes): bytes become their alphabet symbols, then the
+  // lowest-ranked adjacent pair is merged until none is left (ties: leftmost first), exactly as
+  // `tokenizers` Word::merge_all does.
+  void encode_word(std::string_view bytes, std::vector<TokenId>& out) const;
+
+  // Vocab entries as written in tokenizer.json (alphabet form), indexed by id; "" for holes.
+  const std::vector<std::string>& id_to_token() const { return id_to_token_; }
+  const std::unordered_map<std::string, TokenId>& token_to_id() const { return token_to_id_; }
+  size_t merge_count() const { return merges_.size(); }
+
+ private:
+  struct Merge {
+    uint32_t rank;
+    TokenId merged;
+  };
+  static uint64_t pair_key(TokenId a, TokenId b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void merge_all(std::string_view bytes, std::vector<TokenId>& out) const;
+
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<std::string, TokenId> token_to_id_;  // alphabet form
+  std::unordered_map<std::string, TokenId> bytes_to_id_;  // raw-byte form (for ignore_merges)
+  std::unordered_map<uint64_t, Merge> merges_;            // (left id, right id) -> rank, result
+  std::array<TokenId, 256> byte_ids_{};
+  bool ignore_merges_ = false;
+};
+
+}  // namespace dsv4
