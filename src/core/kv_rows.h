@@ -1,0 +1,58 @@
+// Packed per-token KV cache rows of the production layouts (model-spec.md §4.2, §8).
+//
+// Every row stores exactly the reference's QDQ values: unpack(pack(x)) == qdq(x) bit for bit.
+//   window / FP8 main (V4.1)  528 B: [0,512) e4m3 codes of all 512 dims (RoPE tail included),
+//                                    [512,528) UE8M0 scales, one per 32 dims      rule (a)
+//   compressed FP4 (V4.1)     288 B: [0,256) e2m1 pairs (even dim in the low nibble),
+//                                    [256,288) e4m3 scales, one per 16 dims       rule (c)
+//   index key (V4.1)           68 B: [0,64) e2m1 pairs of 128 dims,
+//                                    [64,68) UE8M0 scales, one per 32 dims        rule (b)
+//   MODEL1 (V4/0731)          584 B: [0,448) e4m3 codes of the non-RoPE dims, [448,576) the 64
+//                                    RoPE dims as bf16 (little endian), [576,583) UE8M0 scales,
+//                                    one per 64 dims, [583] zero pad              rule (a), block 64
+// Inputs are bf16 values (as fp32 or as bf16 bits); unpacked outputs are fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace dsv4 {
+
+inline constexpr int kKvDim = 512;       // latent width of window and compressed rows
+inline constexpr int kKvRopeDim = 64;    // trailing RoPE dims
+inline constexpr int kIndexKeyDim = 128; // index key width
+
+inline constexpr size_t kKvFp8RowBytes = 528;
+inline constexpr size_t kKvFp4RowBytes = 288;
+inline constexpr size_t kIndexKeyRowBytes = 68;
+inline constexpr size_t kKvModel1RowBytes = 584;
+
+// Byte offsets of the scale arrays inside each row.
+inline constexpr size_t kKvFp8ScaleOffset = 512;
+inline constexpr size_t kKvFp4ScaleOffset = 256;
+inline constexpr size_t kIndexKeyScaleOffset = 64;
+inline constexpr size_t kKvModel1RopeOffset = 448;
+inline constexpr size_t kKvModel1ScaleOffset = 576;
+
+// x [512] -> row [528]; row [528] -> x [512].
+void pack_kv_fp8_row(std::span<const float> x, std::span<uint8_t> row);
+void pack_kv_fp8_row(std::span<const uint16_t> x_bf16, std::span<uint8_t> row);
+void unpack_kv_fp8_row(std::span<const uint8_t> row, std::span<float> x);
+
+// x [512] -> row [288]; row [288] -> x [512].
+void pack_kv_fp4_row(std::span<const float> x, std::span<uint8_t> row);
+void pack_kv_fp4_row(std::span<const uint16_t> x_bf16, std::span<uint8_t> row);
+void unpack_kv_fp4_row(std::span<const uint8_t> row, std::span<float> x);
+
+// x [128] -> row [68]; row [68] -> x [128].
+void pack_index_key_row(std::span<const float> x, std::span<uint8_t> row);
+void pack_index_key_row(std::span<const uint16_t> x_bf16, std::span<uint8_t> row);
+void unpack_index_key_row(std::span<const uint8_t> row, std::span<float> x);
+
+// x [512] -> row [584]; row [584] -> x [512] (equal to qdq_v4_kv_row(x)).
+void pack_kv_model1_row(std::span<const float> x, std::span<uint8_t> row);
+void pack_kv_model1_row(std::span<const uint16_t> x_bf16, std::span<uint8_t> row);
+void unpack_kv_model1_row(std::span<const uint8_t> row, std::span<float> x);
+
+}  // namespace dsv4
