@@ -34,7 +34,7 @@ struct BackendInfo {
   int32_t max_streams = 1;          // slots: streams open at once
   int64_t memory_budget_bytes = 0;  // bytes all open streams may hold together (see stream_bytes)
   int32_t max_draft_depth = 0;      // most drafts one DSpark proposal holds; 0 = no draft head
-  int32_t max_verify_rows = 1;      // most rows in one verify call, all windows together
+  int32_t max_verify_rows = 2;      // most rows in one verify call, all windows together; >= 2
   int32_t max_prefill_rows = 1;     // most prompt rows in one prefill call, all pieces together
   std::vector<double> window_cost;  // relative cost of a lone window of r rows at index r-1 (a fixed table,
                                     // never a timing: drafting depth must not depend on load); size >= 1

@@ -1,0 +1,529 @@
+// The lane host's round loop: admission, pieces, one verify, conclusions, drafts; plus the thread and drain.
+#include "lanes/lane_host.h"
+
+#include <algorithm>
+
+namespace dsv4::lanes {
+namespace {
+
+constexpr int32_t kMaxTopLogprobs = 20;
+
+Status check_tokens(const std::vector<TokenId>& tokens, int32_t vocab, const char* what) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return error(StatusCode::invalid_argument, "{}[{}] = {} is outside the vocabulary [0, {})", what, i, tokens[i],
+                   vocab);
+    }
+  }
+  return ok_status();
+}
+
+Finish ended(FinishReason reason, std::string message) {
+  Finish finish;
+  finish.reason = reason;
+  finish.message = std::move(message);
+  return finish;
+}
+
+}  // namespace
+
+LaneHost::LaneHost(Backend& backend, LaneHostOptions options)
+    : backend_(backend),
+      info_(backend.info()),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : steady_) {
+  if (options_.prefill_rows <= 0 || options_.prefill_rows > info_.max_prefill_rows) {
+    options_.prefill_rows = info_.max_prefill_rows;
+  }
+  options_.max_batch_streams = std::max(1, options_.max_batch_streams);
+  DSV4_CHECK(info_.max_verify_rows >= 2);  // a forced token needs its row and the pending row
+}
+
+LaneHost::~LaneHost() { stop(); }
+
+Status LaneHost::validate(const Request& r) const {
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (prompt == 0) return error(StatusCode::invalid_argument, "the prompt is empty");
+  if (prompt >= info_.max_context) {
+    return error(StatusCode::invalid_argument, "a prompt of {} tokens leaves no room in the context of {}", prompt,
+                 info_.max_context);
+  }
+  if (r.max_tokens < 1) return error(StatusCode::invalid_argument, "max_tokens {} is below 1", r.max_tokens);
+  const SamplingParams& s = r.sampling;
+  if (!(s.temperature >= 0.0f)) return error(StatusCode::invalid_argument, "temperature {} is negative", s.temperature);
+  if (s.top_k < 0) return error(StatusCode::invalid_argument, "top_k {} is negative", s.top_k);
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return error(StatusCode::invalid_argument, "top_p {} is outside (0, 1]", s.top_p);
+  if (!(s.min_p >= 0.0f && s.min_p < 1.0f)) return error(StatusCode::invalid_argument, "min_p {} is outside [0, 1)", s.min_p);
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    return error(StatusCode::invalid_argument, "top_logprobs {} is outside [0, {}]", r.top_logprobs, kMaxTopLogprobs);
+  }
+  if (static_cast<int64_t>(r.forced_tokens.size()) > r.max_tokens) {
+    return error(StatusCode::invalid_argument, "{} forced tokens exceed max_tokens {}", r.forced_tokens.size(),
+                 r.max_tokens);
+  }
+  DSV4_RETURN_IF_ERROR(check_tokens(r.prompt, info_.vocab_size, "prompt"));
+  DSV4_RETURN_IF_ERROR(check_tokens(r.forced_tokens, info_.vocab_size, "forced_tokens"));
+  DSV4_RETURN_IF_ERROR(check_tokens(r.eos_ids, info_.vocab_size, "eos_ids"));
+  DSV4_RETURN_IF_ERROR(check_tokens(r.thinking.close_tokens, info_.vocab_size, "thinking.close_tokens"));
+  for (const auto& seq : r.stop_sequences) {
+    if (seq.empty()) return error(StatusCode::invalid_argument, "a stop sequence is empty");
+    DSV4_RETURN_IF_ERROR(check_tokens(seq, info_.vocab_size, "stop_sequences"));
+  }
+  if (!r.stop_strings.empty() && !options_.token_bytes) {
+    return error(StatusCode::invalid_argument, "stop strings need the engine's token_bytes, which is not set");
+  }
+  if (r.thinking.max_tokens >= 0 && r.thinking.close_tokens.empty()) {
+    return error(StatusCode::invalid_argument, "a thinking budget needs close tokens");
+  }
+  const int64_t max_rows = std::min<int64_t>(prompt + r.max_tokens, info_.max_context);
+  const int64_t bytes = backend_.stream_bytes(max_rows);
+  if (bytes > info_.memory_budget_bytes) {
+    return error(StatusCode::resource_exhausted,
+                 "a request of {} positions needs {} bytes of stream memory; the backend has {} in all", max_rows, bytes,
+                 info_.memory_budget_bytes);
+  }
+  return ok_status();
+}
+
+StatusOr<RequestId> LaneHost::submit(Request request, std::shared_ptr<EventSink> sink) {
+  DSV4_RETURN_IF_ERROR(validate(request));
+  std::lock_guard lock(mutex_);
+  if (draining_ || halted_) return error(StatusCode::unavailable, "the engine is draining");
+  if (queued_count_ >= options_.max_queue) {
+    return error(StatusCode::resource_exhausted, "the queue holds {} requests already", queued_count_);
+  }
+  const RequestId id = next_id_++;
+  ++in_flight_;
+  ++queued_count_;
+  inbox_.push_back({id, std::move(request), std::move(sink)});
+  wake_.notify_all();
+  return id;
+}
+
+void LaneHost::cancel(RequestId id) {
+  std::lock_guard lock(mutex_);
+  cancels_.push_back(id);
+  wake_.notify_all();
+}
+
+EngineStatus LaneHost::status() const {
+  std::lock_guard lock(mutex_);
+  EngineStatus s = published_;
+  s.draining = draining_;
+  s.queued = static_cast<int32_t>(queued_count_);
+  return s;
+}
+
+void LaneHost::begin_drain(std::chrono::milliseconds grace) {
+  std::lock_guard lock(mutex_);
+  if (!draining_) {
+    draining_ = true;
+    drain_deadline_ns_ = clock_.now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(grace).count();
+  }
+  wake_.notify_all();
+}
+
+Status LaneHost::drain(std::chrono::milliseconds grace) {
+  begin_drain(grace);
+  std::unique_lock lock(mutex_);
+  if (thread_.joinable()) {
+    idle_.wait(lock, [&] { return in_flight_ == 0; });
+  } else {
+    lock.unlock();
+    run_until_idle();
+    lock.lock();
+  }
+  if (halted_requests_ > 0) {
+    return error(StatusCode::unavailable, "drain deadline passed: {} requests halted", halted_requests_);
+  }
+  return ok_status();
+}
+
+void LaneHost::start() {
+  std::lock_guard lock(mutex_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { thread_main(); });
+}
+
+void LaneHost::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void LaneHost::thread_main() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || in_flight_ > 0; });
+      if (stop_) return;
+    }
+    step();
+  }
+}
+
+bool LaneHost::has_work() const {
+  return !running_.empty() || !queue_[0].empty() || !queue_[1].empty();
+}
+
+void LaneHost::run_until_idle() {
+  while (step()) {
+  }
+}
+
+bool LaneHost::step() {
+  take_inbox();
+  bool deadline_passed = false;
+  {
+    std::lock_guard lock(mutex_);
+    deadline_passed = draining_ && clock_.now_ns() >= drain_deadline_ns_;
+  }
+  if (deadline_passed && has_work()) {
+    halt_all();
+  } else if (has_work()) {
+    admit();
+    run_pieces();
+    run_verify();
+    drop_finished();
+    run_drafts();
+    ++round_;
+    counters_.rounds = round_;
+  }
+  publish();
+  std::lock_guard lock(mutex_);
+  return has_work() || !inbox_.empty();
+}
+
+void LaneHost::take_inbox() {
+  std::vector<Submitted> inbox;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lock(mutex_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (Submitted& sub : inbox) {
+    auto stream = std::make_unique<Stream>();
+    stream->id = sub.id;
+    stream->request = std::move(sub.request);
+    stream->sink = std::move(sub.sink);
+    const Request& r = stream->request;
+    stream->seed = r.seed.has_value() ? *r.seed : seed_from_prompt(r.prompt);
+    stream->max_rows = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, info_.max_context);
+    stream->reserved_bytes = backend_.stream_bytes(stream->max_rows);
+    queue_[r.priority == Priority::background ? 1 : 0].push_back(std::move(stream));
+  }
+  for (RequestId id : cancels) {
+    for (auto& queue : queue_) {
+      auto it = std::find_if(queue.begin(), queue.end(), [&](const auto& s) { return s->id == id; });
+      if (it != queue.end()) {
+        std::unique_ptr<Stream> stream = std::move(*it);
+        queue.erase(it);
+        finish_unadmitted(std::move(stream), FinishReason::cancelled, "cancelled");
+      }
+    }
+    for (auto& stream : running_) {
+      if (stream && stream->id == id) finish(*stream, ended(FinishReason::cancelled, "cancelled"));
+    }
+  }
+  drop_finished();
+}
+
+void LaneHost::halt_all() {
+  int64_t halted = 0;
+  for (auto& queue : queue_) {
+    while (!queue.empty()) {
+      std::unique_ptr<Stream> stream = std::move(queue.front());
+      queue.pop_front();
+      finish_unadmitted(std::move(stream), FinishReason::error, "halted: drain deadline passed");
+      ++halted;
+    }
+  }
+  for (auto& stream : running_) {
+    finish(*stream, ended(FinishReason::error, "halted: drain deadline passed"));
+    ++halted;
+  }
+  drop_finished();
+  halted_ = true;
+  std::lock_guard lock(mutex_);
+  halted_requests_ += halted;
+}
+
+void LaneHost::admit() {
+  for (auto& queue : queue_) {
+    while (!queue.empty()) {
+      Stream& s = *queue.front();
+      if (static_cast<int32_t>(running_.size()) >= info_.max_streams) return;
+      if (reserved_bytes_ + s.reserved_bytes > info_.memory_budget_bytes) return;  // head of line waits
+      std::unique_ptr<Stream> stream = std::move(queue.front());
+      queue.pop_front();
+      {
+        std::lock_guard lock(mutex_);
+        --queued_count_;
+      }
+      stream->sid = next_sid_++;
+      stream->seq = next_seq_++;
+      const Request& r = stream->request;
+      Status opened = backend_.open(stream->sid, StreamSpec{r.sampling, stream->seed, stream->max_rows});
+      if (!opened.ok()) {
+        finish_unadmitted(std::move(stream), FinishReason::error, opened.to_string());
+        continue;
+      }
+      reserved_bytes_ += stream->reserved_bytes;
+      stream->usage.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      stream->forced.assign(r.forced_tokens.begin(), r.forced_tokens.end());
+      stream->thinking = r.thinking.max_tokens >= 0;
+      if (r.draft && info_.max_draft_depth > 0) {
+        const int32_t depth = std::min(info_.max_draft_depth, info_.max_verify_rows - 1);
+        stream->depth.emplace(depth, info_.window_cost);
+      }
+      const int64_t prompt_rows = static_cast<int64_t>(r.prompt.size()) - 1;
+      if (options_.cache != nullptr && prompt_rows >= options_.cache->page_tokens()) {
+        counters_.cache_lookups++;
+        std::optional<cache::CacheHit> hit = options_.cache->lookup(r.prompt, prompt_rows);
+        if (hit.has_value()) {
+          Status restored = backend_.restore(stream->sid, *hit->bytes, hit->rows);
+          if (restored.ok()) {
+            stream->rows = hit->rows;
+            stream->usage.cached_prompt_tokens = hit->rows;
+            counters_.cache_hits++;
+            counters_.cache_hit_tokens += hit->rows;
+          } else {
+            options_.cache->discard(std::span(r.prompt).first(static_cast<size_t>(hit->rows)));
+          }
+        }
+      }
+      if (stream->rows == prompt_rows) {
+        stream->decoding = true;
+        stream->pending = r.prompt.back();
+      }
+      running_.push_back(std::move(stream));
+    }
+  }
+}
+
+void LaneHost::run_pieces() {
+  std::vector<Piece> pieces;
+  std::vector<Stream*> owners;
+  int64_t budget = options_.prefill_rows;
+  const int64_t page = options_.cache != nullptr ? options_.cache->page_tokens() : 0;
+  for (auto& stream : running_) {
+    if (budget == 0) break;
+    if (stream->decoding) continue;
+    const int64_t prompt_rows = static_cast<int64_t>(stream->request.prompt.size()) - 1;
+    int64_t end = std::min(stream->rows + budget, prompt_rows);
+    // End on a page boundary when one lies inside the piece, so the cache can keep a snapshot there.
+    if (page > 0 && end < prompt_rows && end % page != 0 && (end / page) * page > stream->rows) {
+      end = (end / page) * page;
+    }
+    pieces.push_back(Piece{stream->sid, stream->rows,
+                           std::span(stream->request.prompt).subspan(static_cast<size_t>(stream->rows),
+                                                                     static_cast<size_t>(end - stream->rows))});
+    owners.push_back(stream.get());
+    budget -= end - stream->rows;
+  }
+  if (pieces.empty()) return;
+  Status status = backend_.prefill(pieces);
+  if (!status.ok()) {
+    for (Stream* s : owners) finish(*s, ended(FinishReason::error, status.to_string()));
+    return;
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    Stream& s = *owners[i];
+    s.rows += static_cast<int64_t>(pieces[i].tokens.size());
+    const int64_t prompt_rows = static_cast<int64_t>(s.request.prompt.size()) - 1;
+    if (page > 0 && s.rows % page == 0) {
+      std::span<const TokenId> prefix = std::span(s.request.prompt).first(static_cast<size_t>(s.rows));
+      if (!options_.cache->contains(prefix)) {
+        StatusOr<std::vector<uint8_t>> bytes = backend_.snapshot(s.sid);
+        if (bytes.ok()) (void)options_.cache->insert(prefix, std::move(bytes).value());
+      }
+    }
+    if (s.sink) s.sink->on_prefill(s.id, s.rows, prompt_rows + 1);
+    if (s.rows == prompt_rows) {
+      s.decoding = true;
+      s.pending = s.request.prompt.back();
+    }
+  }
+}
+
+Window LaneHost::build_window(Stream& s) const {
+  Window w;
+  w.stream = s.sid;
+  w.start = s.rows;
+  w.logprobs = s.request.logprobs;
+  w.top_logprobs = s.request.top_logprobs;
+  w.tokens.push_back(s.pending);
+  // Tokens the stream may still commit (it may reach position max_rows - 1); r rows commit up to r tokens.
+  const int64_t remaining = s.max_rows - 1 - s.rows;
+  const int64_t cap = info_.max_verify_rows - 1;
+  if (!s.forced.empty()) {
+    // n forced rows commit n forced tokens, then the last row's draw (cut when the length is reached).
+    const int64_t n = std::min({static_cast<int64_t>(s.forced.size()), remaining, cap});
+    w.tokens.insert(w.tokens.end(), s.forced.begin(), s.forced.begin() + n);
+  } else if (!s.held.tokens.empty()) {
+    // n drafts commit at most n + 1 tokens.
+    const int64_t n = std::min({static_cast<int64_t>(s.held.tokens.size()), remaining - 1, cap});
+    if (n > 0) w.tokens.insert(w.tokens.end(), s.held.tokens.begin(), s.held.tokens.begin() + n);
+  }
+  return w;
+}
+
+void LaneHost::run_verify() {
+  std::vector<Stream*> ready;
+  for (auto& stream : running_) {
+    if (stream->decoding) ready.push_back(stream.get());
+  }
+  // Least recently served first; admission order breaks ties.
+  std::sort(ready.begin(), ready.end(), [](const Stream* a, const Stream* b) {
+    return a->last_served != b->last_served ? a->last_served < b->last_served : a->seq < b->seq;
+  });
+  std::vector<Window> windows;
+  std::vector<Stream*> owners;
+  int64_t rows_left = info_.max_verify_rows;
+  for (Stream* s : ready) {
+    if (static_cast<int32_t>(windows.size()) >= options_.max_batch_streams) break;
+    Window w = build_window(*s);
+    if (static_cast<int64_t>(w.tokens.size()) > rows_left) break;  // it goes first next round
+    rows_left -= static_cast<int64_t>(w.tokens.size());
+    windows.push_back(std::move(w));
+    owners.push_back(s);
+  }
+  if (windows.empty()) return;
+  std::vector<std::vector<RowResult>> results;
+  Status status = backend_.verify(windows, &results);
+  if (!status.ok() || results.size() != windows.size()) {
+    if (status.ok()) status = error(StatusCode::internal, "verify returned {} windows for {}", results.size(), windows.size());
+    for (Stream* s : owners) finish(*s, ended(FinishReason::error, status.to_string()));
+    return;
+  }
+  for (size_t i = 0; i < windows.size(); ++i) conclude(*owners[i], windows[i], results[i]);
+}
+
+void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>& rows) {
+  const bool forced_window = !s.forced.empty();
+  const int32_t drafts = forced_window ? 0 : static_cast<int32_t>(w.tokens.size()) - 1;
+  if (rows.size() != w.tokens.size()) {
+    finish(s, ended(FinishReason::error, fmt::format("verify returned {} rows for a window of {}", rows.size(),
+                                                      w.tokens.size())));
+    return;
+  }
+  std::vector<TokenEvent> events;
+  Finish done;
+  CommitOutcome outcome = CommitOutcome::more;
+  int32_t accepted = 0;
+  for (size_t i = 0; i < rows.size() && outcome == CommitOutcome::more; ++i) {
+    const RowResult& row = rows[i];
+    TokenEvent ev;
+    ev.top = row.top;
+    bool last = true;
+    if (i + 1 < w.tokens.size() && forced_window) {
+      ev.token = w.tokens[i + 1];
+      ev.logprob = row.proposed_logprob;
+      ev.forced = true;
+      s.forced.pop_front();
+      last = false;
+    } else if (i + 1 < w.tokens.size() && row.token == w.tokens[i + 1]) {
+      ev.token = row.token;
+      ev.logprob = row.logprob;
+      ++accepted;
+      last = false;
+    } else {
+      ev.token = row.token;
+      ev.logprob = row.logprob;
+    }
+    outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done);
+    events.push_back(std::move(ev));
+    if (last && outcome == CommitOutcome::more) break;
+  }
+  s.usage.verify_rounds++;
+  s.usage.drafted_tokens += drafts;
+  s.usage.accepted_tokens += accepted;
+  counters_.drafted_tokens += drafts;
+  counters_.accepted_tokens += accepted;
+  counters_.generated_tokens += static_cast<int64_t>(events.size());
+  if (drafts > 0 && s.depth.has_value()) s.depth->observe(drafts, accepted);
+  s.held = DraftProposal{};
+  s.depth_decided = false;
+  s.last_served = round_;
+  if (s.sink) s.sink->on_tokens(s.id, events);
+  if (outcome == CommitOutcome::finished) {
+    finish(s, std::move(done));
+    return;
+  }
+  const int64_t kept = w.start + static_cast<int64_t>(events.size());
+  Status status = backend_.keep(s.sid, kept);
+  if (!status.ok()) {
+    finish(s, ended(FinishReason::error, status.to_string()));
+    return;
+  }
+  s.rows = kept;
+  s.pending = events.back().token;
+}
+
+void LaneHost::run_drafts() {
+  std::vector<DraftRequest> requests;
+  std::vector<Stream*> owners;
+  for (auto& stream : running_) {
+    Stream& s = *stream;
+    if (!s.decoding || !s.depth.has_value() || s.depth_decided || !s.forced.empty()) continue;
+    s.depth_decided = true;
+    const int32_t depth = s.depth->next_depth();
+    if (depth == 0) continue;
+    requests.push_back(DraftRequest{s.sid, s.pending, s.rows, depth});
+    owners.push_back(&s);
+  }
+  if (requests.empty()) return;
+  std::vector<DraftProposal> proposals;
+  Status status = backend_.draft(requests, &proposals);
+  if (!status.ok() || proposals.size() != requests.size()) return;  // drafts only propose: run without them
+  for (size_t i = 0; i < owners.size(); ++i) owners[i]->held = std::move(proposals[i]);
+}
+
+void LaneHost::finish(Stream& s, Finish done) {
+  if (s.sid == 0) return;  // already finished this round
+  backend_.release(s.sid);
+  reserved_bytes_ -= s.reserved_bytes;
+  s.sid = 0;
+  done.usage = s.usage;
+  if (s.sink) s.sink->on_finish(s.id, done);
+  std::lock_guard lock(mutex_);
+  --in_flight_;
+  if (in_flight_ == 0) idle_.notify_all();
+}
+
+void LaneHost::finish_unadmitted(std::unique_ptr<Stream> stream, FinishReason reason, std::string message) {
+  Finish done = ended(reason, std::move(message));
+  done.usage = stream->usage;
+  done.usage.prompt_tokens = static_cast<int64_t>(stream->request.prompt.size());
+  if (stream->sink) stream->sink->on_finish(stream->id, done);
+  std::lock_guard lock(mutex_);
+  if (stream->sid == 0) --queued_count_;
+  --in_flight_;
+  if (in_flight_ == 0) idle_.notify_all();
+}
+
+void LaneHost::drop_finished() {
+  std::erase_if(running_, [](const std::unique_ptr<Stream>& s) { return s->sid == 0; });
+}
+
+void LaneHost::publish() {
+  EngineStatus s = counters_;
+  s.running = static_cast<int32_t>(running_.size());
+  s.halted = halted_;
+  if (options_.cache != nullptr) {
+    const cache::PromptCacheStats c = options_.cache->stats();
+    s.cache_discarded = c.discarded;
+    s.cache_ram_bytes = c.ram_bytes;
+    s.cache_disk_bytes = c.disk_bytes;
+    s.cache_entries = c.ram_entries + c.disk_entries;
+  }
+  std::lock_guard lock(mutex_);
+  published_ = s;
+}
+
+}  // namespace dsv4::lanes

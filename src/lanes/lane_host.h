@@ -1,0 +1,110 @@
+// The lane host: one engine thread runs rounds (admission, prompt pieces, one verify, drafts) for every request.
+//
+// A round: take submissions and cancels -> halt if the drain deadline passed -> admit in queue order
+// (foreground before background, FIFO, head-of-line waits for a slot and memory) -> one prefill call with
+// pieces of prompts still filling -> one verify over the windows of the least recently served decoding
+// streams -> conclude each (accept drafts, commit, finish rules, keep) -> one draft call for the next round.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/prompt_cache.h"
+#include "lanes/backend.h"
+#include "lanes/clock.h"
+#include "lanes/engine_api.h"
+#include "lanes/stream.h"
+
+namespace dsv4::lanes {
+
+struct LaneHostOptions {
+  int32_t max_batch_streams = 32;     // windows per verify call
+  int32_t prefill_rows = 0;           // prompt rows per round (all pieces); 0 = backend max_prefill_rows
+  int32_t max_queue = 4096;           // queued requests before submit refuses
+  TokenBytesFn token_bytes;           // token -> output bytes; required for requests with stop strings
+  cache::PromptCache* cache = nullptr;  // prompt cache (not owned); null = none
+  const Clock* clock = nullptr;       // deadlines; null = steady clock
+};
+
+class LaneHost final : public Engine {
+ public:
+  // `backend` must outlive the host; the host is its only caller.
+  LaneHost(Backend& backend, LaneHostOptions options);
+  ~LaneHost() override;
+
+  StatusOr<RequestId> submit(Request request, std::shared_ptr<EventSink> sink) override;
+  void cancel(RequestId id) override;
+  EngineStatus status() const override;
+  Status drain(std::chrono::milliseconds grace) override;
+
+  // Starts the engine thread (rounds run while work exists).
+  void start();
+  // Stops the engine thread after its current round; unfinished requests stay as they are.
+  void stop();
+  // Without start(): runs one round on the calling thread; returns whether work remains.
+  bool step();
+  // Without start(): steps until no request is queued or running.
+  void run_until_idle();
+  // Refuses new submissions and sets the halt deadline `grace` from now (drain() without waiting).
+  void begin_drain(std::chrono::milliseconds grace);
+
+ private:
+  struct Submitted {
+    RequestId id;
+    Request request;
+    std::shared_ptr<EventSink> sink;
+  };
+  Status validate(const Request& request) const;
+  void take_inbox();
+  void halt_all();
+  void admit();
+  void run_pieces();
+  void run_verify();
+  void run_drafts();
+  Window build_window(Stream& stream) const;
+  void conclude(Stream& stream, const Window& window, const std::vector<RowResult>& rows);
+  void finish(Stream& stream, Finish finish);
+  void finish_unadmitted(std::unique_ptr<Stream> stream, FinishReason reason, std::string message);
+  void drop_finished();
+  void publish();
+  void thread_main();
+  bool has_work() const;
+
+  Backend& backend_;
+  const BackendInfo& info_;
+  LaneHostOptions options_;
+  SteadyClock steady_;
+  const Clock& clock_;
+
+  // Shared with submitting threads (mutex_).
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::vector<Submitted> inbox_;
+  std::vector<RequestId> cancels_;
+  RequestId next_id_ = 1;
+  int64_t in_flight_ = 0;         // submitted and not finished
+  int64_t queued_count_ = 0;      // submitted and not admitted
+  bool draining_ = false;
+  int64_t drain_deadline_ns_ = 0;
+  int64_t halted_requests_ = 0;
+  bool stop_ = false;
+  EngineStatus published_;
+  std::thread thread_;
+
+  // Engine-thread state.
+  std::deque<std::unique_ptr<Stream>> queue_[2];  // [foreground, background]
+  std::vector<std::unique_ptr<Stream>> running_;  // admission order
+  int64_t reserved_bytes_ = 0;
+  int64_t round_ = 0;
+  int64_t next_seq_ = 0;
+  StreamId next_sid_ = 1;
+  bool halted_ = false;
+  EngineStatus counters_;
+};
+
+}  // namespace dsv4::lanes
