@@ -316,8 +316,9 @@ void LaneHost::run_pieces() {
     if (stream->decoding) continue;
     const int64_t prompt_rows = static_cast<int64_t>(stream->request.prompt.size()) - 1;
     int64_t end = std::min(stream->rows + budget, prompt_rows);
-    // End on a page boundary when one lies inside the piece, so the cache can keep a snapshot there.
-    if (page > 0 && end < prompt_rows && end % page != 0 && (end / page) * page > stream->rows) {
+    // End on a page boundary when one lies inside the piece, so the cache can keep a snapshot there (the
+    // prompt's last boundary included: the rows after it follow as a short piece).
+    if (page > 0 && end % page != 0 && (end / page) * page > stream->rows) {
       end = (end / page) * page;
     }
     pieces.push_back(Piece{stream->sid, stream->rows,
