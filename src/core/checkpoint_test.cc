@@ -122,5 +122,151 @@ TEST(Checkpoint, EmptyOrMissingPath) {
   EXPECT_EQ(missing.status().code(), StatusCode::not_found);
 }
 
+// Opens `dir` and expects an error whose message holds every needle.
+void expect_refused(const std::string& dir, const std::vector<std::string>& needles,
+                    const CheckpointOptions& options = {}) {
+  auto ck = Checkpoint::open(dir, options);
+  ASSERT_FALSE(ck.ok()) << "accepted";
+  for (const auto& n : needles) {
+    EXPECT_NE(ck.status().message().find(n), std::string::npos) << "'" << n << "' not in: " << ck.status().message();
+  }
+}
+
+const char* kShard1 = "model-00001-of-00003.safetensors";
+const char* kShard2 = "model-00002-of-00003.safetensors";
+const char* kShard3 = "model-00003-of-00003.safetensors";
+
+// An index naming the five tensors of write_three_shards, with `extra` spliced into weight_map.
+std::string index_text(const std::string& extra = "", const std::string& metadata = R"({"total_size":2214})") {
+  return R"({"metadata":)" + metadata + R"(,"weight_map":{)" + extra +
+         R"("embed.weight":"model-00001-of-00003.safetensors","norm.weight":"model-00001-of-00003.safetensors",)"
+         R"("layers.0.w.weight":"model-00002-of-00003.safetensors","layers.0.w.scale":"model-00002-of-00003.safetensors",)"
+         R"("layers.0.e.weight":"model-00003-of-00003.safetensors"}})";
+}
+
+TEST(CheckpointMalformed, HandWrittenIndexIsAccepted) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  testing::write_text(dir.file("model.safetensors.index.json"), index_text());
+  auto ck = Checkpoint::open(dir.path());
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->tensor_count(), 5);
+}
+
+TEST(CheckpointMalformed, MissingShardFile) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  std::filesystem::remove(dir.file(kShard2));
+  expect_refused(dir.path(), {"model.safetensors.index.json", "shard 'model-00002-of-00003.safetensors'",
+                              "'layers.0.w.scale'", "missing"});
+}
+
+TEST(CheckpointMalformed, TensorInIndexAbsentFromItsShard) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  testing::write_text(dir.file("model.safetensors.index.json"),
+                      index_text(R"("layers.9.ghost":"model-00003-of-00003.safetensors",)"));
+  expect_refused(dir.path(), {kShard3, "tensor 'layers.9.ghost'", "named by model.safetensors.index.json but absent"});
+}
+
+TEST(CheckpointMalformed, TensorInShardButNotInIndex) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  std::string idx = index_text();
+  idx.replace(idx.find(R"("norm.weight":"model-00001-of-00003.safetensors",)"),
+              std::string(R"("norm.weight":"model-00001-of-00003.safetensors",)").size(), "");
+  testing::write_text(dir.file("model.safetensors.index.json"), idx);
+  expect_refused(dir.path(), {kShard1, "tensor 'norm.weight'", "present in the shard but", "does not name it"});
+  // Accepted and reported when asked for.
+  CheckpointOptions lenient;
+  lenient.allow_unindexed = true;
+  auto ck = Checkpoint::open(dir.path(), lenient);
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->unindexed(), std::vector<std::string>{"norm.weight"});
+  EXPECT_TRUE(ck->contains("norm.weight"));
+}
+
+TEST(CheckpointMalformed, TensorPlacedInTheWrongShard) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  std::string idx = index_text();
+  idx.replace(idx.find(R"("layers.0.e.weight":"model-00003)"), std::string(R"("layers.0.e.weight":"model-00003)").size(),
+              R"("layers.0.e.weight":"model-00001)");
+  testing::write_text(dir.file("model.safetensors.index.json"), idx);
+  expect_refused(dir.path(), {"tensor 'layers.0.e.weight'"});
+}
+
+TEST(CheckpointMalformed, IndexJsonMalformed) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  const std::string idx = dir.file("model.safetensors.index.json");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"weight_map":{"a":)", "bad JSON"},
+      {R"([1,2])", "not a JSON object"},
+      {R"({"metadata":{}})", "missing 'weight_map'"},
+      {R"({"weight_map":[]})", "'weight_map' is not an object"},
+      {R"({"weight_map":{"embed.weight":7}})", "tensor 'embed.weight': weight_map value 7 is not a file name"},
+      {R"({"weight_map":{"embed.weight":"../model-00001-of-00003.safetensors"}})", "is not a plain file name"},
+      {R"({"weight_map":{"embed.weight":"a.safetensors","embed.weight":"b.safetensors"}})",
+       "duplicate key 'embed.weight' inside 'weight_map'"},
+      {R"({"metadata":{"total_size":"big"},"weight_map":{}})", "metadata.total_size \"big\" is not a byte count"},
+      {R"({"metadata":[],"weight_map":{}})", "'metadata' is not an object"},
+  };
+  for (const auto& [text, needle] : cases) {
+    testing::write_text(idx, text);
+    expect_refused(dir.path(), {idx, needle});
+  }
+}
+
+TEST(CheckpointMalformed, CorruptShardNamesTheShard) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  auto bytes = testing::read_bytes(dir.file(kShard2));
+  bytes.resize(bytes.size() - 1);  // cut the last payload byte
+  testing::write_bytes(dir.file(kShard2), bytes);
+  expect_refused(dir.path(), {dir.file(kShard2), "tensor 'layers.0.w.scale'", "run past the data section"});
+}
+
+TEST(CheckpointMalformed, DuplicateTensorAcrossUnindexedFiles) {
+  ScratchDir dir;
+  SafetensorsWriter w;
+  ASSERT_TRUE(w.add("x", DType::u8, {1}, {1}).ok());
+  ASSERT_TRUE(w.write(dir.file("a.safetensors"), fast()).ok());
+  ASSERT_TRUE(w.write(dir.file("b.safetensors"), fast()).ok());
+  expect_refused(dir.path(), {dir.file("b.safetensors"), "tensor 'x'", "also present in", dir.file("a.safetensors")});
+}
+
+TEST(Checkpoint, ExtraFilesAndTotalSizeMismatchAreNoted) {
+  ScratchDir dir;
+  write_three_shards(dir.path());
+  SafetensorsWriter v;
+  ASSERT_TRUE(v.add("vision.patch", DType::bf16, {2}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(v.write(dir.file("vision_tower.safetensors"), fast()).ok());
+  testing::write_text(dir.file("model.safetensors.index.json"), index_text("", R"({"total_size":2215,"format":"pt"})"));
+  auto ck = Checkpoint::open(dir.path());
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->tensor_count(), 6);
+  EXPECT_EQ(ck->total_bytes(), 2218);
+  ASSERT_EQ(ck->notes().size(), 2u);
+  EXPECT_NE(ck->notes()[0].find("vision_tower.safetensors: not named by"), std::string::npos) << ck->notes()[0];
+  EXPECT_NE(ck->notes()[1].find("total_size 2215 differs from the shards' payload of 2214"), std::string::npos)
+      << ck->notes()[1];
+}
+
+TEST(ShardedWriter, RefusesBadShardsBeforeWriting) {
+  ScratchDir dir;
+  ShardedSafetensorsWriter sw(dir.path(), fast());
+  SafetensorsWriter a;
+  ASSERT_TRUE(a.add("t", DType::u8, {1}, {1}).ok());
+  EXPECT_FALSE(sw.write_shard("sub/x.safetensors", a).ok());
+  EXPECT_FALSE(sw.write_shard("x.bin", a).ok());
+  ASSERT_TRUE(sw.write_shard("x.safetensors", a).ok());
+  EXPECT_FALSE(sw.write_shard("x.safetensors", SafetensorsWriter()).ok());
+  Status again = sw.write_shard("y.safetensors", a);
+  EXPECT_NE(again.message().find("y.safetensors: tensor 't': already written to x.safetensors"), std::string::npos)
+      << again.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("y.safetensors")));
+}
+
 }  // namespace
 }  // namespace dsv4
