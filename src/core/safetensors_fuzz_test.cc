@@ -148,7 +148,9 @@ void mutate(Rng& r, Bytes& b) {
         if (std::isdigit(static_cast<unsigned char>(h[at]))) nums.emplace_back(at, len);
       if (nums.empty()) break;
       auto [at, len] = nums[r.below(nums.size())];
-      int64_t v = std::strtoll(h.substr(at, len).c_str(), nullptr, 10) + static_cast<int64_t>(r.below(5)) - 2;
+      const int64_t base = std::strtoll(h.substr(at, len).c_str(), nullptr, 10);  // saturates
+      int64_t v = base;
+      if (__builtin_add_overflow(base, static_cast<int64_t>(r.below(5)) - 2, &v)) v = base;
       h.replace(at, len, std::to_string(v));
       b = testing::raw_safetensors(h, data);
       break;
@@ -171,7 +173,7 @@ void check_consistent(const SafetensorsHeader& h, const Bytes& file) {
     int64_t numel = 1;
     for (int64_t d : e.shape) {
       ASSERT_GE(d, 0);
-      numel *= d;  // bounded: numel * size == end - begin <= file size
+      ASSERT_FALSE(__builtin_mul_overflow(numel, d, &numel)) << e.name;
     }
     ASSERT_EQ(numel * dtype_size(e.dtype), e.end - e.begin) << e.name;
     // Touch every byte so a sanitizer sees any read past the buffer.
