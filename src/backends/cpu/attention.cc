@@ -1,0 +1,205 @@
+// CSA2 attention of one backbone layer over every piece of a call (see attention.h).
+#include "backends/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "backends/cpu/compressor.h"
+#include "backends/cpu/indexer.h"
+#include "backends/cpu/kv_rows.h"
+#include "backends/cpu/rmsnorm.h"
+#include "backends/cpu/rope.h"
+
+namespace dsv4::cpu {
+
+template <typename Acc>
+void sparse_attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, Acc scale,
+                        float sink, float* o) {
+  const Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+  Acc m = static_cast<Acc>(-1e30), sum = 0;
+  std::vector<Acc> acc(d, 0);
+  const int64_t n = static_cast<int64_t>(keys.size());
+  Acc s[64];
+  for (int64_t b0 = 0; b0 < n; b0 += 64) {
+    const int64_t len = std::min<int64_t>(64, n - b0);
+    Acc mb = m;
+    for (int64_t t = 0; t < len; ++t) {
+      const float* k = keys[b0 + t];
+      s[t] = k ? dot<Acc>(q, k, d) * scale : neg_inf;
+      mb = std::max(mb, s[t]);
+    }
+    const Acc alpha = std::exp(m - mb);
+    Acc psum = 0;
+    for (int64_t i = 0; i < d; ++i) acc[i] *= alpha;
+    for (int64_t t = 0; t < len; ++t) {
+      const Acc p = std::exp(s[t] - mb);
+      psum += p;
+      const float* k = keys[b0 + t];
+      if (!k) continue;
+      const Acc pb = round_bf16(p);
+      for (int64_t i = 0; i < d; ++i) acc[i] += pb * static_cast<Acc>(k[i]);
+    }
+    sum = sum * alpha + psum;
+    m = mb;
+  }
+  sum += std::exp(static_cast<Acc>(sink) - m);
+  for (int64_t i = 0; i < d; ++i) o[i] = round_bf16(acc[i] / sum);
+}
+
+std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k) {
+  std::vector<int32_t> idx(score.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min<int64_t>(k, static_cast<int64_t>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int64_t n,
+                                           int64_t topk_blocks, int64_t block) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t nb = (n + block - 1) / block;
+  std::vector<float> bs(nb, -inf);
+  for (int64_t t = 0; t < n; ++t) bs[t / block] = std::max(bs[t / block], score[t]);
+  if (n > 0) bs[(n - 1) / block] = inf;
+  std::vector<int32_t> order(nb);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = std::min(topk_blocks, nb);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return bs[a] > bs[b] || (bs[a] == bs[b] && a < b);
+  });
+  std::vector<uint8_t> keep(n, 0);
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t b = order[i];
+    if (!(bs[b] > -inf)) continue;
+    for (int64_t t = b * block; t < std::min(n, (b + 1) * block); ++t) keep[t] = 1;
+  }
+  return keep;
+}
+
+template <typename Acc>
+void attention_output(ThreadPool& pool, const AttentionWeights& A, const ModelConfig& cfg,
+                      const float* o, int64_t rows, float* y) {
+  const int64_t G = cfg.o_groups, O = cfg.o_lora;
+  const int64_t gin = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim / G;
+  Vec z(rows * G * O);
+  pool.parallel_for(G * O, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int64_t g = n / O;
+      for (int64_t r = 0; r < rows; ++r)
+        z[r * G * O + n] = round_bf16(dot<Acc>(o + r * G * gin + g * gin, &A.wo_a.w[n * gin], gin));
+    }
+  }, 4);
+  fp8_linear<Acc>(pool, z.data(), rows, A.wo_b, y, cfg.act_block);
+}
+
+namespace {
+
+// Window keys of a piece: the rows computed in this call, else the stream's ring.
+struct WindowSource {
+  const PieceCtx* piece;
+  const float* fresh;  // [T, d] QDQ'd keys of this call's rows
+  const uint8_t* ring;
+  int64_t cap, row_bytes, d;
+  std::vector<std::vector<float>> decoded;  // ring rows decoded on demand, by slot
+  const float* key(int64_t q) {
+    if (q >= piece->start) return fresh + (q - piece->start) * d;
+    const int64_t slot = q % cap;
+    if (decoded[slot].empty()) {
+      decoded[slot].resize(d);
+      unpack_row(RowFormat::fp8_ue8m0_32, ring + slot * row_bytes, d, decoded[slot].data());
+    }
+    return decoded[slot].data();
+  }
+};
+
+}  // namespace
+
+template <typename Acc>
+void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
+  const ModelConfig& cfg = *c.cfg;
+  const LayerRole& role = (*c.roles)[layer];
+  const AttentionWeights& A = c.W->layers[layer].attn;
+  ThreadPool& pool = *c.pool;
+  const int64_t rows = c.rows, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_dim;
+  const std::vector<float>& freqs = role.ratio > 0 ? *c.freqs_yarn : *c.freqs_plain;
+  const StateGeometry& geo = *c.geo;
+
+  // a. query: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
+  Vec qa(rows * cfg.q_lora), qr(rows * cfg.q_lora), q(rows * H * d);
+  fp8_linear<Acc>(pool, x, rows, A.wq_a, qa.data(), cfg.act_block);
+  rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, A.q_norm.data(), cfg.norm_eps, qr.data());
+  fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < H; ++h) rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, c.pos[r], false);
+
+  // b. window key: kv_norm(wkv x), RoPE, FP8 QDQ of all d dims (packed row kept for the ring).
+  Vec kv(rows * d), kvn(rows * d);
+  std::vector<uint8_t> kv_packed(rows * geo.window_row);
+  fp8_linear<Acc>(pool, x, rows, A.wkv, kv.data(), cfg.act_block);
+  rmsnorm_rows<Acc>(kv.data(), rows, d, A.kv_norm.data(), cfg.norm_eps, kvn.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    rope_apply<Acc>(&kvn[r * d + d - rd], freqs, c.pos[r], false);
+    pack_row(RowFormat::fp8_ue8m0_32, &kvn[r * d], d, &kv_packed[r * geo.window_row]);
+    unpack_row(RowFormat::fp8_ue8m0_32, &kv_packed[r * geo.window_row], d, &kvn[r * d]);
+  }
+
+  // c. compressor, index keys, indexer and top-k.
+  if (role.kv_source) compress_layer<Acc>(c, layer, x);
+  if (role.index_source) index_layer<Acc>(c, layer, x, qr.data());
+
+  // d. sparse attention per row: [window part (width W) ; selected compressed rows].
+  Vec o(rows * H * d);
+  const Acc scale = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (const PieceCtx& pc : c.pieces) {
+    LayerCache& cache = pc.state->layers[layer];
+    WindowSource ws{&pc, &kvn[pc.row0 * d], cache.window.data(), geo.ring_capacity, geo.window_row, d,
+                    std::vector<std::vector<float>>(geo.ring_capacity)};
+    // Compressed rows of the KV source this layer reads, decoded once per piece.
+    std::vector<float> comp;
+    if (role.ratio > 0) {
+      const LayerCache& src = pc.state->layers[role.kv_from];
+      const int64_t n = static_cast<int64_t>(src.compressed.size()) / geo.compressed_row;
+      comp.resize(n * d);
+      for (int64_t j = 0; j < n; ++j)
+        unpack_row(cfg.compressed_format, &src.compressed[j * geo.compressed_row], d, &comp[j * d]);
+    }
+    // Decode the ring rows this piece reads before the rows run in parallel.
+    for (int64_t qpos = std::max<int64_t>(0, pc.start - cfg.window + 1); qpos < pc.start; ++qpos) ws.key(qpos);
+    pool.parallel_for(pc.T * H, [&](int64_t b, int64_t e) {
+      std::vector<const float*> keys;
+      for (int64_t ih = b; ih < e; ++ih) {
+        const int64_t i = ih / H, h = ih % H, r = pc.row0 + i, p = pc.start + i;
+        keys.assign(cfg.window, nullptr);
+        const int64_t first = std::max<int64_t>(0, p - cfg.window + 1);
+        for (int64_t qpos = first; qpos <= p; ++qpos) keys[qpos - first] = ws.key(qpos);
+        if (role.ratio > 0)
+          for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
+        sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, A.sink[h], &o[(r * H + h) * d]);
+        rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true);
+      }
+    }, 1);
+    // The ring receives this piece's keys after every row has read it.
+    const int64_t keep = std::min<int64_t>(pc.T, geo.ring_capacity);
+    for (int64_t i = pc.T - keep; i < pc.T; ++i) {
+      const int64_t slot = (pc.start + i) % geo.ring_capacity;
+      std::copy(&kv_packed[(pc.row0 + i) * geo.window_row], &kv_packed[(pc.row0 + i + 1) * geo.window_row],
+                &cache.window[slot * geo.window_row]);
+    }
+  }
+  attention_output<Acc>(pool, A, cfg, o.data(), rows, y);
+}
+
+template void sparse_attend_head<float>(const float*, const std::vector<const float*>&, int64_t, float, float, float*);
+template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*);
+template void attention_layer<float>(CallCtx&, int, const float*, float*);
+template void attention_layer<double>(CallCtx&, int, const float*, float*);
+template void attention_output<float>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
+template void attention_output<double>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,37 @@
+// CSA2 attention (model-spec.md §3.6, §3.12): query path, window ring, compressor, index keys,
+// lightning indexer with candidates and top-k, sparse attention with sinks, wo_a / wo_b.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/call_context.h"
+
+namespace dsv4::cpu {
+
+// One query head against a key list (nullptr = invalid entry) in blocks of 64 with the online
+// softmax of the reference kernel: bf16 P relative to the running max, fp32/Acc denominator,
+// the sink added to the denominator at the end; o = bf16(acc / sum).
+template <typename Acc>
+void sparse_attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, Acc scale,
+                        float sink, float* o);
+
+// Top-k with ties to the lower row index, returned in ascending row order.
+std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k);
+
+// Layer 20's candidate rows: block max over `block` rows, the block of row n-1 forced in, the
+// best `topk_blocks` blocks above -inf kept (ties to the lower block), expanded to rows [n].
+std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int64_t n,
+                                           int64_t topk_blocks, int64_t block);
+
+// y bf16 [rows, D] = attention of backbone layer `layer` on x bf16 [rows, D]; updates the
+// streams' caches of that layer and the call's published slots.
+template <typename Acc>
+void attention_layer(CallCtx& c, int layer, const float* x, float* y);
+
+// The grouped wo_a (bf16) and FP8 wo_b of one row's attention output o bf16 [H, d].
+template <typename Acc>
+void attention_output(ThreadPool& pool, const AttentionWeights& A, const ModelConfig& cfg,
+                      const float* o, int64_t rows, float* y);
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,54 @@
+// One transformer block with V4.1's delayed pre-mix (model-spec.md §3.8): the attention sub-layer
+// collapses with the incoming pre-mix pi, the FFN sub-layer with the attention pre-mix, and the
+// FFN pre-mix becomes the next block's pi.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "backends/cpu/mhc.h"
+#include "backends/cpu/moe.h"
+#include "backends/cpu/rmsnorm.h"
+#include "backends/cpu/weights.h"
+
+namespace dsv4::cpu {
+
+// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows.
+template <typename Acc>
+void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights& B, int64_t rows,
+                   const std::function<void(const float*, float*)>& attn, const uint8_t* image,
+                   std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim;
+  Vec x(rows * D), xn(rows * D), y(rows * D);
+  // attention sub-layer
+  auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, pi[r], &x[r * D]);
+  rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
+  attn(xn.data(), y.data());
+  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
+  // FFN sub-layer, collapsed with the attention pre-mix
+  auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, amix[r].pre, &x[r * D]);
+  rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
+  moe_forward<Acc>(pool, B.ffn, cfg, xn.data(), image, rows, y.data());
+  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
+  for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
+}
+
+// Embedding rows expanded into C identical streams, pi = one-hot(0).
+template <typename Acc>
+void embed_rows(const ModelConfig& cfg, const std::vector<bf16_t>& embed, const int32_t* ids,
+                int64_t rows, std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim;
+  h.resize(rows * C * D);
+  pi.assign(rows, std::vector<Acc>(C, 0));
+  for (int64_t r = 0; r < rows; ++r) {
+    pi[r][0] = 1;
+    for (int c = 0; c < C; ++c)
+      for (int64_t i = 0; i < D; ++i) h[(r * C + c) * D + i] = bf16_to_f32(embed[ids[r] * D + i]);
+  }
+}
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,39 @@
+// What one forward call shares across layers: the rows of every piece, their streams and
+// positions, and the transient per-row slots the reference "publishes" (top-k list, candidates).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/stream_state.h"
+#include "backends/cpu/weights.h"
+#include "core/thread_pool.h"
+
+namespace dsv4::cpu {
+
+struct PieceCtx {
+  StreamState* state = nullptr;
+  int64_t start = 0;  // absolute position of the piece's first row
+  int64_t T = 0;      // rows
+  int64_t row0 = 0;   // first row in the call's batch
+};
+
+struct CallCtx {
+  const ModelWeights* W = nullptr;
+  const ModelConfig* cfg = nullptr;
+  const std::vector<LayerRole>* roles = nullptr;
+  const StateGeometry* geo = nullptr;
+  ThreadPool* pool = nullptr;
+  const std::vector<float>* freqs_plain = nullptr;  // base rope_theta, no YaRN (ratio 0)
+  const std::vector<float>* freqs_yarn = nullptr;   // compress_rope_theta with YaRN (ratio > 0)
+  std::vector<PieceCtx> pieces;
+  int64_t rows = 0;
+  std::vector<int64_t> pos;     // [rows] absolute position
+  std::vector<int> piece_of;    // [rows]
+  std::vector<uint8_t> image;   // [rows] image-span token flags
+  // Published by index sources / the candidate source for the following layers, per row.
+  std::vector<std::vector<int32_t>> topk;
+  std::vector<std::vector<uint8_t>> cand;
+};
+
+}  // namespace dsv4::cpu

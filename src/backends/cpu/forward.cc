@@ -1,0 +1,211 @@
+// The oracle's forward over a call's pieces, stream bookkeeping, rollback and snapshots.
+#include "backends/cpu/forward.h"
+
+#include <set>
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/block.h"
+#include "backends/cpu/dspark.h"
+#include "backends/cpu/engram.h"
+#include "backends/cpu/head.h"
+#include "backends/cpu/rope.h"
+
+namespace dsv4::cpu {
+
+StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const ModelWeights> weights,
+                                                 const OracleOptions& options) {
+  if (!weights) return error(StatusCode::invalid_argument, "no weights");
+  const ModelConfig& cfg = weights->config;
+  DSV4_RETURN_IF_ERROR(cfg.validate());
+  if (static_cast<int>(weights->layers.size()) != cfg.n_layers)
+    return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", weights->layers.size(), cfg.n_layers);
+  if (!cfg.engram_layers.empty() && static_cast<int64_t>(weights->engram_token_map.size()) != cfg.vocab)
+    return error(StatusCode::invalid_argument, "Engram needs a token map of {} entries, got {}", cfg.vocab,
+                 weights->engram_token_map.size());
+  if (options.max_rollback < 0) return error(StatusCode::invalid_argument, "max_rollback < 0");
+  std::unique_ptr<Oracle> o(new Oracle());
+  o->weights_ = std::move(weights);
+  o->options_ = options;
+  o->roles_ = layer_roles(cfg);
+  o->geo_ = make_geometry(cfg, options.max_rollback);
+  if (!o->weights_->dspark) o->geo_.dspark_stages = 0;
+  RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
+  RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
+  o->freqs_plain_ = rope_frequencies(plain);
+  o->freqs_yarn_ = rope_frequencies(yarn);
+  o->pool_ = std::make_unique<ThreadPool>(options.threads);
+  return o;
+}
+
+Oracle::~Oracle() = default;
+
+int32_t Oracle::open_stream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int32_t id = next_id_++;
+  streams_.emplace(id, new_stream_state(geo_));
+  return id;
+}
+
+Status Oracle::close_stream(int32_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_.erase(stream) == 0) return error(StatusCode::not_found, "no stream {}", stream);
+  return ok_status();
+}
+
+StatusOr<int64_t> Oracle::length(int32_t stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  return it->second.length;
+}
+
+Status Oracle::truncate(int32_t stream, int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  StreamState& s = it->second;
+  if (length < 0 || length > s.length)
+    return error(StatusCode::out_of_range, "stream {}: cannot truncate length {} to {}", stream, s.length, length);
+  if (s.length - length > options_.max_rollback)
+    return error(StatusCode::out_of_range, "stream {}: rollback of {} rows exceeds max_rollback {}", stream,
+                 s.length - length, options_.max_rollback);
+  truncate_state(geo_, s, length);
+  return ok_status();
+}
+
+StatusOr<std::vector<uint8_t>> Oracle::snapshot(int32_t stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  return serialize_state(geo_, it->second);
+}
+
+Status Oracle::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
+  DSV4_ASSIGN_OR_RETURN(StreamState s, deserialize_state(geo_, bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  it->second = std::move(s);
+  return ok_status();
+}
+
+StatusOr<std::vector<PieceResult>> Oracle::forward(const std::vector<Piece>& pieces) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.precision == Precision::ref64) return forward_impl<double>(pieces);
+  return forward_impl<float>(pieces);
+}
+
+StatusOr<DraftResult> Oracle::draft(int32_t stream, int32_t next) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!weights_->dspark) return error(StatusCode::unimplemented, "the model has no DSpark weights");
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (it->second.length == 0) return error(StatusCode::invalid_argument, "stream {} is empty", stream);
+  if (next < 0 || next >= config().vocab) return error(StatusCode::invalid_argument, "token {} out of range", next);
+  if (options_.precision == Precision::ref64) return draft_impl<double>(it->second, next);
+  return draft_impl<float>(it->second, next);
+}
+
+template <typename Acc>
+StatusOr<DraftResult> Oracle::draft_impl(StreamState& s, int32_t next) {
+  return dspark_draft<Acc>(*pool_, *weights_, geo_, freqs_plain_, s, next);
+}
+
+template <typename Acc>
+StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>& pieces) {
+  const ModelWeights& W = *weights_;
+  const ModelConfig& cfg = W.config;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, V = cfg.vocab;
+  // Refuse bad input before touching any state.
+  std::set<int32_t> seen;
+  for (const Piece& pc : pieces) {
+    if (!streams_.count(pc.stream)) return error(StatusCode::not_found, "no stream {}", pc.stream);
+    if (!seen.insert(pc.stream).second)
+      return error(StatusCode::invalid_argument, "stream {} appears twice in one call", pc.stream);
+    for (int32_t t : pc.tokens)
+      if (t < 0 || t >= V) return error(StatusCode::invalid_argument, "token {} outside vocab {}", t, V);
+    for (int32_t r : pc.logit_rows)
+      if (r < 0 || r >= static_cast<int32_t>(pc.tokens.size()))
+        return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
+  }
+  CallCtx c;
+  c.W = &W;
+  c.cfg = &cfg;
+  c.roles = &roles_;
+  c.geo = &geo_;
+  c.pool = pool_.get();
+  c.freqs_plain = &freqs_plain_;
+  c.freqs_yarn = &freqs_yarn_;
+  std::vector<int32_t> ids;
+  for (const Piece& pc : pieces) {
+    StreamState& s = streams_.at(pc.stream);
+    PieceCtx p{&s, s.length, static_cast<int64_t>(pc.tokens.size()), c.rows};
+    c.pieces.push_back(p);
+    for (int64_t i = 0; i < p.T; ++i) {
+      c.pos.push_back(p.start + i);
+      c.piece_of.push_back(static_cast<int>(c.pieces.size()) - 1);
+      ids.push_back(pc.tokens[i]);
+    }
+    c.rows += p.T;
+  }
+  c.image.assign(c.rows, 0);
+  c.topk.assign(c.rows, {});
+  c.cand.assign(c.rows, {});
+  // 1. Engram history and hash rows for the whole call, before the embedding.
+  std::vector<std::vector<int64_t>> engram_rows(cfg.engram_layers.size());
+  for (const PieceCtx& pc : c.pieces)
+    for (int64_t i = 0; i < pc.T; ++i) {
+      const int32_t t = ids[pc.row0 + i];
+      pc.state->history.push_back(W.engram_token_map.empty() ? t : W.engram_token_map[t]);
+    }
+  if (!cfg.engram_layers.empty()) {
+    const int64_t pad = W.engram_token_map[cfg.engram_pad_id];
+    for (size_t e = 0; e < cfg.engram_layers.size(); ++e) {
+      const EngramLayout& L = W.layers[cfg.engram_layers[e]].engram->layout;
+      const int64_t R = static_cast<int64_t>(L.primes.size());
+      engram_rows[e].resize(c.rows * R);
+      for (int64_t r = 0; r < c.rows; ++r)
+        engram_hash_rows(L, c.pieces[c.piece_of[r]].state->history.data(), c.pos[r], pad, &engram_rows[e][r * R]);
+    }
+  }
+  // 2. Embedding, C streams, pi = one-hot.
+  std::vector<float> h;
+  std::vector<std::vector<Acc>> pi;
+  embed_rows<Acc>(cfg, W.embed, ids.data(), c.rows, h, pi);
+  const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
+  Vec taps(W.dspark ? c.rows * n_taps * D : 0);
+  // 3. Blocks.
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const LayerRole& role = roles_[l];
+    const BlockWeights& B = W.layers[l];
+    if (role.engram)
+      engram_apply<Acc>(*pool_, *B.engram, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
+                        cfg.norm_eps, cfg.act_block, h.data());
+    if (role.tap_index >= 0 && W.dspark)
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t i = 0; i < D; ++i) {
+          Acc s = 0;
+          for (int k = 0; k < C; ++k) s += static_cast<Acc>(h[(r * C + k) * D + i]);
+          taps[(r * n_taps + role.tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
+        }
+    auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
+    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), h, pi);
+  }
+  // 4. Logits of the requested rows.
+  std::vector<PieceResult> out(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].logit_rows.empty()) continue;
+    std::vector<int64_t> rows;
+    for (int32_t r : pieces[i].logit_rows) rows.push_back(c.pieces[i].row0 + r);
+    std::vector<Acc> logits;
+    head_logits<Acc>(*pool_, cfg, W.norm, W.head, h.data(), pi, rows, logits);
+    out[i].logits.assign(logits.begin(), logits.end());
+  }
+  // 5. DSpark rings receive one row per main position.
+  if (W.dspark) dspark_write_rings<Acc>(c, taps);
+  for (const PieceCtx& pc : c.pieces) pc.state->length += pc.T;
+  return out;
+}
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,83 @@
+// The CPU oracle's public API: streams fed in pieces at their current length (several streams
+// per call, prompt pieces or multi-row verify windows), fp32 logits of requested rows, rollback,
+// whole-state snapshots and the DSpark drafter. Plain data in and out.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/cpu/stream_state.h"
+#include "backends/cpu/weights.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+
+namespace dsv4::cpu {
+
+enum class Precision : uint8_t { ref32, ref64 };  // float or double accumulation, same roundings
+
+struct OracleOptions {
+  Precision precision = Precision::ref32;
+  int threads = 0;            // 0: hardware concurrency
+  int64_t max_rollback = 128; // rows a stream can be truncated back by
+};
+
+// Tokens appended to one stream at its current length.
+struct Piece {
+  int32_t stream = 0;
+  std::vector<int32_t> tokens;
+  // Rows (indices into tokens) whose logits are wanted; logits of row i predict token i+1.
+  std::vector<int32_t> logit_rows;
+};
+
+struct PieceResult {
+  std::vector<float> logits;  // fp32 [logit_rows.size(), vocab]
+};
+
+struct DraftResult {
+  std::vector<int32_t> tokens;     // drafts for positions p+2 .. p+1+block
+  std::vector<float> probs;        // softmax probability of each draft under its row's logits
+  std::vector<float> confidence;   // raw confidence-head logit per row
+  std::vector<float> logits;       // fp32 [block, vocab] (Markov-biased)
+};
+
+class Oracle {
+ public:
+  static StatusOr<std::unique_ptr<Oracle>> create(std::shared_ptr<const ModelWeights> weights,
+                                                  const OracleOptions& options);
+  ~Oracle();
+
+  const ModelConfig& config() const { return weights_->config; }
+  int32_t open_stream();
+  Status close_stream(int32_t stream);
+  StatusOr<int64_t> length(int32_t stream) const;
+
+  // One forward over every piece (each stream at most once per call).
+  StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& pieces);
+  // Rolls a stream back to its first `length` rows (length >= current - max_rollback).
+  Status truncate(int32_t stream, int64_t length);
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const;
+  Status restore(int32_t stream, const std::vector<uint8_t>& bytes);
+  // DSpark: given the token `next` sampled for position length(stream), drafts the following
+  // block of tokens greedily from the stream's DSpark rings (the stream itself is unchanged).
+  StatusOr<DraftResult> draft(int32_t stream, int32_t next);
+
+ private:
+  Oracle() = default;
+  template <typename Acc> StatusOr<std::vector<PieceResult>> forward_impl(const std::vector<Piece>& pieces);
+  template <typename Acc> StatusOr<DraftResult> draft_impl(StreamState& s, int32_t next);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  OracleOptions options_;
+  std::vector<LayerRole> roles_;
+  StateGeometry geo_;
+  std::vector<float> freqs_plain_, freqs_yarn_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::map<int32_t, StreamState> streams_;
+  int32_t next_id_ = 0;
+  mutable std::mutex mu_;
+};
+
+}  // namespace dsv4::cpu

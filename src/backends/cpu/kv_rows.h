@@ -1,0 +1,69 @@
+// Packed per-token cache rows (model-spec.md §4.2): window / FP8 compressed rows (d B e4m3 +
+// d/32 B ue8m0), FP4 compressed rows (d/2 B e2m1 + d/16 B e4m3 scales), index-key rows
+// (d/2 B e2m1 + d/32 B ue8m0). Packing a bf16 row QDQs it; unpacking returns the exact values.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/numerics.h"
+
+namespace dsv4::cpu {
+
+enum class RowFormat : uint8_t { fp8_ue8m0_32, fp4_e4m3_16, fp4_ue8m0_32 };
+
+inline int64_t row_bytes(RowFormat f, int64_t d) {
+  switch (f) {
+    case RowFormat::fp8_ue8m0_32: return d + d / 32;
+    case RowFormat::fp4_e4m3_16: return d / 2 + d / 16;
+    case RowFormat::fp4_ue8m0_32: return d / 2 + d / 32;
+  }
+  return 0;
+}
+
+// Quantizes x [d] (bf16 values) into `out`; FP4 pairs keep the even element in the low nibble.
+inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out) {
+  uint8_t codes[32];
+  switch (f) {
+    case RowFormat::fp8_ue8m0_32:
+      for (int64_t g = 0; g < d / 32; ++g) out[d + g] = quant_fp8_group(x + g * 32, 32, out + g * 32);
+      return;
+    case RowFormat::fp4_e4m3_16:
+      for (int64_t g = 0; g < d / 16; ++g) {
+        out[d / 2 + g] = quant_fp4_e4m3_group(x + g * 16, 16, codes);
+        for (int i = 0; i < 8; ++i) out[g * 8 + i] = codes[2 * i] | (codes[2 * i + 1] << 4);
+      }
+      return;
+    case RowFormat::fp4_ue8m0_32:
+      for (int64_t g = 0; g < d / 32; ++g) {
+        out[d / 2 + g] = quant_fp4_ue8m0_group(x + g * 32, 32, codes);
+        for (int i = 0; i < 16; ++i) out[g * 16 + i] = codes[2 * i] | (codes[2 * i + 1] << 4);
+      }
+      return;
+  }
+}
+
+// The dequantized bf16 values of a packed row.
+inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x) {
+  switch (f) {
+    case RowFormat::fp8_ue8m0_32:
+      for (int64_t i = 0; i < d; ++i) x[i] = e4m3_to_f32(in[i]) * ue8m0_to_f32(in[d + i / 32]);
+      return;
+    case RowFormat::fp4_e4m3_16:
+      for (int64_t i = 0; i < d; ++i)
+        x[i] = e2m1_to_f32((in[i / 2] >> (4 * (i & 1))) & 15) * e4m3_to_f32(in[d / 2 + i / 16]);
+      return;
+    case RowFormat::fp4_ue8m0_32:
+      for (int64_t i = 0; i < d; ++i)
+        x[i] = e2m1_to_f32((in[i / 2] >> (4 * (i & 1))) & 15) * ue8m0_to_f32(in[d / 2 + i / 32]);
+      return;
+  }
+}
+
+// In-place QDQ of a bf16 row under format f (pack then unpack).
+inline void qdq_row(RowFormat f, float* x, int64_t d) {
+  uint8_t buf[4096];
+  pack_row(f, x, d, buf);
+  unpack_row(f, buf, d, x);
+}
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,148 @@
+// The four linear kinds of model-spec.md §3.1 (FP8 block-scaled, FP4 experts, bf16, fp32), each
+// row computed by one thread with a fixed summation order, templated on the accumulator.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/numerics.h"
+#include "core/thread_pool.h"
+
+namespace dsv4::cpu {
+
+// Activations between ops are bf16 values held exactly in float arrays.
+using Vec = std::vector<float>;
+
+// Weights, decoded once at load to exact float values.
+struct Fp8Weight {  // e4m3 [out, in] with a pow2 scale per block x block tile
+  int64_t out = 0, in = 0;
+  int block = 32;
+  std::vector<float> w;      // e4m3 values [out, in]
+  std::vector<float> scale;  // 2^(ue8m0 - 127) [ceil(out/block), ceil(in/block)]
+  float at(int64_t n, int64_t k) const {
+    return w[n * in + k] * scale[(n / block) * ((in + block - 1) / block) + k / block];
+  }
+};
+struct Fp4Weight {  // e2m1 [out, in] with a pow2 scale per 32 along K
+  int64_t out = 0, in = 0;
+  std::vector<float> w;      // e2m1 values [out, in]
+  std::vector<float> scale;  // [out, in / 32]
+};
+struct Bf16Weight {  // bf16 values [out, in]
+  int64_t out = 0, in = 0;
+  std::vector<float> w;
+};
+using F32Weight = Bf16Weight;  // fp32 linears read bf16/f32 weights widened exactly to float
+
+// Sum of a[i]*b[i] over n terms in a fixed order: 8 interleaved partial sums combined pairwise.
+template <typename Acc>
+inline Acc dot(const float* a, const float* b, int64_t n) {
+  Acc l[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) l[j] += static_cast<Acc>(a[k + j]) * static_cast<Acc>(b[k + j]);
+  for (int j = 0; k < n; ++k, ++j) l[j & 7] += static_cast<Acc>(a[k]) * static_cast<Acc>(b[k]);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// act_quant (§3.1) of one bf16 row: e4m3 values and one pow2 scale per block.
+inline void act_quant_row(const float* x, int64_t n, int block, float* xq, float* xs) {
+  uint8_t codes[128];
+  for (int64_t b = 0; b * block < n; ++b) {
+    const int len = static_cast<int>(std::min<int64_t>(block, n - b * block));
+    xs[b] = ue8m0_to_f32(quant_fp8_group(x + b * block, len, codes));
+    for (int i = 0; i < len; ++i) xq[b * block + i] = e4m3_to_f32(codes[i]);
+  }
+}
+
+// The QDQ'd value of a bf16 row under act_quant (window keys): bf16(q * s), exact.
+inline void fp8_qdq_row(float* x, int64_t n, int block) {
+  std::vector<float> xq(n), xs((n + block - 1) / block);
+  act_quant_row(x, n, block, xq.data(), xs.data());
+  for (int64_t i = 0; i < n; ++i) x[i] = xq[i] * xs[i / block];
+}
+
+// y[rows, out] = FP8-linear(x[rows, in]): per K block, the exact e4m3 products summed, scaled by
+// the activation and weight block scales, accumulated block by block in K order; -> bf16.
+template <typename Acc>
+void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight& W, float* y,
+                int act_block) {
+  const int64_t in = W.in, out = W.out, B = W.block;
+  const int64_t nb = (in + act_block - 1) / act_block;
+  std::vector<float> xq(rows * in), xs(rows * nb);
+  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, act_block, &xq[m * in], &xs[m * nb]);
+  const int64_t wsb = (in + B - 1) / B;
+  pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* wr = &W.w[n * in];
+      const float* ws = &W.scale[(n / B) * wsb];
+      for (int64_t m = 0; m < rows; ++m) {
+        Acc acc = 0;
+        for (int64_t kb = 0; kb < nb; ++kb) {
+          const int64_t k0 = kb * act_block, len = std::min<int64_t>(act_block, in - k0);
+          const Acc s = dot<Acc>(&xq[m * in + k0], wr + k0, len);
+          acc += s * static_cast<Acc>(xs[m * nb + kb]) * static_cast<Acc>(ws[k0 / B]);
+        }
+        y[m * out + n] = round_bf16(acc);
+      }
+    }
+  }, 4);
+}
+
+// y = FP4-linear(x): e2m1 weights with a pow2 scale per 32 along K, activation act_quant'ed per
+// act_block (a multiple of 32); per 32-block: exact products summed, times both scales; -> bf16.
+template <typename Acc>
+void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight& W, float* y,
+                int act_block) {
+  const int64_t in = W.in, out = W.out;
+  const int64_t nb = (in + act_block - 1) / act_block, wb = in / 32;
+  std::vector<float> xq(rows * in), xs(rows * nb);
+  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, act_block, &xq[m * in], &xs[m * nb]);
+  pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* wr = &W.w[n * in];
+      const float* ws = &W.scale[n * wb];
+      for (int64_t m = 0; m < rows; ++m) {
+        Acc acc = 0;
+        for (int64_t kb = 0; kb < wb; ++kb) {
+          const Acc s = dot<Acc>(&xq[m * in + kb * 32], wr + kb * 32, 32);
+          acc += s * static_cast<Acc>(xs[m * nb + kb * 32 / act_block]) * static_cast<Acc>(ws[kb]);
+        }
+        y[m * out + n] = round_bf16(acc);
+      }
+    }
+  }, 4);
+}
+
+// y = bf16-linear(x): bf16 inputs and weights, Acc accumulation, -> bf16.
+template <typename Acc>
+void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Bf16Weight& W, float* y) {
+  const int64_t in = W.in, out = W.out;
+  pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < rows; ++m)
+        y[m * out + n] = round_bf16(dot<Acc>(x + m * in, &W.w[n * in], in));
+  }, 4);
+}
+
+// y = fp32-linear(x): weights widened exactly, inputs and outputs in Acc, no rounding.
+template <typename Acc>
+void f32_linear(ThreadPool& pool, const Acc* x, int64_t rows, const F32Weight& W, Acc* y) {
+  const int64_t in = W.in, out = W.out;
+  pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* wr = &W.w[n * in];
+      for (int64_t m = 0; m < rows; ++m) {
+        const Acc* xr = x + m * in;
+        Acc l[8] = {};
+        int64_t k = 0;
+        for (; k + 8 <= in; k += 8)
+          for (int j = 0; j < 8; ++j) l[j] += xr[k + j] * static_cast<Acc>(wr[k + j]);
+        for (int j = 0; k < in; ++k, ++j) l[j & 7] += xr[k] * static_cast<Acc>(wr[k]);
+        y[m * out + n] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+      }
+    }
+  }, 4);
+}
+
+}  // namespace dsv4::cpu

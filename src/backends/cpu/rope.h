@@ -1,0 +1,29 @@
+// Rotary embedding (model-spec.md §3.2): fp32 frequencies with the exact YaRN blend, interleaved
+// pairs on the last rope_dim elements of a vector, forward or inverse (conjugate).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv4::cpu {
+
+struct RopeParams {
+  int dim = 64;              // rotated dims (the last `dim` elements of a vector)
+  double base = 10000.0;
+  int64_t original_seq_len = 0;  // > 0 enables YaRN
+  double factor = 16.0;
+  double beta_fast = 32.0, beta_slow = 1.0;
+};
+
+// The dim/2 fp32 frequencies f_i, evaluated exactly as the reference does (§3.2).
+std::vector<float> rope_frequencies(const RopeParams& p);
+
+// cos/sin of fp32(pos) * f_i, in fp32, for i = 0..dim/2-1.
+void rope_cos_sin(const std::vector<float>& freqs, int64_t pos, float* cos_out, float* sin_out);
+
+// Rotates x[0..dim) in place (x points at the rotated tail): pairs (2j, 2j+1) times
+// (cos + i sin), or the conjugate when inverse; complex product in Acc, -> bf16.
+template <typename Acc>
+void rope_apply(float* x, const std::vector<float>& freqs, int64_t pos, bool inverse);
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,49 @@
+// Per-stream state of the oracle (model-spec.md §3.11) in the production packed row formats:
+// window rings (FP8 rows), compressed KV and index-key rows of KV-source layers, the ratio-2
+// compressor's fp32 projections of recent tokens, the Engram id history and DSpark rings.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/model_config.h"
+#include "core/status.h"
+
+namespace dsv4::cpu {
+
+struct LayerCache {
+  // Ring of packed window rows [ring_capacity, row_bytes(fp8, d)]: position q in slot q % cap.
+  std::vector<uint8_t> window;
+  // Ratio-2 KV source: fp32 (or wider) compressor projections k_t, g_t of recent positions, by
+  // slot q % cap [cap, d]. A group is pooled once all its positions exist.
+  std::vector<double> comp_kv, comp_gate;
+  // KV source: compressed main KV rows [n_rows, row_bytes(compressed_format, d)] and index-key
+  // rows [n_rows, row_bytes(fp4_ue8m0_32, ihd)]; row j stands for position j * ratio.
+  std::vector<uint8_t> compressed, index_keys;
+};
+
+struct StreamState {
+  int64_t length = 0;                 // tokens fed and accepted
+  std::vector<int64_t> history;       // Engram compressed ids per position (-1 = DEAD)
+  std::vector<LayerCache> layers;     // [n_layers]
+  std::vector<std::vector<uint8_t>> dspark_rings;  // per stage [cap, row_bytes(fp8, d)]
+};
+
+// Geometry shared by every stream of one model.
+struct StateGeometry {
+  int64_t ring_capacity = 0;  // window + max rollback
+  int64_t window_row = 0, compressed_row = 0, index_row = 0, d = 0;
+  std::vector<int> ratio;      // per layer
+  std::vector<bool> kv_source; // per layer
+  int dspark_stages = 0;
+};
+
+StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback);
+StreamState new_stream_state(const StateGeometry& g);
+// Drops every row at or after `length` (window and projection rings keep older positions).
+void truncate_state(const StateGeometry& g, StreamState& s, int64_t length);
+// Whole-state bytes and back; restore refuses bytes of another geometry.
+std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s);
+StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vector<uint8_t>& bytes);
+
+}  // namespace dsv4::cpu
