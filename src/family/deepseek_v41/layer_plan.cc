@@ -107,7 +107,7 @@ ModelPlan build_plan(const Config& c) {
 }
 
 std::string format_plan(const ModelPlan& plan) {
-  std::string out = "layer      ratio attn     kv_from topk_from keys_from flags                 rope\n";
+  std::string out = "layer      ratio attn     kv_from topk_from keys_from flags                    rope\n";
   auto row = [&](const LayerPlan& p) {
     std::string flags;
     auto add = [&](bool on, const char* f) {
@@ -122,7 +122,7 @@ std::string format_plan(const ModelPlan& plan) {
     add(p.hash_routed, "hash");
     add(p.is_dspark, "dspark");
     auto id = [](int32_t v) { return v < 0 ? std::string("-") : std::to_string(v); };
-    out += fmt::format("{:<10} {:>5} {:<8} {:>7} {:>9} {:>9} {:<21} {:g}{}  experts {}/{}\n", p.name(),
+    out += fmt::format("{:<10} {:>5} {:<8} {:>7} {:>9} {:>9} {:<24} {:g}{}  experts {}/{}\n", p.name(),
                        p.compress_ratio, attn_kind_name(p.attn), id(p.kv_from), id(p.topk_from),
                        id(p.index_keys_from), flags.empty() ? "-" : flags, p.rope_base,
                        p.yarn ? "+yarn" : "", p.num_experts_per_tok, p.n_routed_experts);

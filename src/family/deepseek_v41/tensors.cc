@@ -331,4 +331,18 @@ int64_t weight_bytes_per_token(const Config& c, const TensorTable& t) {
   return total + experts / E * k;
 }
 
+ResidentSizes resident_sizes(const TensorTable& t) {
+  ResidentSizes r;
+  for (const TensorSpec& s : t.tensors) {
+    const int64_t b = s.bytes();
+    r.total += b;
+    if (s.role == TensorRole::engram_table || s.role == TensorRole::engram_scale) continue;
+    r.without_engram += b;
+    const std::string& n = s.name;
+    const bool vision = n.rfind("vision.", 0) == 0 || n.rfind("aligner.", 0) == 0 || n.rfind("image_", 0) == 0;
+    if (!vision && n.rfind("mtp.", 0) != 0) r.text_backbone += b;
+  }
+  return r;
+}
+
 }  // namespace dsv4::family

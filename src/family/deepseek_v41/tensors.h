@@ -84,4 +84,12 @@ Status validate_tensors(const TensorTable& expected, const std::vector<FoundTens
 // Engram rows touched; excludes vision, DSpark stages and the untouched rows of the tables.
 int64_t weight_bytes_per_token(const Config& c, const TensorTable& t);
 
+// Resident weight bytes (model-spec.md §7.3).
+struct ResidentSizes {
+  int64_t total = 0;              // the whole payload
+  int64_t without_engram = 0;     // minus the Engram tables and their scales (host/SSD candidates)
+  int64_t text_backbone = 0;      // also minus vision (tower, aligner, image delimiters) and DSpark
+};
+ResidentSizes resident_sizes(const TensorTable& t);
+
 }  // namespace dsv4::family

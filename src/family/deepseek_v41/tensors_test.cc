@@ -110,6 +110,15 @@ TEST(Tensors, V41WeightBytesPerToken) {
   EXPECT_EQ(weight_bytes_per_token(c, expected_tensors(c)), 13034245568 + 852352);
 }
 
+TEST(Tensors, V41ResidentSizes) {
+  // model-spec.md §7.3.
+  const ResidentSizes r = resident_sizes(expected_tensors(v41_flash_config()));
+  EXPECT_EQ(r.total, 510286023000);
+  EXPECT_EQ(r.without_engram, 307527990600);
+  EXPECT_EQ(r.total - r.without_engram, 202758032400);
+  EXPECT_EQ(r.text_backbone, 298624579008);
+}
+
 TEST(Tensors, ValidateListsEveryProblem) {
   const Config c = preset_config(Preset::tiny, Variant::v41);
   const TensorTable t = expected_tensors(c);

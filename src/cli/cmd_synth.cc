@@ -1,0 +1,95 @@
+// `dsv4 synth`: writes a synthetic checkpoint in the release layout, or lists its tensor table.
+#include <CLI/CLI.hpp>
+
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/command.h"
+#include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/synth.h"
+#include "family/deepseek_v41/tensors.h"
+
+namespace dsv4::cli {
+namespace {
+
+using namespace dsv4::family;
+
+int run_synth(int argc, char** argv) {
+  CLI::App app{"Write a synthetic checkpoint (config.json, sharded safetensors with the official names, "
+               "dtypes, shapes and shard grouping, model.safetensors.index.json, tokenizer.json)",
+               "dsv4 synth"};
+  std::string preset_s, variant_s = "v41", out;
+  uint64_t seed = 0;
+  bool list = false, no_sync = false;
+  app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
+                                       "(the release shape; --list only)")->required();
+  app.add_option("--variant", variant_s, "v41 (V4.1-Flash) or v4-0731 (V4-Flash-0731)")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the random weights; same seed, same bytes")->capture_default_str();
+  app.add_option("--out", out, "output directory (created if absent; same-named files are replaced)");
+  app.add_flag("--list", list, "print the tensor table (name, dtype, [shape], shard file; tab-separated) "
+                               "and write nothing; totals go to stderr");
+  app.add_flag("--no-sync", no_sync, "skip fsync of the written files (faster, for throwaway output)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto preset = parse_preset(preset_s);
+  auto variant = parse_variant(variant_s);
+  if (!preset.ok() || !variant.ok()) {
+    std::fprintf(stderr, "dsv4 synth: %s\n", (!preset.ok() ? preset.status() : variant.status()).to_string().c_str());
+    return 2;
+  }
+  const Config c = preset_config(*preset, *variant);
+  if (list) {
+    const TensorTable t = expected_tensors(c);
+    std::string line;
+    for (const TensorSpec& s : t.tensors) {
+      line = fmt::format("{}\t{}\t[{}]\t{}\n", s.name, dtype_name(s.dtype), fmt::join(s.shape, ", "),
+                         t.shard_file(s.shard));
+      std::fwrite(line.data(), 1, line.size(), stdout);
+    }
+    std::fprintf(stderr, "# %s %s: %zu tensors, %lld bytes, %d shards\n", std::string(preset_name(*preset)).c_str(),
+                 std::string(variant_name(*variant)).c_str(), t.tensors.size(),
+                 static_cast<long long>(t.total_bytes()), t.num_shards);
+    return 0;
+  }
+  if (out.empty()) {
+    std::fprintf(stderr, "dsv4 synth: --out DIR is required unless --list is given\n");
+    return 2;
+  }
+  if (*preset == Preset::full) {
+    std::fprintf(stderr, "dsv4 synth: --preset full describes the %s release (%.0f GB of weights); it is "
+                         "available with --list only. Use tiny or small to write a checkpoint.\n",
+                 std::string(variant_name(*variant)).c_str(), expected_tensors(c).total_bytes() / 1e9);
+    return 2;
+  }
+  SynthOptions o;
+  o.seed = seed;
+  o.sync = !no_sync;
+  o.progress = [](const SynthProgress& p) {
+    std::fprintf(stderr, "\rsynth: shard %d/%d  %.1f / %.1f MB", p.shard, p.num_shards, p.bytes_done / 1e6,
+                 p.bytes_total / 1e6);
+    if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+  auto r = write_synthetic_checkpoint(c, out, o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("wrote %s: %s %s seed %llu, %lld tensors, %lld bytes in %d shards%s\n", out.c_str(),
+              std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(),
+              static_cast<unsigned long long>(seed), static_cast<long long>(r->tensors),
+              static_cast<long long>(r->payload_bytes), r->shards,
+              r->wrote_tokenizer ? ", tokenizer.json" : " (no tokenizer.json in this build)");
+  return 0;
+}
+
+}  // namespace
+
+DSV4_COMMAND("synth", "write a synthetic checkpoint in the release layout (or --list its tensors)", run_synth);
+
+}  // namespace dsv4::cli
