@@ -12,6 +12,10 @@
 
 namespace dsv4::family {
 
+// Bumped whenever the synthetic bytes of a (config, seed) change, so caches keyed by it never reuse
+// output of an older build (the default model's directory name carries it).
+inline constexpr int kSynthFormatVersion = 1;
+
 struct SynthProgress {
   int32_t shard = 0;        // 1-based, the shard just written
   int32_t num_shards = 0;
