@@ -62,11 +62,10 @@ size_t leading_space(std::string_view s) {
 void AddedTokenMatcher::build(const std::vector<const AddedToken*>& tokens, const std::vector<std::string>& patterns) {
   nodes_.assign(1, Node{});
   tokens_ = tokens;
-  first_byte_.fill(false);
+  root_.fill(-1);
   for (size_t t = 0; t < tokens.size(); ++t) {
     const std::string& p = patterns[t];
     if (p.empty()) continue;
-    first_byte_[static_cast<uint8_t>(p[0])] = true;
     int32_t node = 0;
     for (char ch : p) {
       uint8_t b = static_cast<uint8_t>(ch);
@@ -81,6 +80,7 @@ void AddedTokenMatcher::build(const std::vector<const AddedToken*>& tokens, cons
     }
     nodes_[node].token = static_cast<int32_t>(t);  // a repeated pattern keeps the last token
   }
+  for (const auto& [b, next] : nodes_[0].children) root_[b] = next;
 }
 
 int32_t AddedTokenMatcher::child(int32_t node, uint8_t b) const {
@@ -93,11 +93,12 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   size_t start_offset = 0;  // end of the previous emitted token
   size_t i = 0;
   while (i < text.size()) {
-    if (!first_byte_[static_cast<uint8_t>(text[i])]) { ++i; continue; }
+    int32_t node = root_[static_cast<uint8_t>(text[i])];
+    if (node < 0) { ++i; continue; }
     // Longest pattern starting at i.
-    int32_t node = 0, best = -1;
-    size_t best_end = 0;
-    for (size_t j = i; j < text.size(); ++j) {
+    int32_t best = nodes_[node].token;
+    size_t best_end = i + 1;
+    for (size_t j = i + 1; j < text.size(); ++j) {
       node = child(node, static_cast<uint8_t>(text[j]));
       if (node < 0) break;
       if (nodes_[node].token >= 0) { best = nodes_[node].token; best_end = j + 1; }

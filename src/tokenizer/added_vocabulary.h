@@ -27,6 +27,7 @@ struct AddedToken {
 // rules of `tokenizers` AddedVocabulary::find_matches.
 class AddedTokenMatcher {
  public:
+  AddedTokenMatcher() { root_.fill(-1); }
   // `patterns[i]` is what tokens[i] looks like in the text it will be matched against.
   void build(const std::vector<const AddedToken*>& tokens, const std::vector<std::string>& patterns);
   bool empty() const { return tokens_.empty(); }
@@ -46,7 +47,7 @@ class AddedTokenMatcher {
   int32_t child(int32_t node, uint8_t b) const;
   std::vector<Node> nodes_;
   std::vector<const AddedToken*> tokens_;
-  std::array<bool, 256> first_byte_{};
+  std::array<int32_t, 256> root_{};  // child of the root per first byte, -1 when none
 };
 
 }  // namespace dsv4

@@ -75,7 +75,10 @@ StatusOr<BpeModel> BpeModel::from_json(const json& j) {
 
   if (!j.contains("merges") || !j["merges"].is_array()) return model_error("missing \"merges\" array");
   const json& merges = j["merges"];
-  m.merges_.reserve(merges.size());
+  size_t capacity = 16;
+  while (capacity < 2 * merges.size()) capacity *= 2;
+  m.merge_table_.assign(capacity, Slot{});
+  m.merge_mask_ = capacity - 1;
   for (size_t i = 0; i < merges.size(); ++i) {
     DSV4_ASSIGN_OR_RETURN(auto pair, parse_merge(merges[i], i));
     auto a = m.token_to_id_.find(pair.first);
@@ -86,10 +89,38 @@ StatusOr<BpeModel> BpeModel::from_json(const json& j) {
                                      a == m.token_to_id_.end() ? pair.first : pair.second));
     if (ab == m.token_to_id_.end())
       return model_error(fmt::format("merges[{}]: the merged token \"{}{}\" is not in the vocab", i, pair.first, pair.second));
-    // A repeated pair keeps its last rank, as `tokenizers` builds its merge map.
-    m.merges_[pair_key(a->second, b->second)] = Merge{static_cast<uint32_t>(i), ab->second};
+    m.insert_merge(pair_key(a->second, b->second), Merge{static_cast<uint32_t>(i), ab->second});
   }
   return m;
+}
+
+namespace {
+// Fibonacci hashing of the pair key: ids are small and dense, so spread them.
+inline uint64_t slot_of(uint64_t key, uint64_t mask) { return (key * 0x9E3779B97F4A7C15ull >> 20) & mask; }
+}  // namespace
+
+void BpeModel::insert_merge(uint64_t key, Merge merge) {
+  for (uint64_t i = slot_of(key, merge_mask_);; i = (i + 1) & merge_mask_) {
+    Slot& s = merge_table_[i];
+    if (s.key == kEmpty) {
+      s = {key, merge};
+      ++merge_count_;
+      return;
+    }
+    if (s.key == key) {  // a repeated pair keeps its last rank, as `tokenizers` builds its map
+      s.merge = merge;
+      return;
+    }
+  }
+}
+
+const BpeModel::Merge* BpeModel::find_merge(TokenId a, TokenId b) const {
+  const uint64_t key = pair_key(a, b);
+  for (uint64_t i = slot_of(key, merge_mask_);; i = (i + 1) & merge_mask_) {
+    const Slot& s = merge_table_[i];
+    if (s.key == key) return &s.merge;
+    if (s.key == kEmpty) return nullptr;
+  }
 }
 
 void BpeModel::encode_word(std::string_view bytes, std::vector<TokenId>& out) const {
@@ -131,10 +162,7 @@ void BpeModel::merge_all(std::string_view bytes, std::vector<TokenId>& out) cons
     heap.push_back(c);
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
   };
-  auto lookup = [&](TokenId a, TokenId b) -> const Merge* {
-    auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
+  auto lookup = [&](TokenId a, TokenId b) { return find_merge(a, b); };
   for (int32_t i = 0; i + 1 < n; ++i)
     if (const Merge* m = lookup(sym[i].id, sym[i + 1].id)) push({m->rank, i, m->merged});
 

@@ -32,12 +32,12 @@ class BpeModel {
   // Vocab entries as written in tokenizer.json (alphabet form), indexed by id; "" for holes.
   const std::vector<std::string>& id_to_token() const { return id_to_token_; }
   const std::unordered_map<std::string, TokenId>& token_to_id() const { return token_to_id_; }
-  size_t merge_count() const { return merges_.size(); }
+  size_t merge_count() const { return merge_count_; }
 
  private:
   struct Merge {
-    uint32_t rank;
-    TokenId merged;
+    uint32_t rank = 0;
+    TokenId merged = 0;
   };
   static uint64_t pair_key(TokenId a, TokenId b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -47,7 +47,17 @@ class BpeModel {
   std::vector<std::string> id_to_token_;
   std::unordered_map<std::string, TokenId> token_to_id_;  // alphabet form
   std::unordered_map<std::string, TokenId> bytes_to_id_;  // raw-byte form (for ignore_merges)
-  std::unordered_map<uint64_t, Merge> merges_;            // (left id, right id) -> rank, result
+  // (left id, right id) -> rank, result: open addressing, linear probing, load <= 1/2.
+  struct Slot {
+    uint64_t key = kEmpty;
+    Merge merge{};
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  const Merge* find_merge(TokenId a, TokenId b) const;
+  void insert_merge(uint64_t key, Merge m);
+  std::vector<Slot> merge_table_;
+  uint64_t merge_mask_ = 0;
+  size_t merge_count_ = 0;
   std::array<TokenId, 256> byte_ids_{};
   bool ignore_merges_ = false;
 };

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/deepseek_split.h"
+
 namespace dsv4 {
 namespace {
 
@@ -94,7 +96,7 @@ StatusOr<SplitBehavior> parse_behavior(const json& j) {
 
 }  // namespace
 
-StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j) {
+StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j, bool regex_only) {
   PreTokenizer pt;
   if (j.is_null()) return pt;
   std::vector<const json*> items;
@@ -136,6 +138,7 @@ StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j) {
       if (!behavior.ok()) return where(behavior.status());
       step.behavior = *behavior;
       step.invert = item.value("invert", false);
+      if (pat.contains("Regex")) step.source = regex;
       pt.steps_.push_back(std::move(step));
     } else if (type == "ByteLevel") {
       pt.byte_level_ = true;
@@ -150,6 +153,13 @@ StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j) {
       return error(StatusCode::unimplemented, "pre_tokenizer type \"{}\" is not supported", type);
     }
   }
+  bool deepseek = !regex_only && pt.steps_.size() == 3 && !pt.add_prefix_space_ && !pt.byte_level_regex_;
+  for (size_t i = 0; deepseek && i < pt.steps_.size(); ++i) {
+    const SplitStep& s = pt.steps_[i];
+    deepseek = s.source == kDeepSeekSplitPatterns[i] && !s.empty_pattern && !s.invert &&
+               s.behavior == SplitBehavior::isolated;
+  }
+  pt.deepseek_ = deepseek;
   return pt;
 }
 
@@ -157,6 +167,10 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& p
                          std::deque<std::string>& storage) const {
   thread_local std::vector<std::string_view> next;
   pieces.clear();
+  if (deepseek_) {
+    deepseek_split(text, pieces);
+    return;  // (ByteLevel without a prefix space or regex adds nothing here)
+  }
   if (!text.empty()) pieces.push_back(text);
   for (const SplitStep& step : steps_) {
     next.clear();

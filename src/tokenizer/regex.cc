@@ -18,14 +18,6 @@ struct Regex::Compiled {
 
 namespace {
 
-void init_oniguruma() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
-    onig_initialize(encodings, 1);
-  });
-}
-
 // One match region per thread, reused across searches (searching a shared regex_t is read-only).
 struct ThreadRegion {
   OnigRegion* region = onig_region_new();
@@ -34,8 +26,16 @@ struct ThreadRegion {
 
 }  // namespace
 
+void ensure_oniguruma() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
+    onig_initialize(encodings, 1);
+  });
+}
+
 StatusOr<Regex> Regex::compile(std::string_view pattern) {
-  init_oniguruma();
+  ensure_oniguruma();
   auto compiled = std::make_shared<Compiled>();
   OnigErrorInfo info;
   const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());

@@ -11,6 +11,9 @@
 
 namespace dsv4 {
 
+// Initializes Oniguruma for UTF-8 once per process (compile() does this itself).
+void ensure_oniguruma();
+
 struct Span {
   uint32_t begin = 0, end = 0;  // byte offsets, [begin, end)
 };

@@ -3,7 +3,6 @@
 
 #include <deque>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <unordered_map>
 
@@ -13,6 +12,7 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/word_cache.h"
 
 namespace dsv4 {
 
@@ -30,11 +30,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> bytes;        // by id: the bytes the token decodes to
   std::vector<bool> present;             // by id: whether the id names a token
 
-  // Pre-token -> ids. Bounded; cleared when full (a cheap policy that keeps hot words hot enough).
-  static constexpr size_t kCacheEntries = 1 << 16;
-  static constexpr size_t kCacheMaxPieceBytes = 64;
-  mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<TokenId>> cache;
+  uint64_t cache_owner = WordCache::new_owner();  // this tokenizer's key in the per-thread caches
 
   void encode_plain(std::string_view text, std::vector<TokenId>& out) const;
 };
@@ -190,24 +186,10 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<TokenId>& 
   std::deque<std::string> storage;
   pre_tokenizer.split(text, pieces, storage);
   for (std::string_view piece : pieces) {
-    if (piece.size() > kCacheMaxPieceBytes) {
-      bpe.encode_word(piece, out);
-      continue;
-    }
-    std::string key(piece);
-    {
-      std::lock_guard lock(cache_mutex);
-      auto it = cache.find(key);
-      if (it != cache.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        continue;
-      }
-    }
+    if (WordCache::find(cache_owner, piece, out)) continue;
     size_t first = out.size();
     bpe.encode_word(piece, out);
-    std::lock_guard lock(cache_mutex);
-    if (cache.size() >= kCacheEntries) cache.clear();
-    cache.emplace(std::move(key), std::vector<TokenId>(out.begin() + first, out.end()));
+    WordCache::put(cache_owner, piece, out.data() + first, out.size() - first);
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <thread>
+
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/v41_tokenizer.h"
 
@@ -92,6 +94,38 @@ TEST(V41Tokenizer, InvalidUtf8IsRepairedLikeLossyDecoding) {
   // Rust's from_utf8_lossy and JS TextDecoder (Unicode §3.9 "U+FFFD substitution of maximal subparts").
   EXPECT_EQ(v41().encode("a\xED\xA0\x80z"), v41().encode("a\uFFFD\uFFFD\uFFFDz"));
   EXPECT_EQ(v41().encode("\xF0\x9F\x98"), v41().encode("\uFFFD"));
+}
+
+TEST(V41Tokenizer, ConcurrentEncodesAgreeWithSerial) {
+  // Per-thread word caches and shared tables: threads encoding the same texts get the serial ids.
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i)
+    texts.push_back("Hello, my dog " + std::to_string(i * 7919) + " 毕老师 <｜User｜>" + std::string(i % 13, ' ') + "word" + std::to_string(i));
+  std::vector<std::vector<TokenId>> serial;
+  for (const auto& t : texts) serial.push_back(v41().encode(t));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 5; ++round)
+        for (size_t i = 0; i < texts.size(); ++i)
+          if (v41().encode(texts[(i * (k + 1)) % texts.size()]) != serial[(i * (k + 1)) % texts.size()]) ++mismatches[k];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TEST(V41Tokenizer, IndependentLoadsShareNoCacheEntries) {
+  // A second tokenizer with different merges in the same thread must not see the first's cache.
+  nlohmann::json j = nlohmann::json::parse(v41_tokenizer_json());
+  j["model"]["merges"] = nlohmann::json::array();  // no merges: every byte is its own token
+  auto bytes_only = Tokenizer::from_json(j.dump());
+  ASSERT_TRUE(bytes_only.ok()) << bytes_only.status().to_string();
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(v41().encode("Hello"), ids({19923}));
+    // 'H','e','l','l','o' are byte symbols 3 + (byte - 0x21) for printable ASCII (vocab ids 3..258).
+    EXPECT_EQ(bytes_only->encode("Hello"), ids({3 + 'H' - 0x21, 3 + 'e' - 0x21, 3 + 'l' - 0x21, 3 + 'l' - 0x21, 3 + 'o' - 0x21}));
+  }
 }
 
 // Pre-tokenizer pieces: tokenizer-and-chat.md §4.2, verified there with @huggingface/tokenizers,

@@ -36,7 +36,7 @@ size_t well_formed_prefix(std::string_view s, size_t pos, const LeadInfo& info) 
 
 }  // namespace
 
-size_t valid_sequence_length(std::string_view s, size_t pos) {
+size_t valid_multibyte_length(std::string_view s, size_t pos) {
   LeadInfo info = lead_info(static_cast<uint8_t>(s[pos]));
   if (info.length <= 1) return info.length;
   return well_formed_prefix(s, pos, info) == info.length ? info.length : 0;
@@ -51,7 +51,7 @@ size_t maximal_subpart_length(std::string_view s, size_t pos) {
 bool is_valid(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     if (static_cast<uint8_t>(s[i]) < 0x80) { ++i; continue; }
-    size_t n = valid_sequence_length(s, i);
+    size_t n = valid_multibyte_length(s, i);
     if (n == 0) return false;
     i += n;
   }

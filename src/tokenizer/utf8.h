@@ -12,7 +12,10 @@ inline constexpr char32_t kReplacement = 0xFFFD;
 
 // Length of the well-formed sequence at s[pos] (1..4), or 0 when s[pos] starts an ill-formed one.
 // Well-formed follows Unicode Table 3-7 (no overlongs, no surrogates, <= U+10FFFF).
-size_t valid_sequence_length(std::string_view s, size_t pos);
+size_t valid_multibyte_length(std::string_view s, size_t pos);  // for s[pos] >= 0x80
+inline size_t valid_sequence_length(std::string_view s, size_t pos) {
+  return static_cast<uint8_t>(s[pos]) < 0x80 ? 1 : valid_multibyte_length(s, pos);
+}
 
 // Length of the maximal subpart of an ill-formed sequence at s[pos] (>= 1): the bytes that one
 // U+FFFD replaces under the W3C/WHATWG "maximal subpart" rule, which Rust's from_utf8_lossy and
