@@ -227,3 +227,35 @@ TEST(Engram, HashRowsMatchPythonIntegers) {
 
 }  // namespace
 }  // namespace dsv4::cpu
+
+#include "core/kv_rows.h"
+
+namespace dsv4::cpu {
+namespace {
+
+// At the release widths the oracle's generic packed rows are byte-identical to core's production
+// layouts (528 B window, 288 B compressed, 68 B index key).
+TEST(KvRows, GenericPackingMatchesCoreLayoutsAt512And128) {
+  std::vector<float> x(512), k(128);
+  uint32_t s = 5;
+  for (auto& v : x) { s = s * 1664525u + 1013904223u; v = round_bf16(static_cast<float>(static_cast<int32_t>(s) >> 8) * 1e-6f); }
+  for (int i = 0; i < 128; ++i) k[i] = x[i * 3];
+  std::vector<uint8_t> a(528), b(528);
+  pack_row(RowFormat::fp8_ue8m0_32, x.data(), 512, a.data());
+  dsv4::pack_kv_fp8_row(std::span<const float>(x), std::span<uint8_t>(b));
+  EXPECT_EQ(a, b);
+  a.assign(288, 0); b.assign(288, 0);
+  pack_row(RowFormat::fp4_e4m3_16, x.data(), 512, a.data());
+  dsv4::pack_kv_fp4_row(std::span<const float>(x), std::span<uint8_t>(b));
+  EXPECT_EQ(a, b);
+  a.assign(68, 0); b.assign(68, 0);
+  pack_row(RowFormat::fp4_ue8m0_32, k.data(), 128, a.data());
+  dsv4::pack_index_key_row(std::span<const float>(k), std::span<uint8_t>(b));
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(row_bytes(RowFormat::fp8_ue8m0_32, 512), 528);
+  EXPECT_EQ(row_bytes(RowFormat::fp4_e4m3_16, 512), 288);
+  EXPECT_EQ(row_bytes(RowFormat::fp4_ue8m0_32, 128), 68);
+}
+
+}  // namespace
+}  // namespace dsv4::cpu

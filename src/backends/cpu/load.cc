@@ -1,0 +1,294 @@
+// Checkpoint loading for the oracle (see load.h).
+#include "backends/cpu/load.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/engram_layout.h"
+#include "family/deepseek_v41/tensors.h"
+
+namespace dsv4::cpu {
+
+ModelConfig model_config_from(const family::Config& c) {
+  ModelConfig m;
+  m.variant = c.variant == family::Variant::v41 ? Variant::v41 : Variant::v4;
+  m.vocab = c.vocab_size;
+  m.dim = c.hidden_size;
+  m.n_layers = c.num_hidden_layers;
+  m.n_heads = c.num_attention_heads;
+  m.head_dim = c.head_dim;
+  m.rope_dim = c.qk_rope_head_dim;
+  m.q_lora = c.q_lora_rank;
+  m.o_lora = c.o_lora_rank;
+  m.o_groups = c.o_groups;
+  m.window = c.sliding_window;
+  m.norm_eps = static_cast<float>(c.rms_norm_eps);
+  m.weight_block = c.quant.weight_block_in;
+  m.act_block = c.act_block();
+  m.n_experts = c.n_routed_experts;
+  m.n_active = c.num_experts_per_tok;
+  m.moe_inter = c.moe_intermediate_size;
+  m.route_scale = static_cast<float>(c.routed_scaling_factor);
+  m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  m.compress_ratios.assign(c.compress_ratios.begin(), c.compress_ratios.begin() + c.num_hidden_layers);
+  m.kv_source_layers.assign(c.kv_source_layer_ids.begin(), c.kv_source_layer_ids.end());
+  m.index_source_layers.assign(c.index_source_layer_ids.begin(), c.index_source_layer_ids.end());
+  m.candidate_source_layer = c.candidate_source_layer_id;
+  m.candidate_topk_blocks = c.candidate_topk_blocks;
+  m.candidate_block_size = c.candidate_block_size;
+  m.index_heads = c.index_n_heads;
+  m.index_head_dim = c.index_head_dim;
+  m.index_topk = c.index_topk;
+  m.hc_mult = c.hc_mult;
+  m.hc_sinkhorn_iters = c.hc_sinkhorn_iters;
+  m.hc_eps = static_cast<float>(c.hc_eps);
+  m.rope_theta = c.rope_theta;
+  m.compress_rope_theta = c.compress_rope_theta;
+  m.rope_factor = c.rope_scaling.factor;
+  m.beta_fast = c.rope_scaling.beta_fast;
+  m.beta_slow = c.rope_scaling.beta_slow;
+  m.original_seq_len = c.rope_scaling.original_max_position_embeddings;
+  m.engram_layers.assign(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+  m.engram_max_ngram = c.engram_max_ngram_size;
+  m.engram_heads = c.engram_n_heads;
+  m.engram_head_dim = c.engram_head_dim;
+  m.engram_vocab_size = c.engram_vocab_size;
+  m.engram_compressed_vocab = c.engram_compressed_vocab_size;
+  m.engram_pad_id = static_cast<int32_t>(c.engram_pad_token_id);
+  m.dspark_stages = c.num_dspark_stages();
+  m.dspark_block = c.dspark_block_size;
+  m.dspark_noise_token = static_cast<int32_t>(c.dspark_noise_token_id);
+  m.dspark_target_layers.assign(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end());
+  m.dspark_markov_rank = c.dspark_markov_rank;
+  m.dspark_experts = c.dspark_n_routed_experts;
+  m.dspark_active = c.dspark_num_experts_per_tok;
+  return m;
+}
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const Checkpoint& ck) : ck_(ck) {}
+
+  StatusOr<TensorView> get(const std::string& name, DType want) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    const bool scale_alias = want == DType::f8_e8m0 && v.dtype == DType::u8;
+    if (v.dtype != want && !scale_alias)
+      return error(StatusCode::data_loss, "tensor '{}': dtype {}, expected {}", name, dtype_name(v.dtype),
+                   dtype_name(want));
+    return v;
+  }
+  // BF16 or F32 values widened to float.
+  StatusOr<std::vector<float>> floats(const std::string& name) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    std::vector<float> out(v.numel());
+    if (v.dtype == DType::bf16) {
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        uint16_t b;
+        std::memcpy(&b, v.bytes() + 2 * i, 2);
+        out[i] = bf16_to_f32(b);
+      }
+    } else if (v.dtype == DType::f32) {
+      std::memcpy(out.data(), v.bytes(), 4 * out.size());
+    } else {
+      return error(StatusCode::data_loss, "tensor '{}': dtype {}, expected BF16 or F32", name, dtype_name(v.dtype));
+    }
+    return out;
+  }
+  StatusOr<Bf16Weight> matrix(const std::string& name) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    if (v.rank() != 2) return error(StatusCode::data_loss, "tensor '{}' is not a matrix", name);
+    Bf16Weight w;
+    w.out = v.dim(0);
+    w.in = v.dim(1);
+    DSV4_ASSIGN_OR_RETURN(w.w, floats(name));
+    return w;
+  }
+  StatusOr<std::vector<bf16_t>> bf16_raw(const std::string& name) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView v, get(name, DType::bf16));
+    std::vector<bf16_t> out(v.numel());
+    std::memcpy(out.data(), v.bytes(), 2 * out.size());
+    return out;
+  }
+  StatusOr<Fp8Weight> fp8(const std::string& prefix, int block) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView w, get(prefix + ".weight", DType::f8_e4m3));
+    DSV4_ASSIGN_OR_RETURN(TensorView s, get(prefix + ".scale", DType::f8_e8m0));
+    Fp8Weight out;
+    out.out = w.dim(0);
+    out.in = w.dim(1);
+    out.block = block;
+    out.w.resize(w.numel());
+    for (int64_t i = 0; i < w.numel(); ++i) out.w[i] = e4m3_to_f32(w.bytes()[i]);
+    out.scale.resize(s.numel());
+    for (int64_t i = 0; i < s.numel(); ++i) out.scale[i] = ue8m0_to_f32(s.bytes()[i]);
+    return out;
+  }
+  StatusOr<Fp4Weight> fp4(const std::string& prefix) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView w, get(prefix + ".weight", DType::i8));
+    DSV4_ASSIGN_OR_RETURN(TensorView s, get(prefix + ".scale", DType::f8_e8m0));
+    Fp4Weight out;
+    out.out = w.dim(0);
+    out.in = w.dim(1) * 2;
+    out.w.resize(out.out * out.in);
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      out.w[2 * i] = e2m1_to_f32(w.bytes()[i] & 15);
+      out.w[2 * i + 1] = e2m1_to_f32(w.bytes()[i] >> 4);
+    }
+    out.scale.resize(s.numel());
+    for (int64_t i = 0; i < s.numel(); ++i) out.scale[i] = ue8m0_to_f32(s.bytes()[i]);
+    return out;
+  }
+
+ private:
+  const Checkpoint& ck_;
+};
+
+Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, const std::string& p,
+                  int n_active, BlockWeights& b) {
+  const int wb = c.weight_block;
+  AttentionWeights& a = b.attn;
+  DSV4_ASSIGN_OR_RETURN(a.wq_a, r.fp8(p + "attn.wq_a", wb));
+  DSV4_ASSIGN_OR_RETURN(a.wq_b, r.fp8(p + "attn.wq_b", wb));
+  DSV4_ASSIGN_OR_RETURN(a.wkv, r.fp8(p + "attn.wkv", wb));
+  DSV4_ASSIGN_OR_RETURN(a.wo_b, r.fp8(p + "attn.wo_b", wb));
+  DSV4_ASSIGN_OR_RETURN(Fp8Weight woa, r.fp8(p + "attn.wo_a", wb));
+  // The reference holds wo_a dequantized to bf16 (convert.py); e4m3 x 2^k is exact in bf16.
+  a.wo_a.out = woa.out;
+  a.wo_a.in = woa.in;
+  a.wo_a.w.resize(woa.out * woa.in);
+  for (int64_t n = 0; n < woa.out; ++n)
+    for (int64_t k = 0; k < woa.in; ++k) a.wo_a.w[n * woa.in + k] = round_bf16(woa.at(n, k));
+  DSV4_ASSIGN_OR_RETURN(a.q_norm, r.floats(p + "attn.q_norm.weight"));
+  DSV4_ASSIGN_OR_RETURN(a.kv_norm, r.floats(p + "attn.kv_norm.weight"));
+  DSV4_ASSIGN_OR_RETURN(a.sink, r.floats(p + "attn.attn_sink"));
+  if (role.kv_source) {
+    DSV4_ASSIGN_OR_RETURN(a.comp_wkv, r.matrix(p + "attn.compressor.wkv.weight"));
+    if (role.ratio > 1) {
+      DSV4_ASSIGN_OR_RETURN(a.comp_wgate, r.matrix(p + "attn.compressor.wgate.weight"));
+    }
+    DSV4_ASSIGN_OR_RETURN(a.comp_norm, r.floats(p + "attn.compressor.norm.weight"));
+    DSV4_ASSIGN_OR_RETURN(a.idx_wk, r.matrix(p + "attn.indexer.wk.weight"));
+    DSV4_ASSIGN_OR_RETURN(a.idx_k_norm, r.floats(p + "attn.indexer.k_norm.weight"));
+  }
+  if (role.index_source) {
+    DSV4_ASSIGN_OR_RETURN(a.idx_wq_b, r.fp8(p + "attn.indexer.wq_b", wb));
+    DSV4_ASSIGN_OR_RETURN(a.idx_weights_proj, r.matrix(p + "attn.indexer.weights_proj.weight"));
+  }
+  MoeWeights& m = b.ffn;
+  DSV4_ASSIGN_OR_RETURN(m.gate, r.matrix(p + "ffn.gate.weight"));
+  DSV4_ASSIGN_OR_RETURN(m.bias, r.floats(p + "ffn.gate.bias"));
+  DSV4_ASSIGN_OR_RETURN(m.bias_vl, r.floats(p + "ffn.gate.bias_vl"));
+  m.n_active = n_active;
+  for (int64_t e = 0; e < m.gate.out; ++e) {
+    ExpertWeights x;
+    const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+    DSV4_ASSIGN_OR_RETURN(x.w1, r.fp4(q + "w1"));
+    DSV4_ASSIGN_OR_RETURN(x.w2, r.fp4(q + "w2"));
+    DSV4_ASSIGN_OR_RETURN(x.w3, r.fp4(q + "w3"));
+    m.experts.push_back(std::move(x));
+  }
+  DSV4_ASSIGN_OR_RETURN(m.shared.w1, r.fp8(p + "ffn.shared_experts.w1", wb));
+  DSV4_ASSIGN_OR_RETURN(m.shared.w2, r.fp8(p + "ffn.shared_experts.w2", wb));
+  DSV4_ASSIGN_OR_RETURN(m.shared.w3, r.fp8(p + "ffn.shared_experts.w3", wb));
+  DSV4_ASSIGN_OR_RETURN(b.attn_norm, r.floats(p + "attn_norm.weight"));
+  DSV4_ASSIGN_OR_RETURN(b.ffn_norm, r.floats(p + "ffn_norm.weight"));
+  for (auto [hp, s] : {std::pair{&b.hc_attn, "attn"}, std::pair{&b.hc_ffn, "ffn"}}) {
+    DSV4_ASSIGN_OR_RETURN(hp->fn, r.matrix(p + "hc_" + s + "_fn"));
+    DSV4_ASSIGN_OR_RETURN(hp->base, r.floats(p + "hc_" + s + "_base"));
+    DSV4_ASSIGN_OR_RETURN(hp->scale, r.floats(p + "hc_" + s + "_scale"));
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<int32_t>> read_token_map(const std::string& path, int64_t vocab, int64_t compressed) {
+  std::ifstream f(path);
+  if (!f) return error(StatusCode::not_found, "Engram token map '{}' not found", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    nlohmann::json j = nlohmann::json::parse(ss.str());
+    if (j.is_object()) j = j.at("token_map");
+    std::vector<int32_t> map = j.get<std::vector<int32_t>>();
+    if (static_cast<int64_t>(map.size()) != vocab)
+      return error(StatusCode::data_loss, "'{}': {} entries, expected vocab_size {}", path, map.size(), vocab);
+    for (int32_t v : map)
+      if (v < 0 || v >= compressed)
+        return error(StatusCode::data_loss, "'{}': compressed id {} outside [0, {})", path, v, compressed);
+    return map;
+  } catch (const std::exception& e) {
+    return error(StatusCode::data_loss, "'{}': {}", path, e.what());
+  }
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir) {
+  DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir + "/config.json"));
+  DSV4_RETURN_IF_ERROR(family::validate_config(fc));
+  auto w = std::make_shared<ModelWeights>();
+  w->config = model_config_from(fc);
+  const ModelConfig& c = w->config;
+  DSV4_RETURN_IF_ERROR(c.validate());
+  DSV4_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
+  std::vector<family::FoundTensor> found;
+  for (const std::string& n : ck.names()) {
+    DSV4_ASSIGN_OR_RETURN(CheckpointTensor t, ck.find(n));
+    found.push_back({n, t.view.dtype, t.view.shape, ""});
+  }
+  DSV4_RETURN_IF_ERROR(family::validate_tensors(family::expected_tensors(fc), found));
+  Reader r(ck);
+  const auto roles = layer_roles(c);
+  DSV4_ASSIGN_OR_RETURN(w->embed, r.bf16_raw("embed.weight"));
+  w->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l)
+    DSV4_RETURN_IF_ERROR(load_block(r, c, roles[l], "layers." + std::to_string(l) + ".", c.n_active, w->layers[l]));
+  DSV4_ASSIGN_OR_RETURN(w->norm, r.floats("norm.weight"));
+  DSV4_ASSIGN_OR_RETURN(w->head, r.matrix("head.weight"));
+  if (!c.engram_layers.empty()) {
+    const family::EngramLayout lay = family::compute_engram_layout(fc);
+    for (size_t e = 0; e < c.engram_layers.size(); ++e) {
+      const std::string p = "layers." + std::to_string(c.engram_layers[e]) + ".engram.";
+      auto E = std::make_unique<EngramWeights>();
+      E->layout.max_ngram = lay.max_ngram;
+      E->layout.heads = lay.n_heads;
+      E->layout.primes = lay.layers[e].primes;
+      E->layout.offsets = lay.layers[e].offsets;
+      E->layout.multipliers = lay.layers[e].multipliers;
+      DSV4_ASSIGN_OR_RETURN(TensorView tw, r.get(p + "embed.weight", DType::f8_e4m3));
+      DSV4_ASSIGN_OR_RETURN(TensorView ts, r.get(p + "embed.scale", DType::f8_e8m0));
+      E->table.rows = tw.dim(0);
+      E->table.dim = static_cast<int>(tw.dim(1));
+      E->table.codes.assign(tw.bytes(), tw.bytes() + tw.nbytes);
+      E->table.scales.assign(ts.bytes(), ts.bytes() + ts.nbytes);
+      DSV4_ASSIGN_OR_RETURN(E->wkv, r.fp8(p + "wkv", c.weight_block));
+      DSV4_ASSIGN_OR_RETURN(E->q_weight, r.floats(p + "q_weight"));
+      DSV4_ASSIGN_OR_RETURN(E->k_weight, r.floats(p + "k_weight"));
+      w->layers[c.engram_layers[e]].engram = std::move(E);
+    }
+    DSV4_ASSIGN_OR_RETURN(w->engram_token_map,
+                          read_token_map(dir + "/engram_token_map.json", c.vocab, c.engram_compressed_vocab));
+  }
+  if (c.dspark_stages > 0) {
+    auto S = std::make_unique<DsparkWeights>();
+    LayerRole plain;
+    S->stages.resize(c.dspark_stages);
+    for (int s = 0; s < c.dspark_stages; ++s)
+      DSV4_RETURN_IF_ERROR(load_block(r, c, plain, "mtp." + std::to_string(s) + ".", c.dspark_active, S->stages[s]));
+    DSV4_ASSIGN_OR_RETURN(S->main_proj, r.fp8("mtp.0.main_proj", c.weight_block));
+    DSV4_ASSIGN_OR_RETURN(S->main_norm, r.floats("mtp.0.main_norm.weight"));
+    const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
+    DSV4_ASSIGN_OR_RETURN(S->norm, r.floats(last + "norm.weight"));
+    DSV4_ASSIGN_OR_RETURN(S->markov_embed, r.bf16_raw(last + "markov_head.embed.weight"));
+    DSV4_ASSIGN_OR_RETURN(S->markov_head, r.matrix(last + "markov_head.head.weight"));
+    DSV4_ASSIGN_OR_RETURN(S->confidence, r.matrix(last + "confidence_head.proj.weight"));
+    w->dspark = std::move(S);
+  }
+  return w;
+}
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,23 @@
+// Loading the oracle's weights from a checkpoint directory (config.json + safetensors) through the
+// family's config and expected tensor table; decoding to exact float values.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/cpu/weights.h"
+#include "core/status.h"
+#include "family/deepseek_v41/config.h"
+
+namespace dsv4::cpu {
+
+// The oracle's config from the family's typed config.
+ModelConfig model_config_from(const family::Config& c);
+
+// Reads `dir`/config.json, checks every tensor against the expected table (one error listing all
+// mismatches), and decodes the weights. The Engram token map comes from
+// `dir`/engram_token_map.json (a JSON array of vocab_size compressed ids, or an object with a
+// "token_map" array) when the model has Engram layers.
+StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir);
+
+}  // namespace dsv4::cpu

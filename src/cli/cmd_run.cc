@@ -1,0 +1,194 @@
+// `dsv4 run`: greedy generation or teacher-forced scoring on the CPU oracle, with tokens/s and an
+// optional .npy dump of every row's fp32 logits.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/forward.h"
+#include "backends/cpu/load.h"
+#include "backends/cpu/synthetic.h"
+#include "cli/command.h"
+#include "family/deepseek_v41/preset.h"
+#include "tokenizer/v41_tokenizer.h"
+
+namespace dsv4::cli {
+namespace {
+
+bool parse_ids(const std::string& s, std::vector<int32_t>& out) {
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size()) return false;
+      out.push_back(static_cast<int32_t>(v));
+    } catch (...) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A little-endian float32 .npy of shape [rows, cols].
+bool write_npy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream f(path, std::ios::binary);
+  if (!f) return false;
+  const uint16_t hlen = static_cast<uint16_t>(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(reinterpret_cast<const char*>(&hlen), 2);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+  return static_cast<bool>(f);
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+int run_main(int argc, char** argv) {
+  CLI::App app{"Generate (greedy) or score a forced continuation with the CPU oracle"};
+  std::string model, prompt, ids_text, force_text, dump, preset;
+  int max_tokens = 16, threads = 0;
+  uint64_t seed = 1;
+  bool ref64 = false;
+  app.add_option("--model", model, "checkpoint directory (config.json + safetensors)");
+  app.add_option("--preset", preset,
+                 "instead of --model: random weights in checkpoint formats for a family preset (tiny|small)");
+  app.add_option("--seed", seed, "seed of the --preset weights")->capture_default_str();
+  auto* p_opt = app.add_option("--prompt", prompt, "prompt text (encoded with the V4.1 tokenizer, no template)");
+  auto* i_opt = app.add_option("--ids", ids_text, "prompt token ids, comma separated");
+  p_opt->excludes(i_opt);
+  app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str();
+  app.add_flag("--ref64", ref64, "accumulate in double (ref64) instead of float (ref32)");
+  app.add_option("--force", force_text, "feed this continuation (comma-separated ids) instead of generating");
+  app.add_option("--dump-logits", dump,
+                 "write fp32 logits [rows, vocab] of every prompt and generated/forced position to this .npy");
+  app.add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (prompt.empty() && ids_text.empty()) {
+    std::fprintf(stderr, "dsv4 run: give --prompt TEXT or --ids 1,2,3\n");
+    return 2;
+  }
+  std::vector<int32_t> ids, forced;
+  if (!ids_text.empty() && !parse_ids(ids_text, ids)) {
+    std::fprintf(stderr, "dsv4 run: --ids '%s' is not a comma-separated list of integers\n", ids_text.c_str());
+    return 2;
+  }
+  if (!force_text.empty() && !parse_ids(force_text, forced)) {
+    std::fprintf(stderr, "dsv4 run: --force '%s' is not a comma-separated list of integers\n", force_text.c_str());
+    return 2;
+  }
+  std::optional<Tokenizer> tok;
+  if (!prompt.empty()) {
+    auto t = load_v41_tokenizer();
+    if (!t.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", t.status().to_string().c_str());
+      return 1;
+    }
+    tok = *t;
+    ids = tok->encode(prompt);
+  }
+  if (ids.empty()) {
+    std::fprintf(stderr, "dsv4 run: the prompt has no tokens\n");
+    return 2;
+  }
+  std::shared_ptr<const cpu::ModelWeights> weights;
+  if (!preset.empty()) {
+    auto p = family::parse_preset(preset);
+    if (!p.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", p.status().to_string().c_str());
+      return 2;
+    }
+    weights = cpu::synthetic_weights(cpu::model_config_from(family::preset_config(*p, family::Variant::v41)), seed, true);
+  } else if (!model.empty()) {
+    auto w = cpu::load_weights(model);
+    if (!w.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", w.status().to_string().c_str());
+      return 1;
+    }
+    weights = *w;
+  } else {
+    std::fprintf(stderr, "dsv4 run: no default model is embedded in this build yet; give --model DIR or --preset\n");
+    return 2;
+  }
+  cpu::OracleOptions opt;
+  opt.precision = ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;
+  opt.threads = threads;
+  auto oracle = cpu::Oracle::create(weights, opt);
+  if (!oracle.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", oracle.status().to_string().c_str());
+    return 1;
+  }
+  cpu::Oracle& o = **oracle;
+  const int64_t V = o.config().vocab;
+  const int32_t s = o.open_stream();
+  std::vector<float> all;
+  cpu::Piece piece{s, ids, {}};
+  for (size_t i = dump.empty() ? ids.size() - 1 : 0; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = o.forward({piece});
+  if (!r.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<float> last((*r)[0].logits.end() - V, (*r)[0].logits.end());
+  if (!dump.empty()) all = (*r)[0].logits;
+  const int n = forced.empty() ? max_tokens : static_cast<int>(forced.size());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int32_t next = forced.empty() ? argmax(last.data(), V) : forced[i];
+    out.push_back(next);
+    auto step = o.forward({cpu::Piece{s, {next}, {0}}});
+    if (!step.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", step.status().to_string().c_str());
+      return 1;
+    }
+    last = (*step)[0].logits;
+    if (!dump.empty()) all.insert(all.end(), last.begin(), last.end());
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  if (tok) {
+    auto text = tok->decode(out);
+    std::printf("%s\n", text.ok() ? text->c_str() : "(undecodable)");
+  }
+  std::string list;
+  for (size_t i = 0; i < out.size(); ++i) list += (i ? "," : "") + std::to_string(out[i]);
+  std::printf("ids: %s\n", list.c_str());
+  const double pre_s = std::chrono::duration<double>(t1 - t0).count();
+  const double gen_s = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr, "prefill %zu tokens in %.3f s (%.1f tokens/s); %d tokens in %.3f s (%.2f tokens/s), %s, %d threads\n",
+               ids.size(), pre_s, ids.size() / pre_s, n, gen_s, n > 0 ? n / gen_s : 0.0, ref64 ? "ref64" : "ref32",
+               threads);
+  if (!dump.empty() && !write_npy(dump, all, static_cast<int64_t>(all.size()) / V, V)) {
+    std::fprintf(stderr, "dsv4 run: cannot write '%s'\n", dump.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+DSV4_COMMAND("run", "generate or score tokens with the CPU oracle (exact reference numerics)", run_main);
+
+}  // namespace dsv4::cli
