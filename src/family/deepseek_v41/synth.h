@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
@@ -14,7 +15,11 @@ namespace dsv4::family {
 
 // Bumped whenever the synthetic bytes of a (config, seed) change, so caches keyed by it never reuse
 // output of an older build (the default model's directory name carries it).
-inline constexpr int kSynthFormatVersion = 1;
+inline constexpr int kSynthFormatVersion = 2;
+
+// The raw-id -> compressed-id Engram map carried beside a synthetic checkpoint's weights (JSON object
+// {"source": "...", "token_map": [vocab_size ints]}); release checkpoints derive it from tokenizer.json.
+inline constexpr std::string_view kEngramTokenMapFile = "engram_token_map.json";
 
 struct SynthProgress {
   int32_t shard = 0;        // 1-based, the shard just written
@@ -45,5 +50,9 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
 // The tokenizer.json to ship with a synthetic checkpoint (the V4.1 tokenizer; V4-0731 uses the same
 // vocabulary). This is the single point where synth obtains it; nullopt when this build has none.
 std::optional<std::string_view> synth_tokenizer_json();
+
+// The synthetic Engram token map of a config: [vocab_size] ids in [0, engram_compressed_vocab_size),
+// every compressed id used, deterministic.
+std::vector<int32_t> synthetic_engram_token_map(const Config& c);
 
 }  // namespace dsv4::family

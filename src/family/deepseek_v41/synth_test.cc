@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/bf16.h"
@@ -105,6 +106,29 @@ TEST(Synth, TinyV41ValidatesAndBinds) {
   fs::remove_all(dir);
 }
 
+TEST(Synth, WritesTokenizerAndTokenMap) {
+  const std::string dir = temp_dir("tok");
+  const Config c = tiny_small_vocab();
+  auto r = write_synthetic_checkpoint(c, dir, fast(5));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->wrote_tokenizer);
+  // tokenizer.json is the V4.1 tokenizer: 128,000 BPE entries + added tokens up to id 129,279
+  // (tokenizer-and-chat.md §1.4).
+  const auto tok = nlohmann::json::parse(slurp(fs::path(dir) / "tokenizer.json"));
+  EXPECT_EQ(tok["model"]["vocab"].size(), 128000u);
+  const auto map = nlohmann::json::parse(slurp(fs::path(dir) / "engram_token_map.json"))["token_map"];
+  ASSERT_EQ(static_cast<int64_t>(map.size()), c.vocab_size);
+  std::vector<bool> used(static_cast<size_t>(c.engram_compressed_vocab_size), false);
+  for (const auto& v : map) {
+    ASSERT_GE(v.get<int64_t>(), 0);
+    ASSERT_LT(v.get<int64_t>(), c.engram_compressed_vocab_size);
+    used[v.get<size_t>()] = true;
+  }
+  EXPECT_EQ(std::count(used.begin(), used.end(), true), c.engram_compressed_vocab_size);
+  EXPECT_EQ(map[2].get<int>(), 2);  // pad keeps its id, as in the release map
+  fs::remove_all(dir);
+}
+
 TEST(Synth, TinyV4ValidatesAndHashTableIsValid) {
   const std::string dir = temp_dir("v4");
   const Config c = preset_config(Preset::tiny, Variant::v4);
@@ -141,7 +165,7 @@ TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
       EXPECT_NE(x, slurp(fs::path(d) / name)) << name;
     ++files;
   }
-  EXPECT_EQ(files, 18 + 2);  // shards, index, config.json
+  EXPECT_EQ(files, 18 + 4);  // shards, index, config.json, tokenizer.json, engram_token_map.json
   fs::remove_all(a);
   fs::remove_all(b);
   fs::remove_all(d);
