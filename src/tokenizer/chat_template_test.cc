@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/chat_openai.h"
+#include "tokenizer/v41_tokenizer.h"
 
 namespace dsv4::chat {
 namespace {
@@ -264,6 +265,19 @@ TEST(ChatTemplate, V4Format) {
   EXPECT_EQ(render(d), BOS USR "D" USR "u" AST "</think>");
   d.options.format = ChatFormat::v41;  // no developer role in the V4.1 release: rendered as system
   EXPECT_EQ(render(d), BOS SYS "D" USR "u" AST "</think>");
+}
+
+TEST(ChatTemplate, RenderedMarkersTokenizeAsSingleIds) {
+  // tokenizer-and-chat.md §1.6: "<｜User｜>hi<｜Assistant｜></think>ok<｜end▁of▁sentence｜>" is
+  // [128803, 6366, 128804, 1718, 37947, 32, 633, 1] with the V3 file, where </think> is not an added
+  // token; with V4.1 it is id 128822 (§1.4), so the prompt must give the ids below.
+  Conversation c = chat_mode({msg(Role::user, "hi"), assistant("ok")});
+  c.options.add_bos = false;
+  const std::string text = render(c);
+  EXPECT_EQ(text, USR "hi" AST "</think>ok" EOS);
+  auto tok = load_v41_tokenizer();
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ(tok->encode(text), (std::vector<TokenId>{128803, 6366, 128804, 128822, 633, 1}));
 }
 
 TEST(ChatOpenAi, ParsesRequestAndNamesBadFields) {

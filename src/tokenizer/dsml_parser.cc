@@ -77,7 +77,9 @@ DsmlStreamParser::DsmlStreamParser(ParserOptions options) : options_(std::move(o
   invoke_end_ = "</" + d + std::string(tags.invoke);
   param_open_ = "<" + d + std::string(tags.parameter);
   param_end_ = "</" + d + std::string(tags.parameter);
-  state_ = options_.starts_in_reasoning ? State::reasoning : State::content;
+  state_ = options_.starts_in_tool_block ? State::block_next
+           : options_.starts_in_reasoning ? State::reasoning
+                                          : State::content;
   if (!options_.make_tool_call_id)
     options_.make_tool_call_id = [](int32_t index) { return "call_" + std::to_string(index); };
 }

@@ -16,6 +16,9 @@ struct ParserOptions {
   ChatFormat format = ChatFormat::v41;
   // True when the prompt ended with `<think>` (RenderedPrompt::reply_starts_in_reasoning).
   bool starts_in_reasoning = false;
+  // True when the prompt itself ends with the block opener "\n\n<｜DSML｜ calls>\n" (a server that
+  // forces a tool call prefills it): parsing starts where an invoke or the block end is expected.
+  bool starts_in_tool_block = false;
   // Tool-call ids by call index; the default gives "call_<index>". A server passes a generator
   // that is unique per request.
   std::function<std::string(int32_t index)> make_tool_call_id;

@@ -115,6 +115,21 @@ TEST(DsmlParser, PlainTextAndHeldBackPrefixes) {
   EXPECT_EQ(p.finish().content, "\n\n<｜DSML");  // end of stream: the held text is content
 }
 
+TEST(DsmlParser, PrefilledBlockAndSingleNewlineEmptyInvoke) {
+  // The reference accepts "<T invoke name=\"g\">\n</T invoke>" (no blank line) as a no-argument call.
+  const std::string text = "<" T " invoke name=\"g\">\n</" T " invoke>\n</" T " calls>" EOS;
+  ParserOptions o = opts(false);
+  o.starts_in_tool_block = true;
+  const ParsedMessage m = parse_completion(text, o);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].name, "g");
+  EXPECT_EQ(m.tool_calls[0].arguments, "{}");
+  EXPECT_EQ(m.content, "");
+  check_all_splits(text, o, true);
+  // A prefilled block the model abandons: its text is content.
+  EXPECT_EQ(parse_completion("no call" EOS, o).content, "no call");
+}
+
 TEST(DsmlParser, V4Tags) {
   const std::string text = "\n\n<" T "tool_calls>\n<" T "invoke name=\"f\">\n<" T
                            "parameter name=\"k\" string=\"true\">v</" T "parameter>\n</" T
