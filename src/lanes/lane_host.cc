@@ -248,8 +248,8 @@ void LaneHost::halt_all() {
     ++halted;
   }
   drop_finished();
-  halted_ = true;
   std::lock_guard lock(mutex_);
+  halted_ = true;
   halted_requests_ += halted;
 }
 
@@ -515,7 +515,6 @@ void LaneHost::drop_finished() {
 void LaneHost::publish() {
   EngineStatus s = counters_;
   s.running = static_cast<int32_t>(running_.size());
-  s.halted = halted_;
   if (options_.cache != nullptr) {
     const cache::PromptCacheStats c = options_.cache->stats();
     s.cache_discarded = c.discarded;
@@ -524,6 +523,7 @@ void LaneHost::publish() {
     s.cache_entries = c.ram_entries + c.disk_entries;
   }
   std::lock_guard lock(mutex_);
+  s.halted = halted_;
   published_ = s;
 }
 

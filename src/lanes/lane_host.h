@@ -93,6 +93,7 @@ class LaneHost final : public Engine {
   int64_t drain_deadline_ns_ = 0;
   int64_t halted_requests_ = 0;
   bool stop_ = false;
+  bool halted_ = false;            // the drain deadline passed; written by the engine thread
   EngineStatus published_;
   std::thread thread_;
 
@@ -103,7 +104,6 @@ class LaneHost final : public Engine {
   int64_t round_ = 0;
   int64_t next_seq_ = 0;
   StreamId next_sid_ = 1;
-  bool halted_ = false;
   EngineStatus counters_;
 };
 

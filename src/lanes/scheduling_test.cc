@@ -195,3 +195,54 @@ TEST(Scheduling, ThreadedEngineServesAndDrains) {
 
 }  // namespace
 }  // namespace dsv4::lanes
+
+namespace dsv4::lanes {
+namespace {
+
+TEST(Scheduling, DecodingContinuesWhileAPromptFills) {
+  FakeBackend fake({});
+  LaneHost host(fake, LaneHostOptions{.prefill_rows = 16});
+  auto sink = std::make_shared<Collector>();
+  const RequestId a = *host.submit(short_request(1, 50), sink);
+  host.step();  // A decodes its first token
+  Request b = short_request(2, 5);
+  b.prompt.assign(100, 2);  // 99 prompt rows: pieces 16 x 6 and 3
+  const RequestId bid = *host.submit(b, sink);
+  fake.clear_calls();
+  for (int round = 0; round < 7; ++round) host.step();
+  // Every round: one prefill piece of B, then one verify that includes A (B joins after its last piece).
+  std::vector<FakeCall::Kind> kinds;
+  for (const FakeCall& c : fake.calls()) {
+    if (c.kind == FakeCall::Kind::prefill || c.kind == FakeCall::Kind::verify) kinds.push_back(c.kind);
+  }
+  std::vector<FakeCall::Kind> expected;
+  for (int round = 0; round < 7; ++round) {
+    expected.push_back(FakeCall::Kind::prefill);
+    expected.push_back(FakeCall::Kind::verify);
+  }
+  EXPECT_EQ(kinds, expected);
+  EXPECT_EQ(sink->get(a).tokens.size(), 8u);
+  EXPECT_EQ(sink->get(bid).prefill_rows, (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 99}));
+  EXPECT_EQ(sink->get(bid).tokens.size(), 1u);  // its first token came in the round its prompt finished
+}
+
+TEST(Scheduling, CancelBetweenPromptPieces) {
+  FakeBackend fake({});
+  LaneHost host(fake, LaneHostOptions{.prefill_rows = 16});
+  auto sink = std::make_shared<Collector>();
+  Request r = short_request(2, 5);
+  r.prompt.assign(300, 2);
+  const RequestId id = *host.submit(r, sink);
+  for (int i = 0; i < 3; ++i) host.step();
+  host.cancel(id);
+  host.run_until_idle();
+  testing::Outcome o = sink->get(id);
+  EXPECT_EQ(o.prefill_rows, (std::vector<int64_t>{16, 32, 48}));
+  EXPECT_TRUE(o.tokens.empty());
+  EXPECT_EQ(o.finish.reason, FinishReason::cancelled);
+  EXPECT_EQ(o.finish_count, 1);
+  EXPECT_EQ(fake.open_streams(), 0);
+}
+
+}  // namespace
+}  // namespace dsv4::lanes
