@@ -1,4 +1,7 @@
-// bf16 <-> fp32: round to nearest even, NaN -> canonical 0x7FC0 (as torch's c10::BFloat16).
+// bf16 <-> fp32: round to nearest even, NaN -> canonical 0x7FC0.
+//
+// 0x7FC0 is torch's c10::BFloat16 NaN (formats.md §3.5); the GPU's __float2bfloat16_rn gives 0x7FFF,
+// also a NaN. Non-NaN results equal __float2bfloat16_rn for every fp32.
 #pragma once
 
 #include <cstdint>

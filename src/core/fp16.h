@@ -8,11 +8,11 @@
 
 namespace dsv4 {
 
-// NaN -> canonical quiet 0x7E00 (sign dropped); |x| >= 65520 -> +-inf (0x7C00).
+// NaN -> 0x7FFF (sign dropped), as __float2half_rn gives on the GPU; |x| >= 65520 -> +-inf (0x7C00).
 DSV4_HD inline uint16_t f32_to_f16(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7E00;
+  if (a > 0x7F800000u) return 0x7FFF;
   const uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t c = narrow_rne_code(a, 10, 15);
   if (c > 0x7C00u) c = 0x7C00u;

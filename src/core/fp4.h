@@ -16,7 +16,7 @@ namespace dsv4 {
 
 inline constexpr float kE2m1Max = 6.0f;
 
-// NaN has no e2m1 code; it maps to 7 (+6) so the result is at least defined.
+// NaN has no e2m1 code; it maps to 7 (+6), as __nv_cvt_float_to_fp4 gives.
 DSV4_HD inline uint8_t f32_to_e2m1(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;

@@ -35,7 +35,7 @@ TEST(E2m1, SpecTieTable) {
   }
   EXPECT_EQ(f32_to_e2m1(-0.0f), 8);
   EXPECT_EQ(f32_to_e2m1(-0.1f), 8);
-  EXPECT_EQ(f32_to_e2m1(bits_to_float(0x7FC00000u)), 7);  // documented NaN mapping
+  EXPECT_EQ(f32_to_e2m1(bits_to_float(0x7FC00000u)), 7);  // CUDA gives 7 too (H200)
 }
 
 TEST(E2m1, DecodesEveryCode) {

@@ -16,7 +16,7 @@ namespace dsv4 {
 inline constexpr float kE4m3Max = 448.0f;
 inline constexpr float kE5m2Max = 57344.0f;
 
-// NaN -> 0x7F (sign dropped).
+// NaN -> 0x7F (sign dropped), as the hardware conversion gives.
 DSV4_HD inline uint8_t f32_to_e4m3(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
@@ -34,21 +34,22 @@ DSV4_HD inline float e4m3_to_f32(uint8_t b) {
   return f32_from_bits(sign | f32_bits(narrow_decode_abs(a, 3, 7)));
 }
 
-// Non-saturating RNE (IEEE overflow): |x| >= 61440 -> +-inf (0x7C); NaN -> 0x7E (sign dropped).
+// Non-saturating RNE (IEEE overflow): |x| >= 61440 -> +-inf (0x7C); NaN -> 0x7F (sign dropped, as
+// __nv_cvt_float_to_fp8 gives).
 DSV4_HD inline uint8_t f32_to_e5m2(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7E;
+  if (a > 0x7F800000u) return 0x7F;
   uint32_t c = narrow_rne_code(a, 2, 15);
   if (c > 0x7Cu) c = 0x7Cu;
   return static_cast<uint8_t>(((u >> 24) & 0x80u) | c);
 }
 
-// Saturating RNE (satfinite): magnitudes past 57344, inf included, become +-57344; NaN -> 0x7E.
+// Saturating RNE (satfinite): magnitudes past 57344, inf included, become +-57344; NaN -> 0x7F.
 DSV4_HD inline uint8_t f32_to_e5m2_sat(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7E;
+  if (a > 0x7F800000u) return 0x7F;
   uint32_t c = narrow_rne_code(a, 2, 15);
   if (c > 0x7Bu) c = 0x7Bu;
   return static_cast<uint8_t>(((u >> 24) & 0x80u) | c);

@@ -62,8 +62,8 @@ TEST(E4m3, SpecValuesAndTies) {
 TEST(Fp8, NaNInputs) {
   for (uint32_t u : {0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0xFF800001u, 0x7FBFFFFFu}) {
     EXPECT_EQ(f32_to_e4m3(bits_to_float(u)), 0x7F);
-    EXPECT_EQ(f32_to_e5m2(bits_to_float(u)), 0x7E);
-    EXPECT_EQ(f32_to_e5m2_sat(bits_to_float(u)), 0x7E);
+    EXPECT_EQ(f32_to_e5m2(bits_to_float(u)), 0x7F);  // CUDA's NaN codes, seen on an H200
+    EXPECT_EQ(f32_to_e5m2_sat(bits_to_float(u)), 0x7F);
   }
   EXPECT_EQ(f32_to_e5m2(INFINITY), 0x7C);
   EXPECT_EQ(f32_to_e5m2(-INFINITY), 0xFC);

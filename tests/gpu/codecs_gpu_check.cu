@@ -8,6 +8,8 @@
 // Not part of CI (no GPU there). Build and run from the repository root on a CUDA machine:
 //   nvcc -O2 -std=c++20 -arch=sm_90a -Isrc -o /tmp/codecs_gpu_check tests/gpu/codecs_gpu_check.cu
 //   /tmp/codecs_gpu_check        # exit status 0 when everything matches
+// It also prints CUDA's NaN encodings: on an H200 with CUDA 13.0, 0x7FFF (bf16, f16), 0x7F (e4m3,
+// e5m2), 0x7 (e2m1), 0xFF (e8m0); src/core uses these except bf16 (0x7FC0, formats.md §3.5).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp4.h>
