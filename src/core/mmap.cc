@@ -86,7 +86,7 @@ Status MappedFile::advise(int64_t offset, int64_t length, MapAdvice advice) cons
   return ok_status();
 }
 
-Status MappedFile::advise(const void* ptr, int64_t length, MapAdvice advice) const {
+Status MappedFile::advise_bytes(const void* ptr, int64_t length, MapAdvice advice) const {
   auto p = static_cast<const uint8_t*>(ptr);
   if (data_ == nullptr || p < data_ || p > data_ + size_) {
     return error(StatusCode::invalid_argument, "{}: advise range is outside the mapping", path_);

@@ -36,7 +36,7 @@ class MappedFile {
   // whole pages). A hint that the kernel refuses is reported but harmless to ignore.
   Status advise(int64_t offset, int64_t length, MapAdvice advice) const;
   // The same for a pointer range inside this mapping (e.g. a TensorView's bytes).
-  Status advise(const void* ptr, int64_t length, MapAdvice advice) const;
+  Status advise_bytes(const void* ptr, int64_t length, MapAdvice advice) const;
 
  private:
   std::string path_;

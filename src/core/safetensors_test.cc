@@ -278,5 +278,37 @@ TEST(SafetensorsReader, MissingTensorNamesFileAndTensor) {
   EXPECT_EQ(missing.status().code(), StatusCode::not_found);
 }
 
+// 64-bit offsets end to end without writing gigabytes: the writer's header for a 5 GiB tensor
+// plus a sparse file of the right length (holes read as zeros).
+TEST(SafetensorsRoundTrip, OffsetsBeyondFourGiB) {
+  constexpr int64_t kRows = 20 * 1024 * 1024, kCols = 256;  // F8_E4M3 [20971520, 256] = 5 GiB
+  SafetensorsWriter w;
+  ASSERT_TRUE(w.add("small", DType::u8, {3}, {1, 2, 3}).ok());
+  ASSERT_TRUE(w.add_generated("table", DType::f8_e4m3, {kRows, kCols}, [](int64_t, std::span<uint8_t>) {
+                 return ok_status();
+               }).ok());
+  EXPECT_EQ(w.payload_bytes(), 3 + kRows * kCols);
+  const std::string h = w.header();
+  EXPECT_NE(h.find(R"("data_offsets":[3,5368709123])"), std::string::npos) << h;
+  ScratchDir dir;
+  const std::string path = dir.file("sparse.safetensors");
+  auto bytes = raw_safetensors(h, {1, 2, 3});
+  testing::write_bytes(path, bytes);
+  std::filesystem::resize_file(path, bytes.size() + static_cast<size_t>(kRows * kCols));
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto v = f->tensor("table");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->nbytes, int64_t{5} << 30);
+  EXPECT_EQ(v->shape, (std::vector<int64_t>{kRows, kCols}));
+  EXPECT_EQ(v->bytes()[v->nbytes - 1], 0);
+  EXPECT_EQ(f->tensor("small")->bytes()[2], 3);
+  // One byte short: refused, naming the tensor.
+  std::filesystem::resize_file(path, bytes.size() + static_cast<size_t>(kRows * kCols) - 1);
+  auto cut = SafetensorsFile::open(path);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("tensor 'table'"), std::string::npos) << cut.status().message();
+}
+
 }  // namespace
 }  // namespace dsv4
