@@ -6,6 +6,7 @@
 #include <unicode/ustring.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -120,48 +121,55 @@ StatusOr<EngramTokenMap> build_engram_token_map(const Tokenizer& tokenizer, int3
 
 StatusOr<EngramTokenMap> parse_engram_token_map_json(std::string_view json_text) {
   const auto j = nlohmann::json::parse(json_text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return error(StatusCode::data_loss, "engram token map: not a JSON object");
-  EngramTokenMap map;
-  for (auto [key, field] : {std::pair{"vocab_size", &map.vocab_size},
-                            std::pair{"compressed_vocab_size", &map.compressed_vocab_size},
-                            std::pair{"pad_id", &map.pad_id}}) {
-    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0 ||
-        j[key].get<int64_t>() > INT32_MAX)
+  if (j.is_discarded() || !(j.is_object() || j.is_array()))
+    return error(StatusCode::data_loss, "engram token map: not a JSON object or array");
+  // The counts are optional (a bare array and {"source", "token_map"} as `dsv4 synth` writes are
+  // read too); when present they must agree with the array.
+  auto count = [&](const char* key, int64_t& out) -> Status {
+    if (!j.is_object() || !j.contains(key)) return ok_status();
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0 || j[key].get<int64_t>() > INT32_MAX)
       return error(StatusCode::data_loss, "engram token map: \"{}\" must be a non-negative integer", key);
-    *field = j[key].get<int32_t>();
+    out = j[key].get<int64_t>();
+    return ok_status();
+  };
+  int64_t vocab = -1, compressed = -1, pad = -1;
+  DSV4_RETURN_IF_ERROR(count("vocab_size", vocab));
+  DSV4_RETURN_IF_ERROR(count("compressed_vocab_size", compressed));
+  DSV4_RETURN_IF_ERROR(count("pad_id", pad));
+  const nlohmann::json* arr = &j;
+  if (j.is_object()) {
+    if (!j.contains("token_map") || !j["token_map"].is_array())
+      return error(StatusCode::data_loss, "engram token map: \"token_map\" must be an array");
+    arr = &j["token_map"];
   }
-  if (!j.contains("token_map") || !j["token_map"].is_array())
-    return error(StatusCode::data_loss, "engram token map: \"token_map\" must be an array");
-  const auto& arr = j["token_map"];
-  if (arr.size() != static_cast<size_t>(map.vocab_size))
+  if (vocab >= 0 && arr->size() != static_cast<size_t>(vocab))
     return error(StatusCode::data_loss, "engram token map: token_map has {} entries, vocab_size says {}",
-                 arr.size(), map.vocab_size);
-  map.token_map.reserve(arr.size());
-  int32_t next = 0;  // the next unused compressed id
-  for (size_t i = 0; i < arr.size(); ++i) {
-    if (!arr[i].is_number_integer())
-      return error(StatusCode::data_loss, "engram token map: token_map[{}] is not an integer", i);
-    const int64_t v = arr[i].get<int64_t>();
-    if (v < 0 || v >= map.compressed_vocab_size)
+                 arr->size(), vocab);
+  EngramTokenMap map;
+  map.token_map.reserve(arr->size());
+  int64_t max_id = -1;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const auto& e = (*arr)[i];
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX)
+      return error(StatusCode::data_loss, "engram token map: token_map[{}] is not a compressed id", i);
+    const int64_t v = e.get<int64_t>();
+    if (compressed >= 0 && v >= compressed)
       return error(StatusCode::data_loss,
                    "engram token map: token_map[{}] = {} is outside [0, compressed_vocab_size {})", i, v,
-                   map.compressed_vocab_size);
-    if (v > next)
-      return error(StatusCode::data_loss,
-                   "engram token map: token_map[{}] = {} skips compressed id {} (ids must first appear "
-                   "in raw-id order)",
-                   i, v, next);
-    if (v == next) ++next;
+                   compressed);
+    max_id = std::max(max_id, v);
     map.token_map.push_back(static_cast<int32_t>(v));
   }
-  if (next != map.compressed_vocab_size)
+  if (compressed >= 0 && max_id + 1 != compressed)
     return error(StatusCode::data_loss,
-                 "engram token map: token_map uses {} compressed ids, compressed_vocab_size says {}", next,
+                 "engram token map: the largest compressed id is {}, compressed_vocab_size says {}", max_id,
+                 compressed);
+  map.vocab_size = static_cast<int32_t>(map.token_map.size());
+  map.compressed_vocab_size = static_cast<int32_t>(max_id + 1);
+  if (pad >= map.compressed_vocab_size && map.compressed_vocab_size > 0)
+    return error(StatusCode::data_loss, "engram token map: pad_id {} is outside [0, {})", pad,
                  map.compressed_vocab_size);
-  if (map.pad_id >= map.compressed_vocab_size && map.compressed_vocab_size > 0)
-    return error(StatusCode::data_loss, "engram token map: pad_id {} is outside [0, {})", map.pad_id,
-                 map.compressed_vocab_size);
+  map.pad_id = static_cast<int32_t>(pad);  // -1: not stated; check_engram_token_map fills it in
   return map;
 }
 
@@ -207,7 +215,7 @@ Status check_engram_token_map(const EngramTokenMap& map, int64_t config_vocab_si
                  "engram token map covers {} raw ids but the config's vocab_size is {}", map.vocab_size,
                  config_vocab_size);
   if (config_pad_token_id < 0 || config_pad_token_id >= map.vocab_size ||
-      map.token_map[static_cast<size_t>(config_pad_token_id)] != map.pad_id)
+      (map.pad_id >= 0 && map.token_map[static_cast<size_t>(config_pad_token_id)] != map.pad_id))
     return error(StatusCode::invalid_argument,
                  "engram token map pad_id {} is not the compressed id of engram_pad_token_id {}", map.pad_id,
                  config_pad_token_id);
@@ -230,6 +238,7 @@ StatusOr<EngramTokenMap> load_engram_token_map(const std::string& dir, const Tok
   if (!map.ok()) return map.status();
   const Status s = check_engram_token_map(*map, config_vocab_size, config_compressed_vocab_size, config_pad_token_id);
   if (!s.ok()) return s.with_context(std::filesystem::exists(path) ? path : "derived from the tokenizer");
+  map->pad_id = map->token_map[static_cast<size_t>(config_pad_token_id)];
   return map;
 }
 

@@ -122,13 +122,22 @@ TEST(EngramTokenMap, JsonRoundTripAndRefusals) {
   EXPECT_TRUE(parse_engram_token_map_json(
                   R"({"vocab_size": 4, "compressed_vocab_size": 3, "pad_id": 2, "token_map": [0, 1, 0, 2]})")
                   .ok());
+  // The synthetic-checkpoint shape and a bare array: counts come from the array.
+  auto synth = parse_engram_token_map_json(R"({"source": "x", "token_map": [0, 1, 2, 1]})");
+  ASSERT_TRUE(synth.ok());
+  EXPECT_EQ(synth->compressed_vocab_size, 3);
+  EXPECT_EQ(synth->pad_id, -1);
+  EXPECT_TRUE(check_engram_token_map(*synth, 4, 3, 2).ok());
+  EXPECT_FALSE(check_engram_token_map(*synth, 4, 4, 2).ok());
+  EXPECT_TRUE(parse_engram_token_map_json("[0, 0, 1]").ok());
   for (const char* bad : {
            R"({"vocab_size": 4, "compressed_vocab_size": 3, "pad_id": 2, "token_map": [0, 1, 0]})",
-           R"({"vocab_size": 3, "compressed_vocab_size": 3, "pad_id": 0, "token_map": [0, 2, 1]})",
            R"({"vocab_size": 3, "compressed_vocab_size": 3, "pad_id": 0, "token_map": [0, 1, 1]})",
            R"({"vocab_size": 2, "compressed_vocab_size": 2, "pad_id": 0, "token_map": [0, 5]})",
-           R"({"vocab_size": 2, "compressed_vocab_size": 2, "token_map": [0, 1]})",
-           "[1, 2]",
+           R"({"vocab_size": 2, "compressed_vocab_size": 2, "pad_id": 7, "token_map": [0, 1]})",
+           R"({"vocab_size": 2, "token_map": [0, -1]})",
+           R"({"token_map": {"a": 1}})",
+           "\"text\"",
        })
     EXPECT_FALSE(parse_engram_token_map_json(bad).ok()) << bad;
 }
