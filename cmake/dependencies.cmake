@@ -8,6 +8,7 @@ pkg_check_modules(ONIG REQUIRED IMPORTED_TARGET oniguruma)
 set(DSV4_ONIG PkgConfig::ONIG)
 find_package(ICU REQUIRED COMPONENTS uc i18n)
 set(DSV4_ICU ICU::uc ICU::i18n)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # Debian builds it as a library
 if(DSV4_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -1,0 +1,98 @@
+// Turns one request's engine events into its OpenAI reply: detokenize, apply stop strings, split
+// reasoning / content / tool calls, align logprobs with released text, count usage.
+//
+// Streamed: feed() returns SSE text per event; finish_sse() closes the stream. Not streamed: the
+// same feed() accumulates and reply() builds the whole object. No I/O and no clocks here.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/engine.h"
+#include "server/responses.h"
+#include "server/schema.h"
+#include "server/stop_text.h"
+#include "server/text_side.h"
+
+namespace dsv4::server {
+
+struct AssemblerSetup {
+  Endpoint endpoint = Endpoint::chat;
+  ResponseMeta meta;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  std::vector<std::string> stop;
+  bool forced = false;       // teacher-forced scoring: stop strings do not apply
+  bool thinking = false;     // the chat prompt opened a reasoning block
+  bool tools = false;        // tool calls are parsed out of the output
+  int32_t prompt_tokens = 0;
+};
+
+class Assembler {
+ public:
+  Assembler(AssemblerSetup setup, const TextSide& text);
+
+  // Consumes an event. Returns the SSE text to send now (streamed; "" otherwise).
+  std::string feed(const GenerationEvent& event);
+  // True once the reply is complete (the engine finished, or a stop string matched — then the
+  // caller cancels the engine request).
+  bool finished() const { return finished_; }
+  bool stopped_by_text() const { return stopped_by_text_; }
+  bool failed() const { return finish_ == Finish::error; }
+  const Status& error() const { return error_; }
+
+  // The closing SSE text: last chunk with finish_reason, the usage chunk, [DONE]; or, when the
+  // engine failed, an error event and [DONE].
+  std::string finish_sse();
+  // The whole non-streamed reply.
+  nlohmann::json reply() const;
+
+  Usage usage() const;
+  std::string finish_reason() const;  // stop, length, tool_calls, cancelled, error
+  int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+
+ private:
+  void accept_text(const std::string& raw_piece, bool final);
+  void emit_released(const std::string& released);
+  std::vector<TokenOut> take_logprobs(bool all);
+  std::string flush_batch(bool closing);
+
+  AssemblerSetup setup_;
+  const TextSide& text_;
+  std::unique_ptr<Detokenizer> detok_;
+  std::unique_ptr<OutputParser> parser_;
+  StopText stop_;
+
+  std::vector<TokenOut> tokens_;
+  std::vector<size_t> token_start_;  // raw byte offsets of each token's text
+  size_t raw_len_ = 0;
+  size_t logprobs_sent_ = 0;
+  int32_t cached_ = 0;
+  int32_t reasoning_tokens_ = 0;
+  size_t tokens_counted_ = 0;  // tokens already attributed to reasoning or not
+
+  bool finished_ = false;
+  bool stopped_by_text_ = false;
+  Finish finish_ = Finish::none;
+  Status error_;
+
+  // Accumulated reply (non-streamed) and the current batch (streamed).
+  std::string text_out_;
+  ChatMessageOut message_;
+  std::map<int32_t, ToolCall> calls_;
+  std::string batch_text_;
+  ChatDelta batch_;
+  bool role_sent_ = false;
+  bool tool_calls_seen_ = false;
+  int64_t text_offset_ = 0;   // completions text_offset of the next logprobs entry
+  std::vector<TokenOut> all_logprobs_;
+};
+
+}  // namespace dsv4::server

@@ -1,0 +1,90 @@
+// The generation service the HTTP server drives: token ids in, streamed tokens with logprobs out.
+//
+// The server sees only this interface (and TextSide, text_side.h). src/cli adapts the lane core's
+// Engine API to it; fake_engine.h implements it deterministically for tests of the HTTP layer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsv4::server {
+
+struct Sampling {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  int32_t top_k = 0;         // <= 0: off
+  float min_p = 0.0f;        // [0, 1]
+  uint64_t seed = 0;         // keyed sampler seed; the server draws one when the request has none
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
+  // Non-empty: score this continuation teacher-forced (no sampling); the engine returns exactly
+  // these tokens with their logprobs and ends with finish_reason length.
+  std::vector<int32_t> forced;
+  Sampling sampling;
+  int32_t max_tokens = 16;    // >= 1
+  int32_t top_logprobs = 0;   // 0..20 alternatives per token (when logprobs)
+  bool logprobs = false;      // report the chosen token's logprob
+  bool draft = true;          // false: one token a round (the reference drafted output equals)
+  bool ignore_eos = false;    // keep going past end-of-sequence tokens
+};
+
+struct TopLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+struct TokenOut {
+  int32_t token = 0;
+  float logprob = 0;              // valid when the request asked for logprobs
+  std::vector<TopLogprob> top;    // best first, top_logprobs entries
+};
+
+enum class Finish { none, stop, length, cancelled, error };
+
+// One delivery from the engine. Tokens arrive in order; the last event has done = true and
+// finish != none. An event may carry tokens and done at once.
+struct GenerationEvent {
+  std::vector<TokenOut> tokens;
+  bool done = false;
+  Finish finish = Finish::none;
+  Status error;                      // set when finish == error (halted, engine failure)
+  int32_t cached_prompt_tokens = -1; // >= 0 once known (the first event reports it)
+};
+
+// Called from engine threads, in order, never concurrently for one request. Must not block long.
+using EventSink = std::function<void(GenerationEvent&&)>;
+
+// Engine-wide counters for /metrics and /health; all monotonic except the gauges marked so.
+struct EngineStats {
+  int64_t waiting = 0;                // gauge: admitted, not yet running
+  int64_t running = 0;                // gauge: streams in the current rounds
+  int64_t prompt_cache_queries = 0;   // prompt tokens looked up in the prompt cache
+  int64_t prompt_cache_hits = 0;      // of which were found cached
+  int64_t prompt_cache_bytes = 0;     // gauge: bytes held by the prompt cache
+  int64_t draft_tokens = 0;           // drafted tokens proposed to verify
+  int64_t draft_accepted = 0;         // of which were accepted
+  int64_t rounds = 0;
+};
+
+using RequestId = uint64_t;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Queues a request; events go to `sink` until one with done. Errors: resource_exhausted when
+  // the queue is full, unavailable when halted, invalid_argument for a request it cannot serve.
+  virtual StatusOr<RequestId> submit(GenerationRequest request, EventSink sink) = 0;
+  // Ends a request at the next round boundary with Finish::cancelled; unknown ids are ignored.
+  virtual void cancel(RequestId id) = 0;
+  virtual EngineStats stats() const = 0;
+  // Stops at a round boundary: every unfinished request ends with Finish::error (unavailable).
+  virtual void halt() = 0;
+};
+
+}  // namespace dsv4::server

@@ -1,0 +1,313 @@
+// POST /v1/chat/completions and /v1/completions: validate, build the prompt, admit, submit to the
+// engine, then stream SSE (keepalives before the first token) or wait for the whole reply; a
+// client that goes away cancels its engine request.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "server/assembler.h"
+#include "server/responses.h"
+#include "server/server_core.h"
+
+namespace dsv4::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+constexpr auto kPoll = std::chrono::milliseconds(50);  // disconnect / keepalive check interval
+
+// Events from the engine's threads to the request's HTTP thread. Owned jointly by the sink (which
+// may outlive the request after a cancel) and the request.
+class Channel {
+ public:
+  void push(GenerationEvent&& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  // Waits up to `timeout` for at least one event; moves all queued ones into `out`.
+  void pop(std::vector<GenerationEvent>& out, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); });
+    while (!queue_.empty()) {
+      out.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> queue_;
+};
+
+// One admitted request from submit to its last byte.
+struct Run {
+  Server::Core* core = nullptr;
+  Engine* engine = nullptr;
+  std::shared_ptr<Channel> channel;
+  RequestId id = 0;
+  std::unique_ptr<Assembler> assembler;
+  Clock::time_point arrived, last_token, last_write;
+  bool got_token = false;
+  bool done = false;  // the reply is complete (metrics recorded, in_progress released)
+
+  // Feeds queued events; returns SSE text (streamed) or "".
+  std::string pump(std::chrono::milliseconds wait) {
+    std::vector<GenerationEvent> events;
+    channel->pop(events, wait);
+    std::string out;
+    for (auto& e : events) {
+      if (assembler->finished()) break;
+      if (!e.tokens.empty()) {
+        auto now = Clock::now();
+        if (got_token)
+          core->metrics.inter_token(std::chrono::duration<double>(now - last_token).count(),
+                                    static_cast<int32_t>(e.tokens.size()));
+        got_token = true;
+        last_token = now;
+      }
+      if (first_token_time == Clock::time_point{} && !e.tokens.empty())
+        first_token_time = last_token;
+      out += assembler->feed(e);
+    }
+    // A stop string ended the reply before the engine did.
+    if (assembler->stopped_by_text() && !cancelled) {
+      engine->cancel(id);
+      cancelled = true;
+    }
+    return out;
+  }
+
+  // Records the finished request once (metrics, in-progress count).
+  void finish(const std::string& reason) {
+    if (done) return;
+    done = true;
+    double e2e = std::chrono::duration<double>(Clock::now() - arrived).count();
+    double ttft = first_token_time == Clock::time_point{}
+                      ? -1
+                      : std::chrono::duration<double>(first_token_time - arrived).count();
+    Usage u = assembler->usage();
+    core->metrics.request_finished(reason, u.prompt_tokens, u.completion_tokens, u.cached_tokens,
+                                   ttft, e2e);
+    core->request_done();
+  }
+
+  Clock::time_point first_token_time{};
+  bool cancelled = false;
+};
+
+struct Prepared {
+  GenerationRequest request;
+  AssemblerSetup setup;
+};
+
+// Builds the engine request and the reply setup, or an error naming the field.
+bool prepare(Server::Core& core, const ParsedRequest& pr, const TextSide& text, Prepared& out,
+             ApiError& err) {
+  GenerationRequest& g = out.request;
+  AssemblerSetup& s = out.setup;
+  const char* prompt_param = pr.endpoint == Endpoint::chat ? "messages" : "prompt";
+  if (pr.endpoint == Endpoint::chat) {
+    auto rendered = text.render_chat(pr.chat, pr.thinking);
+    if (!rendered.ok()) return err = error_from_status(rendered.status(), "messages"), false;
+    g.prompt = std::move(rendered->tokens);
+    s.thinking = rendered->thinking;
+    s.tools = pr.tools_offered && pr.tool_choice != ToolChoiceMode::none;
+  } else if (pr.prompt_is_ids) {
+    g.prompt = pr.prompt_ids;
+  } else {
+    auto ids = text.tokenize(pr.prompt_text, true);
+    if (!ids.ok()) return err = error_from_status(ids.status(), "prompt"), false;
+    g.prompt = std::move(*ids);
+  }
+  if (g.prompt.empty()) return err = bad_request(prompt_param, "the prompt has no tokens"), false;
+
+  const int64_t context = text.context_length;
+  const int64_t max_prompt = core.options.max_prompt_tokens > 0 ? core.options.max_prompt_tokens
+                                                                : context;
+  const int64_t n_prompt = static_cast<int64_t>(g.prompt.size());
+  if (max_prompt > 0 && n_prompt > max_prompt)
+    return err = bad_request(prompt_param,
+                             fmt::format("This server's maximum prompt length is {} tokens; the "
+                                         "prompt has {} tokens",
+                                         max_prompt, n_prompt),
+                             "context_length_exceeded"),
+           false;
+
+  if (pr.has_forced) {
+    if (pr.forced_is_text) {
+      auto ids = text.tokenize(pr.forced_text, false);
+      if (!ids.ok()) return err = error_from_status(ids.status(), "forced_tokens"), false;
+      g.forced = std::move(*ids);
+      if (g.forced.empty()) return err = bad_request("forced_tokens", "forced_tokens has no tokens"), false;
+      if (static_cast<int64_t>(g.forced.size()) > core.options.max_tokens)
+        return err = bad_request("forced_tokens",
+                                 fmt::format("at most {} forced tokens", core.options.max_tokens)),
+               false;
+    } else {
+      g.forced = pr.forced_ids;
+    }
+  }
+  int64_t max_tokens = pr.has_forced ? static_cast<int64_t>(g.forced.size())
+                                     : pr.max_tokens.value_or(core.options.max_tokens);
+  if (context > 0 && n_prompt + max_tokens > context) {
+    if (pr.max_tokens || pr.has_forced || n_prompt >= context)
+      return err = bad_request(prompt_param,
+                               fmt::format("This server's maximum context length is {} tokens; "
+                                           "the prompt has {} and max_tokens asks for {}",
+                                           context, n_prompt, max_tokens),
+                               "context_length_exceeded"),
+             false;
+    max_tokens = context - n_prompt;  // the default shrinks to fit
+  }
+  g.max_tokens = static_cast<int32_t>(max_tokens);
+  g.sampling = pr.sampling;
+  if (!pr.seed_given) g.sampling.seed = core.random_u64();
+  g.logprobs = pr.logprobs || pr.has_forced;
+  g.top_logprobs = pr.top_logprobs;
+  g.draft = pr.draft;
+  g.ignore_eos = pr.ignore_eos;
+
+  s.endpoint = pr.endpoint;
+  s.meta.id = core.random_id(pr.endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-");
+  s.meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  s.meta.model = pr.model.empty() ? core.options.model_name : pr.model;
+  s.stream = pr.stream;
+  s.include_usage = pr.include_usage;
+  s.logprobs = g.logprobs;
+  s.top_logprobs = pr.top_logprobs;
+  s.stop = pr.stop;
+  s.forced = pr.has_forced;
+  s.prompt_tokens = static_cast<int32_t>(n_prompt);
+  return true;
+}
+
+void serve_stream(std::shared_ptr<Run> run, httplib::Response& res) {
+  Server::Core& core = *run->core;
+  core.open_streams.fetch_add(1);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const auto keepalive = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(core.options.keepalive_seconds));
+  run->last_write = Clock::now();
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [run, keepalive](size_t, httplib::DataSink& sink) -> bool {
+        std::string out = run->pump(kPoll);
+        if (run->assembler->finished()) {
+          out += run->assembler->finish_sse();
+          run->finish(run->assembler->finish_reason());
+          if (!sink.write(out.data(), out.size())) return false;
+          sink.done();
+          return true;
+        }
+        auto now = Clock::now();
+        if (out.empty() && !run->got_token && now - run->last_write >= keepalive)
+          out = sse_keepalive();
+        if (!out.empty()) {
+          run->last_write = now;
+          if (!sink.write(out.data(), out.size())) return false;
+        }
+        return true;
+      },
+      [run](bool) {
+        // The connection closed or failed before the reply ended: cancel the engine request.
+        if (!run->done) {
+          if (!run->cancelled) run->engine->cancel(run->id);
+          run->cancelled = true;
+          run->finish("cancelled");
+        }
+        run->core->open_streams.fetch_sub(1);
+      });
+}
+
+void serve_whole(std::shared_ptr<Run> run, const httplib::Request& req, httplib::Response& res) {
+  int fd = find_connection_fd(req);
+  while (!run->assembler->finished()) {
+    run->pump(kPoll);
+    if (!run->assembler->finished() && fd >= 0 && peer_closed(fd)) {
+      run->engine->cancel(run->id);
+      run->cancelled = true;
+      run->finish("cancelled");
+      res.status = 499;  // nobody is listening; the connection is closed after this
+      res.set_header("Connection", "close");
+      return;
+    }
+  }
+  Assembler& a = *run->assembler;
+  run->finish(a.finish_reason());
+  if (a.failed()) {
+    ApiError e = error_from_status(a.error().ok() ? Status(StatusCode::internal, "generation failed")
+                                                  : a.error());
+    send_error(res, e);
+    return;
+  }
+  res.status = 200;
+  res.set_content(dump_json(a.reply()), "application/json");
+}
+
+}  // namespace
+
+void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Request& req,
+                     httplib::Response& res) {
+  const auto arrived = Clock::now();
+  ServerState state = core.current_state();
+  if (state != ServerState::ready) {
+    ApiError e;
+    e.http_status = 503;
+    e.type = "service_unavailable";
+    e.code = state == ServerState::loading ? "model_loading" : "draining";
+    e.message = state == ServerState::loading ? "the model is still loading; retry shortly"
+                                              : "the server is shutting down (draining)";
+    e.retry_after_s = state == ServerState::loading ? 5 : std::max(1, int(core.options.drain_seconds));
+    return send_error(res, e);
+  }
+  Engine* engine = core.engine.load();
+  const TextSide* text = core.text.load();
+
+  ParsedRequest pr;
+  ApiError err;
+  if (!parse_request(endpoint, req.body, core.limits, pr, err)) return send_error(res, err);
+  Prepared prep;
+  if (!prepare(core, pr, *text, prep, err)) return send_error(res, err);
+
+  // Admission: a bounded number of requests in progress.
+  if (core.in_progress.fetch_add(1) >= core.options.max_queue) {
+    core.request_done();
+    ApiError e;
+    e.http_status = 429;
+    e.type = "rate_limit_error";
+    e.code = "queue_full";
+    e.message = fmt::format("the server is at its limit of {} requests in progress; retry shortly",
+                            core.options.max_queue);
+    e.retry_after_s = 1;
+    return send_error(res, e);
+  }
+  auto run = std::make_shared<Run>();
+  run->core = &core;
+  run->engine = engine;
+  run->arrived = arrived;
+  run->channel = std::make_shared<Channel>();
+  run->assembler = std::make_unique<Assembler>(prep.setup, *text);
+  auto channel = run->channel;
+  auto id = engine->submit(std::move(prep.request),
+                           [channel](GenerationEvent&& e) { channel->push(std::move(e)); });
+  if (!id.ok()) {
+    core.request_done();
+    return send_error(res, error_from_status(id.status()));
+  }
+  run->id = *id;
+  res.set_header("X-Request-Id", prep.setup.meta.id);
+  if (pr.stream) serve_stream(run, res);
+  else serve_whole(run, req, res);
+}
+
+}  // namespace dsv4::server

@@ -1,0 +1,63 @@
+// Internal state shared by the HTTP routes and the generation handlers (not for other modules).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/schema.h"
+
+namespace dsv4::server {
+
+struct Server::Core {
+  explicit Core(ServerOptions o);
+
+  ServerOptions options;
+  Metrics metrics;
+  SchemaLimits limits;
+  httplib::Server http;
+  std::thread listener;
+
+  std::atomic<int> state{static_cast<int>(ServerState::loading)};
+  std::atomic<Engine*> engine{nullptr};
+  std::atomic<const TextSide*> text{nullptr};
+  std::atomic<int64_t> in_progress{0};
+  std::atomic<int64_t> open_streams{0};
+
+  // Drain: signals counted; the drain thread waits on cv for in_progress == 0, the deadline or a
+  // second signal.
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+  int drain_requests = 0;
+  std::thread drainer;
+  std::atomic<bool> stopped{false};
+
+  std::mutex rng_mu;
+  std::mt19937_64 rng;
+
+  uint64_t random_u64();
+  std::string random_id(const char* prefix);  // prefix + 24 hex digits
+  ServerState current_state() const { return static_cast<ServerState>(state.load()); }
+  void request_done();  // in_progress -1, wakes the drain thread
+};
+
+void send_error(httplib::Response& res, const ApiError& error);
+// POST /v1/chat/completions and /v1/completions.
+void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Request& req,
+                     httplib::Response& res);
+
+// The socket of this request's connection (found by its addresses), or -1.
+int find_connection_fd(const httplib::Request& req);
+// True when the peer has closed or reset the connection.
+bool peer_closed(int fd);
+
+}  // namespace dsv4::server

@@ -1,0 +1,84 @@
+// The text-side callbacks the server is given: tokenize, render chat, detokenize, parse output.
+//
+// The server never links a tokenizer or chat template; src/cli builds a TextSide from the model's
+// tokenizer and chat encoding (or the test-only fake, fake_engine.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsv4::server {
+
+// Thinking options resolved from the request (thinking / chat_template_kwargs / reasoning_effort).
+struct ThinkingOptions {
+  std::optional<bool> enabled;   // absent: the model's default
+  std::string effort;            // "" (default) or none/minimal/low/medium/high/xhigh/max
+};
+
+struct RenderedChat {
+  std::vector<int32_t> tokens;
+  bool thinking = false;         // the prompt opened a reasoning block the output continues
+};
+
+// One streamed tool-call fragment in OpenAI's shape: the first fragment of a call carries id and
+// name, later ones only argument text.
+struct ToolCallDelta {
+  int32_t index = 0;
+  std::string id;         // set on the first fragment
+  std::string name;       // set on the first fragment
+  std::string arguments;  // JSON text appended to the call's arguments
+};
+
+struct ChatDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallDelta> tool_calls;
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+// Incremental detokenizer: text is returned only once its UTF-8 is complete.
+class Detokenizer {
+ public:
+  virtual ~Detokenizer() = default;
+  virtual std::string push(int32_t token) = 0;
+  virtual std::string flush() = 0;  // whatever is held back at the end (lossy-decoded)
+};
+
+// Splits the model's raw output text into reasoning, content and tool calls, incrementally.
+class OutputParser {
+ public:
+  virtual ~OutputParser() = default;
+  virtual void push(std::string_view text, ChatDelta& out) = 0;
+  virtual void finish(ChatDelta& out) = 0;
+};
+
+struct ChatParseOptions {
+  bool thinking = false;
+  bool tools = false;  // tools were offered (and tool_choice is not none)
+};
+
+struct TextSide {
+  int32_t vocab_size = 0;
+  int32_t context_length = 0;  // the model's maximum prompt + completion tokens
+  // Raw text to token ids; add_special: the tokenizer's BOS (a completions prompt), not for a
+  // forced continuation.
+  std::function<StatusOr<std::vector<int32_t>>(const std::string& text, bool add_special)> tokenize;
+  // A validated chat request (messages, tools, tool_choice, ...) to prompt tokens.
+  std::function<StatusOr<RenderedChat>(const nlohmann::json& request, const ThinkingOptions&)>
+      render_chat;
+  std::function<std::unique_ptr<Detokenizer>()> new_detokenizer;
+  std::function<std::unique_ptr<OutputParser>(const ChatParseOptions&)> new_output_parser;
+  // The raw bytes one token stands for (for logprobs entries: token text and bytes).
+  std::function<std::string(int32_t token)> token_bytes;
+};
+
+}  // namespace dsv4::server
