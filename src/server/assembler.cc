@@ -72,13 +72,19 @@ void Assembler::emit_released(const std::string& released) {
   }
   ChatDelta d;
   parser_->push(released, d);
-  // Tokens whose text is now released count as reasoning when this text was only reasoning.
-  size_t released_len = setup_.forced || setup_.stop.empty() ? raw_len_ : stop_.released();
-  size_t upto = tokens_counted_;
-  while (upto < tokens_.size() && token_start_[upto] < released_len) ++upto;
-  if (!d.reasoning.empty() && d.content.empty() && d.tool_calls.empty())
-    reasoning_tokens_ += static_cast<int32_t>(upto - tokens_counted_);
-  tokens_counted_ = upto;
+  // Reasoning tokens: with thinking on, every token released before the first content or tool
+  // call (the closing tag included).
+  if (setup_.thinking && !content_started_) {
+    if (d.content.empty() && d.tool_calls.empty()) {
+      size_t released_len = setup_.forced || setup_.stop.empty() ? raw_len_ : stop_.released();
+      size_t upto = tokens_counted_;
+      while (upto < tokens_.size() && token_start_[upto] < released_len) ++upto;
+      reasoning_tokens_ += static_cast<int32_t>(upto - tokens_counted_);
+      tokens_counted_ = upto;
+    } else {
+      content_started_ = true;
+    }
+  }
   if (!d.tool_calls.empty()) tool_calls_seen_ = true;
   batch_.reasoning += d.reasoning;
   batch_.content += d.content;

@@ -76,7 +76,8 @@ class Assembler {
   size_t logprobs_sent_ = 0;
   int32_t cached_ = 0;
   int32_t reasoning_tokens_ = 0;
-  size_t tokens_counted_ = 0;  // tokens already attributed to reasoning or not
+  size_t tokens_counted_ = 0;  // tokens already counted as reasoning
+  bool content_started_ = false;
 
   bool finished_ = false;
   bool stopped_by_text_ = false;

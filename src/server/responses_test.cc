@@ -1,0 +1,192 @@
+// Reply shapes against hand-written JSON in the OpenAI API reference's shapes (chat.completion,
+// chat.completion.chunk, text_completion, usage with prompt_tokens_details, logprobs), and the
+// stop-string and assembly rules on hand-worked examples.
+#include <gtest/gtest.h>
+
+#include "server/assembler.h"
+#include "server/fake_engine.h"
+#include "server/responses.h"
+#include "server/stop_text.h"
+
+namespace dsv4::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string bytes_of(int32_t t) { return t < 256 ? std::string(1, char(t)) : "</s>"; }
+
+TEST(Responses, ChatCompletionExact) {
+  ResponseMeta m{"chatcmpl-1", 1700000000, "m1"};
+  ChatMessageOut msg;
+  msg.content = "Hi";
+  msg.reasoning = "think";
+  Usage u{10, 3, 4, 1};
+  json j = chat_completion(m, msg, "stop", nullptr, u);
+  EXPECT_EQ(j, json::parse(R"({
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m1",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi",
+                 "reasoning_content": "think"}, "logprobs": null, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
+              "prompt_tokens_details": {"cached_tokens": 4},
+              "completion_tokens_details": {"reasoning_tokens": 1}}})"));
+}
+
+TEST(Responses, ToolCallReplyHasNullContent) {
+  ResponseMeta m{"chatcmpl-2", 5, "m1"};
+  ChatMessageOut msg;
+  msg.tool_calls.push_back({"call_1", "get_weather", "{\"city\":\"Paris\"}"});
+  json j = chat_completion(m, msg, "tool_calls", nullptr, Usage{1, 2, 0, -1});
+  EXPECT_EQ(j["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": null,
+    "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})"));
+  EXPECT_FALSE(j["usage"].contains("completion_tokens_details"));
+}
+
+TEST(Responses, ChunksExact) {
+  ResponseMeta m{"chatcmpl-3", 7, "m1"};
+  EXPECT_EQ(sse_event(chat_chunk(m, {{"content", "x"}}, "", nullptr, true)),
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":null,\"index\":0,"
+            "\"logprobs\":null}],\"created\":7,\"id\":\"chatcmpl-3\",\"model\":\"m1\",\"object\":"
+            "\"chat.completion.chunk\",\"usage\":null}\n\n");
+  EXPECT_EQ(usage_chunk(m, true, Usage{2, 1, 0, 0}), json::parse(R"({
+    "id": "chatcmpl-3", "object": "chat.completion.chunk", "created": 7, "model": "m1",
+    "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3,
+    "prompt_tokens_details": {"cached_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0}}})"));
+  EXPECT_EQ(completion_chunk(m, "ab", "length", nullptr, false), json::parse(R"({
+    "id": "chatcmpl-3", "object": "text_completion", "created": 7, "model": "m1",
+    "choices": [{"index": 0, "text": "ab", "logprobs": null, "finish_reason": "length"}]})"));
+  std::vector<ToolCallDelta> calls(2);
+  calls[0] = {0, "call_a", "f", ""};
+  calls[1] = {0, "", "", "{\"x\":"};
+  EXPECT_EQ(tool_calls_delta(calls), json::parse(R"({"tool_calls": [
+    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}},
+    {"index": 0, "function": {"arguments": "{\"x\":"}}]})"));
+}
+
+TEST(Responses, LogprobShapes) {
+  TokenOut a;
+  a.token = 'h';
+  a.logprob = -0.25f;  // exactly representable
+  a.top = {{'h', -0.25f}, {'j', -1.5f}};
+  TokenOut b;
+  b.token = 'i';
+  b.logprob = -0.1f;  // serialized by its shortest decimal form
+  EXPECT_EQ(chat_logprobs({a}, bytes_of), json::parse(R"({"content": [
+    {"token": "h", "logprob": -0.25, "bytes": [104], "token_id": 104, "top_logprobs": [
+      {"token": "h", "logprob": -0.25, "bytes": [104], "token_id": 104},
+      {"token": "j", "logprob": -1.5, "bytes": [106], "token_id": 106}]}]})"));
+  EXPECT_EQ(completion_logprobs({a, b}, bytes_of, 2, 3), json::parse(R"({
+    "tokens": ["h", "i"], "token_logprobs": [-0.25, -0.1],
+    "top_logprobs": [{"h": -0.25, "j": -1.5}, {}], "text_offset": [3, 4],
+    "token_ids": [104, 105]})"));
+  EXPECT_EQ(dump_json(json(std::string("\xE4\xBD"))), "\"\xEF\xBF\xBD\"");  // partial char -> U+FFFD
+}
+
+TEST(StopText, HoldsBackPrefixesAndCutsAtTheEarliestMatch) {
+  StopText s({"END", "xyz"});
+  EXPECT_EQ(s.push("abcE"), "abc");   // "E" may start END
+  EXPECT_EQ(s.push("N"), "");         // "EN" still may
+  EXPECT_EQ(s.push("Q"), "ENQ");      // not END after all
+  EXPECT_EQ(s.push("1xyEND"), "1xy"); // END matches; text before it is released
+  EXPECT_TRUE(s.matched());
+  EXPECT_EQ(s.released(), 9u);  // "abc" + "ENQ" + "1xy"
+  EXPECT_EQ(s.push("more"), "");
+  StopText t({"ab"});
+  EXPECT_EQ(t.push("xa"), "x");
+  EXPECT_EQ(t.flush(), "a");
+  EXPECT_FALSE(t.matched());
+}
+
+GenerationEvent tokens_event(const std::string& text, bool done = false, Finish f = Finish::none) {
+  GenerationEvent e;
+  for (unsigned char c : text) {
+    TokenOut t;
+    t.token = c;
+    t.logprob = -0.5f;
+    e.tokens.push_back(t);
+  }
+  e.done = done;
+  e.finish = f;
+  return e;
+}
+
+TEST(Assembler, StopStringAcrossEventsEndsTheReply) {
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::completions;
+  s.meta = {"cmpl-1", 1, "m"};
+  s.stop = {"STOP"};
+  s.logprobs = true;
+  s.prompt_tokens = 5;
+  Assembler a(s, text);
+  a.feed(tokens_event("hello ST"));
+  EXPECT_FALSE(a.finished());
+  a.feed(tokens_event("OP and more"));
+  ASSERT_TRUE(a.finished());
+  EXPECT_TRUE(a.stopped_by_text());
+  json r = a.reply();
+  EXPECT_EQ(r["choices"][0]["text"], "hello ");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // Tokens through the one that completed "STOP" count: "hello STOP" = 10 tokens.
+  EXPECT_EQ(r["usage"]["completion_tokens"], 10);
+  // Logprobs cover the tokens that began before the stop string: "hello " = 6.
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), 6u);
+}
+
+TEST(Assembler, ThinkingAndToolCallsStream) {
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::chat;
+  s.meta = {"chatcmpl-9", 1, "m"};
+  s.stream = true;
+  s.thinking = true;
+  s.tools = true;
+  Assembler a(s, text);
+  std::string sse = a.feed(tokens_event("ok</think>Hi<tool>f {\"a\":"));
+  sse += a.feed(tokens_event("1}</tool>", true, Finish::stop));
+  sse += a.finish_sse();
+  std::vector<json> chunks;
+  size_t at = 0;
+  while ((at = sse.find("data: ", at)) != std::string::npos) {
+    size_t end = sse.find("\n\n", at);
+    std::string data = sse.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    chunks.push_back(json::parse(data));
+  }
+  ASSERT_EQ(chunks.size(), 6u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"], json::parse(R"({"role":"assistant","content":""})"));
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"], json::parse(R"({"reasoning_content":"ok"})"));
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"], json::parse(R"({"content":"Hi"})"));
+  EXPECT_EQ(chunks[3]["choices"][0]["delta"], json::parse(R"({"tool_calls":[
+    {"index":0,"id":"call_9_0","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]})"));
+  EXPECT_EQ(chunks[4]["choices"][0]["delta"], json::parse(R"({"tool_calls":[
+    {"index":0,"function":{"arguments":"1}"}}]})"));
+  EXPECT_EQ(chunks[5]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(sse.substr(sse.size() - 14), "data: [DONE]\n\n");
+  // 25 tokens in the first event, 9 in the second (one byte each).
+  EXPECT_EQ(a.usage().completion_tokens, 34);
+  // Reasoning: the tokens before the first content, "ok</think>" = 10.
+  EXPECT_EQ(a.usage().reasoning_tokens, 10);
+}
+
+TEST(Assembler, EngineErrorBecomesAnErrorEvent) {
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::chat;
+  s.meta = {"chatcmpl-e", 1, "m"};
+  s.stream = true;
+  Assembler a(s, text);
+  GenerationEvent e;
+  e.done = true;
+  e.finish = Finish::error;
+  e.error = Status(StatusCode::unavailable, "halted");
+  a.feed(e);
+  EXPECT_EQ(a.finish_sse(),
+            "data: {\"error\":{\"code\":\"unavailable\",\"message\":\"halted\",\"param\":null,"
+            "\"type\":\"service_unavailable\"}}\n\ndata: [DONE]\n\n");
+}
+
+}  // namespace
+}  // namespace dsv4::server
