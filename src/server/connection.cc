@@ -63,4 +63,9 @@ bool peer_closed(int fd) {
   return false;
 }
 
+void stop_reading(const httplib::Request& req) {
+  int fd = find_connection_fd(req);
+  if (fd >= 0) shutdown(fd, SHUT_RD);
+}
+
 }  // namespace dsv4::server

@@ -257,7 +257,7 @@ void serve_whole(std::shared_ptr<Run> run, const httplib::Request& req, httplib:
 }  // namespace
 
 void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Request& req,
-                     httplib::Response& res) {
+                     const std::string& body, httplib::Response& res) {
   const auto arrived = Clock::now();
   ServerState state = core.current_state();
   if (state != ServerState::ready) {
@@ -275,7 +275,7 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
 
   ParsedRequest pr;
   ApiError err;
-  if (!parse_request(endpoint, req.body, core.limits, pr, err)) return send_error(res, err);
+  if (!parse_request(endpoint, body, core.limits, pr, err)) return send_error(res, err);
   Prepared prep;
   if (!prepare(core, pr, *text, prep, err)) return send_error(res, err);
 

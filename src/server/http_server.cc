@@ -43,6 +43,14 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+ApiError too_large(size_t max) {
+  ApiError e;
+  e.http_status = 413;
+  e.message = fmt::format("the request body is larger than this server accepts ({} bytes)", max);
+  e.code = "request_too_large";
+  return e;
+}
+
 }  // namespace
 
 Server::Core::Core(ServerOptions o)
@@ -81,7 +89,7 @@ Server::Server(ServerOptions options) : core_(std::make_unique<Core>(std::move(o
   const size_t threads = c.options.http_threads > 0 ? c.options.http_threads
                                                     : static_cast<size_t>(c.options.max_queue) + 32;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(c.options.max_body_bytes);
+  http.set_payload_max_length(drain_cap(c.options.max_body_bytes));
   http.set_keep_alive_max_count(1000);
   http.set_read_timeout(10, 0);
   http.set_write_timeout(10, 0);
@@ -89,6 +97,19 @@ Server::Server(ServerOptions options) : core_(std::make_unique<Core>(std::move(o
 
   http.set_pre_routing_handler([&c](const httplib::Request& req, httplib::Response& res) {
     if (c.current_state() == ServerState::draining) res.set_header("Connection", "close");
+    // A Content-Length that is not a number, or beyond what would be drained, is refused before
+    // any body is read (and the rest of the connection is not read either).
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.get_header_value("Content-Length");
+      bool digits = !v.empty() && v.size() <= 18 &&
+                    v.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(v) > drain_cap(c.options.max_body_bytes)) {
+        res.set_header("Connection", "close");
+        send_error(res, digits ? too_large(c.options.max_body_bytes)
+                               : bad_request("", "invalid Content-Length header"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (c.options.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
@@ -131,16 +152,39 @@ Server::Server(ServerOptions options) : core_(std::make_unique<Core>(std::move(o
     send_error(res, e);
   });
 
+  // Runs after the response is written: a response marked "Connection: close" (draining, or a
+  // body left unread) stops the connection's reading, so the library closes it.
   http.set_logger([&c](const httplib::Request& req, const httplib::Response& res) {
     c.metrics.http_request(endpoint_label(req.path), res.status);
+    if (res.get_header_value("Connection") == "close") stop_reading(req);
   });
 
-  http.Post("/v1/chat/completions", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(c, Endpoint::chat, req, res);
-  });
-  http.Post("/v1/completions", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(c, Endpoint::completions, req, res);
-  });
+  // Bodies are read here, not by the HTTP library, so chunked uploads obey the limit too. A body
+  // over the limit is drained (up to drain_cap) and refused with 413.
+  auto generate_route = [&c](Endpoint endpoint) {
+    return [&c, endpoint](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& reader) {
+      std::string body;
+      size_t seen = 0;
+      const size_t max = c.options.max_body_bytes, cap = drain_cap(max);
+      bool read = reader([&](const char* data, size_t n) {
+        seen += n;
+        if (seen <= max) body.append(data, n);
+        return seen <= cap;
+      });
+      if (seen > max) {
+        if (seen > cap) res.set_header("Connection", "close");
+        return send_error(res, too_large(max));
+      }
+      if (!read) {
+        res.set_header("Connection", "close");
+        return send_error(res, bad_request("", "the request body could not be read"));
+      }
+      handle_generate(c, endpoint, req, body, res);
+    };
+  };
+  http.Post("/v1/chat/completions", generate_route(Endpoint::chat));
+  http.Post("/v1/completions", generate_route(Endpoint::completions));
   for (const char* path : {"/v1/chat/completions", "/v1/completions"})
     http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
       ApiError e;

@@ -53,11 +53,15 @@ struct Server::Core {
 void send_error(httplib::Response& res, const ApiError& error);
 // POST /v1/chat/completions and /v1/completions.
 void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Request& req,
-                     httplib::Response& res);
+                     const std::string& body, httplib::Response& res);
 
 // The socket of this request's connection (found by its addresses), or -1.
 int find_connection_fd(const httplib::Request& req);
 // True when the peer has closed or reset the connection.
 bool peer_closed(int fd);
+// Stops reading this request's connection (its unread body is not parsed as a next request).
+void stop_reading(const httplib::Request& req);
+// Largest body drained (read and dropped) to answer 413 cleanly; beyond it the read side closes.
+inline size_t drain_cap(size_t max_body) { return max_body * 4 + (1u << 20); }
 
 }  // namespace dsv4::server
