@@ -11,8 +11,12 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/v41_text_side.h"
+#include "lanes/fake_backend.h"
+#include "lanes/lane_host.h"
 #include "server/fake_engine.h"
 #include "server/http_server.h"
+#include "server/lanes_engine.h"
 
 namespace dsv4::cli {
 namespace {
@@ -21,6 +25,7 @@ struct ServeFlags {
   server::ServerOptions server;
   std::string model_dir;
   bool fake_engine = false;
+  bool lanes_fake_backend = false;
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
 };
@@ -68,6 +73,9 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   // Test-only: serve the scripted fake engine (server/fake_engine.h) instead of a model.
   app.add_flag("--fake-engine", f.fake_engine,
                "FOR TESTS ONLY: serve a scripted fake engine with byte tokens, not a model");
+  app.add_flag("--lanes-fake-backend", f.lanes_fake_backend,
+               "FOR TESTS ONLY: the real lane core and V4.1 tokenizer/chat over the lane core's "
+               "hash backend (no weights): random text, exact engine behaviour");
   app.add_option("--fake-token-ms", f.fake.token_ms, "FOR TESTS ONLY: fake engine round time")
       ->capture_default_str();
   app.add_option("--fake-prefill-ms", f.fake.prefill_ms,
@@ -105,10 +113,11 @@ int run_serve(int argc, char** argv) {
   if (flags.server.api_key.empty())
     if (const char* k = std::getenv("DSV4_API_KEY")) flags.server.api_key = k;
 
-  if (!flags.fake_engine) {
+  if (!flags.fake_engine && !flags.lanes_fake_backend) {
     std::fprintf(stderr,
-                 "dsv4 serve: this build cannot run a model yet (the engine is not wired into the "
-                 "server); only --fake-engine (for tests) is available\n");
+                 "dsv4 serve: this build cannot run model weights yet (no model backend is wired "
+                 "into the lane core); only the test modes --fake-engine and --lanes-fake-backend "
+                 "are available\n");
     return 2;
   }
 
@@ -129,12 +138,47 @@ int run_serve(int argc, char** argv) {
     }
   }).detach();
 
+  // Declared in teardown order: the adapter before the lane host before its backend.
+  std::unique_ptr<lanes::FakeBackend> backend;
+  std::unique_ptr<lanes::LaneHost> host;
   std::unique_ptr<server::Engine> engine;
   server::TextSide text;
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.fake_load_ms));
-  engine = std::make_unique<server::FakeEngine>(flags.fake);
-  text = server::make_fake_text_side(flags.fake.context_length);
-  std::fprintf(stderr, "dsv4 serve: FAKE ENGINE (tests only): scripted replies, byte tokens\n");
+  if (flags.fake_engine) {
+    engine = std::make_unique<server::FakeEngine>(flags.fake);
+    text = server::make_fake_text_side(flags.fake.context_length);
+    std::fprintf(stderr, "dsv4 serve: FAKE ENGINE (tests only): scripted replies, byte tokens\n");
+  } else {
+    auto t = make_v41_text_side(flags.fake.context_length, chat::ChatFormat::v41);
+    auto eos = v41_eos_id();
+    if (!t.ok() || !eos.ok()) {
+      std::fprintf(stderr, "dsv4 serve: %s\n",
+                   (t.ok() ? eos.status() : t.status()).to_string().c_str());
+      return 1;
+    }
+    text = std::move(*t);
+    lanes::FakeBackendOptions bo;
+    bo.vocab_size = text.vocab_size;
+    bo.eos_ids = {*eos};
+    bo.max_context = flags.fake.context_length;
+    bo.max_streams = flags.fake.parallel;
+    bo.memory_budget_bytes = int64_t{1} << 40;
+    bo.max_prefill_rows = 2048;
+    bo.max_verify_rows = 256;
+    backend = std::make_unique<lanes::FakeBackend>(bo);
+    lanes::LaneHostOptions ho;
+    ho.max_batch_streams = flags.fake.parallel;
+    ho.max_queue = flags.server.max_queue;
+    host = std::make_unique<lanes::LaneHost>(*backend, ho);
+    host->start();
+    lanes::LaneHost* h = host.get();
+    engine = std::make_unique<server::LanesEngine>(
+        *host, [h] { h->begin_drain(std::chrono::milliseconds(0)); });
+    std::fprintf(stderr,
+                 "dsv4 serve: LANE CORE over the hash test backend (tests only): V4.1 tokenizer, "
+                 "vocab %d, context %d, no weights\n",
+                 text.vocab_size, text.context_length);
+  }
 
   srv.set_ready(engine.get(), &text);
   std::fprintf(stderr, "dsv4 serve: ready on http://%s:%d model '%s'\n", flags.server.host.c_str(),

@@ -151,7 +151,9 @@ TextSide make_fake_text_side(int32_t context_length) {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   };
-  t.render_chat = [](const json& req, const ThinkingOptions& thinking) -> StatusOr<RenderedChat> {
+  t.render_chat = [](std::string_view body, const ThinkingOptions& thinking) -> StatusOr<RenderedChat> {
+    const json req = json::parse(body, nullptr, false);
+    if (!req.is_object()) return Status(StatusCode::invalid_argument, "the body is not a JSON object");
     std::string text;
     if (req.contains("tools") && req["tools"].is_array() && !req["tools"].empty()) {
       text += "<|tools|>";

@@ -108,13 +108,13 @@ struct Prepared {
 };
 
 // Builds the engine request and the reply setup, or an error naming the field.
-bool prepare(Server::Core& core, const ParsedRequest& pr, const TextSide& text, Prepared& out,
-             ApiError& err) {
+bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
+             const TextSide& text, Prepared& out, ApiError& err) {
   GenerationRequest& g = out.request;
   AssemblerSetup& s = out.setup;
   const char* prompt_param = pr.endpoint == Endpoint::chat ? "messages" : "prompt";
   if (pr.endpoint == Endpoint::chat) {
-    auto rendered = text.render_chat(pr.chat, pr.thinking);
+    auto rendered = text.render_chat(body, pr.thinking);
     if (!rendered.ok()) return err = error_from_status(rendered.status(), "messages"), false;
     g.prompt = std::move(rendered->tokens);
     s.thinking = rendered->thinking;
@@ -277,7 +277,7 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
   ApiError err;
   if (!parse_request(endpoint, body, core.limits, pr, err)) return send_error(res, err);
   Prepared prep;
-  if (!prepare(core, pr, *text, prep, err)) return send_error(res, err);
+  if (!prepare(core, pr, body, *text, prep, err)) return send_error(res, err);
 
   // Admission: a bounded number of requests in progress.
   if (core.in_progress.fetch_add(1) >= core.options.max_queue) {

@@ -72,8 +72,9 @@ struct TextSide {
   // Raw text to token ids; add_special: the tokenizer's BOS (a completions prompt), not for a
   // forced continuation.
   std::function<StatusOr<std::vector<int32_t>>(const std::string& text, bool add_special)> tokenize;
-  // A validated chat request (messages, tools, tool_choice, ...) to prompt tokens.
-  std::function<StatusOr<RenderedChat>(const nlohmann::json& request, const ThinkingOptions&)>
+  // A validated chat request body, as sent (key order matters: tool schemas are rendered in it), to
+  // prompt tokens; `thinking` is what the server read of the thinking options.
+  std::function<StatusOr<RenderedChat>(std::string_view body, const ThinkingOptions& thinking)>
       render_chat;
   std::function<std::unique_ptr<Detokenizer>()> new_detokenizer;
   std::function<std::unique_ptr<OutputParser>(const ChatParseOptions&)> new_output_parser;

@@ -1,0 +1,100 @@
+// DeepSeek-V4 text side for the server (see v41_text_side.h).
+#include "cli/v41_text_side.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "tokenizer/chat_openai.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/dsml_parser.h"
+#include "tokenizer/v41_tokenizer.h"
+
+namespace dsv4::cli {
+namespace {
+
+// Special tokens (BOS, EOS, think tags as added tokens) are dropped from the text; the parser sees
+// only what the model wrote as text.
+class Detok final : public server::Detokenizer {
+ public:
+  explicit Detok(Tokenizer tok) : detok_(std::move(tok), /*skip_special_tokens=*/true) {}
+  std::string push(int32_t token) override {
+    auto text = detok_.push(token);
+    return text.ok() ? std::move(*text) : std::string();
+  }
+  std::string flush() override { return detok_.finish(); }
+
+ private:
+  IncrementalDetokenizer detok_;
+};
+
+void convert(const chat::ChatDelta& from, server::ChatDelta& into) {
+  into.reasoning += from.reasoning_content;
+  into.content += from.content;
+  for (const auto& c : from.tool_calls) into.tool_calls.push_back({c.index, c.id, c.name, c.arguments});
+}
+
+class Parser final : public server::OutputParser {
+ public:
+  Parser(chat::ChatFormat format, bool thinking) : parser_(options(format, thinking)) {}
+  void push(std::string_view text, server::ChatDelta& out) override { convert(parser_.feed(text), out); }
+  void finish(server::ChatDelta& out) override { convert(parser_.finish(), out); }
+
+ private:
+  static chat::ParserOptions options(chat::ChatFormat format, bool thinking) {
+    chat::ParserOptions o;
+    o.format = format;
+    o.starts_in_reasoning = thinking;
+    o.make_tool_call_id = [](int32_t) { return std::string(); };  // the server names calls
+    return o;
+  }
+  chat::DsmlStreamParser parser_;
+};
+
+}  // namespace
+
+StatusOr<int32_t> v41_eos_id() {
+  DSV4_ASSIGN_OR_RETURN(Tokenizer tok, load_v41_tokenizer());
+  auto id = tok.token_to_id(chat::kEos);
+  if (!id) return Status(StatusCode::not_found, "the V4.1 tokenizer has no end-of-sentence token");
+  return *id;
+}
+
+StatusOr<server::TextSide> make_v41_text_side(int32_t context_length, chat::ChatFormat format) {
+  DSV4_ASSIGN_OR_RETURN(Tokenizer tok, load_v41_tokenizer());
+  std::optional<TokenId> bos = tok.token_to_id(chat::kBos);
+  if (!bos) return Status(StatusCode::not_found, "the V4.1 tokenizer has no begin-of-sentence token");
+  server::TextSide t;
+  t.vocab_size = tok.vocab_size();
+  t.context_length = context_length;
+  t.tokenize = [tok, bos](const std::string& text, bool add_special) -> StatusOr<std::vector<int32_t>> {
+    std::vector<int32_t> ids;
+    if (add_special) ids.push_back(*bos);
+    tok.encode(text, ids);
+    return ids;
+  };
+  t.render_chat = [tok, format](std::string_view body,
+                                const server::ThinkingOptions&) -> StatusOr<server::RenderedChat> {
+    DSV4_ASSIGN_OR_RETURN(chat::Conversation conv, chat::conversation_from_openai_text(body, format));
+    DSV4_ASSIGN_OR_RETURN(chat::RenderedPrompt prompt, chat::render_conversation(conv));
+    if (!prompt.image_urls.empty())
+      return Status(StatusCode::unimplemented, "images are not supported by this server yet");
+    server::RenderedChat r;
+    r.tokens = tok.encode(prompt.text);
+    r.thinking = prompt.reply_starts_in_reasoning;
+    return r;
+  };
+  t.new_detokenizer = [tok] { return std::make_unique<Detok>(tok); };
+  t.new_output_parser = [format](const server::ChatParseOptions& o) {
+    return std::make_unique<Parser>(format, o.thinking);
+  };
+  t.token_bytes = [tok](int32_t id) -> std::string {
+    if (auto b = tok.token_bytes(id)) return std::string(*b);
+    if (auto s = tok.id_to_token(id)) return std::string(*s);
+    return {};
+  };
+  return t;
+}
+
+}  // namespace dsv4::cli
