@@ -111,9 +111,12 @@ test('a disconnect cancels in the lane core', async () => {
   const p = client.chat.completions.create({ model: 'deepseek-v4', messages: user('long'), max_tokens: 4000, ignore_eos: true, stream: true }, { signal: ctrl.signal });
   const stream = await p;
   let n = 0;
-  await assert.rejects((async () => {
+  try {
     for await (const _ of stream) if (++n === 3) ctrl.abort();
-  })());
+  } catch {
+    // the client reports the abort as an error or as the end of the stream
+  }
+  assert.ok(n >= 3);
   const deadline = Date.now() + 3000;
   let h;
   do {
