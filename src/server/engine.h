@@ -64,8 +64,8 @@ using EventSink = std::function<void(GenerationEvent&&)>;
 struct EngineStats {
   int64_t waiting = 0;                // gauge: admitted, not yet running
   int64_t running = 0;                // gauge: streams in the current rounds
-  int64_t prompt_cache_queries = 0;   // prompt tokens looked up in the prompt cache
-  int64_t prompt_cache_hits = 0;      // of which were found cached
+  int64_t prompt_cache_queries = 0;   // admissions that looked their prompt up in the cache
+  int64_t prompt_cache_hits = 0;      // of which resumed from a cached prefix
   int64_t prompt_cache_bytes = 0;     // gauge: bytes held by the prompt cache
   int64_t draft_tokens = 0;           // drafted tokens proposed to verify
   int64_t draft_accepted = 0;         // of which were accepted

@@ -216,8 +216,8 @@ void FakeEngine::loop() {
         best = std::max(best, k);
       }
       job->cached = static_cast<int32_t>(std::min(best, job->request.prompt.size() - 1));
-      stats_.prompt_cache_queries += static_cast<int64_t>(job->request.prompt.size());
-      stats_.prompt_cache_hits += job->cached;
+      stats_.prompt_cache_queries += 1;
+      stats_.prompt_cache_hits += job->cached > 0 ? 1 : 0;
       recent_prompts_.push_back(job->request.prompt);
       stats_.prompt_cache_bytes += static_cast<int64_t>(job->request.prompt.size()) * 4;
       if (recent_prompts_.size() > 32) {

@@ -121,9 +121,9 @@ std::string Metrics::render(const MetricsSnapshotInputs& in) const {
           generation_tokens_);
   counter("dsv4:prompt_tokens_cached_total", "Prompt tokens served from the prompt cache.",
           cached_tokens_);
-  counter("dsv4:prefix_cache_queries_total", "Prompt tokens looked up in the prompt cache.",
+  counter("dsv4:prefix_cache_queries_total", "Admissions that looked their prompt up in the cache.",
           static_cast<uint64_t>(in.engine.prompt_cache_queries));
-  counter("dsv4:prefix_cache_hits_total", "Prompt tokens found in the prompt cache.",
+  counter("dsv4:prefix_cache_hits_total", "Admissions that resumed from a cached prefix.",
           static_cast<uint64_t>(in.engine.prompt_cache_hits));
   gauge("dsv4:prompt_cache_bytes", "Bytes held by the prompt cache.", in.engine.prompt_cache_bytes);
   counter("dsv4:spec_decode_num_draft_tokens_total", "Drafted tokens proposed for verification.",

@@ -4,7 +4,8 @@
 // documented script (src/server/fake_engine.h): "say:TEXT" -> TEXT, "call:NAME ARGS" -> a tool call.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, request } from './harness.mjs';
+import { spawnSync } from 'node:child_process';
+import { startServer, request, BIN } from './harness.mjs';
 
 let server;
 let client;
@@ -248,4 +249,17 @@ test('--api-key requires a bearer token on /v1, not on /health', async () => {
   } finally {
     await s.stop();
   }
+});
+
+test('dsv4 chat streams replies in a terminal session and keeps the history', async () => {
+  const input = 'say:hello there\n/think off\nsay:second turn\n/quit\n';
+  const { stdout, stderr, status } = await new Promise((resolve) => {
+    resolve(spawnSync(BIN, ['chat', '--url', server.url, '--usage'], { input, encoding: 'utf8', timeout: 20000 }));
+  });
+  assert.equal(status, 0, stderr);
+  // Thinking is on by default (the fake reasons first); /think off turns it off for the next turn.
+  assert.equal(stdout, 'hmm, let me think\n\nhello there\nsecond turn\n');
+  const usage = [...stderr.matchAll(/\[(\d+) prompt tokens \((\d+) cached\), (\d+) completion tokens\]/g)];
+  assert.equal(usage.length, 2);
+  assert.ok(Number(usage[1][1]) > Number(usage[0][1])); // the second prompt carries the first turn
 });
