@@ -204,8 +204,11 @@ void serve_stream(std::shared_ptr<Run> run, httplib::Response& res) {
         std::string out = run->pump(kPoll);
         if (run->assembler->finished()) {
           out += run->assembler->finish_sse();
+          // Counted as finished only once written: a drain waiting for this request must not
+          // stop the server before its last bytes are out.
+          bool written = sink.write(out.data(), out.size());
           run->finish(run->assembler->finish_reason());
-          if (!sink.write(out.data(), out.size())) return false;
+          if (!written) return false;
           sink.done();
           return true;
         }
