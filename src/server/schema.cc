@@ -427,7 +427,6 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       !in_range(temperature, 0, 2, false, "temperature", e) ||
       !read_number(body, "top_p", "top_p", top_p, e) || !in_range(top_p, 0, 1, true, "top_p", e) ||
       !read_number(body, "min_p", "min_p", min_p, e) || !in_range(min_p, 0, 1, false, "min_p", e) ||
-      (min_p && *min_p == 1 && (e = bad_request("min_p", "'min_p' must be below 1"), true)) ||
       !read_number(body, "presence_penalty", "presence_penalty", presence, e) ||
       !in_range(presence, -2, 2, false, "presence_penalty", e) ||
       !read_number(body, "frequency_penalty", "frequency_penalty", frequency, e) ||
@@ -445,6 +444,8 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
                            "unsupported_parameter"),
            false;
   }
+  if (min_p && *min_p >= 1)
+    return e = bad_request("min_p", fmt::format("'min_p' must be below 1, got {}", *min_p)), false;
   if (temperature) out.sampling.temperature = static_cast<float>(*temperature);
   if (top_p) out.sampling.top_p = static_cast<float>(*top_p);
   if (min_p) out.sampling.min_p = static_cast<float>(*min_p);

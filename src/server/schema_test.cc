@@ -66,6 +66,7 @@ TEST(Schema, RefusesBadRequestsNamingTheField) {
       {Endpoint::chat, "{" + ok + R"(,"top_k":-2})", 400, "top_k"},
       {Endpoint::chat, "{" + ok + R"(,"top_k":1001})", 400, "top_k"},
       {Endpoint::chat, "{" + ok + R"(,"min_p":1.5})", 400, "min_p"},
+      {Endpoint::chat, "{" + ok + R"(,"min_p":1})", 400, "min_p"},
       {Endpoint::chat, "{" + ok + R"(,"seed":"abc"})", 400, "seed"},
       {Endpoint::chat, "{" + ok + R"(,"seed":0.5})", 400, "seed"},
       {Endpoint::chat, "{" + ok + R"(,"stop":5})", 400, "stop"},

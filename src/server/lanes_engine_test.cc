@@ -1,0 +1,135 @@
+// The lane-core adapter over a real LaneHost and the lane core's hash backend: tokens arrive in
+// order and finish as asked (length), a cancel ends with cancelled, a halt ends with unavailable.
+#include "server/lanes_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "lanes/fake_backend.h"
+#include "lanes/lane_host.h"
+
+namespace dsv4::server {
+namespace {
+
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenOut> tokens;
+  bool done = false;
+  GenerationEvent last;
+
+  EventSink sink() {
+    return [this](GenerationEvent&& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+      if (e.done) {
+        done = true;
+        last = std::move(e);
+      }
+      cv.notify_all();
+    };
+  }
+  bool wait_tokens(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return tokens.size() >= n || done; });
+  }
+  bool wait_done() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
+  }
+};
+
+class LanesEngineTest : public ::testing::Test {
+ protected:
+  LanesEngineTest() : backend_(lanes::FakeBackendOptions{}), host_(backend_, lanes::LaneHostOptions{}) {
+    host_.start();
+  }
+  ~LanesEngineTest() override { host_.stop(); }
+
+  GenerationRequest request(int32_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = {5, 6, 7};
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.logprobs = true;
+    r.top_logprobs = 2;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 9;
+    return r;
+  }
+
+  lanes::FakeBackend backend_;
+  lanes::LaneHost host_;
+  LanesEngine engine_{host_, [this] { host_.begin_drain(std::chrono::milliseconds(0)); }};
+};
+
+TEST_F(LanesEngineTest, DeliversMaxTokensThenLength) {
+  Collected c;
+  ASSERT_TRUE(engine_.submit(request(5), c.sink()).ok());
+  ASSERT_TRUE(c.wait_done());
+  EXPECT_EQ(c.tokens.size(), 5u);
+  EXPECT_EQ(c.last.finish, Finish::length);
+  EXPECT_EQ(c.last.cached_prompt_tokens, 0);
+  for (const auto& t : c.tokens) {
+    ASSERT_EQ(t.top.size(), 2u);
+    EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+    EXPECT_LE(t.logprob, t.top[0].logprob);
+  }
+}
+
+TEST_F(LanesEngineTest, CancelEndsWithCancelled) {
+  Collected c;
+  auto id = engine_.submit(request(1000000), c.sink());
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(c.wait_tokens(3));
+  engine_.cancel(*id);
+  ASSERT_TRUE(c.wait_done());
+  EXPECT_EQ(c.last.finish, Finish::cancelled);
+}
+
+TEST_F(LanesEngineTest, HaltEndsWithUnavailable) {
+  Collected c;
+  ASSERT_TRUE(engine_.submit(request(1000000), c.sink()).ok());
+  ASSERT_TRUE(c.wait_tokens(3));
+  engine_.halt();
+  ASSERT_TRUE(c.wait_done());
+  EXPECT_EQ(c.last.finish, Finish::error);
+  EXPECT_EQ(c.last.error.code(), StatusCode::unavailable);
+  // Counters are published between rounds; the halt's round publishes them too.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (engine_.stats().running != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_.stats().running, 0);
+}
+
+TEST(LanesEngine, RequestMapping) {
+  GenerationRequest r;
+  r.prompt = {1, 2};
+  r.forced = {3};
+  r.sampling = {0.5f, 0.9f, -1, 0.05f, 77};
+  r.max_tokens = 9;
+  r.top_logprobs = 4;
+  r.logprobs = true;
+  r.draft = false;
+  r.ignore_eos = true;
+  lanes::Request q = LanesEngine::to_lanes(r);
+  EXPECT_EQ(q.prompt, (std::vector<lanes::TokenId>{1, 2}));
+  EXPECT_EQ(q.forced_tokens, (std::vector<lanes::TokenId>{3}));
+  EXPECT_EQ(q.sampling.temperature, 0.5f);
+  EXPECT_EQ(q.sampling.top_p, 0.9f);
+  EXPECT_EQ(q.sampling.top_k, 0);  // "off" is 0 in the lane core
+  EXPECT_EQ(q.sampling.min_p, 0.05f);
+  EXPECT_EQ(q.seed, 77u);
+  EXPECT_EQ(q.max_tokens, 9);
+  EXPECT_EQ(q.top_logprobs, 4);
+  EXPECT_TRUE(q.logprobs);
+  EXPECT_FALSE(q.draft);
+  EXPECT_TRUE(q.ignore_eos);
+}
+
+}  // namespace
+}  // namespace dsv4::server
