@@ -189,7 +189,10 @@ void FakeEngine::step(Job& job, GenerationEvent& ev) {
     TokenOut t = scored(token, static_cast<int64_t>(job.emitted), r.logprobs ? r.top_logprobs : 0);
     ev.tokens.push_back(t);
     ++job.emitted;
-    if (r.draft && i > 0) ++stats_.draft_accepted;
+    if (r.draft && i > 0) {  // tokens past the first of a round count as accepted drafts
+      ++stats_.draft_tokens;
+      ++stats_.draft_accepted;
+    }
     bool eos = token == kFakeEos;
     bool forced_done = !r.forced.empty() && job.emitted >= r.forced.size();
     if (eos || forced_done || static_cast<int32_t>(job.emitted) >= r.max_tokens) {
@@ -198,7 +201,6 @@ void FakeEngine::step(Job& job, GenerationEvent& ev) {
       return;
     }
   }
-  if (r.draft) stats_.draft_tokens += static_cast<int64_t>(n - 1);
 }
 
 void FakeEngine::loop() {
