@@ -17,7 +17,8 @@ struct AddedToken {
   TokenId id = 0;
   std::string content;
   bool special = false;      // dropped by decode(skip_special_tokens)
-  bool normalized = true;    // matched on normalized text (else on the raw text, first)
+  bool normalized = true;    // matched on normalized text (else on the raw text, first);
+                             // tokenizer.json entries without the flag get !special
   bool lstrip = false;       // swallows whitespace on its left
   bool rstrip = false;       // swallows whitespace on its right
   bool single_word = false;  // only matches when not inside a word

@@ -16,17 +16,18 @@ Status model_error(std::string_view what) {
   return Status(StatusCode::invalid_argument, fmt::format("model: {}", what));
 }
 
-// Splits a merge entry into its two token strings.
-StatusOr<std::pair<std::string, std::string>> parse_merge(const json& m, size_t index) {
+// Splits a merge entry into its two token strings (views into the JSON document).
+StatusOr<std::pair<std::string_view, std::string_view>> parse_merge(const json& m, size_t index) {
   if (m.is_string()) {
-    const std::string& s = m.get_ref<const std::string&>();
+    std::string_view s = m.get_ref<const std::string&>();
     size_t space = s.find(' ');
-    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+    if (space == std::string_view::npos || s.find(' ', space + 1) != std::string_view::npos)
       return model_error(fmt::format("merges[{}] \"{}\" is not two tokens separated by one space", index, s));
     return std::make_pair(s.substr(0, space), s.substr(space + 1));
   }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-    return std::make_pair(m[0].get<std::string>(), m[1].get<std::string>());
+    return std::make_pair(std::string_view(m[0].get_ref<const std::string&>()),
+                          std::string_view(m[1].get_ref<const std::string&>()));
   return model_error(fmt::format("merges[{}] is neither \"a b\" nor [\"a\", \"b\"]", index));
 }
 
@@ -50,8 +51,6 @@ StatusOr<BpeModel> BpeModel::from_json(const json& j) {
   m.ignore_merges_ = j.value("ignore_merges", false);
   if (!j.contains("vocab") || !j["vocab"].is_object()) return model_error("missing \"vocab\" object");
   const json& vocab = j["vocab"];
-  m.token_to_id_.reserve(vocab.size());
-  m.bytes_to_id_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer())
       return model_error(fmt::format("vocab entry \"{}\" has a non-integer id", it.key()));
@@ -61,9 +60,17 @@ StatusOr<BpeModel> BpeModel::from_json(const json& j) {
     if (static_cast<size_t>(id) >= m.id_to_token_.size()) m.id_to_token_.resize(id + 1);
     if (!m.id_to_token_[id].empty())
       return model_error(fmt::format("vocab id {} is used by both \"{}\" and \"{}\"", id, m.id_to_token_[id], it.key()));
+    if (it.key().empty()) return model_error(fmt::format("vocab id {} is the empty string", id));
     m.id_to_token_[id] = it.key();
-    m.token_to_id_.emplace(it.key(), static_cast<TokenId>(id));
-    if (auto bytes = byte_level::decode(it.key())) m.bytes_to_id_.emplace(std::move(*bytes), static_cast<TokenId>(id));
+  }
+  // id_to_token_ no longer changes size: views into its strings stay valid.
+  m.token_to_id_.reserve(vocab.size());
+  for (size_t id = 0; id < m.id_to_token_.size(); ++id) {
+    const std::string& tok = m.id_to_token_[id];
+    if (tok.empty()) continue;
+    m.token_to_id_.emplace(tok, static_cast<TokenId>(id));
+    if (m.ignore_merges_)
+      if (auto bytes = byte_level::decode(tok)) m.bytes_to_id_.emplace(std::move(*bytes), static_cast<TokenId>(id));
   }
   for (int b = 0; b < 256; ++b) {
     std::string sym = byte_level::encode(std::string(1, static_cast<char>(b)));
@@ -76,31 +83,40 @@ StatusOr<BpeModel> BpeModel::from_json(const json& j) {
   if (!j.contains("merges") || !j["merges"].is_array()) return model_error("missing \"merges\" array");
   const json& merges = j["merges"];
   size_t capacity = 16;
-  while (capacity < 2 * merges.size()) capacity *= 2;
+  m.merge_shift_ = 60;
+  while (capacity < 2 * merges.size()) capacity *= 2, --m.merge_shift_;
   m.merge_table_.assign(capacity, Slot{});
   m.merge_mask_ = capacity - 1;
+  std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
     DSV4_ASSIGN_OR_RETURN(auto pair, parse_merge(merges[i], i));
     auto a = m.token_to_id_.find(pair.first);
     auto b = m.token_to_id_.find(pair.second);
-    auto ab = m.token_to_id_.find(pair.first + pair.second);
     if (a == m.token_to_id_.end() || b == m.token_to_id_.end())
       return model_error(fmt::format("merges[{}] names \"{}\" which is not in the vocab", i,
                                      a == m.token_to_id_.end() ? pair.first : pair.second));
+    joined.assign(pair.first).append(pair.second);
+    auto ab = m.token_to_id_.find(joined);
     if (ab == m.token_to_id_.end())
-      return model_error(fmt::format("merges[{}]: the merged token \"{}{}\" is not in the vocab", i, pair.first, pair.second));
+      return model_error(fmt::format("merges[{}]: the merged token \"{}\" is not in the vocab", i, joined));
     m.insert_merge(pair_key(a->second, b->second), Merge{static_cast<uint32_t>(i), ab->second});
   }
   return m;
 }
 
 namespace {
-// Fibonacci hashing of the pair key: ids are small and dense, so spread them.
-inline uint64_t slot_of(uint64_t key, uint64_t mask) { return (key * 0x9E3779B97F4A7C15ull >> 20) & mask; }
+// Fibonacci hashing: the top bits of key * 2^64/phi spread the small, dense id pairs evenly.
+inline uint64_t slot_of(uint64_t key, int shift) { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
 }  // namespace
 
+std::optional<TokenId> BpeModel::find(std::string_view token) const {
+  auto it = token_to_id_.find(token);
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
 void BpeModel::insert_merge(uint64_t key, Merge merge) {
-  for (uint64_t i = slot_of(key, merge_mask_);; i = (i + 1) & merge_mask_) {
+  for (uint64_t i = slot_of(key, merge_shift_);; i = (i + 1) & merge_mask_) {
     Slot& s = merge_table_[i];
     if (s.key == kEmpty) {
       s = {key, merge};
@@ -116,7 +132,7 @@ void BpeModel::insert_merge(uint64_t key, Merge merge) {
 
 const BpeModel::Merge* BpeModel::find_merge(TokenId a, TokenId b) const {
   const uint64_t key = pair_key(a, b);
-  for (uint64_t i = slot_of(key, merge_mask_);; i = (i + 1) & merge_mask_) {
+  for (uint64_t i = slot_of(key, merge_shift_);; i = (i + 1) & merge_mask_) {
     const Slot& s = merge_table_[i];
     if (s.key == key) return &s.merge;
     if (s.key == kEmpty) return nullptr;

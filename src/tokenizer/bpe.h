@@ -3,7 +3,7 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -29,9 +29,16 @@ class BpeModel {
   // `tokenizers` Word::merge_all does.
   void encode_word(std::string_view bytes, std::vector<TokenId>& out) const;
 
+  BpeModel() = default;
+  BpeModel(BpeModel&&) = default;  // moves keep the vector buffer that token_to_id_ points into
+  BpeModel& operator=(BpeModel&&) = default;
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
+
   // Vocab entries as written in tokenizer.json (alphabet form), indexed by id; "" for holes.
   const std::vector<std::string>& id_to_token() const { return id_to_token_; }
-  const std::unordered_map<std::string, TokenId>& token_to_id() const { return token_to_id_; }
+  std::optional<TokenId> find(std::string_view token) const;
+  size_t vocab_entries() const { return token_to_id_.size(); }
   size_t merge_count() const { return merge_count_; }
 
  private:
@@ -45,8 +52,8 @@ class BpeModel {
   void merge_all(std::string_view bytes, std::vector<TokenId>& out) const;
 
   std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string, TokenId> token_to_id_;  // alphabet form
-  std::unordered_map<std::string, TokenId> bytes_to_id_;  // raw-byte form (for ignore_merges)
+  std::unordered_map<std::string_view, TokenId> token_to_id_;  // views into id_to_token_
+  std::unordered_map<std::string, TokenId> bytes_to_id_;       // raw-byte form (ignore_merges only)
   // (left id, right id) -> rank, result: open addressing, linear probing, load <= 1/2.
   struct Slot {
     uint64_t key = kEmpty;
@@ -57,6 +64,7 @@ class BpeModel {
   void insert_merge(uint64_t key, Merge m);
   std::vector<Slot> merge_table_;
   uint64_t merge_mask_ = 0;
+  int merge_shift_ = 64;  // 64 - log2(table size): Fibonacci hashing keeps the top bits
   size_t merge_count_ = 0;
   std::array<TokenId, 256> byte_ids_{};
   bool ignore_merges_ = false;

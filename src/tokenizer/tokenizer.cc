@@ -65,6 +65,7 @@ StatusOr<std::vector<AddedToken>> parse_added_tokens(const json& j) {
       return ok_status();
     };
     DSV4_RETURN_IF_ERROR(flag("special", t.special));
+    t.normalized = !t.special;  // the default when absent, as AddedToken::from(content, special)
     DSV4_RETURN_IF_ERROR(flag("normalized", t.normalized));
     DSV4_RETURN_IF_ERROR(flag("lstrip", t.lstrip));
     DSV4_RETURN_IF_ERROR(flag("rstrip", t.rstrip));
@@ -259,12 +260,11 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   const Impl& m = *impl_;
   std::string key(token);
   if (auto it = m.added_by_content.find(key); it != m.added_by_content.end()) return it->second;
-  if (auto it = m.bpe.token_to_id().find(key); it != m.bpe.token_to_id().end()) return it->second;
-  return std::nullopt;
+  return m.bpe.find(token);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->present.size()); }
-int32_t Tokenizer::base_vocab_size() const { return static_cast<int32_t>(impl_->bpe.token_to_id().size()); }
+int32_t Tokenizer::base_vocab_size() const { return static_cast<int32_t>(impl_->bpe.vocab_entries()); }
 size_t Tokenizer::merge_count() const { return impl_->bpe.merge_count(); }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
 
