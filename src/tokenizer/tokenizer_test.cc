@@ -3,9 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
 #include <thread>
 
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer/v41_tokenizer.h"
 
 namespace dsv4 {
@@ -94,6 +96,19 @@ TEST(V41Tokenizer, InvalidUtf8IsRepairedLikeLossyDecoding) {
   // Rust's from_utf8_lossy and JS TextDecoder (Unicode §3.9 "U+FFFD substitution of maximal subparts").
   EXPECT_EQ(v41().encode("a\xED\xA0\x80z"), v41().encode("a\uFFFD\uFFFD\uFFFDz"));
   EXPECT_EQ(v41().encode("\xF0\x9F\x98"), v41().encode("\uFFFD"));
+}
+
+TEST(V41Tokenizer, RandomBytesRoundTripToTheirLossyText) {
+  // Any byte string encodes; decoding gives the text with ill-formed parts replaced (utf8::repair
+  // is checked against Unicode Table 3-8 in detokenizer_test.cc).
+  std::mt19937 rng(77);
+  for (int n = 0; n < 20000; ++n) {
+    std::string bytes(rng() % 40, '\0');
+    for (char& b : bytes) b = static_cast<char>(rng() % 3 == 0 ? rng() % 256 : 0x20 + rng() % 0x60);
+    auto back = v41().decode(v41().encode(bytes));
+    ASSERT_TRUE(back.ok());
+    ASSERT_EQ(*back, utf8::repair(bytes)) << testing::PrintToString(bytes);
+  }
 }
 
 TEST(V41Tokenizer, ConcurrentEncodesAgreeWithSerial) {
