@@ -40,6 +40,30 @@ std::pair<double, double> log_partition(std::span<const float> logits) {
   return {max, std::log(sum)};
 }
 
+// Without top-k and top-p no order is needed: the same Gumbel-max over the whole row (min-p filtered) in id
+// order, where a tie goes to the larger logit, then the lower id, exactly as the best-first scan would give.
+TokenId sample_unsorted(std::span<const float> logits, const SamplingParams& params, double temperature,
+                        uint64_t seed, int64_t position) {
+  double top = -std::numeric_limits<double>::infinity();
+  for (float l : logits) top = std::max(top, logit_value(l) / temperature);
+  const double floor = params.min_p > 0.0f ? top + std::log(static_cast<double>(params.min_p))
+                                           : -std::numeric_limits<double>::infinity();
+  TokenId best = -1;
+  double best_score = -std::numeric_limits<double>::infinity(), best_x = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double x = logit_value(logits[i]) / temperature;
+    if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
+    const double u = key_uniform(key_bits(seed, position, static_cast<TokenId>(i)));
+    const double score = x - std::log(-std::log(u));
+    if (best < 0 || score > best_score || (score == best_score && x > best_x)) {
+      best = static_cast<TokenId>(i);
+      best_score = score;
+      best_x = x;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
 }  // namespace
 
 uint64_t seed_from_prompt(std::span<const TokenId> prompt) {
@@ -53,6 +77,8 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   if (logits.empty()) return 0;
   if (params.greedy()) return argmax(logits);
   const double temperature = std::max(static_cast<double>(params.temperature), 1e-6);
+
+  if (params.top_p >= 1.0f && params.top_k <= 0) return sample_unsorted(logits, params, temperature, seed, position);
 
   // Candidates best first; top-k needs only the k best sorted.
   std::vector<TokenId> ids(logits.size());

@@ -90,7 +90,7 @@ if __name__ == "__main__":
     print("key_bits(2**63+5,123456789,128000):", hex(key_bits(2**63 + 5, 123456789, 128000)))
     print("seed_from_prompt([1,2,3]):", hex(seed_from_prompt([1, 2, 3])))
     print("seed_from_prompt([128000,-1]):", hex(seed_from_prompt([128000, -1])))
-    configs = [(1.0, 0, 1.0, 0.0), (0.7, 5, 0.9, 0.05), (1.3, 0, 0.8, 0.0), (2.0, 3, 1.0, 0.2)]
+    configs = [(1.0, 0, 1.0, 0.0), (0.7, 5, 0.9, 0.05), (1.3, 0, 0.8, 0.0), (2.0, 3, 1.0, 0.2), (0.8, 0, 1.0, 0.3)]
     for c in configs:
         draws = [sample(ROW, *c, seed=99, position=p) for p in range(100, 116)]
         print("draws", c, draws)
