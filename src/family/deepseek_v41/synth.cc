@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "core/safetensors_writer.h"
+#include "tokenizer/engram_token_map.h"
 #include "tokenizer/v41_tokenizer.h"
 #include "family/deepseek_v41/synth_values.h"
 #include "family/deepseek_v41/tensors.h"
@@ -17,6 +18,23 @@ std::optional<std::string_view> synth_tokenizer_json() {
   const std::string_view json = v41_tokenizer_json();
   if (json.empty()) return std::nullopt;
   return json;
+}
+
+StatusOr<EngramTokenMap> synth_engram_token_map(const Config& c) {
+  // The release's map when the config has the real vocabulary and compressed vocabulary.
+  if (c.vocab_size == 129280 && !synth_tokenizer_json().value_or("").empty()) {
+    DSV4_ASSIGN_OR_RETURN(const Tokenizer tok, load_v41_tokenizer());
+    DSV4_ASSIGN_OR_RETURN(EngramTokenMap real,
+                          build_engram_token_map(tok, static_cast<int32_t>(c.engram_pad_token_id)));
+    if (real.vocab_size == c.vocab_size && real.compressed_vocab_size == c.engram_compressed_vocab_size)
+      return real;
+  }
+  EngramTokenMap m;
+  m.token_map = synthetic_engram_token_map(c);
+  m.vocab_size = static_cast<int32_t>(c.vocab_size);
+  m.compressed_vocab_size = static_cast<int32_t>(c.engram_compressed_vocab_size);
+  m.pad_id = m.token_map[static_cast<size_t>(c.engram_pad_token_id)];
+  return m;
 }
 
 std::vector<int32_t> synthetic_engram_token_map(const Config& c) {
@@ -76,13 +94,8 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
   DSV4_RETURN_IF_ERROR(sharded.finish());
   DSV4_RETURN_IF_ERROR(write_text(dir + "/config.json", config_to_json(c), o.sync));
   if (c.has_engram()) {
-    std::string text = "{\"source\": \"dsv4 synth: a synthetic map (ids below engram_compressed_vocab_size keep "
-                       "their id, the others fold onto a hashed id), not the release's normalization-based map\",\n"
-                       " \"token_map\": [";
-    const std::vector<int32_t> map = synthetic_engram_token_map(c);
-    for (size_t v = 0; v < map.size(); ++v) text += (v ? "," : "") + std::to_string(map[v]);
-    text += "]}\n";
-    DSV4_RETURN_IF_ERROR(write_text(dir + "/" + std::string(kEngramTokenMapFile), text, o.sync));
+    DSV4_ASSIGN_OR_RETURN(const EngramTokenMap map, synth_engram_token_map(c));
+    DSV4_RETURN_IF_ERROR(write_engram_token_map_file(dir + "/" + std::string(kEngramTokenMapFile), map));
   }
   if (auto tok = synth_tokenizer_json()) {
     DSV4_RETURN_IF_ERROR(write_text(dir + "/tokenizer.json", *tok, o.sync));

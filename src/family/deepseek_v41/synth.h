@@ -10,16 +10,13 @@
 
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
+#include "tokenizer/engram_token_map.h"
 
 namespace dsv4::family {
 
 // Bumped whenever the synthetic bytes of a (config, seed) change, so caches keyed by it never reuse
 // output of an older build (the default model's directory name carries it).
-inline constexpr int kSynthFormatVersion = 2;
-
-// The raw-id -> compressed-id Engram map carried beside a synthetic checkpoint's weights (JSON object
-// {"source": "...", "token_map": [vocab_size ints]}); release checkpoints derive it from tokenizer.json.
-inline constexpr std::string_view kEngramTokenMapFile = "engram_token_map.json";
+inline constexpr int kSynthFormatVersion = 3;
 
 struct SynthProgress {
   int32_t shard = 0;        // 1-based, the shard just written
@@ -51,8 +48,14 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
 // vocabulary). This is the single point where synth obtains it; nullopt when this build has none.
 std::optional<std::string_view> synth_tokenizer_json();
 
-// The synthetic Engram token map of a config: [vocab_size] ids in [0, engram_compressed_vocab_size),
-// every compressed id used, deterministic.
+// The Engram token map written as engram_token_map.json beside the weights (models with Engram
+// layers): the release's map derived from the embedded V4.1 tokenizer when the config has its
+// vocabulary (129,280 ids) and compressed vocabulary (99,092), else synthetic_engram_token_map.
+StatusOr<EngramTokenMap> synth_engram_token_map(const Config& c);
+
+// A stand-in map for configs with another vocabulary: [vocab_size] ids in
+// [0, engram_compressed_vocab_size), ids below the compressed size keep their id (so every compressed
+// id is used, in first-appearance order, and pad 2 -> 2 as in the release), the rest fold onto a hashed id.
 std::vector<int32_t> synthetic_engram_token_map(const Config& c);
 
 }  // namespace dsv4::family

@@ -129,6 +129,20 @@ TEST(Synth, WritesTokenizerAndTokenMap) {
   fs::remove_all(dir);
 }
 
+TEST(Synth, RealVocabularyGetsTheReleaseTokenMap) {
+  // tokenizer-and-chat.md §3.3 (reconstructed map): 99,092 compressed ids; BOS, "Hello", ",", " my",
+  // " dog" = [0, 19923, 14, 1026, 6397] -> [0, 15844, 14, 851, 5327]; 128000 -> 97812; 129279 -> 99091.
+  auto m = synth_engram_token_map(preset_config(Preset::tiny, Variant::v41));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->compressed_vocab_size, 99092);
+  EXPECT_EQ(m->pad_id, 2);
+  EXPECT_EQ(m->token_map[19923], 15844);
+  EXPECT_EQ(m->token_map[1026], 851);
+  EXPECT_EQ(m->token_map[6397], 5327);
+  EXPECT_EQ(m->token_map[128000], 97812);
+  EXPECT_EQ(m->token_map[129279], 99091);
+}
+
 TEST(Synth, TinyV4ValidatesAndHashTableIsValid) {
   const std::string dir = temp_dir("v4");
   const Config c = preset_config(Preset::tiny, Variant::v4);
