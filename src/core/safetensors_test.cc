@@ -51,7 +51,7 @@ TEST(SafetensorsWriter, MetadataComesFirstAndRoundTrips) {
   EXPECT_EQ(w.header(no_sync(1)),
             R"({"__metadata__":{"format":"pt"},"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})");
   ScratchDir dir;
-  ASSERT_TRUE(w.write(dir.file("m.safetensors"), no_sync()).ok());
+  ASSERT_TRUE(w.write(dir.file("m.safetensors")).ok());  // default options: fsync + rename
   auto f = SafetensorsFile::open(dir.file("m.safetensors"));
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   ASSERT_EQ(f->metadata().size(), 1u);
