@@ -145,9 +145,12 @@ StatusOr<Checkpoint> Checkpoint::open(const std::string& path, const CheckpointO
       }
       DSV4_RETURN_IF_ERROR(ck.add_file(std::make_unique<SafetensorsFile>(std::move(f))));
     }
+    std::map<std::string, uint32_t> file_index;  // shard file name -> index into files_
+    uint32_t next = 0;
+    for (const std::string& file : indexed_files) file_index.emplace(file, next++);
     for (const auto& [tensor, file] : index.weight_map) {
       auto it = ck.table_.find(tensor);
-      if (it == ck.table_.end() || ck.files_[it->second.file]->path() != (dir / file).string()) {
+      if (it == ck.table_.end() || it->second.file != file_index.at(file)) {
         return error(StatusCode::data_loss, "{}: tensor '{}': named by {} but absent from the shard",
                      (dir / file).string(), tensor, kSafetensorsIndexName);
       }
@@ -196,6 +199,7 @@ std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   out.reserve(table_.size());
   for (const auto& [name, loc] : table_) out.push_back(name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

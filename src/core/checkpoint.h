@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -74,7 +75,11 @@ class Checkpoint {
   bool has_index_ = false;
   std::optional<int64_t> index_total_size_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, Location, std::less<>> table_;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, Location, Hash, std::equal_to<>> table_;
   std::vector<std::string> unindexed_;
   std::vector<std::string> notes_;
 };
