@@ -273,6 +273,7 @@ bool DsmlStreamParser::step_param_header() {
     string_value_open_ = true;
   } else {
     param_prefix_ = std::move(prefix);
+    value_scanned_ = 0;
   }
   state_ = State::param_value;
   return true;
@@ -280,7 +281,13 @@ bool DsmlStreamParser::step_param_header() {
 
 bool DsmlStreamParser::step_param_value() {
   const std::string_view r = rest();
-  auto [pos, which] = find_first(r, {param_end_, kEos});
+  // A non-string value stays in the buffer until its end tag; resume the search where the last
+  // one stopped (less a marker's length) so a long value costs linear time.
+  const size_t overlap = std::max(param_end_.size(), kEos.size());
+  const size_t from = param_is_string_ || value_scanned_ < overlap ? 0 : value_scanned_ - overlap;
+  auto [pos, which] = find_first(r.substr(from), {param_end_, kEos});
+  if (which >= 0) pos += from;
+  value_scanned_ = r.size();
   if (param_is_string_) {
     size_t n = r.size();
     if (which < 0 && !final_) n -= partial_marker_suffix(r, {param_end_, kEos});

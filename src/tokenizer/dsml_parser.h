@@ -124,6 +124,7 @@ class DsmlStreamParser {
   bool string_value_open_ = false;
   int32_t params_in_call_ = 0;
   std::string param_prefix_;  // `{"K": ` or `, "K": ` of a non-string parameter
+  size_t value_scanned_ = 0;  // bytes of a held non-string value already searched for its end
   std::set<std::string> keys_;
   int32_t next_index_ = 0;
 };

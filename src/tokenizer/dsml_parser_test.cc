@@ -130,6 +130,24 @@ TEST(DsmlParser, PrefilledBlockAndSingleNewlineEmptyInvoke) {
   EXPECT_EQ(parse_completion("no call" EOS, o).content, "no call");
 }
 
+TEST(DsmlParser, LongValuesFedByteByByteStayLinear) {
+  // 300 kB non-string and string values fed one byte at a time (a quadratic re-scan would take
+  // minutes here).
+  std::string big = "[";
+  for (int i = 0; i < 60000; ++i) big += (i ? ",1234" : "1234");
+  big += "]";
+  const std::string text = "\n\n<" T " calls>\n<" T " invoke name=\"f\">\n<" T
+                           " parameter name=\"a\" string=\"false\">" + big + "</" T " parameter>\n<" T
+                           " parameter name=\"b\" string=\"true\">" + big + "</" T " parameter>\n</" T
+                           " invoke>\n</" T " calls>" EOS;
+  DsmlStreamParser p(opts(false));
+  ChatDelta all;
+  for (char c : text) append_delta(all, p.feed(std::string_view(&c, 1)));
+  append_delta(all, p.finish());
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"a\": " + big + ", \"b\": \"" + big + "\"}");
+}
+
 TEST(DsmlParser, V4Tags) {
   const std::string text = "\n\n<" T "tool_calls>\n<" T "invoke name=\"f\">\n<" T
                            "parameter name=\"k\" string=\"true\">v</" T "parameter>\n</" T
