@@ -6,12 +6,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <memory>
 #include <thread>
 
+#include "backends/cpu/load.h"
 #include "cli/command.h"
+#include "cli/oracle_backend.h"
 #include "cli/v41_text_side.h"
+#include "family/deepseek_v41/default_model.h"
 #include "lanes/fake_backend.h"
 #include "lanes/lane_host.h"
 #include "server/fake_engine.h"
@@ -24,6 +28,8 @@ namespace {
 struct ServeFlags {
   server::ServerOptions server;
   std::string model_dir;
+  int32_t context = 4096;
+  int32_t parallel = 4;
   bool fake_engine = false;
   bool lanes_fake_backend = false;
   server::FakeEngineOptions fake;
@@ -34,6 +40,12 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   server::ServerOptions& o = f.server;
   app.add_option("--model", f.model_dir,
                  "checkpoint folder (config.json + safetensors); default: the embedded tiny model");
+  app.add_option("--context", f.context, "positions per request (prompt + reply) on a model")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--parallel", f.parallel, "requests decoded together on a model")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--host", o.host, "address to bind; 0.0.0.0 exposes the server to the network")
       ->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 picks a free one (printed on stderr)")
@@ -90,6 +102,52 @@ void add_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
 }
 
+// Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
+// printing progress and a one-line summary on stderr.
+Status load_model(const ServeFlags& flags, server::TextSide& text,
+                  std::unique_ptr<lanes::Backend>& backend) {
+  namespace fs = std::filesystem;
+  std::string dir = flags.model_dir;
+  if (dir.empty()) {
+    std::fprintf(stderr, "dsv4 serve: no --model: using the embedded default model (tiny V4.1)\n");
+    DSV4_ASSIGN_OR_RETURN(dir, family::ensure_default_model([](const family::SynthProgress& p) {
+      std::fprintf(stderr, "dsv4 serve: writing the default model: shard %d/%d, %.1f/%.1f MiB\n",
+                   p.shard, p.num_shards, p.bytes_done / 1048576.0, p.bytes_total / 1048576.0);
+    }));
+  }
+  int64_t bytes = 0, files = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors") bytes += static_cast<int64_t>(e.file_size(ec)), ++files;
+  std::fprintf(stderr, "dsv4 serve: loading %s (%lld safetensors files, %.1f MiB)\n", dir.c_str(),
+               static_cast<long long>(files), bytes / 1048576.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> oracle, cpu::Oracle::create(weights, {}));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const cpu::ModelConfig& c = oracle->config();
+  DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == cpu::Variant::v41
+                                                                    ? chat::ChatFormat::v41
+                                                                    : chat::ChatFormat::v4));
+  DSV4_ASSIGN_OR_RETURN(int32_t eos, v41_eos_id());
+  if (c.vocab < text.vocab_size)
+    return error(StatusCode::invalid_argument, "{}: vocab {} is smaller than the tokenizer's {}",
+                 dir, c.vocab, text.vocab_size);
+  OracleBackendOptions bo;
+  bo.model_id = fs::weakly_canonical(dir, ec).string();
+  bo.eos_ids = {eos};
+  bo.max_context = flags.context;
+  bo.max_streams = flags.parallel;
+  backend = std::make_unique<OracleBackend>(std::move(oracle), bo);
+  std::fprintf(stderr,
+               "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %d layers, dim %lld, vocab %lld, "
+               "CPU oracle, context %d, %d parallel\n",
+               dir.c_str(), s, s > 0 ? bytes / 1048576.0 / s : 0.0, c.n_layers,
+               static_cast<long long>(c.dim), static_cast<long long>(c.vocab), flags.context,
+               flags.parallel);
+  return ok_status();
+}
+
 int run_serve(int argc, char** argv) {
   // SIGTERM/SIGINT go to one waiting thread (blocked here, before any thread starts, so every
   // thread inherits the mask); SIGPIPE from a vanished client is ignored (writes report it).
@@ -113,14 +171,6 @@ int run_serve(int argc, char** argv) {
   if (flags.server.api_key.empty())
     if (const char* k = std::getenv("DSV4_API_KEY")) flags.server.api_key = k;
 
-  if (!flags.fake_engine && !flags.lanes_fake_backend) {
-    std::fprintf(stderr,
-                 "dsv4 serve: this build cannot run model weights yet (no model backend is wired "
-                 "into the lane core); only the test modes --fake-engine and --lanes-fake-backend "
-                 "are available\n");
-    return 2;
-  }
-
   server::Server srv(flags.server);
   if (Status s = srv.bind(); !s.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", s.to_string().c_str());
@@ -139,12 +189,26 @@ int run_serve(int argc, char** argv) {
   }).detach();
 
   // Declared in teardown order: the adapter before the lane host before its backend.
-  std::unique_ptr<lanes::FakeBackend> backend;
+  std::unique_ptr<lanes::Backend> backend;
   std::unique_ptr<lanes::LaneHost> host;
   std::unique_ptr<server::Engine> engine;
   server::TextSide text;
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.fake_load_ms));
-  if (flags.fake_engine) {
+  if (!flags.fake_engine && !flags.lanes_fake_backend) {
+    Status st = load_model(flags, text, backend);
+    if (!st.ok()) {
+      std::fprintf(stderr, "dsv4 serve: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    lanes::LaneHostOptions ho;
+    ho.max_batch_streams = flags.parallel;
+    ho.max_queue = flags.server.max_queue;
+    host = std::make_unique<lanes::LaneHost>(*backend, ho);
+    host->start();
+    lanes::LaneHost* h = host.get();
+    engine = std::make_unique<server::LanesEngine>(
+        *host, [h] { h->begin_drain(std::chrono::milliseconds(0)); });
+  } else if (flags.fake_engine) {
     engine = std::make_unique<server::FakeEngine>(flags.fake);
     text = server::make_fake_text_side(flags.fake.context_length);
     std::fprintf(stderr, "dsv4 serve: FAKE ENGINE (tests only): scripted replies, byte tokens\n");
