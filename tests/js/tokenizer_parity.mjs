@@ -1,5 +1,6 @@
 // Parity of the C++ tokenizer with @huggingface/tokenizers (an independent implementation) on a
-// seeded corpus of >= 10,000 strings, plus the `dsv4 tokenize` CLI; also measures encode speed.
+// seeded corpus of >= 10,000 strings, the same vocabulary behind NFKC+Lowercase and NFD normalizers,
+// and the `dsv4 tokenize` CLI; with --perf-out it also measures encode speed.
 //
 // usage: node tokenizer_parity.mjs --driver BIN --dsv4 BIN [--count N] [--seed S] [--perf-out FILE.json]
 // Exits non-zero on any difference in ids, decoded text or round trip.
@@ -68,9 +69,39 @@ for (let i = 0; i < corpus.length; ++i) {
   if (got[i].text !== texts[i]) fail(i, "round trip differs from the input", texts[i], got[i].text);
 }
 
+// Normalizer chains (not used by V4.1, supported for other tokenizer.json files): the same
+// vocabulary behind NFKC + Lowercase and behind NFD, on the first 3,000 strings. Normalized added
+// tokens are then matched in their normalized spelling (e.g. "<|user|>"), after the raw pass.
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "dsv4-tok-"));
+for (const normalizers of [[{ type: "NFKC" }, { type: "Lowercase" }], [{ type: "NFD" }]]) {
+  const variant = { ...tokenizerJson, normalizer: { type: "Sequence", normalizers } };
+  const file = path.join(tmp, "variant.json");
+  fs.writeFileSync(file, JSON.stringify(variant));
+  const vt = new Tokenizer(variant, { clean_up_tokenization_spaces: false });
+  const n = 3000;
+  const vframes = corpus.slice(0, n).flatMap((b) => {
+    const h = Buffer.alloc(4);
+    h.writeUInt32LE(b.length);
+    return [h, b];
+  });
+  const vr = spawnSync(args.driver, ["--repeat", "0", "--tokenizer", file], { input: Buffer.concat(vframes), maxBuffer: 1 << 30 });
+  if (vr.status !== 0) throw new Error(`driver (normalizer variant) failed (${vr.status}): ${vr.stderr}`);
+  const vgot = vr.stdout.toString("utf8").trimEnd().split("\n").slice(0, n).map((l) => JSON.parse(l));
+  const name = normalizers.map((x) => x.type).join("+");
+  let changed = 0; // strings whose ids the normalizer changed: the variant must matter
+  for (let i = 0; i < n; ++i) {
+    const ids = vt.encode(texts[i], { add_special_tokens: false }).ids;
+    if (!same(ids, ref[i].ids)) ++changed;
+    if (!same(ids, vgot[i].ids)) fail(i, `${name}: ids differ`, ids, vgot[i].ids);
+    const text = ids.length ? vt.decode(ids) : "";
+    if (text !== vgot[i].text) fail(i, `${name}: decoded text differs`, text, vgot[i].text);
+  }
+  console.log(`normalizer ${name}: ${n} strings, ${changed} encode differently from the plain tokenizer`);
+  if (changed < 100) { console.error(`normalizer ${name} changed only ${changed} strings`); ++failures; }
+}
+
 // The CLI: one JSON string per line in, one id array per line out; and back with --decode.
 const cliSample = texts.slice(0, 2000);
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "dsv4-tok-"));
 const tokFile = path.join(tmp, "tokenizer.json");
 fs.writeFileSync(tokFile, jsonBytes);
 for (const extra of [[], ["--tokenizer", tokFile]]) {
