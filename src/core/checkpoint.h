@@ -31,6 +31,7 @@ struct CheckpointTensor {
   const SafetensorsFile* file = nullptr;
 };
 
+// Immutable after open: const methods may be called from several threads at once.
 class Checkpoint {
  public:
   // `path` is either one .safetensors file, or a directory holding model.safetensors.index.json
@@ -52,6 +53,10 @@ class Checkpoint {
   // not_found naming the checkpoint and the tensor when absent.
   StatusOr<CheckpointTensor> find(std::string_view name) const;
   StatusOr<TensorView> tensor(std::string_view name) const;
+  // Paging hint for one tensor's bytes (e.g. willneed before a load, dontneed after a device upload).
+  Status advise(const CheckpointTensor& t, MapAdvice advice) const {
+    return t.file->mapping().advise_bytes(t.view.data, t.view.nbytes, advice);
+  }
   // All tensor names, sorted.
   std::vector<std::string> names() const;
   // Payload bytes per stored dtype, and their sum.

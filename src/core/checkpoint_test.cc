@@ -82,6 +82,9 @@ TEST(Checkpoint, ShardedRoundTripWithIndex) {
   EXPECT_EQ(std::filesystem::path(t->file->path()).filename(), "model-00002-of-00003.safetensors");
   EXPECT_EQ(t->view.shape, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(std::vector<uint8_t>(t->view.bytes(), t->view.bytes() + 2048), pattern_bytes(2048, 3));
+  EXPECT_TRUE(ck->advise(*t, MapAdvice::willneed).ok());
+  EXPECT_TRUE(ck->advise(*t, MapAdvice::dontneed).ok());
+  EXPECT_EQ(t->view.bytes()[0], pattern_bytes(1, 3)[0]);  // pages come back from the file
   auto e = ck->tensor("layers.0.e.weight");
   ASSERT_TRUE(e.ok());
   for (int i = 0; i < 128; ++i) ASSERT_EQ(e->bytes()[i], i);
