@@ -251,5 +251,37 @@ TEST(LaneHost, StopSequencesAndStringsCutWhereTheyComplete) {
   }
 }
 
+TEST(LaneHost, LogprobsFollowTheCommittedTokensDraftedOrNot) {
+  for (bool draft : {false, true}) {
+    Rig rig;
+    Request r = make_request(30, 61, true, 25, draft);
+    r.ignore_eos = true;
+    r.logprobs = true;
+    r.top_logprobs = 4;
+    const RequestId id = rig.submit(r);
+    rig.host.run_until_idle();
+    testing::Outcome o = rig.sink->get(id);
+    ASSERT_EQ(o.tokens, serial_reference(rig.fake, r));
+    if (draft) EXPECT_GT(o.finish.usage.accepted_tokens, 0);
+    // Each token's logprob and alternatives come from the row that drew it, rebuilt from the fake's chain.
+    uint64_t h = FakeBackend::kFakeRoot;
+    int64_t position = 0;
+    for (size_t i = 0; i + 1 < r.prompt.size(); ++i) h = FakeBackend::chain(h, position++, r.prompt[i]);
+    TokenId feed = r.prompt.back();
+    for (size_t i = 0; i < o.tokens.size(); ++i) {
+      h = FakeBackend::chain(h, position++, feed);
+      const std::vector<float> row = rig.fake.logits(h);
+      EXPECT_EQ(o.logprobs[i], token_logprob(row, o.tokens[i])) << i;
+      const std::vector<TokenLogprob> top = top_logprobs(row, 4);
+      ASSERT_EQ(o.top[i].size(), 4u);
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(o.top[i][k].token, top[k].token);
+        EXPECT_EQ(o.top[i][k].logprob, top[k].logprob);
+      }
+      feed = o.tokens[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv4::lanes
