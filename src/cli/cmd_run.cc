@@ -66,7 +66,7 @@ int run_main(int argc, char** argv) {
   std::string model, prompt, ids_text, force_text, dump, preset;
   int max_tokens = 16, threads = 0;
   uint64_t seed = 1;
-  bool ref64 = false;
+  bool ref64 = false, reference_shapes = false;
   app.add_option("--model", model, "checkpoint directory (config.json + safetensors)");
   app.add_option("--preset", preset,
                  "instead of --model: random weights in checkpoint formats for a family preset (tiny|small)");
@@ -76,6 +76,9 @@ int run_main(int argc, char** argv) {
   p_opt->excludes(i_opt);
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str();
   app.add_flag("--ref64", ref64, "accumulate in double (ref64) instead of float (ref32)");
+  app.add_flag("--reference-shapes", reference_shapes,
+               "reproduce the reference's prefill/decode list layouts and its stale index keys at even decode "
+               "positions (for comparisons with DeepSeek's reference; breaks pieces == whole)");
   app.add_option("--force", force_text, "feed this continuation (comma-separated ids) instead of generating");
   app.add_option("--dump-logits", dump,
                  "write fp32 logits [rows, vocab] of every prompt and generated/forced position to this .npy");
@@ -134,6 +137,7 @@ int run_main(int argc, char** argv) {
   cpu::OracleOptions opt;
   opt.precision = ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;
   opt.threads = threads;
+  opt.reference_shapes = reference_shapes;
   auto oracle = cpu::Oracle::create(weights, opt);
   if (!oracle.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", oracle.status().to_string().c_str());

@@ -175,9 +175,17 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
       std::vector<const float*> keys;
       for (int64_t ih = b; ih < e; ++ih) {
         const int64_t i = ih / H, h = ih % H, r = pc.row0 + i, p = pc.start + i;
-        keys.assign(cfg.window, nullptr);
+        // Canonical window part: width W, positions max(0, p-W+1) .. p ascending from index 0,
+        // then empty entries. With reference call shapes: a prefill (start 0) uses width
+        // min(T, W); a one-token decode puts the empty ring slots first (positions end at W-1).
+        int64_t width = cfg.window;
+        bool empty_first = false;
+        if (c.reference_shapes && pc.start == 0) width = std::min<int64_t>(pc.T, cfg.window);
+        if (c.reference_shapes && pc.start > 0 && pc.T == 1) empty_first = true;
+        keys.assign(width, nullptr);
         const int64_t first = std::max<int64_t>(0, p - cfg.window + 1);
-        for (int64_t qpos = first; qpos <= p; ++qpos) keys[qpos - first] = ws.key(qpos);
+        const int64_t at = empty_first ? cfg.window - 1 - (p - first) : 0;
+        for (int64_t qpos = first; qpos <= p; ++qpos) keys[at + qpos - first] = ws.key(qpos);
         if (role.ratio > 0)
           for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
         sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, A.sink[h], &o[(r * H + h) * d]);

@@ -26,6 +26,8 @@ struct CallCtx {
   ThreadPool* pool = nullptr;
   const std::vector<float>* freqs_plain = nullptr;  // base rope_theta, no YaRN (ratio 0)
   const std::vector<float>* freqs_yarn = nullptr;   // compress_rope_theta with YaRN (ratio > 0)
+  // Reproduce the reference's call-shape-dependent behaviour (forward.h OracleOptions).
+  bool reference_shapes = false;
   std::vector<PieceCtx> pieces;
   int64_t rows = 0;
   std::vector<int64_t> pos;     // [rows] absolute position

@@ -15,7 +15,9 @@ namespace dsv4::cpu {
 
 // Index key and compressed row of group j from its normalised latent (bf16 [d]).
 template <typename Acc>
-void emit_compressed_row(CallCtx& c, int layer, LayerCache& cache, int64_t j, float* latent) {
+void emit_compressed_row(CallCtx& c, int layer, StreamState& st, int64_t j, float* latent) {
+  LayerCache& cache = st.layers[layer];
+  st.last_index_publisher = layer;
   const ModelConfig& cfg = *c.cfg;
   const AttentionWeights& A = c.W->layers[layer].attn;
   const StateGeometry& geo = *c.geo;
@@ -52,7 +54,7 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
     for (const PieceCtx& pc : c.pieces)
       for (int64_t i = 0; i < pc.T; ++i) {
         rmsnorm_row<Acc>(&lat[(pc.row0 + i) * d], d, A.comp_norm.data(), cfg.norm_eps, normed.data());
-        emit_compressed_row<Acc>(c, layer, pc.state->layers[layer], pc.start + i, normed.data());
+        emit_compressed_row<Acc>(c, layer, *pc.state, pc.start + i, normed.data());
       }
     return;
   }
@@ -93,7 +95,7 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
         latent[ch] = round_bf16(v);
       }
       rmsnorm_row<Acc>(latent.data(), d, A.comp_norm.data(), cfg.norm_eps, normed.data());
-      emit_compressed_row<Acc>(c, layer, cache, j, normed.data());
+      emit_compressed_row<Acc>(c, layer, *pc.state, j, normed.data());
     }
     // Carry this piece's projections for groups completed by later calls (and for rollback).
     const int64_t keep = std::min<int64_t>(pc.T, cap);

@@ -137,6 +137,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   c.pool = pool_.get();
   c.freqs_plain = &freqs_plain_;
   c.freqs_yarn = &freqs_yarn_;
+  c.reference_shapes = options_.reference_shapes;
   std::vector<int32_t> ids;
   for (const Piece& pc : pieces) {
     StreamState& s = streams_.at(pc.stream);

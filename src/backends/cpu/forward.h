@@ -22,6 +22,11 @@ struct OracleOptions {
   Precision precision = Precision::ref32;
   int threads = 0;            // 0: hardware concurrency
   int64_t max_rollback = 128; // rows a stream can be truncated back by
+  // Reproduce the reference's call-shape-dependent behaviour for comparisons with its
+  // prefill-then-decode runs: prefill window lists of width min(T, window), decode window lists
+  // with the empty ring slots first, and the stale index keys of ratio-2 owners on decode steps
+  // at even positions. Breaks pieces == whole; off by default (model-spec.md §3.6, §6.2).
+  bool reference_shapes = false;
 };
 
 // Tokens appended to one stream at its current length.

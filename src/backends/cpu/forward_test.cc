@@ -197,3 +197,34 @@ TEST(OracleFloor, Ref32AgainstRef64) {
 
 }  // namespace
 }  // namespace dsv4::cpu
+
+namespace dsv4::cpu {
+namespace {
+
+// Reference call shapes: a prefill of T >= window rows and a decode step at an odd position p >=
+// window-1 use the canonical lists and the owners' own keys, so they equal the default mode; a
+// decode step at an even position with more visible rows than index_topk scores the ratio-2
+// owners against the last publisher's keys, which changes the logits (and every later row).
+TEST(OracleReferenceShapes, OnlyEvenDecodeStepsDiffer) {
+  OracleOptions ro;
+  ro.threads = 2;
+  ro.reference_shapes = true;
+  auto ref = std::move(Oracle::create(model(), ro)).value();
+  auto canon = oracle();
+  const auto t = prompt(23, 61);
+  std::vector<std::vector<float>> a, b;
+  for (Oracle* o : {ref.get(), canon.get()}) {
+    auto& out = o == ref.get() ? a : b;
+    const int32_t s = o->open_stream();
+    std::vector<int32_t> rows(21);
+    for (int i = 0; i < 21; ++i) rows[i] = i;
+    out.push_back((*o->forward({Piece{s, {t.begin(), t.begin() + 21}, rows}}))[0].logits);
+    for (int i = 21; i < 23; ++i) out.push_back((*o->forward({Piece{s, {t[i]}, {0}}}))[0].logits);
+  }
+  EXPECT_EQ(a[0], b[0]);  // prefill of 21 >= window 8
+  EXPECT_EQ(a[1], b[1]);  // decode at p = 21
+  EXPECT_NE(a[2], b[2]);  // decode at p = 22: 11 visible rows at ratio 2 > index_topk 4
+}
+
+}  // namespace
+}  // namespace dsv4::cpu

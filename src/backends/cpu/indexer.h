@@ -39,7 +39,14 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
       qdq_row(RowFormat::fp4_ue8m0_32, qh, ihd);
     }
   for (const PieceCtx& pc : c.pieces) {
-    const LayerCache& src = pc.state->layers[role.kv_from];
+    int src_layer = role.kv_from;
+    // Reference quirk (model-spec.md §3.6, audit note 23): on a one-token decode call an owner
+    // that makes no new row does not republish, so it scores against the most recently
+    // published index keys (the previous call's last publisher).
+    if (c.reference_shapes && pc.start > 0 && pc.T == 1 && role.kv_source && (pc.start + 1) % role.ratio != 0 &&
+        pc.state->last_index_publisher >= 0)
+      src_layer = pc.state->last_index_publisher;
+    const LayerCache& src = pc.state->layers[src_layer];
     const int64_t n = static_cast<int64_t>(src.index_keys.size()) / geo.index_row;
     Vec keys(n * ihd);
     for (int64_t t = 0; t < n; ++t) unpack_row(RowFormat::fp4_ue8m0_32, &src.index_keys[t * geo.index_row], ihd, &keys[t * ihd]);

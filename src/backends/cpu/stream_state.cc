@@ -78,7 +78,8 @@ struct Reader {
 
 std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s) {
   std::vector<uint8_t> out(kMagic, kMagic + 8);
-  put(out, std::vector<int64_t>{s.length, static_cast<int64_t>(s.layers.size()), g.ring_capacity});
+  put(out, std::vector<int64_t>{s.length, static_cast<int64_t>(s.layers.size()), g.ring_capacity,
+                               s.last_index_publisher});
   put(out, s.history);
   for (const LayerCache& c : s.layers) {
     put(out, c.window);
@@ -98,11 +99,12 @@ StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vecto
   Reader r{bytes, 8};
   std::vector<int64_t> head;
   r.get(head);
-  if (!r.ok || head.size() != 3 || head[1] != static_cast<int64_t>(g.ratio.size()) ||
+  if (!r.ok || head.size() != 4 || head[1] != static_cast<int64_t>(g.ratio.size()) ||
       head[2] != g.ring_capacity)
     return error(StatusCode::data_loss, "stream snapshot: header does not match this model");
   StreamState s = new_stream_state(g);
   s.length = head[0];
+  s.last_index_publisher = static_cast<int32_t>(head[3]);
   r.get(s.history);
   for (LayerCache& c : s.layers) {
     std::vector<uint8_t> w;

@@ -27,6 +27,7 @@ struct StreamState {
   std::vector<int64_t> history;       // Engram compressed ids per position (-1 = DEAD)
   std::vector<LayerCache> layers;     // [n_layers]
   std::vector<std::vector<uint8_t>> dspark_rings;  // per stage [cap, row_bytes(fp8, d)]
+  int32_t last_index_publisher = -1;  // KV-source layer that last wrote index keys (reference shapes)
 };
 
 // Geometry shared by every stream of one model.
