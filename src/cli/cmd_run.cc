@@ -14,6 +14,7 @@
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "cli/command.h"
+#include "family/deepseek_v41/default_model.h"
 #include "family/deepseek_v41/preset.h"
 #include "tokenizer/v41_tokenizer.h"
 
@@ -67,7 +68,7 @@ int run_main(int argc, char** argv) {
   int max_tokens = 16, threads = 0;
   uint64_t seed = 1;
   bool ref64 = false, reference_shapes = false;
-  app.add_option("--model", model, "checkpoint directory (config.json + safetensors)");
+  app.add_option("--model", model, "checkpoint directory (config.json + safetensors); default: the embedded tiny model");
   app.add_option("--preset", preset,
                  "instead of --model: random weights in checkpoint formats for a family preset (tiny|small)");
   app.add_option("--seed", seed, "seed of the --preset weights")->capture_default_str();
@@ -131,8 +132,17 @@ int run_main(int argc, char** argv) {
     }
     weights = *w;
   } else {
-    std::fprintf(stderr, "dsv4 run: no default model is embedded in this build yet; give --model DIR or --preset\n");
-    return 2;
+    auto dir = family::ensure_default_model();
+    if (!dir.ok()) {
+      std::fprintf(stderr, "dsv4 run: default model: %s\n", dir.status().to_string().c_str());
+      return 1;
+    }
+    auto w = cpu::load_weights(*dir);
+    if (!w.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", w.status().to_string().c_str());
+      return 1;
+    }
+    weights = *w;
   }
   cpu::OracleOptions opt;
   opt.precision = ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;

@@ -1,15 +1,15 @@
 // Checkpoint loading for the oracle (see load.h).
 #include "backends/cpu/load.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "core/checkpoint.h"
 #include "family/deepseek_v41/engram_layout.h"
 #include "family/deepseek_v41/tensors.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/v41_tokenizer.h"
 
 namespace dsv4::cpu {
 
@@ -205,26 +205,6 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
   return ok_status();
 }
 
-StatusOr<std::vector<int32_t>> read_token_map(const std::string& path, int64_t vocab, int64_t compressed) {
-  std::ifstream f(path);
-  if (!f) return error(StatusCode::not_found, "Engram token map '{}' not found", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    nlohmann::json j = nlohmann::json::parse(ss.str());
-    if (j.is_object()) j = j.at("token_map");
-    std::vector<int32_t> map = j.get<std::vector<int32_t>>();
-    if (static_cast<int64_t>(map.size()) != vocab)
-      return error(StatusCode::data_loss, "'{}': {} entries, expected vocab_size {}", path, map.size(), vocab);
-    for (int32_t v : map)
-      if (v < 0 || v >= compressed)
-        return error(StatusCode::data_loss, "'{}': compressed id {} outside [0, {})", path, v, compressed);
-    return map;
-  } catch (const std::exception& e) {
-    return error(StatusCode::data_loss, "'{}': {}", path, e.what());
-  }
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir) {
@@ -270,8 +250,16 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir) {
       DSV4_ASSIGN_OR_RETURN(E->k_weight, r.floats(p + "k_weight"));
       w->layers[c.engram_layers[e]].engram = std::move(E);
     }
-    DSV4_ASSIGN_OR_RETURN(w->engram_token_map,
-                          read_token_map(dir + "/engram_token_map.json", c.vocab, c.engram_compressed_vocab));
+    // engram_token_map.json when the checkpoint carries one, else derived from the V4.1 tokenizer.
+    std::optional<Tokenizer> tok;
+    if (!std::ifstream(dir + "/" + std::string(kEngramTokenMapFile))) {
+      DSV4_ASSIGN_OR_RETURN(Tokenizer t, load_v41_tokenizer());
+      tok = std::move(t);
+    }
+    DSV4_ASSIGN_OR_RETURN(EngramTokenMap map,
+                          load_engram_token_map(dir, tok ? &*tok : nullptr, c.vocab, c.engram_compressed_vocab,
+                                                c.engram_pad_id));
+    w->engram_token_map = std::move(map.token_map);
   }
   if (c.dspark_stages > 0) {
     auto S = std::make_unique<DsparkWeights>();

@@ -16,8 +16,7 @@ ModelConfig model_config_from(const family::Config& c);
 
 // Reads `dir`/config.json, checks every tensor against the expected table (one error listing all
 // mismatches), and decodes the weights. The Engram token map comes from
-// `dir`/engram_token_map.json (a JSON array of vocab_size compressed ids, or an object with a
-// "token_map" array) when the model has Engram layers.
+// `dir`/engram_token_map.json when present, else it is derived from the V4.1 tokenizer.
 StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir);
 
 }  // namespace dsv4::cpu

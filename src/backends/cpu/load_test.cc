@@ -1,0 +1,97 @@
+// Loading a synthetic tiny checkpoint written by the family's writer: the decoded weights equal
+// the stored codes times their scales, and the loaded model keeps the exact equalities.
+#include "backends/cpu/load.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "backends/cpu/forward.h"
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/synth.h"
+
+namespace dsv4::cpu {
+namespace {
+
+const std::string& tiny_dir() {
+  static const std::string dir = [] {
+    const std::string d = std::string(DSV4_BINARY_DIR) + "/cpu_load_test_tiny";
+    family::SynthOptions o;
+    o.seed = 3;
+    o.sync = false;
+    auto r = family::write_synthetic_checkpoint(family::preset_config(family::Preset::tiny, family::Variant::v41), d, o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return d;
+  }();
+  return dir;
+}
+
+TEST(OracleLoad, DecodedValuesEqualStoredCodesTimesScales) {
+  auto w = load_weights(tiny_dir());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const ModelWeights& m = **w;
+  auto ck = Checkpoint::open(tiny_dir());
+  ASSERT_TRUE(ck.ok());
+  // embed row 5, element 7: the stored bf16 bits.
+  auto emb = ck->tensor("embed.weight");
+  ASSERT_TRUE(emb.ok());
+  uint16_t bits;
+  std::memcpy(&bits, emb->bytes() + 2 * (5 * m.config.dim + 7), 2);
+  EXPECT_EQ(m.embed[5 * m.config.dim + 7], bits);
+  // layers.3.attn.wq_a[40, 70] = e4m3(code) * 2^(scale[40/32, 70/32] - 127).
+  auto wq = ck->tensor("layers.3.attn.wq_a.weight");
+  auto sc = ck->tensor("layers.3.attn.wq_a.scale");
+  ASSERT_TRUE(wq.ok() && sc.ok());
+  const int64_t in = wq->dim(1), sin = sc->dim(1);
+  const uint8_t code = wq->bytes()[40 * in + 70], sbyte = sc->bytes()[(40 / 32) * sin + 70 / 32];
+  const Fp8Weight& W = m.layers[3].attn.wq_a;
+  EXPECT_EQ(W.at(40, 70), e4m3_to_f32(code) * std::ldexp(1.0f, sbyte - 127));
+  // Expert 1 of layer 2, w2 [D, I]: element (9, 33) is the high nibble of byte 16 of row 9.
+  auto e = ck->tensor("layers.2.ffn.experts.1.w2.weight");
+  auto es = ck->tensor("layers.2.ffn.experts.1.w2.scale");
+  ASSERT_TRUE(e.ok() && es.ok());
+  const uint8_t byte = e->bytes()[9 * e->dim(1) + 16];
+  const Fp4Weight& X = m.layers[2].ffn.experts[1].w2;
+  EXPECT_EQ(X.w[9 * X.in + 33] * X.scale[9 * (X.in / 32) + 1],
+            e2m1_to_f32(byte >> 4) * std::ldexp(1.0f, es->bytes()[9 * es->dim(1) + 1] - 127));
+  EXPECT_EQ(m.config.n_layers, 10);
+  ASSERT_TRUE(m.dspark != nullptr);
+  EXPECT_EQ(m.engram_token_map.size(), 129280u);
+}
+
+TEST(OracleLoad, LoadedTinyModelPiecesEqualWhole) {
+  auto w = load_weights(tiny_dir());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  OracleOptions o;
+  o.threads = 2;
+  auto oracle = std::move(Oracle::create(*w, o)).value();
+  std::vector<int32_t> t(36), rows(36);
+  for (int i = 0; i < 36; ++i) { t[i] = (i * 104729 + 7) % 129280; rows[i] = i; }
+  const int32_t a = oracle->open_stream(), b = oracle->open_stream();
+  auto whole = oracle->forward({Piece{a, t, rows}});
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  for (float v : (*whole)[0].logits) ASSERT_TRUE(std::isfinite(v));
+  std::vector<float> pieces;
+  size_t at = 0;
+  for (int n : {5, 12, 1, 18}) {
+    std::vector<int32_t> r(n);
+    for (int i = 0; i < n; ++i) r[i] = i;
+    auto p = oracle->forward({Piece{b, {t.begin() + at, t.begin() + at + n}, r}});
+    ASSERT_TRUE(p.ok());
+    pieces.insert(pieces.end(), (*p)[0].logits.begin(), (*p)[0].logits.end());
+    at += n;
+  }
+  EXPECT_EQ(pieces, (*whole)[0].logits);
+}
+
+TEST(OracleLoad, MissingConfigIsNamed) {
+  auto w = load_weights(std::string(DSV4_BINARY_DIR) + "/no_such_model_dir");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("config.json"), std::string::npos) << w.status().to_string();
+}
+
+}  // namespace
+}  // namespace dsv4::cpu
