@@ -1,0 +1,51 @@
+// The oracle behind the lane core's Backend contract (lanes/backend.h): pieces, verify windows
+// with keyed draws, keep, DSpark proposals, snapshots. Every call maps onto one Oracle call.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "backends/cpu/forward.h"
+#include "lanes/backend.h"
+
+namespace dsv4::cpu {
+
+struct LaneBackendOptions {
+  int32_t max_streams = 16;
+  int64_t max_context = 1 << 20;
+  int32_t max_verify_rows = 64;
+  int32_t max_prefill_rows = 4096;
+  int64_t memory_budget_bytes = int64_t{8} << 30;
+};
+
+class CpuLaneBackend final : public lanes::Backend {
+ public:
+  static StatusOr<std::unique_ptr<CpuLaneBackend>> create(std::shared_ptr<const ModelWeights> weights,
+                                                          const OracleOptions& oracle,
+                                                          const LaneBackendOptions& options);
+
+  const lanes::BackendInfo& info() const override { return info_; }
+  int64_t stream_bytes(int64_t rows) const override;
+  Status open(lanes::StreamId stream, const lanes::StreamSpec& spec) override;
+  Status prefill(std::span<const lanes::Piece> pieces) override;
+  Status verify(std::span<const lanes::Window> windows, std::vector<std::vector<lanes::RowResult>>* out) override;
+  Status keep(lanes::StreamId stream, int64_t rows) override;
+  Status draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) override;
+  StatusOr<std::vector<uint8_t>> snapshot(lanes::StreamId stream) override;
+  Status restore(lanes::StreamId stream, std::span<const uint8_t> bytes, int64_t rows) override;
+  void release(lanes::StreamId stream) override;
+
+ private:
+  struct Slot {
+    int32_t oracle_stream = 0;
+    lanes::StreamSpec spec;
+  };
+  StatusOr<Slot*> find(lanes::StreamId stream);
+
+  std::unique_ptr<Oracle> oracle_;
+  lanes::BackendInfo info_;
+  int64_t bytes_per_row_ = 0, bytes_fixed_ = 0;
+  std::map<lanes::StreamId, Slot> slots_;
+};
+
+}  // namespace dsv4::cpu

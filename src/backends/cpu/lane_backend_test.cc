@@ -1,0 +1,98 @@
+// The oracle behind the lane Backend contract: windows == steps with keyed draws, keep, drafts,
+// snapshots into fresh streams, and refusals.
+#include "backends/cpu/lane_backend.h"
+
+#include <gtest/gtest.h>
+
+#include "backends/cpu/synthetic.h"
+
+namespace dsv4::cpu {
+namespace {
+
+std::unique_ptr<CpuLaneBackend> backend() {
+  static std::shared_ptr<const ModelWeights> w = synthetic_weights(small_test_config(), 7, true);
+  OracleOptions o;
+  o.threads = 2;
+  o.max_rollback = 16;
+  auto b = CpuLaneBackend::create(w, o, {});
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  return std::move(b).value();
+}
+
+lanes::StreamSpec sampled() {
+  lanes::StreamSpec s;
+  s.sampling.temperature = 0.8f;
+  s.seed = 1234;
+  s.max_rows = 100;
+  return s;
+}
+
+std::vector<int32_t> toks(int n, uint32_t seed) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) { seed = seed * 1664525u + 1013904223u; x = static_cast<int32_t>((seed >> 8) % 512); }
+  return t;
+}
+
+TEST(CpuLaneBackend, WindowEqualsSingleRowWindows) {
+  auto b = backend();
+  const auto t = toks(24, 3);
+  ASSERT_TRUE(b->open(1, sampled()).ok());
+  ASSERT_TRUE(b->open(2, sampled()).ok());
+  std::vector<lanes::Piece> pieces = {{1, 0, {t.data(), 18}}, {2, 0, {t.data(), 11}}};
+  ASSERT_TRUE(b->prefill(pieces).ok());
+  lanes::Piece rest{2, 11, {t.data() + 11, 7}};
+  ASSERT_TRUE(b->prefill({&rest, 1}).ok());
+  std::vector<std::vector<lanes::RowResult>> whole, step;
+  lanes::Window w{1, 18, {t.begin() + 18, t.end()}, true, 3};
+  ASSERT_TRUE(b->verify({&w, 1}, &whole).ok());
+  for (int i = 0; i < 6; ++i) {
+    lanes::Window s{2, 18 + i, {t[18 + i]}, true, 3};
+    std::vector<std::vector<lanes::RowResult>> r;
+    ASSERT_TRUE(b->verify({&s, 1}, &r).ok());
+    EXPECT_EQ(r[0][0].token, whole[0][i].token) << i;
+    EXPECT_EQ(r[0][0].logprob, whole[0][i].logprob) << i;
+    ASSERT_EQ(r[0][0].top.size(), 3u);
+    EXPECT_EQ(r[0][0].top[0].token, whole[0][i].top[0].token);
+  }
+  // keep: back to 20 rows, then the same window tail again.
+  ASSERT_TRUE(b->keep(1, 20).ok());
+  lanes::Window again{1, 20, {t.begin() + 20, t.end()}, true, 0};
+  std::vector<std::vector<lanes::RowResult>> r2;
+  ASSERT_TRUE(b->verify({&again, 1}, &r2).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r2[0][i].logprob, whole[0][i + 2].logprob);
+  // A window that does not start at the stream's rows is refused.
+  lanes::Window bad{1, 3, {5}, false, 0};
+  EXPECT_FALSE(b->verify({&bad, 1}, &r2).ok());
+}
+
+TEST(CpuLaneBackend, DraftsAndSnapshots) {
+  auto b = backend();
+  const auto t = toks(20, 9);
+  ASSERT_TRUE(b->open(7, sampled()).ok());
+  lanes::Piece p{7, 0, {t.data(), 19}};
+  ASSERT_TRUE(b->prefill({&p, 1}).ok());
+  std::vector<lanes::DraftProposal> d;
+  lanes::DraftRequest q{7, t[19], 19, 3};
+  ASSERT_TRUE(b->draft({&q, 1}, &d).ok());
+  ASSERT_EQ(d[0].tokens.size(), 3u);
+  for (float pr : d[0].probabilities) EXPECT_TRUE(pr > 0.0f && pr <= 1.0f);
+  auto snap = b->snapshot(7);
+  ASSERT_TRUE(snap.ok());
+  ASSERT_TRUE(b->open(8, sampled()).ok());
+  ASSERT_TRUE(b->restore(8, *snap, 19).ok());
+  std::vector<lanes::DraftProposal> d2;
+  lanes::DraftRequest q2{8, t[19], 19, 3};
+  ASSERT_TRUE(b->draft({&q2, 1}, &d2).ok());
+  EXPECT_EQ(d2[0].tokens, d[0].tokens);
+  EXPECT_EQ(d2[0].probabilities, d[0].probabilities);
+  // Wrong row count: refused, and the stream is left empty and usable.
+  ASSERT_TRUE(b->open(9, sampled()).ok());
+  EXPECT_FALSE(b->restore(9, *snap, 18).ok());
+  lanes::Piece fresh{9, 0, {t.data(), 4}};
+  EXPECT_TRUE(b->prefill({&fresh, 1}).ok());
+  b->release(9);
+  EXPECT_FALSE(b->keep(9, 0).ok());
+}
+
+}  // namespace
+}  // namespace dsv4::cpu
