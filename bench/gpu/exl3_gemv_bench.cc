@@ -72,7 +72,8 @@ exl3::Linear random_layer(const Shape& s, uint64_t seed) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";  // optional: measure shapes whose name contains this
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("no CUDA device: nothing to measure\n");
@@ -96,6 +97,7 @@ int main() {
   };
   std::printf("%-20s %5s %10s %10s %10s %8s %8s\n", "shape", "rows", "bytes", "us", "floor_us", "ratio", "GB/s");
   for (const Shape& s : shapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     const exl3::Linear proto = random_layer(s, 42);
     const size_t layer_bytes = proto.trellis.size() * 2 + proto.suh.size() * 2 + proto.svh.size() * 2;
     // Enough copies that one pass over them is several times the L2: every launch reads from DRAM.
@@ -113,6 +115,7 @@ int main() {
       DeviceBuffer x(sizeof(float) * rows * s.in), y(sizeof(float) * rows * s.out);
       DeviceBuffer ws(exl3_workspace_bytes(layers[0].weights, rows));
       CHECK_CUDA(cudaMemset(x.get(), 0x3C, x.bytes()));
+      CHECK_CUDA(exl3_workspace_init(layers[0].weights, ws.get(), nullptr));
       cudaStream_t stream;
       CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       // One graph holding one launch per copy: replay time / copies = time per layer.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -14,7 +15,10 @@
 namespace dsv4::cuda {
 namespace {
 
-const std::string kFixtureDir = std::string(DSV4_SOURCE_DIR) + "/../shared/fixtures/exl3";
+// DSV4_SHARED_DIR overrides where shared/ lives (a GPU machine that received only the binaries).
+const std::string kFixtureDir = std::string(std::getenv("DSV4_SHARED_DIR") ? std::getenv("DSV4_SHARED_DIR")
+                                                                          : DSV4_SOURCE_DIR "/../shared") +
+                                "/fixtures/exl3";
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -23,6 +27,7 @@ std::vector<float> run_gemm(const Exl3DeviceLinear& layer, const std::vector<flo
   const int64_t in = layer.weights.in_features, out = layer.weights.out_features;
   DeviceBuffer dx(sizeof(float) * rows * in), dy(sizeof(float) * rows * out);
   DeviceBuffer ws(exl3_workspace_bytes(layer.weights, rows));
+  EXPECT_EQ(exl3_workspace_init(layer.weights, ws.get(), nullptr), cudaSuccess);
   cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice);
   cudaMemset(dy.get(), 0xFF, dy.bytes());  // poison: every element must be written
   Status s = exl3_gemm_checked(layer, dx.as<float>(), rows, dy.as<float>(), ws.get(), nullptr, "test");

@@ -24,12 +24,14 @@ struct Exl3Weights {
 // whatever the number of rows in the launch.
 int exl3_k_splits(int64_t in_features, int64_t out_features);
 
-// Device scratch bytes exl3_gemm needs for `rows` rows.
+// Device scratch bytes exl3_gemm needs for `rows` rows: completion tickets, then slice partials.
 size_t exl3_workspace_bytes(const Exl3Weights& w, int64_t rows);
+// Zeroes the tickets of a freshly allocated workspace; exl3_gemm leaves them zero after each call.
+cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStream_t stream);
 
 // y[rows, out] (fp32) = x[rows, in] (fp32) · W. `workspace` holds exl3_workspace_bytes(w, rows).
-// Per row: u = H(x∘suh)/√128 per 128-block; v = u·Wq over fixed K-slices, each summed in tile
-// order; slices added in index order; y = H(v)/√128 ∘ svh.
+// Per row: u = H(x∘suh) per 128-block; v = u·Wq over fixed K-slices, each summed in tile order;
+// slices added in index order; y = H(v)/128 ∘ svh. One launch; calls on one workspace must not overlap.
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
                       cudaStream_t stream);
 
