@@ -3,7 +3,7 @@
 
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
-#include "cli/cpu_lane_backend.h"
+#include "backends/cpu/lane_backend.h"
 #include "family/deepseek_v41/preset.h"
 #include "lanes/lane_host.h"
 
@@ -16,12 +16,11 @@ std::shared_ptr<const cpu::ModelWeights> tiny_weights() {
   return weights;
 }
 
-std::unique_ptr<cli::CpuLaneBackend> make_backend() {
-  cli::CpuLaneOptions options;
+std::unique_ptr<cpu::CpuLaneBackend> make_backend() {
+  cpu::LaneBackendOptions options;
   options.model_id = "tiny-synthetic-seed-7";
   options.max_context = 1 << 14;
-  return std::make_unique<cli::CpuLaneBackend>(
-      std::move(cpu::Oracle::create(tiny_weights(), cpu::OracleOptions{})).value(), true, options);
+  return std::move(cpu::CpuLaneBackend::create(tiny_weights(), cpu::OracleOptions{}, options)).value();
 }
 
 std::vector<lanes::TokenId> prompt_of(int64_t length, uint64_t salt) {

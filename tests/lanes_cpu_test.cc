@@ -6,7 +6,7 @@
 
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/load.h"
-#include "cli/cpu_lane_backend.h"
+#include "backends/cpu/lane_backend.h"
 #include "family/deepseek_v41/preset.h"
 #include "lanes/lane_host.h"
 #include "lanes/test_support.h"
@@ -25,14 +25,14 @@ std::shared_ptr<const cpu::ModelWeights> tiny_weights() {
   return weights;
 }
 
-std::unique_ptr<cli::CpuLaneBackend> make_backend(int32_t max_streams = 4) {
-  auto oracle = cpu::Oracle::create(tiny_weights(), cpu::OracleOptions{});
-  EXPECT_TRUE(oracle.ok()) << oracle.status().to_string();
-  cli::CpuLaneOptions options;
+std::unique_ptr<cpu::CpuLaneBackend> make_backend(int32_t max_streams = 4) {
+  cpu::LaneBackendOptions options;
   options.model_id = "tiny-synthetic-seed-7";
   options.eos_ids = {1};
   options.max_streams = max_streams;
-  return std::make_unique<cli::CpuLaneBackend>(std::move(oracle).value(), true, options);
+  auto backend = cpu::CpuLaneBackend::create(tiny_weights(), cpu::OracleOptions{}, options);
+  EXPECT_TRUE(backend.ok()) << backend.status().to_string();
+  return std::move(backend).value();
 }
 
 std::vector<TokenId> prompt_of(int64_t length, uint64_t salt) {
@@ -77,7 +77,7 @@ std::vector<TokenId> serial_decode(const Request& r) {
 }
 
 struct CpuRig {
-  std::unique_ptr<cli::CpuLaneBackend> backend = make_backend();
+  std::unique_ptr<cpu::CpuLaneBackend> backend = make_backend();
   std::unique_ptr<cache::PromptCache> cache;
   std::unique_ptr<lanes::LaneHost> host;
   std::shared_ptr<lanes::testing::Collector> sink = std::make_shared<lanes::testing::Collector>();

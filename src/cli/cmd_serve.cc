@@ -13,7 +13,7 @@
 
 #include "backends/cpu/load.h"
 #include "cli/command.h"
-#include "cli/oracle_backend.h"
+#include "backends/cpu/lane_backend.h"
 #include "cli/v41_text_side.h"
 #include "family/deepseek_v41/default_model.h"
 #include "lanes/fake_backend.h"
@@ -123,9 +123,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
                static_cast<long long>(files), bytes / 1048576.0);
   const auto t0 = std::chrono::steady_clock::now();
   DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir));
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> oracle, cpu::Oracle::create(weights, {}));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const cpu::ModelConfig& c = oracle->config();
+  const cpu::ModelConfig& c = weights->config;
   DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == cpu::Variant::v41
                                                                     ? chat::ChatFormat::v41
                                                                     : chat::ChatFormat::v4));
@@ -133,12 +132,12 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   if (c.vocab < text.vocab_size)
     return error(StatusCode::invalid_argument, "{}: vocab {} is smaller than the tokenizer's {}",
                  dir, c.vocab, text.vocab_size);
-  OracleBackendOptions bo;
+  cpu::LaneBackendOptions bo;
   bo.model_id = fs::weakly_canonical(dir, ec).string();
   bo.eos_ids = {eos};
   bo.max_context = flags.context;
   bo.max_streams = flags.parallel;
-  backend = std::make_unique<OracleBackend>(std::move(oracle), bo);
+  DSV4_ASSIGN_OR_RETURN(backend, cpu::CpuLaneBackend::create(weights, cpu::OracleOptions{}, bo));
   std::fprintf(stderr,
                "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %d layers, dim %lld, vocab %lld, "
                "CPU oracle, context %d, %d parallel\n",

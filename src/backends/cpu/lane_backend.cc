@@ -16,14 +16,16 @@ StatusOr<std::unique_ptr<CpuLaneBackend>> CpuLaneBackend::create(std::shared_ptr
   std::unique_ptr<CpuLaneBackend> b(new CpuLaneBackend());
   b->oracle_ = std::move(o);
   lanes::BackendInfo& i = b->info_;
-  i.model_id = "cpu-oracle:" + std::to_string(cfg.n_layers) + "x" + std::to_string(cfg.dim);
+  if (options.model_id.empty())
+    return error(StatusCode::invalid_argument, "the lane backend needs a model id naming its weights");
+  i.model_id = options.model_id;
   i.snapshot_version = 1;
   i.vocab_size = static_cast<int32_t>(cfg.vocab);
-  i.eos_ids = {1};
+  i.eos_ids.assign(options.eos_ids.begin(), options.eos_ids.end());
   i.max_context = options.max_context;
   i.max_streams = options.max_streams;
   i.memory_budget_bytes = options.memory_budget_bytes;
-  i.max_draft_depth = has_draft ? cfg.dspark_block : 0;
+  i.max_draft_depth = has_draft && options.drafts ? cfg.dspark_block : 0;
   i.max_verify_rows = std::max(2, options.max_verify_rows);
   i.max_prefill_rows = std::max(1, options.max_prefill_rows);
   // A fixed table (never a timing): a window of r rows costs about one step plus 10% per row.

@@ -4,6 +4,8 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backends/cpu/forward.h"
 #include "lanes/backend.h"
@@ -11,6 +13,9 @@
 namespace dsv4::cpu {
 
 struct LaneBackendOptions {
+  std::string model_id;              // names the weights: prompt-cache entries of other weights are refused
+  std::vector<int32_t> eos_ids = {1};  // the model's end-of-sequence ids
+  bool drafts = true;                // offer the DSpark head when the weights carry one
   int32_t max_streams = 16;
   int64_t max_context = 1 << 20;
   int32_t max_verify_rows = 64;

@@ -14,7 +14,9 @@ std::unique_ptr<CpuLaneBackend> backend() {
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = 16;
-  auto b = CpuLaneBackend::create(w, o, {});
+  LaneBackendOptions options;
+  options.model_id = "test-synthetic";
+  auto b = CpuLaneBackend::create(w, o, options);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
   return std::move(b).value();
 }
