@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/command.h"
@@ -24,7 +25,7 @@ int run_synth(int argc, char** argv) {
   uint64_t seed = 0;
   bool list = false, no_sync = false;
   app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
-                                       "(the release shape; --list only)")->required();
+                                       "(the release shape: 510 GB for v41, 167 GB for v4-0731; free space is checked first)")->required();
   app.add_option("--variant", variant_s, "v41 (V4.1-Flash) or v4-0731 (V4-Flash-0731)")->capture_default_str();
   app.add_option("--seed", seed, "seed of the random weights; same seed, same bytes")->capture_default_str();
   app.add_option("--out", out, "output directory (created if absent; same-named files are replaced)");
@@ -60,11 +61,19 @@ int run_synth(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 synth: --out DIR is required unless --list is given\n");
     return 2;
   }
-  if (*preset == Preset::full) {
-    std::fprintf(stderr, "dsv4 synth: --preset full describes the %s release (%.0f GB of weights); it is "
-                         "available with --list only. Use tiny or small to write a checkpoint.\n",
-                 std::string(variant_name(*variant)).c_str(), expected_tensors(c).total_bytes() / 1e9);
-    return 2;
+  {
+    // Refuse up front when the weights cannot fit (the full presets are 167-510 GB), naming both sizes.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path probe = fs::absolute(out, ec);
+    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
+    const auto space = fs::space(probe.empty() ? fs::path(".") : probe, ec);
+    const int64_t need = expected_tensors(c).total_bytes();
+    if (!ec && static_cast<int64_t>(space.available) < need) {
+      std::fprintf(stderr, "dsv4 synth: %s needs %.1f GB of weights but %s has %.1f GB free\n",
+                   out.c_str(), need / 1e9, probe.c_str(), space.available / 1e9);
+      return 2;
+    }
   }
   SynthOptions o;
   o.seed = seed;

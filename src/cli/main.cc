@@ -24,7 +24,9 @@ void print_help() {
       "usage: dsv4 <command> [options]   (dsv4 <command> --help for its options)\n\ncommands:\n");
   auto all = commands();
   std::sort(all.begin(), all.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
-  for (const auto& c : all) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+  size_t width = 0;
+  for (const auto& c : all) width = std::max(width, c.name.size());
+  for (const auto& c : all) std::printf("  %-*s  %s\n", static_cast<int>(width), c.name.c_str(), c.summary.c_str());
 }
 }  // namespace
 }  // namespace dsv4::cli
