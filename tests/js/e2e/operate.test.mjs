@@ -139,7 +139,13 @@ test('/metrics parses as Prometheus text and counts what happened', async () => 
     await c.chat.completions.create({ model: 'deepseek-v4', messages: user('say:abc') });
     await c.completions.create({ model: 'deepseek-v4', prompt: 'say:de', max_tokens: 1 });
     await request(s.url, { body: '{bad json' });
-    const text = await metricsText(s.url);
+    // The per-status HTTP counter is bumped after the response is written, so a scrape that races
+    // the last response may not see it yet: scrape until it does (bounded), as Prometheus would.
+    let text = await metricsText(s.url);
+    for (let i = 0; i < 40 && metricValue(text, 'dsv4:http_requests_total', 'status="400"') !== 1; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      text = await metricsText(s.url);
+    }
     const { types, samples } = parseExposition(text);
     for (const [n, t] of [
       ['dsv4:num_requests_running', 'gauge'], ['dsv4:num_requests_waiting', 'gauge'], ['dsv4:prompt_tokens_total', 'counter'],
