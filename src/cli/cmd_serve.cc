@@ -122,7 +122,20 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   std::fprintf(stderr, "dsv4 serve: loading %s (%lld safetensors files, %.1f MiB)\n", dir.c_str(),
                static_cast<long long>(files), bytes / 1048576.0);
   const auto t0 = std::chrono::steady_clock::now();
-  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir));
+  // Progress at most twice a second: tensors and bytes decoded, with the rate so far.
+  auto last = t0;
+  cpu::LoadProgress loaded;
+  const auto progress = [&](const cpu::LoadProgress& p) {
+    loaded = p;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::milliseconds(500) && p.tensors_done != p.tensors_total) return;
+    last = now;
+    const double secs = std::chrono::duration<double>(now - t0).count();
+    std::fprintf(stderr, "dsv4 serve: loading: %lld/%lld tensors, %.1f/%.1f MiB (%.1f MiB/s)\n",
+                 static_cast<long long>(p.tensors_done), static_cast<long long>(p.tensors_total),
+                 p.bytes_done / 1048576.0, p.bytes_total / 1048576.0, secs > 0 ? p.bytes_done / 1048576.0 / secs : 0.0);
+  };
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir, progress));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const cpu::ModelConfig& c = weights->config;
   DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == cpu::Variant::v41
@@ -139,9 +152,9 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bo.max_streams = flags.parallel;
   DSV4_ASSIGN_OR_RETURN(backend, cpu::CpuLaneBackend::create(weights, cpu::OracleOptions{}, bo));
   std::fprintf(stderr,
-               "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %d layers, dim %lld, vocab %lld, "
+               "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %lld tensors, %d layers, dim %lld, vocab %lld, "
                "CPU oracle, context %d, %d parallel\n",
-               dir.c_str(), s, s > 0 ? bytes / 1048576.0 / s : 0.0, c.n_layers,
+               dir.c_str(), s, s > 0 ? bytes / 1048576.0 / s : 0.0, static_cast<long long>(loaded.tensors_done), c.n_layers,
                static_cast<long long>(c.dim), static_cast<long long>(c.vocab), flags.context,
                flags.parallel);
   return ok_status();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "core/checkpoint.h"
@@ -76,10 +77,13 @@ namespace {
 
 class Reader {
  public:
-  explicit Reader(const Checkpoint& ck) : ck_(ck) {}
+  Reader(const Checkpoint& ck, const LoadProgressFn& progress) : ck_(ck), progress_(progress) {
+    done_.tensors_total = ck.tensor_count();
+    done_.bytes_total = ck.total_bytes();
+  }
 
   StatusOr<TensorView> get(const std::string& name, DType want) const {
-    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    DSV4_ASSIGN_OR_RETURN(TensorView v, view(name));
     const bool scale_alias = want == DType::f8_e8m0 && v.dtype == DType::u8;
     if (v.dtype != want && !scale_alias)
       return error(StatusCode::data_loss, "tensor '{}': dtype {}, expected {}", name, dtype_name(v.dtype),
@@ -88,7 +92,7 @@ class Reader {
   }
   // BF16 or F32 values widened to float.
   StatusOr<std::vector<float>> floats(const std::string& name) const {
-    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    DSV4_ASSIGN_OR_RETURN(TensorView v, view(name));
     std::vector<float> out(v.numel());
     if (v.dtype == DType::bf16) {
       for (int64_t i = 0; i < v.numel(); ++i) {
@@ -104,7 +108,7 @@ class Reader {
     return out;
   }
   StatusOr<Bf16Weight> matrix(const std::string& name) const {
-    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    DSV4_ASSIGN_OR_RETURN(TensorView v, view(name));
     if (v.rank() != 2) return error(StatusCode::data_loss, "tensor '{}' is not a matrix", name);
     Bf16Weight w;
     w.out = v.dim(0);
@@ -148,7 +152,21 @@ class Reader {
   }
 
  private:
+  // Every read goes through here; a tensor counts toward progress the first time it is read.
+  StatusOr<TensorView> view(const std::string& name) const {
+    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    if (progress_ && seen_.insert(name).second) {
+      ++done_.tensors_done;
+      done_.bytes_done += v.nbytes;
+      progress_(done_);
+    }
+    return v;
+  }
+
   const Checkpoint& ck_;
+  const LoadProgressFn& progress_;
+  mutable std::set<std::string> seen_;
+  mutable LoadProgress done_;
 };
 
 Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, const std::string& p,
@@ -232,7 +250,7 @@ StatusOr<std::vector<int32_t>> read_plain_token_map(const std::string& path, int
 
 }  // namespace
 
-StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir) {
+StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadProgressFn& progress) {
   DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir + "/config.json"));
   DSV4_RETURN_IF_ERROR(family::validate_config(fc));
   auto w = std::make_shared<ModelWeights>();
@@ -246,7 +264,7 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir) {
     found.push_back({n, t.view.dtype, t.view.shape, ""});
   }
   DSV4_RETURN_IF_ERROR(family::validate_tensors(family::expected_tensors(fc), found));
-  Reader r(ck);
+  Reader r(ck, progress);
   const auto roles = layer_roles(c);
   DSV4_ASSIGN_OR_RETURN(w->embed, r.bf16_raw("embed.weight"));
   w->layers.resize(c.n_layers);
