@@ -2,26 +2,13 @@
 #include "formats/exl3/half.h"
 
 #include <cmath>
-#include <cstring>
-#include <limits>
+
+#include "core/fp16.h"
 
 namespace dsv4::exl3 {
 
-double half_bits_to_double(uint16_t bits) {
-  const int sign = bits >> 15;
-  const int exponent = (bits >> 10) & 0x1F;
-  const int mantissa = bits & 0x3FF;
-  double magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<double>(mantissa), -24);
-  } else if (exponent == 31) {
-    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                         : std::numeric_limits<double>::infinity();
-  } else {
-    magnitude = std::ldexp(static_cast<double>(1024 + mantissa), exponent - 25);
-  }
-  return sign ? -magnitude : magnitude;
-}
+// Every fp16 value (inf and NaN too) is exact in fp32, so core's decode serves.
+double half_bits_to_double(uint16_t bits) { return static_cast<double>(f16_to_f32(bits)); }
 
 uint16_t double_to_half_bits(double value) {
   const uint16_t sign = std::signbit(value) ? 0x8000 : 0;

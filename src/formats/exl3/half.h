@@ -5,7 +5,7 @@
 
 namespace dsv4::exl3 {
 
-// The exact value of an fp16 bit pattern (inf and NaN map to double inf/NaN).
+// The exact value of an fp16 bit pattern (core f16_to_f32 widened; inf and NaN map to inf/NaN).
 double half_bits_to_double(uint16_t bits);
 
 // Rounds a double to the nearest fp16 (ties to even, subnormals, overflow to inf): one rounding,
