@@ -1,13 +1,10 @@
 // Checkpoint loading for the oracle (see load.h).
 #include "backends/cpu/load.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "core/checkpoint.h"
 #include "family/deepseek_v41/engram_layout.h"
@@ -228,26 +225,6 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
 
 // A JSON object whose "token_map" holds vocab ids in [0, compressed); `first` is the error of the
 // strict parser, reported when this shape does not fit either.
-StatusOr<std::vector<int32_t>> read_plain_token_map(const std::string& path, int64_t vocab, int64_t compressed,
-                                                   const Status& first) {
-  std::ifstream f(path);
-  if (!f) return first;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    const nlohmann::json j = nlohmann::json::parse(ss.str());
-    std::vector<int32_t> map = j.at("token_map").get<std::vector<int32_t>>();
-    if (static_cast<int64_t>(map.size()) != vocab)
-      return error(StatusCode::data_loss, "'{}': {} entries, expected vocab_size {}", path, map.size(), vocab);
-    for (int32_t v : map)
-      if (v < 0 || v >= compressed)
-        return error(StatusCode::data_loss, "'{}': compressed id {} outside [0, {})", path, v, compressed);
-    return map;
-  } catch (const std::exception& e) {
-    return first;
-  }
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadProgressFn& progress) {
@@ -299,16 +276,9 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, con
       DSV4_ASSIGN_OR_RETURN(Tokenizer t, load_v41_tokenizer());
       tok = std::move(t);
     }
-    auto map = load_engram_token_map(dir, tok ? &*tok : nullptr, c.vocab, c.engram_compressed_vocab, c.engram_pad_id);
-    if (map.ok()) {
-      w->engram_token_map = std::move(map->token_map);
-    } else {
-      // `dsv4 synth` writes only {"token_map": [...]} (its synthetic map is not in first-appearance
-      // order); accept that shape with the range checks that matter here.
-      DSV4_ASSIGN_OR_RETURN(w->engram_token_map,
-                            read_plain_token_map(dir + "/" + std::string(kEngramTokenMapFile), c.vocab,
-                                                 c.engram_compressed_vocab, map.status()));
-    }
+    DSV4_ASSIGN_OR_RETURN(EngramTokenMap map, load_engram_token_map(dir, tok ? &*tok : nullptr, c.vocab,
+                                                                    c.engram_compressed_vocab, c.engram_pad_id));
+    w->engram_token_map = std::move(map.token_map);
   }
   if (c.dspark_stages > 0) {
     auto S = std::make_unique<DsparkWeights>();
