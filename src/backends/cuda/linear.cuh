@@ -1,0 +1,30 @@
+// The four linears of model-spec.md §3.1 on CUDA: y = the oracle's cpu::*_linear with Acc = float.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/weights.h"
+
+namespace dsv4::cuda {
+
+// x: float [rows, W.in] holding bf16 values; y: float [rows, W.out] holding bf16 values.
+// Batch-invariant: every output element's arithmetic (act_quant of its row, then a fixed K order
+// of exact block products, block scales applied per 32 along K, a fixed lane tree) depends only on
+// the weight's shape, never on `rows`, on the other rows, or on the launch geometry.
+// Refused with cudaErrorInvalidValue (nothing launched): FP8/FP4 with W.in or act_block not a
+// multiple of 32 (FP8 also W.block), a bf16 / fp32 W.in not a multiple of 8 / 4, x not 16-byte
+// aligned.
+// rows == 0 launches nothing. All four return the launch's cudaGetLastError().
+
+// FP8 block-scaled: per row act_quant(x, act_block) (e4m3 codes, ue8m0 scales, as cpu::act_quant_row).
+cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_block, float* y, cudaStream_t s);
+// FP4 experts: e2m1 weights with a ue8m0 scale per 32 along K; activations act_quant'ed per act_block.
+cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s);
+// bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
+cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
+// fp32 weights, inputs and outputs, no rounding (y fp32). W.in a multiple of 4.
+cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s);
+
+}  // namespace dsv4::cuda
