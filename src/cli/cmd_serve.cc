@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backends/cpu/load.h"
+#include "cache/prompt_cache.h"
 #include "cli/command.h"
 #include "backends/cpu/lane_backend.h"
 #include "cli/v41_text_side.h"
@@ -30,6 +31,8 @@ struct ServeFlags {
   std::string model_dir;
   int32_t context = 4096;
   int32_t parallel = 4;
+  int64_t prompt_cache_mib = 256;
+  int32_t prompt_cache_page = 64;
   bool fake_engine = false;
   bool lanes_fake_backend = false;
   server::FakeEngineOptions fake;
@@ -46,6 +49,15 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--parallel", f.parallel, "requests decoded together on a model")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--prompt-cache-mib", f.prompt_cache_mib,
+                 "RAM for prompt-cache snapshots (a prompt that repeats a cached prefix resumes "
+                 "there; usage reports the cached tokens); 0 turns the cache off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--prompt-cache-page", f.prompt_cache_page,
+                 "prompt-cache page in tokens: prefixes are cached at multiples of it")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--host", o.host, "address to bind; 0.0.0.0 exposes the server to the network")
       ->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 picks a free one (printed on stderr)")
@@ -202,6 +214,7 @@ int run_serve(int argc, char** argv) {
 
   // Declared in teardown order: the adapter before the lane host before its backend.
   std::unique_ptr<lanes::Backend> backend;
+  std::unique_ptr<cache::PromptCache> prompt_cache;
   std::unique_ptr<lanes::LaneHost> host;
   std::unique_ptr<server::Engine> engine;
   server::TextSide text;
@@ -215,6 +228,21 @@ int run_serve(int argc, char** argv) {
     lanes::LaneHostOptions ho;
     ho.max_batch_streams = flags.parallel;
     ho.max_queue = flags.server.max_queue;
+    ho.token_bytes = text.output_bytes;  // stop strings are matched in the lane core
+    if (flags.prompt_cache_mib > 0) {
+      cache::PromptCacheOptions co;
+      co.page_tokens = flags.prompt_cache_page;
+      co.ram_bytes = flags.prompt_cache_mib << 20;
+      co.model_id = backend->info().model_id;
+      co.snapshot_version = backend->info().snapshot_version;
+      auto opened = cache::PromptCache::open(co);
+      if (!opened.ok()) {
+        std::fprintf(stderr, "dsv4 serve: prompt cache: %s\n", opened.status().to_string().c_str());
+        return 1;
+      }
+      prompt_cache = std::move(*opened);
+      ho.cache = prompt_cache.get();
+    }
     host = std::make_unique<lanes::LaneHost>(*backend, ho);
     host->start();
     lanes::LaneHost* h = host.get();
@@ -245,6 +273,7 @@ int run_serve(int argc, char** argv) {
     lanes::LaneHostOptions ho;
     ho.max_batch_streams = flags.fake.parallel;
     ho.max_queue = flags.server.max_queue;
+    ho.token_bytes = text.output_bytes;
     host = std::make_unique<lanes::LaneHost>(*backend, ho);
     host->start();
     lanes::LaneHost* h = host.get();

@@ -14,19 +14,15 @@
 namespace dsv4::cli {
 namespace {
 
-// Special tokens (BOS, EOS, think tags as added tokens) are dropped from the text; the parser sees
-// only what the model wrote as text.
-class Detok final : public server::Detokenizer {
+// Output bytes to text (special tokens such as BOS and EOS have no output bytes, so the parser
+// sees only what the model wrote as text).
+class Utf8Text final : public server::TextStream {
  public:
-  explicit Detok(Tokenizer tok) : detok_(std::move(tok), /*skip_special_tokens=*/true) {}
-  std::string push(int32_t token) override {
-    auto text = detok_.push(token);
-    return text.ok() ? std::move(*text) : std::string();
-  }
-  std::string flush() override { return detok_.finish(); }
+  std::string push(std::string_view bytes) override { return stream_.push(bytes); }
+  std::string flush() override { return stream_.finish(); }
 
  private:
-  IncrementalDetokenizer detok_;
+  Utf8Stream stream_;
 };
 
 void convert(const chat::ChatDelta& from, server::ChatDelta& into) {
@@ -85,7 +81,22 @@ StatusOr<server::TextSide> make_v41_text_side(int32_t context_length, chat::Chat
     r.thinking = prompt.reply_starts_in_reasoning;
     return r;
   };
-  t.new_detokenizer = [tok] { return std::make_unique<Detok>(tok); };
+  t.new_text_stream = [] { return std::make_unique<Utf8Text>(); };
+  t.output_bytes = [tok](int32_t id) -> std::string {
+    if (tok.is_special(id)) return {};
+    auto b = tok.token_bytes(id);
+    return b ? std::string(*b) : std::string();
+  };
+  t.close_reasoning = std::string(chat::kThinkEnd);
+  const chat::DsmlTags tags = chat::dsml_tags(format);
+  // "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"NAME\">\n" (tokenizer-and-chat.md §2.5).
+  t.tool_call_opening = [tags](const std::string& name) {
+    const std::string d(chat::kDsml);
+    std::string s = "\n\n<" + d + std::string(tags.block) + ">\n<" + d + std::string(tags.invoke) +
+                    " name=\"";
+    if (!name.empty()) s += name + "\">\n";
+    return s;
+  };
   t.new_output_parser = [format](const server::ChatParseOptions& o) {
     return std::make_unique<Parser>(format, o.thinking);
   };

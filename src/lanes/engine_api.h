@@ -56,6 +56,7 @@ struct TokenEvent {
   float logprob = 0.0f;           // raw log-probability (temperature 1), when Request::logprobs
   std::vector<TokenLogprob> top;  // best alternatives, when Request::top_logprobs > 0
   bool forced = false;            // from forced_tokens or a thinking-budget close, not drawn
+  bool last = false;              // the request's final token: on_finish follows at once
 };
 
 enum class FinishReason { stop, length, cancelled, error };

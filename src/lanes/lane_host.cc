@@ -451,6 +451,7 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
   s.held = DraftProposal{};
   s.depth_decided = false;
   s.last_served = round_;
+  events.back().last = outcome == CommitOutcome::finished;
   if (s.sink) s.sink->on_tokens(s.id, events);
   if (outcome == CommitOutcome::finished) {
     finish(s, std::move(done));

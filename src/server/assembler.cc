@@ -3,33 +3,52 @@
 
 #include <fmt/format.h>
 
-#include <set>
+#include <algorithm>
+
+#include "server/stop_text.h"
 
 namespace dsv4::server {
 
 using json = nlohmann::json;
 
 Assembler::Assembler(AssemblerSetup setup, const TextSide& text)
-    : setup_(std::move(setup)), text_(text), detok_(text.new_detokenizer()), stop_(setup_.stop) {
+    : setup_(std::move(setup)), text_(text), text_stream_(text.new_text_stream()) {
   if (setup_.endpoint == Endpoint::chat)
     parser_ = text.new_output_parser(ChatParseOptions{setup_.thinking, setup_.tools});
+  if (parser_ && setup_.forced_call) {
+    // The call's opening is in the prompt; the parser reads it as if the model had written it, so
+    // the call (its id and name) starts the reply.
+    ChatDelta d;
+    parser_->push(setup_.call_opening, d);
+    take_delta(d);
+  }
 }
 
 std::string Assembler::feed(const GenerationEvent& event) {
   if (finished_) return {};
   if (event.cached_prompt_tokens >= 0) cached_ = event.cached_prompt_tokens;
-  for (const TokenOut& t : event.tokens) {
-    if (finished_) break;  // tokens after a stop-string match are dropped
-    std::string piece = detok_->push(t.token);
-    token_start_.push_back(raw_len_);
-    tokens_.push_back(t);
-    raw_len_ += piece.size();
-    accept_text(piece, false);
+  // Token by token, so reasoning and logprobs align with the text each token released.
+  const bool use_stops = !setup_.forced && !setup_.stop.empty();
+  for (size_t i = 0; i < event.tokens.size() && !finished_; ++i) {
+    token_start_.push_back(bytes_.size());
+    bytes_ += text_.output_bytes(event.tokens[i].token);
+    tokens_.push_back(event.tokens[i]);
+    // The last token of a stop-string finish completed the match; every earlier one left no whole
+    // stop string in bytes_, so holding back possible starts suffices (stop_text.h).
+    if (event.done && event.stop_offset >= 0 && i + 1 == event.tokens.size()) break;
+    const size_t hold =
+        use_stops ? stop_hold_length(std::string_view(bytes_).substr(released_), setup_.stop) : 0;
+    release(bytes_.size() - hold, false);
   }
   if (event.done && !finished_) {
+    size_t end = bytes_.size();
+    // A stop string matched: the reply ends where the match starts. Nothing at or after that
+    // offset was released, so the clamp only guards a misbehaving engine.
+    if (event.stop_offset >= 0)
+      end = std::clamp(static_cast<size_t>(event.stop_offset), released_, bytes_.size());
+    release(end, true);
     finish_ = event.finish;
     error_ = event.error;
-    accept_text(detok_->flush(), true);
     finished_ = true;
     if (parser_) parser_->finish(batch_);
   }
@@ -51,39 +70,43 @@ std::string Assembler::feed(const GenerationEvent& event) {
   return {};
 }
 
-void Assembler::accept_text(const std::string& piece, bool final) {
-  bool use_stops = !setup_.forced && !setup_.stop.empty();
-  std::string released = use_stops ? stop_.push(piece) : piece;
-  if (use_stops && final && !stop_.matched()) released += stop_.flush();
-  if (use_stops && stop_.matched() && !finished_) {
-    finished_ = true;
-    stopped_by_text_ = true;
-    finish_ = Finish::stop;
-  }
-  emit_released(released);
-  if (stopped_by_text_ && !final && parser_) parser_->finish(batch_);
-}
-
-void Assembler::emit_released(const std::string& released) {
-  if (released.empty()) return;
+// Passes bytes_[released_, end) on: decoded to text, then to the output parser (chat) or the
+// reply text (completions).
+void Assembler::release(size_t end, bool final) {
+  std::string text = text_stream_->push(std::string_view(bytes_).substr(released_, end - released_));
+  released_ = end;
+  if (final) text += text_stream_->flush();
+  if (text.empty() || finished_) return;
   if (!parser_) {
-    batch_text_ += released;
+    batch_text_ += text;
     return;
   }
   ChatDelta d;
-  parser_->push(released, d);
+  parser_->push(text, d);
   // Reasoning tokens: with thinking on, every token released before the first content or tool
   // call (the closing tag included).
   if (setup_.thinking && !content_started_) {
     if (d.content.empty() && d.tool_calls.empty()) {
-      size_t released_len = setup_.forced || setup_.stop.empty() ? raw_len_ : stop_.released();
       size_t upto = tokens_counted_;
-      while (upto < tokens_.size() && token_start_[upto] < released_len) ++upto;
+      while (upto < tokens_.size() && token_start_[upto] < released_) ++upto;
       reasoning_tokens_ += static_cast<int32_t>(upto - tokens_counted_);
       tokens_counted_ = upto;
     } else {
       content_started_ = true;
     }
+  }
+  take_delta(d);
+}
+
+void Assembler::take_delta(ChatDelta& d) {
+  if (setup_.forced_call && tool_calls_seen_ && (!d.content.empty() || !d.reasoning.empty())) {
+    // The forced call's block has ended (closed, or cut short by text that is not a call): the
+    // reply is the call; what follows is not sent.
+    d.content.clear();
+    d.reasoning.clear();
+    ended_early_ = true;
+    finished_ = true;
+    finish_ = Finish::stop;
   }
   if (!d.tool_calls.empty()) tool_calls_seen_ = true;
   batch_.reasoning += d.reasoning;
@@ -102,18 +125,17 @@ void Assembler::emit_released(const std::string& released) {
 
 std::vector<TokenOut> Assembler::take_logprobs(bool all) {
   if (!setup_.logprobs) return {};
-  size_t released_len = setup_.forced || setup_.stop.empty() ? raw_len_ : stop_.released();
   size_t upto = logprobs_sent_;
-  if (all && !stopped_by_text_) {
+  if (all && released_ == bytes_.size()) {
     upto = tokens_.size();
-  } else if (stopped_by_text_) {
-    // Tokens that began before the stop string's position.
-    while (upto < tokens_.size() && token_start_[upto] < released_len) ++upto;
+  } else if (all) {
+    // Cut by a stop string: the tokens that began before its match.
+    while (upto < tokens_.size() && token_start_[upto] < released_) ++upto;
   } else {
     // Tokens whose whole text has been released.
     while (upto < tokens_.size()) {
-      size_t end = upto + 1 < tokens_.size() ? token_start_[upto + 1] : raw_len_;
-      if (end > released_len) break;
+      size_t end = upto + 1 < tokens_.size() ? token_start_[upto + 1] : bytes_.size();
+      if (end > released_) break;
       ++upto;
     }
   }

@@ -1,5 +1,6 @@
-// Turns one request's engine events into its OpenAI reply: detokenize, apply stop strings, split
-// reasoning / content / tool calls, align logprobs with released text, count usage.
+// Turns one request's engine events into its OpenAI reply: decode the output bytes, hold back what
+// a stop string may still cut and cut where the engine's match starts, split reasoning / content /
+// tool calls, align logprobs with released text, count usage.
 //
 // Streamed: feed() returns SSE text per event; finish_sse() closes the stream. Not streamed: the
 // same feed() accumulates and reply() builds the whole object. No I/O and no clocks here.
@@ -16,7 +17,6 @@
 #include "server/engine.h"
 #include "server/responses.h"
 #include "server/schema.h"
-#include "server/stop_text.h"
 #include "server/text_side.h"
 
 namespace dsv4::server {
@@ -28,10 +28,15 @@ struct AssemblerSetup {
   bool include_usage = false;
   bool logprobs = false;
   int32_t top_logprobs = 0;
-  std::vector<std::string> stop;
+  std::vector<std::string> stop;  // the engine matches them; the server holds back and cuts
   bool forced = false;       // teacher-forced scoring: stop strings do not apply
   bool thinking = false;     // the chat prompt opened a reasoning block
   bool tools = false;        // tool calls are parsed out of the output
+  // A forced tool call (tool_choice required or named): the prompt ends with `call_opening` (the
+  // model's markup opening a call), which the output parser reads first; the reply ends with the
+  // call block — text after it is dropped and the engine request cancelled.
+  bool forced_call = false;
+  std::string call_opening;
   int32_t prompt_tokens = 0;
 };
 
@@ -41,10 +46,10 @@ class Assembler {
 
   // Consumes an event. Returns the SSE text to send now (streamed; "" otherwise).
   std::string feed(const GenerationEvent& event);
-  // True once the reply is complete (the engine finished, or a stop string matched — then the
-  // caller cancels the engine request).
+  // True once the reply is complete: the engine finished, or a forced tool call's block ended
+  // (ended_early(): the caller cancels the engine request).
   bool finished() const { return finished_; }
-  bool stopped_by_text() const { return stopped_by_text_; }
+  bool ended_early() const { return ended_early_; }
   bool failed() const { return finish_ == Finish::error; }
   const Status& error() const { return error_; }
 
@@ -59,20 +64,20 @@ class Assembler {
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()); }
 
  private:
-  void accept_text(const std::string& raw_piece, bool final);
-  void emit_released(const std::string& released);
+  void release(size_t end, bool final);
+  void take_delta(ChatDelta& d);
   std::vector<TokenOut> take_logprobs(bool all);
   std::string flush_batch(bool closing);
 
   AssemblerSetup setup_;
   const TextSide& text_;
-  std::unique_ptr<Detokenizer> detok_;
+  std::unique_ptr<TextStream> text_stream_;
   std::unique_ptr<OutputParser> parser_;
-  StopText stop_;
 
   std::vector<TokenOut> tokens_;
-  std::vector<size_t> token_start_;  // raw byte offsets of each token's text
-  size_t raw_len_ = 0;
+  std::string bytes_;                // the output bytes (TextSide::output_bytes of each token)
+  std::vector<size_t> token_start_;  // offset of each token's bytes in bytes_
+  size_t released_ = 0;              // bytes of bytes_ passed on (to the text stream)
   size_t logprobs_sent_ = 0;
   int32_t cached_ = 0;
   int32_t reasoning_tokens_ = 0;
@@ -80,7 +85,7 @@ class Assembler {
   bool content_started_ = false;
 
   bool finished_ = false;
-  bool stopped_by_text_ = false;
+  bool ended_early_ = false;
   Finish finish_ = Finish::none;
   Status error_;
 

@@ -32,6 +32,9 @@ struct GenerationRequest {
   bool logprobs = false;      // report the chosen token's logprob
   bool draft = true;          // false: one token a round (the reference drafted output equals)
   bool ignore_eos = false;    // keep going past end-of-sequence tokens
+  // Finish (stop) when the output bytes (TextSide::output_bytes of each token) contain one of
+  // these; the token that completes the match is still delivered, with the finish.
+  std::vector<std::string> stop;
 };
 
 struct TopLogprob {
@@ -55,6 +58,10 @@ struct GenerationEvent {
   Finish finish = Finish::none;
   Status error;                      // set when finish == error (halted, engine failure)
   int32_t cached_prompt_tokens = -1; // >= 0 once known (the first event reports it)
+  // finish == stop by a stop string: where the match starts in the output bytes (the reply ends
+  // there); -1 otherwise. Set only on the done event, which then also carries the token that
+  // completed the match, so no earlier event's bytes contain a whole stop string.
+  int64_t stop_offset = -1;
 };
 
 // Called from engine threads, in order, never concurrently for one request. Must not block long.

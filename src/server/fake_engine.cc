@@ -106,6 +106,7 @@ struct FakeEngine::Job {
   Clock::time_point next_at;
   int32_t cached = -1;
   bool cancelled = false;
+  std::string output;  // output bytes so far, when the request has stop strings
 };
 
 FakeEngine::FakeEngine(FakeEngineOptions options) : options_(options) {
@@ -192,6 +193,23 @@ void FakeEngine::step(Job& job, GenerationEvent& ev) {
     if (r.draft && i > 0) {  // tokens past the first of a round count as accepted drafts
       ++stats_.draft_tokens;
       ++stats_.draft_accepted;
+    }
+    // Stop strings, as the lane core matches them: the earliest match the new byte completes.
+    if (!r.stop.empty() && token < 256) {
+      job.output += static_cast<char>(token);
+      int64_t at = -1;
+      for (const auto& stop : r.stop) {
+        size_t from = job.output.size() >= stop.size() ? job.output.size() - stop.size() : 0;
+        size_t found = job.output.find(stop, from);
+        if (found != std::string::npos && (at < 0 || static_cast<int64_t>(found) < at))
+          at = static_cast<int64_t>(found);
+      }
+      if (at >= 0) {
+        ev.done = true;
+        ev.finish = Finish::stop;
+        ev.stop_offset = at;
+        return;
+      }
     }
     bool eos = token == kFakeEos;
     bool forced_done = !r.forced.empty() && job.emitted >= r.forced.size();

@@ -29,11 +29,10 @@ size_t complete_utf8(const std::string& s) {
   return n;
 }
 
-class ByteDetokenizer final : public Detokenizer {
+class ByteText final : public TextStream {
  public:
-  std::string push(int32_t token) override {
-    if (token < 0 || token > 255) return {};
-    held_ += static_cast<char>(token);
+  std::string push(std::string_view bytes) override {
+    held_.append(bytes);
     size_t n = complete_utf8(held_);
     std::string out = held_.substr(0, n);
     held_.erase(0, n);
@@ -178,7 +177,15 @@ TextSide make_fake_text_side(int32_t context_length) {
     for (unsigned char c : text) r.tokens.push_back(c);
     return r;
   };
-  t.new_detokenizer = [] { return std::make_unique<ByteDetokenizer>(); };
+  t.new_text_stream = [] { return std::make_unique<ByteText>(); };
+  t.output_bytes = [](int32_t token) -> std::string {
+    if (token >= 0 && token < 256) return std::string(1, static_cast<char>(token));
+    return {};  // BOS, EOS
+  };
+  t.close_reasoning = "</think>";
+  t.tool_call_opening = [](const std::string& name) {
+    return name.empty() ? std::string("<tool>") : "<tool>" + name + " ";
+  };
   t.new_output_parser = [](const ChatParseOptions& o) { return std::make_unique<FakeParser>(o); };
   t.token_bytes = [](int32_t token) -> std::string {
     if (token == kFakeBos) return "<s>";

@@ -76,8 +76,8 @@ struct Run {
         first_token_time = last_token;
       out += assembler->feed(e);
     }
-    // A stop string ended the reply before the engine did.
-    if (assembler->stopped_by_text() && !cancelled) {
+    // A forced tool call's block ended the reply before the engine did.
+    if (assembler->ended_early() && !cancelled) {
       engine->cancel(id);
       cancelled = true;
     }
@@ -119,6 +119,23 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
     g.prompt = std::move(rendered->tokens);
     s.thinking = rendered->thinking;
     s.tools = pr.tools_offered && pr.tool_choice != ToolChoiceMode::none;
+    if (s.tools && (pr.tool_choice == ToolChoiceMode::required ||
+                    pr.tool_choice == ToolChoiceMode::named) && !pr.has_forced) {
+      // A forced call: the reply is prefilled with the opening of a call (to the named tool, or
+      // the only one offered; with several, the model names it), after closing the reasoning
+      // block when the prompt opened one.
+      const std::string name = pr.tool_choice == ToolChoiceMode::named ? pr.tool_choice_name
+                               : pr.tool_names.size() == 1            ? pr.tool_names[0]
+                                                                      : std::string();
+      std::string prefill = rendered->thinking ? text.close_reasoning : std::string();
+      s.call_opening = text.tool_call_opening(name);
+      prefill += s.call_opening;
+      auto ids = text.tokenize(prefill, false);
+      if (!ids.ok()) return err = error_from_status(ids.status(), "tool_choice"), false;
+      g.prompt.insert(g.prompt.end(), ids->begin(), ids->end());
+      s.thinking = false;
+      s.forced_call = true;
+    }
   } else if (pr.prompt_is_ids) {
     g.prompt = pr.prompt_ids;
   } else {
@@ -173,6 +190,7 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
   g.top_logprobs = pr.top_logprobs;
   g.draft = pr.draft;
   g.ignore_eos = pr.ignore_eos;
+  if (!pr.has_forced) g.stop = pr.stop;  // a forced continuation is scored whole
 
   s.endpoint = pr.endpoint;
   s.meta.id = core.random_id(pr.endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-");

@@ -23,13 +23,20 @@ class ForwardingSink final : public lanes::EventSink {
       for (const auto& alt : t.top) out.top.push_back({alt.token, alt.logprob});
       e.tokens.push_back(std::move(out));
     }
+    // The request's final tokens travel with its finish (the server cuts at a stop string's match
+    // only once it knows of it).
+    if (!tokens.empty() && tokens.back().last) {
+      held_ = std::move(e);
+      return;
+    }
     sink_(std::move(e));
   }
 
   void on_finish(lanes::RequestId, const lanes::Finish& f) override {
-    GenerationEvent e;
+    GenerationEvent e = std::move(held_);
     e.done = true;
     e.cached_prompt_tokens = static_cast<int32_t>(f.usage.cached_prompt_tokens);
+    if (f.stop_kind == lanes::StopKind::string) e.stop_offset = f.stop_byte_offset;
     switch (f.reason) {
       case lanes::FinishReason::stop: e.finish = Finish::stop; break;
       case lanes::FinishReason::length: e.finish = Finish::length; break;
@@ -47,6 +54,7 @@ class ForwardingSink final : public lanes::EventSink {
 
  private:
   server::EventSink sink_;
+  GenerationEvent held_;  // the final tokens, until on_finish
 };
 
 }  // namespace
@@ -68,6 +76,7 @@ lanes::Request LanesEngine::to_lanes(const GenerationRequest& r) {
   q.top_logprobs = r.logprobs ? r.top_logprobs : 0;
   q.forced_tokens = r.forced;
   q.draft = r.draft;
+  q.stop_strings = r.stop;
   return q;
 }
 

@@ -83,19 +83,15 @@ TEST(Responses, LogprobShapes) {
   EXPECT_EQ(dump_json(json(std::string("\xE4\xBD"))), "\"\xEF\xBF\xBD\"");  // partial char -> U+FFFD
 }
 
-TEST(StopText, HoldsBackPrefixesAndCutsAtTheEarliestMatch) {
-  StopText s({"END", "xyz"});
-  EXPECT_EQ(s.push("abcE"), "abc");   // "E" may start END
-  EXPECT_EQ(s.push("N"), "");         // "EN" still may
-  EXPECT_EQ(s.push("Q"), "ENQ");      // not END after all
-  EXPECT_EQ(s.push("1xyEND"), "1xy"); // END matches; text before it is released
-  EXPECT_TRUE(s.matched());
-  EXPECT_EQ(s.released(), 9u);  // "abc" + "ENQ" + "1xy"
-  EXPECT_EQ(s.push("more"), "");
-  StopText t({"ab"});
-  EXPECT_EQ(t.push("xa"), "x");
-  EXPECT_EQ(t.flush(), "a");
-  EXPECT_FALSE(t.matched());
+TEST(StopHold, HoldsTheLongestSuffixThatMayStartAStopString) {
+  const std::vector<std::string> stops = {"END", "xyz"};
+  EXPECT_EQ(stop_hold_length("abcE", stops), 1u);   // "E" may start END
+  EXPECT_EQ(stop_hold_length("abcEN", stops), 2u);  // "EN" still may
+  EXPECT_EQ(stop_hold_length("abcENQ", stops), 0u); // not END after all
+  EXPECT_EQ(stop_hold_length("1xy", stops), 2u);    // "xy" may start xyz
+  EXPECT_EQ(stop_hold_length("", stops), 0u);
+  EXPECT_EQ(stop_hold_length("aa", {"aab"}), 2u);   // the longest prefix wins
+  EXPECT_EQ(stop_hold_length("a", {"a"}), 0u);      // a whole stop string is the engine's match
 }
 
 GenerationEvent tokens_event(const std::string& text, bool done = false, Finish f = Finish::none) {
@@ -111,27 +107,75 @@ GenerationEvent tokens_event(const std::string& text, bool done = false, Finish 
   return e;
 }
 
-TEST(Assembler, StopStringAcrossEventsEndsTheReply) {
+TEST(Assembler, StopStringAcrossEventsCutsWhereTheEngineMatched) {
   TextSide text = make_fake_text_side(4096);
   AssemblerSetup s;
   s.endpoint = Endpoint::completions;
   s.meta = {"cmpl-1", 1, "m"};
+  s.stream = true;
   s.stop = {"STOP"};
   s.logprobs = true;
   s.prompt_tokens = 5;
   Assembler a(s, text);
-  a.feed(tokens_event("hello ST"));
+  // "ST" may start STOP: held back.
+  std::string sse = a.feed(tokens_event("hello ST"));
+  EXPECT_NE(sse.find("\"text\":\"hello \""), std::string::npos) << sse;
   EXPECT_FALSE(a.finished());
-  a.feed(tokens_event("OP and more"));
+  // The engine's match of STOP starts at byte 6; the event whose last token completed it ends the
+  // reply.
+  GenerationEvent last = tokens_event("OP", true, Finish::stop);
+  last.stop_offset = 6;
+  sse = a.feed(last);
   ASSERT_TRUE(a.finished());
-  EXPECT_TRUE(a.stopped_by_text());
+  EXPECT_FALSE(a.ended_early());
+  EXPECT_EQ(sse.find("STOP"), std::string::npos);
+  EXPECT_EQ(sse.find("\"text\":\"OP"), std::string::npos);
+  EXPECT_EQ(a.finish_reason(), "stop");
+  // Every delivered token counts: "hello STOP" = 10 tokens.
+  EXPECT_EQ(a.usage().completion_tokens, 10);
+}
+
+TEST(Assembler, StopStringCutInsideAToken) {
+  // Not streamed; tokens here are single bytes, so cut "ab|c": the match "bc" starts at byte 1.
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::completions;
+  s.meta = {"cmpl-2", 1, "m"};
+  s.stop = {"bc"};
+  s.logprobs = true;
+  Assembler a(s, text);
+  a.feed(tokens_event("a"));
+  GenerationEvent last = tokens_event("bc", true, Finish::stop);
+  last.stop_offset = 1;
+  a.feed(last);
   json r = a.reply();
-  EXPECT_EQ(r["choices"][0]["text"], "hello ");
+  EXPECT_EQ(r["choices"][0]["text"], "a");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
-  // Tokens through the one that completed "STOP" count: "hello STOP" = 10 tokens.
-  EXPECT_EQ(r["usage"]["completion_tokens"], 10);
-  // Logprobs cover the tokens that began before the stop string: "hello " = 6.
-  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), 6u);
+  // Logprobs cover the tokens that began before the match: "a".
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), 1u);
+}
+
+TEST(Assembler, ForcedCallEndsWithTheCallBlock) {
+  // The prompt ends with "<tool>f " (the fake markup's call opening); the model writes the
+  // arguments, closes the call, then text: the reply is the call, finish_reason tool_calls.
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::chat;
+  s.meta = {"chatcmpl-7", 1, "m"};
+  s.tools = true;
+  s.forced_call = true;
+  s.call_opening = text.tool_call_opening("f");
+  Assembler a(s, text);
+  a.feed(tokens_event("{\"x\":1}</tool>and then some"));
+  ASSERT_TRUE(a.finished());
+  EXPECT_TRUE(a.ended_early());
+  json r = a.reply();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  const json& m = r["choices"][0]["message"];
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"x\":1}");
+  EXPECT_TRUE(m["content"].is_null() || m["content"] == "") << m.dump();
 }
 
 TEST(Assembler, ThinkingAndToolCallsStream) {

@@ -268,6 +268,7 @@ bool validate_tools(const json& body, const SchemaLimits& limits, ParsedRequest&
     }
   }
   out.tools_offered = !names.empty();
+  out.tool_names = names;
   if (const json* choice = field(body, "tool_choice")) {
     if (choice->is_string()) {
       std::string c = choice->get<std::string>();

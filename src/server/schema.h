@@ -62,6 +62,7 @@ struct ParsedRequest {
   // chat: the body as sent (messages, tools, tool_choice ... validated), for TextSide::render_chat.
   nlohmann::json chat;
   bool tools_offered = false;
+  std::vector<std::string> tool_names;  // offered, in order
   ToolChoiceMode tool_choice = ToolChoiceMode::automatic;
   std::string tool_choice_name;
   ThinkingOptions thinking;

@@ -1,31 +1,20 @@
-// Stop strings on streamed text: releases text that cannot be the start of a stop string, holds
-// back the rest, and reports the first match (the text before it is released, the rest dropped).
+// Stop strings on streamed output: how much of the output's tail to hold back because a stop
+// string could still begin there. Matching itself is the engine's (the lane core's commit rules);
+// the server only keeps text that a later match would cut from reaching the client early.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace dsv4::server {
 
-class StopText {
- public:
-  explicit StopText(std::vector<std::string> stops);
-
-  // Adds text; returns what is now safe to release. After a match, `matched()` is true, the text
-  // before the stop string has been released and everything later is dropped.
-  std::string push(std::string_view text);
-  // Releases what is held back (the stream ended without a match).
-  std::string flush();
-  bool matched() const { return matched_; }
-  // Bytes released so far (the position of the match once matched).
-  size_t released() const { return released_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  size_t released_ = 0;
-  bool matched_ = false;
-};
+// The length of the longest suffix of `text` that is a proper prefix of one of `stops`.
+//
+// Invariant that makes this enough: while the engine has not finished, no whole stop string lies
+// in the bytes delivered so far, so a match that will start at byte p has text[p:] as a proper
+// prefix of its stop string — and those bytes are held.
+size_t stop_hold_length(std::string_view text, const std::vector<std::string>& stops);
 
 }  // namespace dsv4::server

@@ -45,11 +45,12 @@ struct ChatDelta {
   bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
 };
 
-// Incremental detokenizer: text is returned only once its UTF-8 is complete.
-class Detokenizer {
+// Output bytes to text: text is returned only once its UTF-8 is complete (invalid bytes become
+// U+FFFD).
+class TextStream {
  public:
-  virtual ~Detokenizer() = default;
-  virtual std::string push(int32_t token) = 0;
+  virtual ~TextStream() = default;
+  virtual std::string push(std::string_view bytes) = 0;
   virtual std::string flush() = 0;  // whatever is held back at the end (lossy-decoded)
 };
 
@@ -76,9 +77,19 @@ struct TextSide {
   // prompt tokens; `thinking` is what the server read of the thinking options.
   std::function<StatusOr<RenderedChat>(std::string_view body, const ThinkingOptions& thinking)>
       render_chat;
-  std::function<std::unique_ptr<Detokenizer>()> new_detokenizer;
+  // The bytes a token adds to the reply ("" for special tokens, which replies do not show). The
+  // engine matches stop strings on their concatenation (its Finish says where a match starts); the
+  // server cuts and decodes the same bytes, so both count offsets alike.
+  std::function<std::string(int32_t token)> output_bytes;
+  std::function<std::unique_ptr<TextStream>()> new_text_stream;
   std::function<std::unique_ptr<OutputParser>(const ChatParseOptions&)> new_output_parser;
-  // The raw bytes one token stands for (for logprobs entries: token text and bytes).
+  // A forced tool call (tool_choice required or named): the reply is prefilled with
+  // `close_reasoning` (when the prompt opened a reasoning block) and `tool_call_opening(name)`, the
+  // model's markup that opens a call to `name` (name "": up to where the model writes the name).
+  std::string close_reasoning;
+  std::function<std::string(const std::string& name)> tool_call_opening;
+  // The raw bytes one token stands for, special tokens spelled out (logprobs entries: token text
+  // and bytes).
   std::function<std::string(int32_t token)> token_bytes;
 };
 
