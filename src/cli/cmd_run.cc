@@ -64,11 +64,13 @@ int32_t argmax(const float* v, int64_t n) {
 
 int run_main(int argc, char** argv) {
   CLI::App app{"Generate (greedy) or score a forced continuation with the CPU oracle"};
-  std::string model, prompt, ids_text, force_text, dump, preset;
+  std::string model, engram_shards, prompt, ids_text, force_text, dump, preset;
   int max_tokens = 16, threads = 0;
   uint64_t seed = 1;
   bool ref64 = false, reference_shapes = false;
   app.add_option("--model", model, "checkpoint directory (config.json + safetensors); default: the embedded tiny model");
+  app.add_option("--engram-shards", engram_shards,
+                 "EXL3 packs: folder of the original release shards holding the Engram tables (checked first)");
   app.add_option("--preset", preset,
                  "instead of --model: random weights in checkpoint formats for a family preset (tiny|small)");
   app.add_option("--seed", seed, "seed of the --preset weights")->capture_default_str();
@@ -125,7 +127,7 @@ int run_main(int argc, char** argv) {
     }
     weights = cpu::synthetic_weights(cpu::model_config_from(family::preset_config(*p, family::Variant::v41)), seed, true);
   } else if (!model.empty()) {
-    auto w = cpu::load_weights(model);
+    auto w = cpu::load_weights(model, cpu::LoadOptions{engram_shards});
     if (!w.ok()) {
       std::fprintf(stderr, "dsv4 run: %s\n", w.status().to_string().c_str());
       return 1;

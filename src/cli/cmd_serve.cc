@@ -29,6 +29,7 @@ namespace {
 struct ServeFlags {
   server::ServerOptions server;
   std::string model_dir;
+  std::string engram_shards;  // EXL3 packs: the release shards holding the Engram tables
   int32_t context = 4096;
   int32_t parallel = 4;
   int64_t prompt_cache_mib = 256;
@@ -43,6 +44,8 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   server::ServerOptions& o = f.server;
   app.add_option("--model", f.model_dir,
                  "checkpoint folder (config.json + safetensors); default: the embedded tiny model");
+  app.add_option("--engram-shards", f.engram_shards,
+                 "EXL3 packs: folder of the original release shards holding the Engram tables (checked first)");
   app.add_option("--context", f.context, "positions per request (prompt + reply) on a model")
       ->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
@@ -147,7 +150,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
                  static_cast<long long>(p.tensors_done), static_cast<long long>(p.tensors_total),
                  p.bytes_done / 1048576.0, p.bytes_total / 1048576.0, secs > 0 ? p.bytes_done / 1048576.0 / secs : 0.0);
   };
-  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir, progress));
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir, cpu::LoadOptions{flags.engram_shards}, progress));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const cpu::ModelConfig& c = weights->config;
   DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == cpu::Variant::v41

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
+#include "family/deepseek_v41/synth_exl3.h"
 #include "family/deepseek_v41/tensors.h"
 
 namespace dsv4::cli {
@@ -21,7 +22,7 @@ int run_synth(int argc, char** argv) {
   CLI::App app{"Write a synthetic checkpoint (config.json, sharded safetensors with the official names, "
                "dtypes, shapes and shard grouping, model.safetensors.index.json, tokenizer.json)",
                "dsv4 synth"};
-  std::string preset_s, variant_s = "v41", out;
+  std::string preset_s, variant_s = "v41", out, format = "release", engram_out;
   uint64_t seed = 0;
   bool list = false, no_sync = false;
   app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
@@ -31,6 +32,11 @@ int run_synth(int argc, char** argv) {
   app.add_option("--out", out, "output directory (created if absent; same-named files are replaced)");
   app.add_flag("--list", list, "print the tensor table (name, dtype, [shape], shard file; tab-separated) "
                                "and write nothing; totals go to stderr");
+  app.add_option("--format", format, "release (DeepSeek's FP8/FP4 layout) or exl3 (an EXL3 pack in the Mia layout: "
+                                     "linears re-encoded as EXL3, Engram tables left to the release shards)")
+      ->check(CLI::IsMember({"release", "exl3"}))->capture_default_str();
+  app.add_option("--engram-out", engram_out, "with --format exl3: where the release shards holding the Engram "
+                                             "tables are written (default: OUT/release-engram)");
   app.add_flag("--no-sync", no_sync, "skip fsync of the written files (faster, for throwaway output)");
   try {
     app.parse(argc, argv);
@@ -74,6 +80,28 @@ int run_synth(int argc, char** argv) {
                    out.c_str(), need / 1e9, probe.c_str(), space.available / 1e9);
       return 2;
     }
+  }
+  if (format == "exl3") {
+    Exl3SynthOptions xo;
+    xo.seed = seed;
+    xo.sync = !no_sync;
+    xo.release_dir = engram_out.empty() ? out + "/release-engram" : engram_out;
+    xo.progress = [](const SynthProgress& p) {
+      std::fprintf(stderr, "\rsynth exl3: shard %d/%d", p.shard, p.num_shards);
+      if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+    auto r = write_synthetic_exl3_pack(c, out, xo);
+    if (!r.ok()) {
+      std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    std::printf("wrote %s: EXL3 pack, %s %s seed %llu, %lld tensors (%d EXL3 linears, %.2f bits/weight), %lld bytes in "
+                "%d shards; %d release shard(s) with the Engram tables in %s\n", out.c_str(),
+                std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(),
+                static_cast<unsigned long long>(seed), static_cast<long long>(r->tensors), r->exl3_linears, r->bits,
+                static_cast<long long>(r->payload_bytes), r->shards, r->release_shards, xo.release_dir.c_str());
+    return 0;
   }
   SynthOptions o;
   o.seed = seed;

@@ -88,7 +88,8 @@ void attention_output(ThreadPool& pool, const AttentionWeights& A, const ModelCo
   const int64_t G = cfg.o_groups, O = cfg.o_lora;
   const int64_t gin = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim / G;
   Vec z(rows * G * O);
-  pool.parallel_for(G * O, [&](int64_t n0, int64_t n1) {
+  if (A.wo_a.exl3) exl3_linear_bf16<Acc>(pool, o, rows, *A.wo_a.exl3, z.data());  // the pack's per-group slices
+  else pool.parallel_for(G * O, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t g = n / O;
       for (int64_t r = 0; r < rows; ++r)

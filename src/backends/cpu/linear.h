@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/exl3_linear.h"
 #include "backends/cpu/numerics.h"
 #include "core/thread_pool.h"
 
@@ -19,6 +20,7 @@ struct Fp8Weight {  // e4m3 [out, in] with a pow2 scale per block x block tile
   int block = 32;
   std::vector<float> w;      // e4m3 values [out, in]
   std::vector<float> scale;  // 2^(ue8m0 - 127) [ceil(out/block), ceil(in/block)]
+  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w, scale unused)
   float at(int64_t n, int64_t k) const {
     return w[n * in + k] * scale[(n / block) * ((in + block - 1) / block) + k / block];
   }
@@ -27,10 +29,12 @@ struct Fp4Weight {  // e2m1 [out, in] with a pow2 scale per 32 along K
   int64_t out = 0, in = 0;
   std::vector<float> w;      // e2m1 values [out, in]
   std::vector<float> scale;  // [out, in / 32]
+  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w, scale unused)
 };
 struct Bf16Weight {  // bf16 values [out, in]
   int64_t out = 0, in = 0;
   std::vector<float> w;
+  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w unused)
 };
 using F32Weight = Bf16Weight;  // fp32 linears read bf16/f32 weights widened exactly to float
 
@@ -67,6 +71,7 @@ inline void fp8_qdq_row(float* x, int64_t n, int block) {
 template <typename Acc>
 void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight& W, float* y,
                 int act_block) {
+  if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out, B = W.block;
   const int64_t nb = (in + act_block - 1) / act_block;
   std::vector<float> xq(rows * in), xs(rows * nb);
@@ -94,6 +99,7 @@ void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight&
 template <typename Acc>
 void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight& W, float* y,
                 int act_block) {
+  if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out;
   const int64_t nb = (in + act_block - 1) / act_block, wb = in / 32;
   std::vector<float> xq(rows * in), xs(rows * nb);
@@ -117,6 +123,7 @@ void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight&
 // y = bf16-linear(x): bf16 inputs and weights, Acc accumulation, -> bf16.
 template <typename Acc>
 void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Bf16Weight& W, float* y) {
+  if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out;
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
@@ -128,6 +135,7 @@ void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Bf16Weigh
 // y = fp32-linear(x): weights widened exactly, inputs and outputs in Acc, no rounding.
 template <typename Acc>
 void f32_linear(ThreadPool& pool, const Acc* x, int64_t rows, const F32Weight& W, Acc* y) {
+  if (W.exl3) return exl3_linear_acc<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out;
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {

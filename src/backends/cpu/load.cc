@@ -1,12 +1,17 @@
 // Checkpoint loading for the oracle (see load.h).
 #include "backends/cpu/load.h"
 
+#include <fmt/ranges.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 
+#include "backends/cpu/load_exl3.h"
 #include "core/checkpoint.h"
+#include "family/deepseek_v41/exl3_sources.h"
 #include "family/deepseek_v41/engram_layout.h"
 #include "family/deepseek_v41/tensors.h"
 #include "tokenizer/engram_token_map.h"
@@ -72,11 +77,25 @@ ModelConfig model_config_from(const family::Config& c) {
 
 namespace {
 
+// Reads tensors of the checkpoint (then of `extra`: an EXL3 pack's release shards); with an EXL3
+// pack plan, linears the plan lists as EXL3 come back as EXL3 weights.
 class Reader {
  public:
-  Reader(const Checkpoint& ck, const LoadProgressFn& progress) : ck_(ck), progress_(progress) {
+  Reader(const Checkpoint& ck, const LoadProgressFn& progress, const family::Exl3PackPlan* plan = nullptr,
+         std::vector<const Checkpoint*> extra = {})
+      : ck_(ck), progress_(progress), plan_(plan), extra_(std::move(extra)) {
     done_.tensors_total = ck.tensor_count();
     done_.bytes_total = ck.total_bytes();
+    for (const Checkpoint* e : extra_) done_.tensors_total += e->tensor_count(), done_.bytes_total += e->total_bytes();
+  }
+  bool has(const std::string& name) const { return ck_.contains(name); }
+  // The EXL3 weight standing for release linear `group` (nullptr when it is not EXL3-coded).
+  StatusOr<std::shared_ptr<const Exl3Weight>> exl3(const std::string& group) const {
+    if (!plan_) return std::shared_ptr<const Exl3Weight>();
+    for (const family::Exl3Group* g : plan_->groups_of(group))
+      for (const char* s : {"trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "bias"})
+        if (ck_.contains(g->prefix + "." + s)) DSV4_RETURN_IF_ERROR(view(g->prefix + "." + s).status());
+    return load_exl3_weight(ck_, *plan_, group);
   }
 
   StatusOr<TensorView> get(const std::string& name, DType want) const {
@@ -105,6 +124,10 @@ class Reader {
     return out;
   }
   StatusOr<Bf16Weight> matrix(const std::string& name) const {
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+      DSV4_ASSIGN_OR_RETURN(auto e, exl3(name.substr(0, name.size() - 7)));
+      if (e) return Bf16Weight{e->out, e->in, {}, e};
+    }
     DSV4_ASSIGN_OR_RETURN(TensorView v, view(name));
     if (v.rank() != 2) return error(StatusCode::data_loss, "tensor '{}' is not a matrix", name);
     Bf16Weight w;
@@ -120,6 +143,8 @@ class Reader {
     return out;
   }
   StatusOr<Fp8Weight> fp8(const std::string& prefix, int block) const {
+    DSV4_ASSIGN_OR_RETURN(auto e, exl3(prefix));
+    if (e) return Fp8Weight{e->out, e->in, block, {}, {}, e};
     DSV4_ASSIGN_OR_RETURN(TensorView w, get(prefix + ".weight", DType::f8_e4m3));
     DSV4_ASSIGN_OR_RETURN(TensorView s, get(prefix + ".scale", DType::f8_e8m0));
     Fp8Weight out;
@@ -133,6 +158,8 @@ class Reader {
     return out;
   }
   StatusOr<Fp4Weight> fp4(const std::string& prefix) const {
+    DSV4_ASSIGN_OR_RETURN(auto e, exl3(prefix));
+    if (e) return Fp4Weight{e->out, e->in, {}, {}, e};
     DSV4_ASSIGN_OR_RETURN(TensorView w, get(prefix + ".weight", DType::i8));
     DSV4_ASSIGN_OR_RETURN(TensorView s, get(prefix + ".scale", DType::f8_e8m0));
     Fp4Weight out;
@@ -151,7 +178,10 @@ class Reader {
  private:
   // Every read goes through here; a tensor counts toward progress the first time it is read.
   StatusOr<TensorView> view(const std::string& name) const {
-    DSV4_ASSIGN_OR_RETURN(TensorView v, ck_.tensor(name));
+    const Checkpoint* from = &ck_;
+    for (const Checkpoint* e : extra_)
+      if (!ck_.contains(name) && e->contains(name)) from = e;
+    DSV4_ASSIGN_OR_RETURN(TensorView v, from->tensor(name));
     if (progress_ && seen_.insert(name).second) {
       ++done_.tensors_done;
       done_.bytes_done += v.nbytes;
@@ -162,6 +192,8 @@ class Reader {
 
   const Checkpoint& ck_;
   const LoadProgressFn& progress_;
+  const family::Exl3PackPlan* plan_;
+  std::vector<const Checkpoint*> extra_;
   mutable std::set<std::string> seen_;
   mutable LoadProgress done_;
 };
@@ -176,10 +208,12 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
   DSV4_ASSIGN_OR_RETURN(a.wo_b, r.fp8(p + "attn.wo_b", wb));
   DSV4_ASSIGN_OR_RETURN(Fp8Weight woa, r.fp8(p + "attn.wo_a", wb));
   // The reference holds wo_a dequantized to bf16 (convert.py); e4m3 x 2^k is exact in bf16.
+  // An EXL3 pack holds it as per-group slices instead (block-diagonal parts of one Exl3Weight).
   a.wo_a.out = woa.out;
   a.wo_a.in = woa.in;
-  a.wo_a.w.resize(woa.out * woa.in);
-  for (int64_t n = 0; n < woa.out; ++n)
+  a.wo_a.exl3 = woa.exl3;
+  if (!woa.exl3) a.wo_a.w.resize(woa.out * woa.in);
+  for (int64_t n = 0; n < woa.out && !woa.exl3; ++n)
     for (int64_t k = 0; k < woa.in; ++k) a.wo_a.w[n * woa.in + k] = round_bf16(woa.at(n, k));
   DSV4_ASSIGN_OR_RETURN(a.q_norm, r.floats(p + "attn.q_norm.weight"));
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, r.floats(p + "attn.kv_norm.weight"));
@@ -200,7 +234,11 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
   MoeWeights& m = b.ffn;
   DSV4_ASSIGN_OR_RETURN(m.gate, r.matrix(p + "ffn.gate.weight"));
   DSV4_ASSIGN_OR_RETURN(m.bias, r.floats(p + "ffn.gate.bias"));
-  DSV4_ASSIGN_OR_RETURN(m.bias_vl, r.floats(p + "ffn.gate.bias_vl"));
+  if (r.has(p + "ffn.gate.bias_vl")) {
+    DSV4_ASSIGN_OR_RETURN(m.bias_vl, r.floats(p + "ffn.gate.bias_vl"));
+  } else {
+    m.bias_vl = m.bias;  // EXL3 packs leave the image-token router bias out (formats.md §1.12)
+  }
   m.n_active = n_active;
   for (int64_t e = 0; e < m.gate.out; ++e) {
     ExpertWeights x;
@@ -228,7 +266,25 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
 }  // namespace
 
 StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadProgressFn& progress) {
-  DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir + "/config.json"));
+  return load_weights(dir, LoadOptions{}, progress);
+}
+
+StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadOptions& options,
+                                                     const LoadProgressFn& progress) {
+  // An EXL3 pack (quantization_config.quant_method "exl3") is checked against the Mia layout and
+  // takes its Engram tables from the release shards; anything else is a release-layout checkpoint.
+  std::string config_text;
+  if (std::ifstream in{dir + "/config.json", std::ios::binary}) config_text.assign(std::istreambuf_iterator<char>(in), {});
+  std::optional<family::Exl3PackPlan> plan;
+  family::Config fc;
+  if (family::is_exl3_config_text(config_text)) {
+    auto pc = family::parse_exl3_pack_config(config_text);
+    if (!pc.ok()) return pc.status().with_context(dir + "/config.json");
+    fc = pc->config;
+    DSV4_ASSIGN_OR_RETURN(plan, family::exl3_pack_plan(fc));
+  } else {
+    DSV4_ASSIGN_OR_RETURN(fc, family::load_config(dir + "/config.json"));
+  }
   DSV4_RETURN_IF_ERROR(family::validate_config(fc));
   auto w = std::make_shared<ModelWeights>();
   w->config = model_config_from(fc);
@@ -238,10 +294,26 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, con
   std::vector<family::FoundTensor> found;
   for (const std::string& n : ck.names()) {
     DSV4_ASSIGN_OR_RETURN(CheckpointTensor t, ck.find(n));
-    found.push_back({n, t.view.dtype, t.view.shape, ""});
+    found.push_back({n, t.view.dtype, t.view.shape, std::filesystem::path(t.file->path()).filename().string()});
   }
-  DSV4_RETURN_IF_ERROR(family::validate_tensors(family::expected_tensors(fc), found));
-  Reader r(ck, progress);
+  std::vector<Checkpoint> release_shards;
+  if (plan) {
+    DSV4_RETURN_IF_ERROR(family::validate_exl3_pack(*plan, found).with_context(dir));
+    if (!plan->release_shards.empty()) {
+      if (options.engram_shards.empty())
+        return error(StatusCode::invalid_argument, "{}: an EXL3 pack without its Engram tables (layers {}); give the "
+                     "directory of the original release shards that hold them (--engram-shards DIR)", dir,
+                     fmt::join(fc.engram_layer_ids, ", "));
+      DSV4_ASSIGN_OR_RETURN(family::EngramSources src, family::engram_sources_for(dir, fc, plan->release));
+      DSV4_ASSIGN_OR_RETURN(release_shards, family::open_engram_shards(options.engram_shards, src, plan->release,
+                                                                       options.notes));
+    }
+  } else {
+    DSV4_RETURN_IF_ERROR(family::validate_tensors(family::expected_tensors(fc), found));
+  }
+  std::vector<const Checkpoint*> extra;
+  for (const Checkpoint& e : release_shards) extra.push_back(&e);
+  Reader r(ck, progress, plan ? &*plan : nullptr, extra);
   const auto roles = layer_roles(c);
   DSV4_ASSIGN_OR_RETURN(w->embed, r.bf16_raw("embed.weight"));
   w->layers.resize(c.n_layers);

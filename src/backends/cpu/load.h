@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/weights.h"
 #include "core/status.h"
@@ -27,5 +28,18 @@ using LoadProgressFn = std::function<void(const LoadProgress&)>;
 // mismatches), and decodes the weights, calling `progress` after each tensor. The Engram token map
 // comes from `dir`/engram_token_map.json when present, else it is derived from the V4.1 tokenizer.
 StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadProgressFn& progress = {});
+
+struct LoadOptions {
+  // EXL3 packs (quantization_config.quant_method "exl3", Mia layout, formats.md §1.12): the directory
+  // holding the original release shards with the Engram tables, checked against the pack's
+  // engram_shards.json (or the built-in V4.1-Flash record) before use. Unused for other checkpoints.
+  std::string engram_shards;
+  std::vector<std::string>* notes = nullptr;  // receives checks that could not be made (no digest recorded)
+};
+// The same, for EXL3 packs too: every tensor checked against the Mia layout (one error listing every
+// missing, extra or mis-shaped tensor with its file), EXL3 linears decoded once, Engram tables read
+// from the release shards of options.engram_shards.
+StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, const LoadOptions& options,
+                                                     const LoadProgressFn& progress = {});
 
 }  // namespace dsv4::cpu
