@@ -1,0 +1,107 @@
+// ModelDevice: the whole V4.1 model on one GPU — every weight as a device view in one arena (the
+// formats of weights.h), Engram tables in pinned host memory that kernels read row by row, and
+// the per-layer roles and sizes as plain host data that the forward loops over.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/engram.h"
+#include "backends/cpu/model_config.h"
+#include "backends/cpu/weights.h"
+#include "backends/cuda/weights.h"
+#include "core/status.h"
+
+namespace dsv4::cuda {
+
+class Arena;
+struct AttentionDevice;  // one layer's attention weights on the device (cudaattn's attention.h)
+
+// One sub-layer's hyper-connection parameters (cpu::HcParams).
+struct HcDevice {
+  F32View fn;                   // f32 [C*(C+2), C*D]
+  const float* base = nullptr;  // f32 [C*(C+2)]
+  float scale[3] = {};          // host copy of hc_X_scale
+};
+
+// One MoE sub-layer (cpu::MoeWeights).
+struct MoeDevice {
+  F32View gate;                     // [E, D], bf16 values widened (the oracle's f32_linear router)
+  const float* bias = nullptr;      // f32 [E]
+  const float* bias_vl = nullptr;   // f32 [E] (image rows)
+  const Fp4View* w1 = nullptr;      // device arrays [E] of views: w1 [I, D], w3 [I, D], w2 [D, I]
+  const Fp4View* w3 = nullptr;
+  const Fp4View* w2 = nullptr;
+  Fp8View shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I]
+  int n_active = 6;
+  int64_t n_experts = 0, inter = 0;
+};
+
+// One Engram layer (cpu::EngramWeights). The table stays in pinned, mapped host memory: the
+// gather kernel reads only the rows a step hashes to.
+struct EngramDevice {
+  cpu::EngramLayout layout;          // host: primes, offsets, multipliers
+  int64_t table_rows = 0;
+  int dim = 0;
+  const uint8_t* codes = nullptr;    // e4m3 [table_rows, dim], device-readable host pointer
+  const uint8_t* scales = nullptr;   // ue8m0 [table_rows, dim / 32], device-readable host pointer
+  Fp8View wkv;                       // [(C+1)*D, R*dim]
+  const float* qk = nullptr;         // f32 [C, D]: q_weight * k_weight formed in float
+};
+
+struct LayerDevice {
+  std::shared_ptr<const AttentionDevice> attn;
+  HcDevice hc_attn, hc_ffn;
+  const float* attn_norm = nullptr;  // bf16 [D]
+  const float* ffn_norm = nullptr;   // bf16 [D]
+  MoeDevice ffn;
+  std::shared_ptr<const EngramDevice> engram;  // Engram layers only
+};
+
+struct DsparkDevice {
+  std::vector<LayerDevice> stages;     // attention (window-only) + MoE blocks
+  Fp8View main_proj;                   // [D, n_taps*D]
+  const float* main_norm = nullptr;    // bf16 [D]
+  const float* norm = nullptr;         // bf16 [D]
+  const uint16_t* markov_embed = nullptr;  // bf16 [V, R]
+  F32View markov_head;                 // [V, R]
+  F32View confidence;                  // [1, D + R]
+};
+
+struct ModelDeviceOptions {
+  int device = 0;
+  bool dspark = true;  // upload the drafter when the weights carry one
+};
+
+class ModelDevice {
+ public:
+  // Uploads every weight of `w` (re-encoded bit-exactly; a value outside its format is refused).
+  static StatusOr<std::unique_ptr<ModelDevice>> upload(const cpu::ModelWeights& w, const ModelDeviceOptions& o);
+  ~ModelDevice();
+
+  cpu::ModelConfig config;
+  std::vector<cpu::LayerRole> roles;
+  const uint16_t* embed = nullptr;         // bf16 [V, D]
+  std::vector<LayerDevice> layers;         // [n_layers]
+  const float* norm = nullptr;             // bf16 [D]
+  F32View head;                            // [V, D]
+  std::unique_ptr<DsparkDevice> dspark;    // absent: no drafter
+  std::vector<int32_t> engram_token_map;   // host: raw id -> compressed id [V]
+  std::vector<float> freqs_plain, freqs_yarn;        // host rope frequencies [rope_dim / 2]
+  const float* d_freqs_plain = nullptr;              // the same on the device
+  const float* d_freqs_yarn = nullptr;
+
+  size_t weight_bytes() const;   // bytes of the device arena in use
+  size_t pinned_bytes() const { return pinned_bytes_; }
+  Arena& arena() { return *arena_; }
+
+ private:
+  ModelDevice() = default;
+  std::unique_ptr<Arena> arena_;
+  std::vector<void*> pinned_;  // cudaHostAlloc'ed blocks (Engram tables)
+  size_t pinned_bytes_ = 0;
+  friend class ModelUploader;
+};
+
+}  // namespace dsv4::cuda
