@@ -192,6 +192,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
         }
     auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
     block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), h, pi);
+    if (options_.layer_probe) options_.layer_probe(l, h);
   }
   // 4. Logits of the requested rows.
   std::vector<PieceResult> out(pieces.size());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,9 @@ struct OracleOptions {
   // with the empty ring slots first, and the stale index keys of ratio-2 owners on decode steps
   // at even positions. Breaks pieces == whole; off by default (model-spec.md §3.6, §6.2).
   bool reference_shapes = false;
+  // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (per-layer
+  // comparisons of other backends against the oracle); empty: nothing is copied.
+  std::function<void(int layer, const std::vector<float>& h)> layer_probe;
 };
 
 // Tokens appended to one stream at its current length.

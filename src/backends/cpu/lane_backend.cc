@@ -1,25 +1,32 @@
-// CpuLaneBackend: the lane core's Backend on the CPU oracle (see lane_backend.h).
+// LaneBackend: the lane core's Backend over a StreamForward (see lane_backend.h).
 #include "backends/cpu/lane_backend.h"
 
 #include <algorithm>
 
 namespace dsv4::cpu {
 
-StatusOr<std::unique_ptr<CpuLaneBackend>> CpuLaneBackend::create(std::shared_ptr<const ModelWeights> weights,
-                                                                 const OracleOptions& oracle,
-                                                                 const LaneBackendOptions& options) {
+StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::shared_ptr<const ModelWeights> weights,
+                                                           const OracleOptions& oracle,
+                                                           const LaneBackendOptions& options) {
   if (oracle.reference_shapes)
     return error(StatusCode::invalid_argument, "the lane backend needs exact pieces; reference_shapes is off-contract");
-  const ModelConfig cfg = weights->config;
   const bool has_draft = weights->dspark != nullptr;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Oracle> o, Oracle::create(std::move(weights), oracle));
-  std::unique_ptr<CpuLaneBackend> b(new CpuLaneBackend());
-  b->oracle_ = std::move(o);
+  return create(oracle_stream_forward(std::move(o), has_draft), oracle.max_rollback, options);
+}
+
+StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<StreamForward> forward,
+                                                           int64_t max_rollback, const LaneBackendOptions& options) {
+  if (!forward) return error(StatusCode::invalid_argument, "the lane backend needs a forward");
+  const ModelConfig cfg = forward->config();
+  const bool has_draft = forward->has_drafter();
+  std::unique_ptr<LaneBackend> b(new LaneBackend());
+  b->fwd_ = std::move(forward);
   lanes::BackendInfo& i = b->info_;
   if (options.model_id.empty())
     return error(StatusCode::invalid_argument, "the lane backend needs a model id naming its weights");
   i.model_id = options.model_id;
-  i.snapshot_version = 1;
+  i.snapshot_version = b->fwd_->snapshot_version();
   i.vocab_size = static_cast<int32_t>(cfg.vocab);
   i.eos_ids.assign(options.eos_ids.begin(), options.eos_ids.end());
   i.max_context = options.max_context;
@@ -31,7 +38,7 @@ StatusOr<std::unique_ptr<CpuLaneBackend>> CpuLaneBackend::create(std::shared_ptr
   // A fixed table (never a timing): a window of r rows costs about one step plus 10% per row.
   for (int r = 1; r <= i.max_verify_rows; ++r) i.window_cost.push_back(1.0 + 0.1 * (r - 1));
   // Bytes: rings are fixed per stream; compressed and index rows and the history grow per row.
-  const StateGeometry g = make_geometry(cfg, oracle.max_rollback);
+  const StateGeometry g = make_geometry(cfg, max_rollback);
   const auto roles = layer_roles(cfg);
   b->bytes_fixed_ = (cfg.n_layers + (has_draft ? cfg.dspark_stages : 0)) * g.ring_capacity * g.window_row;
   double per_row = 8;  // Engram history
@@ -44,51 +51,52 @@ StatusOr<std::unique_ptr<CpuLaneBackend>> CpuLaneBackend::create(std::shared_ptr
   return b;
 }
 
-int64_t CpuLaneBackend::stream_bytes(int64_t rows) const { return bytes_fixed_ + rows * bytes_per_row_; }
+int64_t LaneBackend::stream_bytes(int64_t rows) const { return bytes_fixed_ + rows * bytes_per_row_; }
 
-StatusOr<CpuLaneBackend::Slot*> CpuLaneBackend::find(lanes::StreamId stream) {
+StatusOr<LaneBackend::Slot*> LaneBackend::find(lanes::StreamId stream) {
   auto it = slots_.find(stream);
   if (it == slots_.end()) return error(StatusCode::not_found, "no open stream {}", stream);
   return &it->second;
 }
 
-Status CpuLaneBackend::open(lanes::StreamId stream, const lanes::StreamSpec& spec) {
+Status LaneBackend::open(lanes::StreamId stream, const lanes::StreamSpec& spec) {
   if (slots_.count(stream)) return error(StatusCode::invalid_argument, "stream {} is already open", stream);
   if (static_cast<int32_t>(slots_.size()) >= info_.max_streams)
     return error(StatusCode::resource_exhausted, "all {} stream slots are in use", info_.max_streams);
-  slots_[stream] = Slot{oracle_->open_stream(), spec};
+  DSV4_ASSIGN_OR_RETURN(int32_t id, fwd_->open_stream());
+  slots_[stream] = Slot{id, spec};
   return ok_status();
 }
 
-Status CpuLaneBackend::prefill(std::span<const lanes::Piece> pieces) {
+Status LaneBackend::prefill(std::span<const lanes::Piece> pieces) {
   std::vector<Piece> call;
   for (const lanes::Piece& p : pieces) {
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(p.stream));
-    DSV4_ASSIGN_OR_RETURN(int64_t len, oracle_->length(s->oracle_stream));
+    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
     if (p.start != len)
       return error(StatusCode::invalid_argument, "stream {}: piece starts at {} but the stream holds {} rows",
                    p.stream, p.start, len);
-    call.push_back(Piece{s->oracle_stream, {p.tokens.begin(), p.tokens.end()}, {}});
+    call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}});
   }
-  return oracle_->forward(call).status();
+  return fwd_->forward(call).status();
 }
 
-Status CpuLaneBackend::verify(std::span<const lanes::Window> windows,
+Status LaneBackend::verify(std::span<const lanes::Window> windows,
                               std::vector<std::vector<lanes::RowResult>>* out) {
   std::vector<Piece> call;
   std::vector<Slot*> slots;
   for (const lanes::Window& w : windows) {
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(w.stream));
-    DSV4_ASSIGN_OR_RETURN(int64_t len, oracle_->length(s->oracle_stream));
+    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
     if (w.start != len || w.tokens.empty())
       return error(StatusCode::invalid_argument, "stream {}: window at {} with {} rows, the stream holds {} rows",
                    w.stream, w.start, w.tokens.size(), len);
-    Piece p{s->oracle_stream, w.tokens, {}};
+    Piece p{s->fwd_stream, w.tokens, {}};
     for (size_t i = 0; i < w.tokens.size(); ++i) p.logit_rows.push_back(static_cast<int32_t>(i));
     call.push_back(std::move(p));
     slots.push_back(s);
   }
-  DSV4_ASSIGN_OR_RETURN(std::vector<PieceResult> res, oracle_->forward(call));
+  DSV4_ASSIGN_OR_RETURN(std::vector<PieceResult> res, fwd_->forward(call));
   const int64_t V = info_.vocab_size;
   out->assign(windows.size(), {});
   for (size_t w = 0; w < windows.size(); ++w) {
@@ -109,22 +117,22 @@ Status CpuLaneBackend::verify(std::span<const lanes::Window> windows,
   return ok_status();
 }
 
-Status CpuLaneBackend::keep(lanes::StreamId stream, int64_t rows) {
+Status LaneBackend::keep(lanes::StreamId stream, int64_t rows) {
   DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
-  return oracle_->truncate(s->oracle_stream, rows);
+  return fwd_->truncate(s->fwd_stream, rows);
 }
 
-Status CpuLaneBackend::draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) {
+Status LaneBackend::draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) {
   out->assign(requests.size(), {});
   for (size_t i = 0; i < requests.size(); ++i) {
     const lanes::DraftRequest& q = requests[i];
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(q.stream));
-    DSV4_ASSIGN_OR_RETURN(int64_t len, oracle_->length(s->oracle_stream));
+    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
     if (q.position != len)
       return error(StatusCode::invalid_argument, "stream {}: draft anchor at {} but the stream holds {} rows",
                    q.stream, q.position, len);
     if (len == 0) continue;  // nothing fed yet: the drafter has no target rows; propose nothing
-    DSV4_ASSIGN_OR_RETURN(DraftResult d, oracle_->draft(s->oracle_stream, q.anchor));
+    DSV4_ASSIGN_OR_RETURN(DraftResult d, fwd_->draft(s->fwd_stream, q.anchor));
     const size_t n = std::min<size_t>(d.tokens.size(), static_cast<size_t>(std::max(q.depth, 0)));
     (*out)[i].tokens.assign(d.tokens.begin(), d.tokens.begin() + n);
     (*out)[i].probabilities.assign(d.probs.begin(), d.probs.begin() + n);
@@ -132,30 +140,56 @@ Status CpuLaneBackend::draft(std::span<const lanes::DraftRequest> requests, std:
   return ok_status();
 }
 
-StatusOr<std::vector<uint8_t>> CpuLaneBackend::snapshot(lanes::StreamId stream) {
+StatusOr<std::vector<uint8_t>> LaneBackend::snapshot(lanes::StreamId stream) {
   DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
-  return oracle_->snapshot(s->oracle_stream);
+  return fwd_->snapshot(s->fwd_stream);
 }
 
-Status CpuLaneBackend::restore(lanes::StreamId stream, std::span<const uint8_t> bytes, int64_t rows) {
+Status LaneBackend::restore(lanes::StreamId stream, std::span<const uint8_t> bytes, int64_t rows) {
   DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
-  Status st = oracle_->restore(s->oracle_stream, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  Status st = fwd_->restore(s->fwd_stream, std::vector<uint8_t>(bytes.begin(), bytes.end()));
   if (st.ok()) {
-    DSV4_ASSIGN_OR_RETURN(int64_t len, oracle_->length(s->oracle_stream));
+    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
     if (len == rows) return ok_status();
     st = error(StatusCode::data_loss, "stream {}: snapshot holds {} rows, expected {}", stream, len, rows);
   }
   // Leave the stream empty and usable.
-  (void)oracle_->close_stream(s->oracle_stream);
-  s->oracle_stream = oracle_->open_stream();
+  (void)fwd_->close_stream(s->fwd_stream);
+  DSV4_ASSIGN_OR_RETURN(s->fwd_stream, fwd_->open_stream());
   return st;
 }
 
-void CpuLaneBackend::release(lanes::StreamId stream) {
+void LaneBackend::release(lanes::StreamId stream) {
   auto it = slots_.find(stream);
   if (it == slots_.end()) return;
-  (void)oracle_->close_stream(it->second.oracle_stream);
+  (void)fwd_->close_stream(it->second.fwd_stream);
   slots_.erase(it);
+}
+
+namespace {
+class OracleForward final : public StreamForward {
+ public:
+  OracleForward(std::unique_ptr<Oracle> o, bool drafter) : o_(std::move(o)), drafter_(drafter) {}
+  const ModelConfig& config() const override { return o_->config(); }
+  bool has_drafter() const override { return drafter_; }
+  uint32_t snapshot_version() const override { return 1; }
+  StatusOr<int32_t> open_stream() override { return o_->open_stream(); }
+  Status close_stream(int32_t s) override { return o_->close_stream(s); }
+  StatusOr<int64_t> length(int32_t s) const override { return o_->length(s); }
+  StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& p) override { return o_->forward(p); }
+  Status truncate(int32_t s, int64_t n) override { return o_->truncate(s, n); }
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return o_->snapshot(s); }
+  Status restore(int32_t s, const std::vector<uint8_t>& b) override { return o_->restore(s, b); }
+  StatusOr<DraftResult> draft(int32_t s, int32_t next) override { return o_->draft(s, next); }
+
+ private:
+  std::unique_ptr<Oracle> o_;
+  bool drafter_;
+};
+}  // namespace
+
+std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle, bool has_drafter) {
+  return std::make_unique<OracleForward>(std::move(oracle), has_drafter);
 }
 
 }  // namespace dsv4::cpu

@@ -1,5 +1,6 @@
-// The oracle behind the lane core's Backend contract (lanes/backend.h): pieces, verify windows
-// with keyed draws, keep, DSpark proposals, snapshots. Every call maps onto one Oracle call.
+// The lane core's Backend contract (lanes/backend.h) over any StreamForward (the CPU oracle, the
+// CUDA forward): pieces, verify windows with keyed draws, keep, DSpark proposals, snapshots.
+// Every call maps onto one StreamForward call.
 #pragma once
 
 #include <map>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/forward.h"
+#include "backends/cpu/stream_forward.h"
 #include "lanes/backend.h"
 
 namespace dsv4::cpu {
@@ -23,11 +25,15 @@ struct LaneBackendOptions {
   int64_t memory_budget_bytes = int64_t{8} << 30;
 };
 
-class CpuLaneBackend final : public lanes::Backend {
+class LaneBackend final : public lanes::Backend {
  public:
-  static StatusOr<std::unique_ptr<CpuLaneBackend>> create(std::shared_ptr<const ModelWeights> weights,
-                                                          const OracleOptions& oracle,
-                                                          const LaneBackendOptions& options);
+  // Any forward; max_rollback is the forward's (sizes the per-stream byte estimate).
+  static StatusOr<std::unique_ptr<LaneBackend>> create(std::unique_ptr<StreamForward> forward,
+                                                       int64_t max_rollback, const LaneBackendOptions& options);
+  // The CPU oracle on `weights`.
+  static StatusOr<std::unique_ptr<LaneBackend>> create(std::shared_ptr<const ModelWeights> weights,
+                                                       const OracleOptions& oracle,
+                                                       const LaneBackendOptions& options);
 
   const lanes::BackendInfo& info() const override { return info_; }
   int64_t stream_bytes(int64_t rows) const override;
@@ -42,15 +48,17 @@ class CpuLaneBackend final : public lanes::Backend {
 
  private:
   struct Slot {
-    int32_t oracle_stream = 0;
+    int32_t fwd_stream = 0;
     lanes::StreamSpec spec;
   };
   StatusOr<Slot*> find(lanes::StreamId stream);
 
-  std::unique_ptr<Oracle> oracle_;
+  std::unique_ptr<StreamForward> fwd_;
   lanes::BackendInfo info_;
   int64_t bytes_per_row_ = 0, bytes_fixed_ = 0;
   std::map<lanes::StreamId, Slot> slots_;
 };
+
+using CpuLaneBackend = LaneBackend;  // the name its CPU users know
 
 }  // namespace dsv4::cpu

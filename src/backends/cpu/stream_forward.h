@@ -1,0 +1,34 @@
+// StreamForward: the forward API every backend offers the lane adapter (streams fed in pieces with
+// logit rows, rollback, snapshots, DSpark drafts). The CPU oracle and the CUDA forward both
+// satisfy it, so one lane backend (lane_backend.h) serves either.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/forward.h"
+#include "core/status.h"
+
+namespace dsv4::cpu {
+
+class StreamForward {
+ public:
+  virtual ~StreamForward() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual bool has_drafter() const = 0;
+  virtual uint32_t snapshot_version() const = 0;  // format of snapshot bytes; differs per backend
+  virtual StatusOr<int32_t> open_stream() = 0;
+  virtual Status close_stream(int32_t stream) = 0;
+  virtual StatusOr<int64_t> length(int32_t stream) const = 0;
+  virtual StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& pieces) = 0;
+  virtual Status truncate(int32_t stream, int64_t length) = 0;
+  virtual StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const = 0;
+  virtual Status restore(int32_t stream, const std::vector<uint8_t>& bytes) = 0;
+  virtual StatusOr<DraftResult> draft(int32_t stream, int32_t next) = 0;
+};
+
+// The oracle behind StreamForward.
+std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle, bool has_drafter);
+
+}  // namespace dsv4::cpu
