@@ -11,11 +11,11 @@ namespace dsv4::cuda {
 
 // x: float [rows, W.in] holding bf16 values; y: float [rows, W.out] holding bf16 values.
 // Batch-invariant: every output element's arithmetic (act_quant of its row, then a fixed K order
-// of exact block products, block scales applied per 32 along K, a fixed lane tree) depends only on
-// the weight's shape, never on `rows`, on the other rows, or on the launch geometry.
+// of exact products, power-of-two block scales applied per 16-byte weight unit, a fixed lane tree)
+// depends only on the weight's shape, never on `rows`, on the other rows, or on the grid.
 // Refused with cudaErrorInvalidValue (nothing launched): FP8/FP4 with W.in or act_block not a
-// multiple of 32 (FP8 also W.block), a bf16 / fp32 W.in not a multiple of 8 / 4, x not 16-byte
-// aligned.
+// multiple of 32, W.in not a multiple of act_block (FP8 also W.block not a multiple of 32), a
+// bf16 / fp32 W.in not a multiple of 8 / 4, x or W.w not 16-byte aligned.
 // rows == 0 launches nothing. All four return the launch's cudaGetLastError().
 
 // FP8 block-scaled: per row act_quant(x, act_block) (e4m3 codes, ue8m0 scales, as cpu::act_quant_row).
@@ -26,5 +26,8 @@ cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_b
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
 // fp32 weights, inputs and outputs, no rounding (y fp32). W.in a multiple of 4.
 cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s);
+// The same fp32 linear reading bf16-stored weights (widened exactly): half the bytes of an F32View
+// for checkpoint bf16 weights such as the LM head. W.in a multiple of 8.
+cudaError_t f32_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
 
 }  // namespace dsv4::cuda

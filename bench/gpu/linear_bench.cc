@@ -1,0 +1,258 @@
+// Speed of the CUDA linears and grouped routed experts on the V4.1 full-width shapes at 1, 8 and
+// 32 rows, against the memory floor: (weight + scale bytes) / the device-to-device copy bandwidth
+// measured in the same run. Weights rotate through copies > 2x the L2 so every call reads HBM.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/moe_experts.cuh"
+
+namespace {
+
+using namespace dsv4::cuda;
+
+#define CHECK_CUDA(expr)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+std::vector<DeviceBuffer> g_keep;  // everything allocated lives for the whole run
+
+// Device bytes filled from a random host pattern (starting at a seed-dependent offset), with `fix`
+// applied per byte when given.
+uint8_t* device_random(size_t bytes, uint32_t seed, uint8_t (*fix)(uint8_t) = nullptr) {
+  static std::vector<uint8_t> pattern;
+  constexpr size_t kChunk = size_t(32) << 20;
+  if (pattern.empty()) {
+    pattern.resize(2 * kChunk);
+    std::mt19937 rng(1234);
+    for (auto& b : pattern) b = static_cast<uint8_t>(rng());
+  }
+  const size_t off = (size_t(seed) * 7919) % kChunk;
+  std::vector<uint8_t> fixed;
+  const uint8_t* src = pattern.data() + off;
+  if (fix) {
+    fixed.assign(src, src + std::min(bytes, kChunk));
+    for (auto& b : fixed) b = fix(b);
+    src = fixed.data();
+  }
+  g_keep.emplace_back(std::max<size_t>(bytes, 16));
+  uint8_t* d = g_keep.back().as<uint8_t>();
+  if (!d) { std::fprintf(stderr, "out of device memory\n"); std::exit(1); }
+  for (size_t o = 0; o < bytes; o += kChunk)
+    CHECK_CUDA(cudaMemcpy(d + o, src, std::min(kChunk, bytes - o), cudaMemcpyHostToDevice));
+  return d;
+}
+
+uint8_t scale_byte(uint8_t b) { return static_cast<uint8_t>(120 + b % 8); }  // 2^-7 .. 2^0
+uint8_t bf16_hi(uint8_t b) { return static_cast<uint8_t>(0x3C + (b & 1)); }  // keeps bf16 values small and finite
+
+double copy_bandwidth() {
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  CHECK_CUDA(cudaMemset(a.get(), 1, bytes));
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
+  float best = 1e30f;
+  for (int i = 0; i < 10; ++i) {
+    cudaEventRecord(t0);
+    CHECK_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
+    cudaEventRecord(t1);
+    cudaEventSynchronize(t1);
+    float ms;
+    cudaEventElapsedTime(&ms, t0, t1);
+    best = std::min(best, ms);
+  }
+  return 2.0 * bytes / (best * 1e-3);  // read + write
+}
+
+// Median microseconds per call of fn(i) (i = call index, for rotating weight copies), timed as a
+// CUDA graph of `calls` launches so launch overhead is not counted.
+double time_us(const std::function<void(int, cudaStream_t)>& fn, int calls = 40) {
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < 3; ++i) fn(i, s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) fn(i, s);
+  CHECK_CUDA(cudaStreamEndCapture(s, &g));
+  CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  CHECK_CUDA(cudaGraphLaunch(ge, s));
+  std::vector<float> v;
+  for (int rep = 0; rep < 5; ++rep) {
+    cudaEventRecord(t0, s);
+    CHECK_CUDA(cudaGraphLaunch(ge, s));
+    cudaEventRecord(t1, s);
+    CHECK_CUDA(cudaEventSynchronize(t1));
+    float ms;
+    cudaEventElapsedTime(&ms, t0, t1);
+    v.push_back(ms);
+  }
+  std::sort(v.begin(), v.end());
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return v[v.size() / 2] * 1e3 / calls;
+}
+
+double g_bw = 0;
+
+void report(const char* kind, const char* name, int rows, double bytes, double us) {
+  const double floor_us = bytes / g_bw * 1e6;
+  std::printf("%-6s %-26s rows %3d  %8.1f MB  %9.2f us  floor %8.2f us  x%5.2f  %7.0f GB/s\n", kind, name, rows,
+              bytes / 1e6, us, floor_us, us / floor_us, bytes / us / 1e3);
+}
+
+int copies_for(double bytes) { return std::max(2, static_cast<int>(std::ceil(256e6 / bytes))); }
+
+void bench_fp8(const char* name, int64_t out, int64_t in) {
+  const double bytes = double(out) * in + double((out + 31) / 32) * ((in + 31) / 32);
+  const int nc = copies_for(bytes);
+  std::vector<Fp8View> w(nc);
+  for (int c = 0; c < nc; ++c)
+    w[c] = Fp8View{device_random(out * in, 11 + c), device_random(((out + 31) / 32) * ((in + 31) / 32), 5 + c, scale_byte),
+                   out, in, 32};
+  for (int rows : {1, 8, 32}) {
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
+    float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
+    const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(fp8_linear(x, rows, w[i % nc], 32, y, s)); });
+    report("fp8", name, rows, bytes, us);
+  }
+}
+
+void bench_fp4(const char* name, int64_t out, int64_t in) {
+  const double bytes = double(out) * in / 2 + double(out) * (in / 32);
+  const int nc = copies_for(bytes);
+  std::vector<Fp4View> w(nc);
+  for (int c = 0; c < nc; ++c)
+    w[c] = Fp4View{device_random(out * in / 2, 21 + c), device_random(out * (in / 32), 7 + c, scale_byte), out, in};
+  for (int rows : {1, 8, 32}) {
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
+    float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
+    const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(fp4_linear(x, rows, w[i % nc], 32, y, s)); });
+    report("fp4", name, rows, bytes, us);
+  }
+}
+
+void bench_bf16(const char* name, int64_t out, int64_t in, bool f32_out) {
+  const double bytes = double(out) * in * 2;
+  const int nc = std::min(copies_for(bytes), 8);
+  std::vector<Bf16View> w(nc);
+  for (int c = 0; c < nc; ++c)
+    w[c] = Bf16View{reinterpret_cast<const uint16_t*>(device_random(out * in * 2, 31 + c, bf16_hi)), out, in};
+  for (int rows : {1, 8, 32}) {
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
+    float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
+    const double us = time_us([&](int i, cudaStream_t s) {
+      CHECK_CUDA(f32_out ? f32_linear(x, rows, w[i % nc], y, s) : bf16_linear(x, rows, w[i % nc], y, s));
+    }, f32_out ? 10 : 40);
+    report(f32_out ? "f32" : "bf16", name, rows, bytes, us);
+  }
+}
+
+// Routed experts of one layer: E = 384 experts resident, each row routed to 6 distinct random ones.
+void bench_experts() {
+  const int64_t E = 384, D = 5120, I = 2304;
+  const double expert_bytes = 3.0 * (double(I) * D / 2 + double(I) * (D / 32));
+  std::vector<Fp4View> v1(E), v3(E), v2(E);
+  for (int64_t e = 0; e < E; ++e) {
+    v1[e] = Fp4View{device_random(I * D / 2, 100 + e), device_random(I * (D / 32), 9, scale_byte), I, D};
+    v3[e] = Fp4View{device_random(I * D / 2, 500 + e), device_random(I * (D / 32), 10, scale_byte), I, D};
+    v2[e] = Fp4View{device_random(D * I / 2, 900 + e), device_random(D * (I / 32), 11, scale_byte), D, I};
+  }
+  auto up = [&](const std::vector<Fp4View>& v) {
+    auto* d = device_random(sizeof(Fp4View) * E, 0);
+    CHECK_CUDA(cudaMemcpy(d, v.data(), sizeof(Fp4View) * E, cudaMemcpyHostToDevice));
+    return reinterpret_cast<const Fp4View*>(d);
+  };
+  const Fp4View *d1 = up(v1), *d3 = up(v3), *d2 = up(v2);
+  std::mt19937 rng(77);
+  for (int rows : {1, 8, 32}) {
+    // several routings so consecutive calls touch different experts (no L2 reuse across calls)
+    const int kRoutings = 8;
+    std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
+    for (int k = 0; k < kRoutings; ++k) {
+      std::vector<std::tuple<int32_t, int32_t>> t;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int32_t> ex(E);
+        for (int e = 0; e < E; ++e) ex[e] = e;
+        std::shuffle(ex.begin(), ex.end(), rng);
+        for (int j = 0; j < 6; ++j) t.emplace_back(ex[j], r);
+      }
+      std::sort(t.begin(), t.end());
+      std::vector<int32_t> pr, pe;
+      std::vector<float> pw(t.size(), 0.25f);
+      int distinct = 0;
+      for (size_t i = 0; i < t.size(); ++i) {
+        pe.push_back(std::get<0>(t[i])), pr.push_back(std::get<1>(t[i]));
+        distinct += i == 0 || pe[i] != pe[i - 1];
+      }
+      auto* a = reinterpret_cast<int32_t*>(device_random(pr.size() * 4, 0));
+      auto* b = reinterpret_cast<int32_t*>(device_random(pe.size() * 4, 0));
+      auto* c = reinterpret_cast<float*>(device_random(pw.size() * 4, 0));
+      CHECK_CUDA(cudaMemcpy(a, pr.data(), pr.size() * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(b, pe.data(), pe.size() * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(c, pw.data(), pw.size() * 4, cudaMemcpyHostToDevice));
+      routes.emplace_back(a, b, c, static_cast<int64_t>(t.size()), distinct * expert_bytes);
+    }
+    const int64_t n_pairs = std::get<3>(routes[0]);
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * D, 3, bf16_hi));
+    float* scratch = reinterpret_cast<float*>(device_random(sizeof(float) * (n_pairs * 3 * I + 64), 0));
+    float* out = reinterpret_cast<float*>(device_random(sizeof(float) * n_pairs * D, 0));
+    double bytes = 0;
+    for (auto& r : routes) bytes += std::get<4>(r);
+    bytes /= kRoutings;
+    const double us = time_us([&](int i, cudaStream_t s) {
+      auto& [pr, pe, pw, n, b] = routes[i % kRoutings];
+      CHECK_CUDA(moe_routed_experts(x, pr, pe, pw, n, d1, d3, d2, D, I, 32, 10.f, scratch, out, s));
+    });
+    report("moe", "routed experts x6 per row", rows, bytes, us);
+  }
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  g_bw = copy_bandwidth();
+  std::printf("device %s, %d SMs, L2 %d MB; D2D copy bandwidth %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, g_bw / 1e9);
+  bench_fp8("wq_a [1280, 5120]", 1280, 5120);
+  bench_fp8("wkv [512, 5120]", 512, 5120);
+  bench_fp8("wq_b [32768, 1280]", 32768, 1280);
+  bench_fp8("wo_b [5120, 8192]", 5120, 8192);
+  bench_fp8("shared w1/w3 [2304, 5120]", 2304, 5120);
+  bench_fp8("shared w2 [5120, 2304]", 5120, 2304);
+  bench_fp4("expert w1/w3 [2304, 5120]", 2304, 5120);
+  bench_fp4("expert w2 [5120, 2304]", 5120, 2304);
+  bench_experts();
+  bench_bf16("wo_a [8192, 4096]", 8192, 4096, false);
+  bench_bf16("head [129280, 5120]", 129280, 5120, true);
+  return 0;
+}

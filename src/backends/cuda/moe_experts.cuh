@@ -1,0 +1,28 @@
+// Routed experts of one MoE layer on CUDA: every (row, expert) pair in one launch chain, each CTA
+// streaming one expert's FP4 weights once for all the rows routed to it; batch-invariant.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/weights.h"
+
+namespace dsv4::cuda {
+
+// Pairs sorted by (expert, row); for pair p with r = pair_row[p], e = pair_expert[p]:
+//   a = fp4_linear(x[r], w1[e]), u = fp4_linear(x[r], w3[e])           (bf16 [I] each)
+//   h = swiglu_clamped(a, u, pair_weight[p], swiglu_limit)               (bf16 [I], cpu::swiglu_clamped)
+//   out[p] = fp4_linear(h, w2[e])                                        (bf16 [D])
+// exactly as cpu::moe_forward<float> computes each expert's rows (the combine over a row's experts
+// is the caller's). x: float [rows, D] (bf16 values); w1/w3/w2: device arrays [E] of views
+// ([I, D], [I, D], [D, I]); scratch: >= n_pairs * 3 * I floats; out: float [n_pairs, D].
+// Each pair's arithmetic is that of fp4_linear on its row alone: independent of the other pairs.
+// Refused with cudaErrorInvalidValue: D or I not a multiple of act_block (a multiple of 32), x or
+// scratch not 16-byte aligned. Returns the last launch's cudaGetLastError().
+cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
+                               const float* pair_weight, int64_t n_pairs, const Fp4View* w1, const Fp4View* w3,
+                               const Fp4View* w2, int64_t D, int64_t I, int act_block, float swiglu_limit,
+                               float* scratch, float* out, cudaStream_t s);
+
+}  // namespace dsv4::cuda

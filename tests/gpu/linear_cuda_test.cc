@@ -1,0 +1,320 @@
+// CUDA linears against the CPU oracle (cpu::*_linear<float> and <double>) on random exact-format
+// weights, V4.1 full-width shapes included, and exact batch invariance of every output row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cuda/arena.h"
+#include "backends/cuda/check.h"
+#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/upload.h"
+#include "core/bf16.h"
+#include "core/fp4.h"
+#include "core/fp8.h"
+#include "core/thread_pool.h"
+
+namespace dsv4::cuda {
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p;
+  return p;
+}
+
+// bf16 activations: N(0, 1) scaled per row by 2^[-3, 3], a few zeros and wide outliers.
+std::vector<float> random_x(int64_t rows, int64_t in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(rows * in);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float row_scale = std::ldexp(1.f, static_cast<int>(rng() % 7) - 3);
+    for (int64_t k = 0; k < in; ++k) {
+      float v = nd(rng) * row_scale;
+      if (rng() % 97 == 0) v *= 40.f;
+      if (rng() % 89 == 0) v = 0.f;
+      x[m * in + k] = round_bf16(v);
+    }
+  }
+  return x;
+}
+
+float random_pow2(std::mt19937& rng, int lo, int hi) { return std::ldexp(1.f, lo + static_cast<int>(rng() % (hi - lo + 1))); }
+
+cpu::Fp8Weight random_fp8(int64_t out, int64_t in, int block, uint32_t seed) {
+  std::mt19937 rng(seed);
+  cpu::Fp8Weight w;
+  w.out = out, w.in = in, w.block = block;
+  w.w.resize(out * in);
+  for (auto& v : w.w) {
+    uint8_t c = static_cast<uint8_t>(rng());
+    if ((c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes in a checkpoint
+    v = e4m3_to_f32(c);
+  }
+  w.scale.resize(((out + block - 1) / block) * ((in + block - 1) / block));
+  for (auto& s : w.scale) s = random_pow2(rng, -14, -6);
+  return w;
+}
+
+cpu::Fp4Weight random_fp4(int64_t out, int64_t in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  cpu::Fp4Weight w;
+  w.out = out, w.in = in;
+  w.w.resize(out * in);
+  for (auto& v : w.w) v = e2m1_to_f32(static_cast<uint8_t>(rng() & 15));
+  w.scale.resize(out * (in / 32));
+  for (auto& s : w.scale) s = random_pow2(rng, -9, -3);
+  return w;
+}
+
+cpu::Bf16Weight random_bf16(int64_t out, int64_t in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  cpu::Bf16Weight w;
+  w.out = out, w.in = in;
+  w.w.resize(out * in);
+  for (auto& v : w.w) v = round_bf16(nd(rng));
+  return w;
+}
+
+// One linear kind under test: runs the device linear on `rows` rows starting at row `r0` of the
+// device input and returns y [rows, out].
+struct Case {
+  std::string name;
+  int64_t out, in;
+  bool bf16_out;  // f32_linear keeps fp32
+  std::function<cudaError_t(const float*, int64_t, float*)> device;
+  std::function<void(const float*, int64_t, float*)> ref32;
+  std::function<void(const float*, int64_t, double*)> ref64;  // bf16 kinds: the oracle's <double>, bf16
+  std::function<void(const float*, int64_t, double*)> abs64 = nullptr;  // fp32 kind: sum |x w| per output
+};
+
+std::vector<float> run_device(const Case& c, const DeviceBuffer& dx, int64_t r0, int64_t rows) {
+  DeviceBuffer dy(sizeof(float) * rows * c.out);
+  cudaMemset(dy.get(), 0xFF, dy.bytes());  // poison: every element must be written
+  const float* x = dx.as<float>() + r0 * c.in;
+  const Status st = launch_status(c.device(x, rows, dy.as<float>()), c.name,
+                                  shape_text({{"rows", rows}, {"out", c.out}, {"in", c.in}}));
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name;
+  std::vector<float> y(rows * c.out);
+  EXPECT_EQ(cudaMemcpy(y.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return y;
+}
+
+int bf16_ulp_distance(float a, float b) {
+  const int32_t ia = static_cast<int16_t>(f32_to_bf16(a)), ib = static_cast<int16_t>(f32_to_bf16(b));
+  // sign-magnitude bf16 bits to a monotonic integer line
+  const int32_t ma = ia < 0 ? -(ia & 0x7FFF) : ia, mb = ib < 0 ? -(ib & 0x7FFF) : ib;
+  return std::abs(ma - mb);
+}
+
+// Checks the device against both oracles on the first `ref_rows` rows, then batch invariance.
+void check_case(const Case& c, int64_t ref_rows, uint32_t seed) {
+  SCOPED_TRACE(c.name + " out=" + std::to_string(c.out) + " in=" + std::to_string(c.in));
+  constexpr int64_t kRows = 37;
+  const std::vector<float> x = random_x(kRows, c.in, seed);
+  DeviceBuffer dx(sizeof(float) * x.size());
+  ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  const std::vector<float> y37 = run_device(c, dx, 0, kRows);
+
+  std::vector<float> r32(ref_rows * c.out);
+  std::vector<double> r64(ref_rows * c.out);
+  c.ref32(x.data(), ref_rows, r32.data());
+  c.ref64(x.data(), ref_rows, r64.data());
+  std::vector<double> a64(c.abs64 ? ref_rows * c.out : 0);
+  if (c.abs64) c.abs64(x.data(), ref_rows, a64.data());
+  int64_t mismatches = 0;
+  int worst_ulp = 0;
+  double worst_rel64 = 0;
+  for (int64_t i = 0; i < ref_rows * c.out; ++i) {
+    if (c.bf16_out) {
+      const int d = bf16_ulp_distance(y37[i], r32[i]);
+      worst_ulp = std::max(worst_ulp, d);
+      mismatches += d != 0;
+      // ref64 is the exact-ish value rounded once to bf16: the device is at most 1 ulp from it
+      EXPECT_LE(bf16_ulp_distance(y37[i], static_cast<float>(r64[i])), 1)
+          << "element " << i << " device " << y37[i] << " ref64 " << r64[i];
+    } else {
+      worst_rel64 = std::max(worst_rel64, std::fabs(y37[i] - r64[i]) / std::max(1e-30, std::fabs(r64[i])));
+      // fp32 summation of n terms in any order errs by at most (n - 1) * 2^-24 * sum|x w| (the
+      // classic gamma_n bound); both the device and ref32 are within it of ref64
+      const double bound = (c.in - 1) * std::ldexp(1.0, -24) * a64[i];
+      EXPECT_LE(std::fabs(y37[i] - r64[i]), bound) << "element " << i;
+      EXPECT_LE(std::fabs(r32[i] - r64[i]), bound) << "element " << i;
+    }
+  }
+  // Tolerance: the device sums the same exact products in another order, so the fp32 value before
+  // the final bf16 rounding differs in the last float bits; that flips the bf16 rounding (1 ulp)
+  // only when the value lies within those bits of a bf16 rounding boundary: a small fraction.
+  if (c.bf16_out) {
+    EXPECT_LE(worst_ulp, 1);
+    EXPECT_LE(mismatches, std::max<int64_t>(2, ref_rows * c.out / 100)) << "bf16 mismatches vs ref32";
+  }
+  std::printf("[ %s out=%lld in=%lld ] vs ref32: %lld of %lld bf16 values differ (max %d ulp); fp32 max rel vs ref64 %.3g\n",
+              c.name.c_str(), (long long)c.out, (long long)c.in, (long long)mismatches, (long long)(ref_rows * c.out),
+              worst_ulp, worst_rel64);
+
+  // Batch invariance, exact: launches of 1, 3, 8 rows and 8 rows from an offset give the same bits.
+  for (const auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {0, 3}, {0, 8}, {29, 8}, {17, 1}, {36, 1}}) {
+    const std::vector<float> y = run_device(c, dx, r0, rows);
+    ASSERT_EQ(std::memcmp(y.data(), &y37[r0 * c.out], y.size() * sizeof(float)), 0)
+        << "rows [" << r0 << ", " << r0 + rows << ") launched alone differ from the 37-row launch";
+  }
+}
+
+struct Fixture {
+  Arena arena{size_t(1) << 30};
+};
+
+void fp8_case(Fixture& f, int64_t out, int64_t in, int block, int act_block, int64_t ref_rows, uint32_t seed) {
+  auto w = std::make_shared<cpu::Fp8Weight>(random_fp8(out, in, block, seed));
+  const size_t mark = f.arena.mark();
+  auto v = upload(*w, f.arena, "fp8");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const Fp8View view = *v;
+  Case c{"fp8_linear", out, in, true,
+         [=](const float* x, int64_t r, float* y) { return fp8_linear(x, r, view, act_block, y, nullptr); },
+         [=](const float* x, int64_t r, float* y) { cpu::fp8_linear<float>(pool(), x, r, *w, y, act_block); },
+         [=](const float* x, int64_t r, double* y) {
+           std::vector<float> yf(r * w->out);
+           cpu::fp8_linear<double>(pool(), x, r, *w, yf.data(), act_block);
+           std::copy(yf.begin(), yf.end(), y);
+         }};
+  check_case(c, ref_rows, seed + 1);
+  f.arena.reset(mark);
+}
+
+void fp4_case(Fixture& f, int64_t out, int64_t in, int act_block, int64_t ref_rows, uint32_t seed) {
+  auto w = std::make_shared<cpu::Fp4Weight>(random_fp4(out, in, seed));
+  const size_t mark = f.arena.mark();
+  auto v = upload(*w, f.arena, "fp4");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const Fp4View view = *v;
+  Case c{"fp4_linear", out, in, true,
+         [=](const float* x, int64_t r, float* y) { return fp4_linear(x, r, view, act_block, y, nullptr); },
+         [=](const float* x, int64_t r, float* y) { cpu::fp4_linear<float>(pool(), x, r, *w, y, act_block); },
+         [=](const float* x, int64_t r, double* y) {
+           std::vector<float> yf(r * w->out);
+           cpu::fp4_linear<double>(pool(), x, r, *w, yf.data(), act_block);
+           std::copy(yf.begin(), yf.end(), y);
+         }};
+  check_case(c, ref_rows, seed + 1);
+  f.arena.reset(mark);
+}
+
+void bf16_case(Fixture& f, int64_t out, int64_t in, int64_t ref_rows, uint32_t seed) {
+  auto w = std::make_shared<cpu::Bf16Weight>(random_bf16(out, in, seed));
+  const size_t mark = f.arena.mark();
+  auto v = upload_bf16(*w, f.arena, "bf16");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const Bf16View view = *v;
+  Case c{"bf16_linear", out, in, true,
+         [=](const float* x, int64_t r, float* y) { return bf16_linear(x, r, view, y, nullptr); },
+         [=](const float* x, int64_t r, float* y) { cpu::bf16_linear<float>(pool(), x, r, *w, y); },
+         [=](const float* x, int64_t r, double* y) {
+           std::vector<float> yf(r * w->out);
+           cpu::bf16_linear<double>(pool(), x, r, *w, yf.data());
+           std::copy(yf.begin(), yf.end(), y);
+         }};
+  check_case(c, ref_rows, seed + 1);
+  f.arena.reset(mark);
+}
+
+void f32_case(Fixture& f, int64_t out, int64_t in, int64_t ref_rows, uint32_t seed) {
+  auto w = std::make_shared<cpu::F32Weight>(random_bf16(out, in, seed));
+  const size_t mark = f.arena.mark();
+  auto v = upload_f32(*w, f.arena, "f32");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const F32View view = *v;
+  Case c{"f32_linear", out, in, false,
+         [=](const float* x, int64_t r, float* y) { return f32_linear(x, r, view, y, nullptr); },
+         [=](const float* x, int64_t r, float* y) { cpu::f32_linear<float>(pool(), x, r, *w, y); },
+         [=](const float* x, int64_t r, double* y) {
+           std::vector<double> xd(x, x + r * w->in);
+           cpu::f32_linear<double>(pool(), xd.data(), r, *w, y);
+         },
+         [=](const float* x, int64_t r, double* y) {
+           for (int64_t m = 0; m < r; ++m)
+             for (int64_t n = 0; n < w->out; ++n) {
+               double a = 0;
+               for (int64_t k = 0; k < w->in; ++k) a += std::fabs(double(x[m * w->in + k]) * w->w[n * w->in + k]);
+               y[m * w->out + n] = a;
+             }
+         }};
+  check_case(c, ref_rows, seed + 1);
+  f.arena.reset(mark);
+}
+
+// Shapes: V4.1 (model-spec.md §2.1): D = 5120, q_lora 1280, 64 heads x 512, o_groups 8 x o_lora
+// 1024, moe_inter 2304, 384 experts, index 32 heads x 128; plus small and ragged shapes.
+TEST(LinearCuda, Fp8MatchesOracleAndIsBatchInvariant) {
+  Fixture f;
+  fp8_case(f, 64, 256, 32, 32, 37, 11);
+  fp8_case(f, 37, 96, 32, 32, 37, 12);
+  fp8_case(f, 130, 512, 128, 128, 37, 13);  // V4 / 0731: 128x128 weight blocks, act block 128
+  fp8_case(f, 1280, 5120, 32, 32, 3, 14);   // wq_a
+  fp8_case(f, 512, 5120, 32, 32, 3, 15);    // wkv
+  fp8_case(f, 32768, 1280, 32, 32, 1, 16);  // wq_b
+  fp8_case(f, 5120, 8192, 32, 32, 1, 17);   // wo_b
+  fp8_case(f, 2304, 5120, 32, 32, 2, 18);   // shared expert w1 / w3
+  fp8_case(f, 5120, 2304, 32, 32, 2, 19);   // shared expert w2
+}
+
+TEST(LinearCuda, Fp4MatchesOracleAndIsBatchInvariant) {
+  Fixture f;
+  fp4_case(f, 64, 256, 32, 37, 21);
+  fp4_case(f, 33, 160, 32, 37, 22);
+  fp4_case(f, 40, 512, 128, 37, 23);        // act block 128 over 32-wide weight scales
+  fp4_case(f, 2304, 5120, 32, 2, 24);       // routed expert w1 / w3
+  fp4_case(f, 5120, 2304, 32, 2, 25);       // routed expert w2
+}
+
+TEST(LinearCuda, Bf16MatchesOracleAndIsBatchInvariant) {
+  Fixture f;
+  bf16_case(f, 29, 40, 37, 31);
+  bf16_case(f, 128, 512, 37, 32);           // indexer wk
+  bf16_case(f, 32, 5120, 37, 33);           // weights_proj
+  bf16_case(f, 8192, 4096, 1, 34);          // wo_a
+}
+
+TEST(LinearCuda, F32MatchesOracleAndIsBatchInvariant) {
+  Fixture f;
+  f32_case(f, 31, 36, 37, 41);
+  f32_case(f, 384, 5120, 8, 42);            // router gate
+  f32_case(f, 1, 5376, 37, 43);             // DSpark confidence head (D + R)
+  f32_case(f, 4096, 5120, 2, 44);           // a slice of the LM head
+}
+
+TEST(LinearCuda, RefusesBadShapesAndNamesTheLaunch) {
+  Fp8View w;
+  w.out = 4, w.in = 40;
+  EXPECT_EQ(fp8_linear(nullptr, 1, w, 32, nullptr, nullptr), cudaErrorInvalidValue);
+  const Status s = launch_status(cudaErrorInvalidValue, "fp8_linear", shape_text({{"rows", 1}, {"out", 4}, {"in", 40}}));
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("fp8_linear [rows=1, out=4, in=40]"), std::string::npos) << s.message();
+}
+
+TEST(UploadCuda, RefusesValuesTheFormatCannotHold) {
+  Arena arena(1 << 20);
+  cpu::Fp8Weight w = random_fp8(32, 32, 32, 5);
+  w.w[7] = 0.3f;  // not an e4m3 value
+  auto v = upload(w, arena, "blk.0.wq_a");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("'blk.0.wq_a': w[7]"), std::string::npos) << v.status().to_string();
+  cpu::Fp4Weight w4 = random_fp4(2, 32, 6);
+  w4.scale[1] = 0.75f;  // not a power of two
+  auto v4 = upload(w4, arena, "e");
+  ASSERT_FALSE(v4.ok());
+  EXPECT_NE(v4.status().message().find("scale[1]"), std::string::npos) << v4.status().to_string();
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
