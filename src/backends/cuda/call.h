@@ -1,0 +1,52 @@
+// What one CUDA forward call shares across layers: the model's attention weights and roles, the
+// call's rows (pieces of streams at their positions), scratch, and the slots that index sources
+// "publish" for later layers (top-k rows, candidate masks). The forward fills it per call, then
+// calls begin_attention_call once before layer 0 (attention.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/model_config.h"
+
+namespace dsv4::cuda {
+
+class Arena;                // arena.h
+struct ModelDevice;         // model.h (the whole model on the device)
+struct AttentionDevice;     // attention_weights.h (one layer's attention weights)
+struct AttentionCallTables; // attention.cc (per-call device tables built by begin_attention_call)
+class StreamCaches;         // attention_state.h
+
+// One piece of the call: T rows of one stream starting at absolute position `start`, occupying
+// rows [row0, row0 + T) of the call's batch. start must equal the stream's cached length.
+struct DevicePiece {
+  StreamCaches* caches = nullptr;
+  int64_t start = 0, T = 0, row0 = 0;
+};
+
+struct CallCtx {
+  // Model (filled by the forward): cudafwd's model, and what attention reads of it.
+  const ModelDevice* model = nullptr;
+  const cpu::ModelConfig* cfg = nullptr;
+  const std::vector<cpu::LayerRole>* roles = nullptr;  // [n_layers]
+  const AttentionDevice* attn = nullptr;               // [n_layers] per-layer attention weights
+
+  cudaStream_t stream = nullptr;
+  Arena* scratch = nullptr;  // per-call scratch; reset by the forward after the call
+
+  int64_t rows = 0;
+  const int64_t* pos = nullptr;     // device [rows] absolute positions (= piece.start + i)
+  std::vector<DevicePiece> pieces;  // host copy of the call's pieces, rows in order
+
+  // Published by index sources / the candidate source for the following layers (allocated from
+  // `scratch` by begin_attention_call, so they live for the whole call):
+  int32_t* topk = nullptr;   // device [rows, cfg->index_topk]: selected compressed rows, ascending,
+                             // -1 after the row's min(index_topk, L_c) entries
+  uint8_t* cand = nullptr;   // device [rows, cand_stride]: candidate mask of the row's L_c rows
+  int64_t cand_stride = 0;
+  AttentionCallTables* tables = nullptr;  // set by begin_attention_call
+};
+
+}  // namespace dsv4::cuda
