@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/model_config.h"
@@ -46,7 +47,7 @@ struct CallCtx {
                              // -1 after the row's min(index_topk, L_c) entries
   uint8_t* cand = nullptr;   // device [rows, cand_stride]: candidate mask of the row's L_c rows
   int64_t cand_stride = 0;
-  AttentionCallTables* tables = nullptr;  // set by begin_attention_call
+  std::shared_ptr<AttentionCallTables> tables;  // set by begin_attention_call
 };
 
 }  // namespace dsv4::cuda
