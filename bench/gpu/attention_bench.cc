@@ -1,0 +1,245 @@
+// CUDA attention layer at V4.1 shapes (D 5120, 64 heads of 512, window 128, top-512, 32 index
+// heads): batch-1 decode time per layer role at a given context, against the layer's memory floor
+// (weight bytes + KV bytes read, at the device's peak bandwidth). Caches are filled with random
+// valid packed rows, so no prefill is needed. Usage: attention_bench [context ...]
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/synthetic.h"
+#include "backends/cuda/arena.h"
+#include "backends/cuda/attention.h"
+#include "backends/cuda/attention_kernels.cuh"
+#include "backends/cuda/attention_state.h"
+#include "backends/cuda/attention_weights.h"
+
+using namespace dsv4;
+using namespace dsv4::cuda;
+
+namespace {
+
+// Layers: 0 window-only, 1 ratio-2 KV+index source, 2 ratio-2 reuse, 3 ratio-1 KV+index+candidate
+// source, 4 ratio-1 reindex (candidates), 5 ratio-1 reuse. Tiny MoE (not timed here).
+cpu::ModelConfig bench_config() {
+  cpu::ModelConfig c;  // V4.1 attention shapes by default
+  c.vocab = 256; c.n_layers = 6;
+  c.compress_ratios = {0, 2, 2, 1, 1, 1};
+  c.kv_source_layers = {1, 3};
+  c.index_source_layers = {1, 3, 4};
+  c.candidate_source_layer = 3;
+  c.n_experts = 2; c.n_active = 1; c.moe_inter = 64;
+  c.engram_layers = {};
+  c.dspark_stages = 0; c.dspark_target_layers = {};
+  return c;
+}
+
+int64_t bytes(const Fp8View& v) { return v.w ? v.out * v.in + ((v.out + 31) / 32) * ((v.in + 31) / 32) : 0; }
+int64_t bytes(const Bf16View& v) { return v.w ? v.out * v.in * 2 : 0; }
+int64_t bytes(const F32View& v) { return v.w ? v.out * v.in * 4 : 0; }
+
+int64_t weight_bytes(const AttentionDevice& a) {
+  return bytes(a.wq_a) + bytes(a.wq_b) + bytes(a.wkv) + bytes(a.wo_b) + bytes(a.wo_a) + bytes(a.comp_wkv32) +
+         bytes(a.comp_wgate32) + bytes(a.comp_wkv) + bytes(a.idx_wk) + bytes(a.idx_wq_b) + bytes(a.idx_weights_proj);
+}
+
+// Random valid packed rows (no NaN codes, moderate scales) for every cache of the stream.
+void fill_caches(StreamCaches& sc, const AttnGeometry& g, int64_t length, std::mt19937& rng) {
+  auto fp8_rows = [&](uint8_t* dst, int64_t rows, int64_t d) {
+    std::vector<uint8_t> h(rows * (d + d / 32));
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = &h[r * (d + d / 32)];
+      for (int64_t i = 0; i < d; ++i) { uint8_t b = rng() & 0xff; if ((b & 0x7f) == 0x7f) b = 0x30; row[i] = b; }
+      for (int64_t i = 0; i < d / 32; ++i) row[d + i] = 118 + rng() % 4;
+    }
+    cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice);
+  };
+  auto fp4_rows = [&](uint8_t* dst, int64_t rows, int64_t d, int group, bool e4m3) {
+    const int64_t rb = d / 2 + d / group;
+    std::vector<uint8_t> h(rows * rb);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = &h[r * rb];
+      for (int64_t i = 0; i < d / 2; ++i) row[i] = rng() & 0xff;
+      for (int64_t i = 0; i < d / group; ++i) row[d / 2 + i] = e4m3 ? 0x20 + rng() % 16 : 120 + rng() % 4;
+    }
+    cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice);
+  };
+  for (int l = 0; l < g.n_layers; ++l) {
+    const LayerCachesDev& c = sc.layer(l);
+    fp8_rows(c.window, g.ring_capacity, g.d);
+    if (!g.kv_source[l]) continue;
+    const int64_t rows = length / g.ratio[l];
+    if (g.compressed_format == cpu::RowFormat::fp8_ue8m0_32) fp8_rows(c.compressed, rows, g.d);
+    else fp4_rows(c.compressed, rows, g.d, 16, true);
+    fp4_rows(c.index_keys, rows, g.ihd, 32, false);
+    if (c.comp_kv) {
+      std::vector<float> f(g.ring_capacity * g.d);
+      for (auto& v : f) v = std::normal_distribution<float>(0, 1)(rng);
+      cudaMemcpy(c.comp_kv, f.data(), 4 * f.size(), cudaMemcpyHostToDevice);
+      cudaMemcpy(c.comp_gate, f.data(), 4 * f.size(), cudaMemcpyHostToDevice);
+    }
+  }
+  (void)sc.commit(length);
+}
+
+template <typename F>
+double time_us(cudaStream_t s, F&& f, int iters = 50) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0); cudaEventCreate(&e1);
+  cudaEventRecord(e0, s);
+  for (int i = 0; i < iters; ++i) f();
+  cudaEventRecord(e1, s);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0); cudaEventDestroy(e1);
+  return ms * 1000.0 / iters;
+}
+
+// The attention-specific kernels alone at one decode row (ratio-1 source layer `l` of the caches).
+void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int64_t ctx, Arena& ar,
+                      cudaStream_t s, std::mt19937& rng) {
+  const size_t mark = ar.mark();
+  const int64_t H = cfg.n_heads, d = cfg.head_dim, IH = cfg.index_heads, ihd = cfg.index_head_dim, K = cfg.index_topk;
+  const int64_t lc = ctx + 1;
+  PieceDev pd;
+  pd.start = ctx; pd.T = 1; pd.row0 = 0;
+  pd.window = sc.layer(l).window; pd.comp = sc.layer(l).compressed; pd.ikeys = sc.layer(l).index_keys;
+  auto up = [&](const void* h, size_t n) { void* p = ar.alloc(n); cudaMemcpy(p, h, n, cudaMemcpyHostToDevice); return p; };
+  auto* dpd = static_cast<PieceDev*>(up(&pd, sizeof pd));
+  int32_t zero = 0;
+  auto* drp = static_cast<int32_t*>(up(&zero, 4));
+  auto* dpos = static_cast<int64_t*>(up(&ctx, 8));
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> hq(H * d), hk(d), hqi(IH * ihd), hw(IH), freqs(cfg.rope_dim / 2, 0.01f), sink(H, 0.0f);
+  for (auto& v : hq) v = cpu::round_bf16(nd(rng));
+  for (auto& v : hk) v = cpu::round_bf16(nd(rng));
+  for (auto& v : hqi) v = cpu::round_bf16(nd(rng));
+  for (auto& v : hw) v = cpu::round_bf16(nd(rng));
+  std::vector<int32_t> top(K);
+  for (int64_t i = 0; i < K; ++i) top[i] = static_cast<int32_t>(i * (lc / K));
+  auto* dq = static_cast<float*>(up(hq.data(), 4 * hq.size()));
+  auto* dk = static_cast<float*>(up(hk.data(), 4 * hk.size()));
+  auto* dqi = static_cast<float*>(up(hqi.data(), 4 * hqi.size()));
+  auto* dw = static_cast<float*>(up(hw.data(), 4 * hw.size()));
+  auto* df = static_cast<float*>(up(freqs.data(), 4 * freqs.size()));
+  auto* dsink = static_cast<float*>(up(sink.data(), 4 * sink.size()));
+  auto* dtop = static_cast<int32_t*>(up(top.data(), 4 * K));
+  auto* dtop2 = ar.alloc_n<int32_t>(K);
+  auto* o = ar.alloc_n<float>(H * d);
+  auto* score = ar.alloc_n<float>(lc);
+  auto* cand = ar.alloc_n<uint8_t>(lc);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int nf = cfg.rope_dim / 2;
+  const double t_win = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, s); });
+  const double t_sp = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, s); });
+  const double t_sc = time_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
+  const double t_ca = time_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, s); });
+  const double t_tk = time_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, K, dtop2, s); });
+  std::printf("kernels at L_c %ld: sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
+              "(%.1f MB keys); candidate blocks %.1f us; top-%ld %.1f us\n", long(lc), t_win, long(K), t_sp, t_sc,
+              lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, long(K), t_tk);
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) std::printf("CUDA error: %s\n", cudaGetErrorString(e));
+  ar.reset(mark);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::printf("no CUDA device\n"); return 77; }
+  std::vector<int64_t> contexts;
+  for (int i = 1; i < argc; ++i) contexts.push_back(std::atoll(argv[i]));
+  if (contexts.empty()) contexts = {4096, 65536};
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const double peak = 4.8e12;  // H200 HBM3e peak bytes/s (the floor's bandwidth)
+  std::printf("device %s, floor bandwidth %.1f TB/s\n", prop.name, peak / 1e12);
+  const cpu::ModelConfig cfg = bench_config();
+  auto w = cpu::synthetic_weights(cfg, 1, false);
+  const auto roles = cpu::layer_roles(cfg);
+  Arena weights(size_t{3} << 30), scratch(size_t{1} << 30);
+  std::vector<AttentionDevice> attn;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    auto a = upload_attention(w->layers[l].attn, cfg, l, weights);
+    if (!a.ok()) { std::printf("upload: %s\n", a.status().to_string().c_str()); return 1; }
+    attn.push_back(*a);
+  }
+  w.reset();
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  std::mt19937 rng(5);
+  const char* names[] = {"window only (ratio 0)", "ratio-2 KV+index source", "ratio-2 reuse",
+                         "ratio-1 KV+index+candidate source", "ratio-1 reindex (candidates)", "ratio-1 reuse"};
+  for (int64_t ctx : contexts) {
+    auto geo = make_attn_geometry(cfg, ctx + 16, 16);
+    auto sc = StreamCaches::create(*geo);
+    if (!sc.ok()) { std::printf("caches: %s\n", sc.status().to_string().c_str()); return 1; }
+    fill_caches(**sc, *geo, ctx, rng);
+    CallCtx c;
+    c.cfg = &cfg; c.roles = &roles; c.attn = attn.data(); c.scratch = &scratch; c.stream = stream; c.rows = 1;
+    int64_t* pos = scratch.alloc_n<int64_t>(1);
+    const int64_t p = ctx;  // decode the next position (odd ctx-1 -> a ratio-2 group completes at p odd)
+    cudaMemcpy(pos, &p, 8, cudaMemcpyHostToDevice);
+    c.pos = pos;
+    c.pieces.push_back({sc->get(), ctx, 1, 0});
+    float* x = scratch.alloc_n<float>(cfg.dim);
+    float* y = scratch.alloc_n<float>(cfg.dim);
+    std::vector<float> hx(cfg.dim);
+    for (auto& v : hx) v = cpu::round_bf16(std::normal_distribution<float>(0, 1)(rng));
+    cudaMemcpy(x, hx.data(), 4 * hx.size(), cudaMemcpyHostToDevice);
+    if (Status s = begin_attention_call(c); !s.ok()) { std::printf("%s\n", s.to_string().c_str()); return 1; }
+    std::printf("\ncontext %ld (decode at position %ld, batch 1)\n", long(ctx), long(p));
+    std::printf("%-36s %10s %10s %10s %9s %9s\n", "layer", "us/step", "graph us", "floor us", "MB read", "of floor");
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const cpu::LayerRole& r = roles[l];
+      // Bytes a decode step must read: weights, 128 window rows, the selected compressed rows,
+      // and on index sources every index key row of the context.
+      int64_t kv = cfg.window * geo->window_row;
+      if (r.ratio > 0) kv += cfg.index_topk * geo->compressed_row;
+      if (r.index_source) kv += ((p + 1) / r.ratio) * geo->index_row;
+      const double mb = (weight_bytes(attn[l]) + kv) / 1e6;
+      const double floor_us = (weight_bytes(attn[l]) + kv) / peak * 1e6;
+      for (int i = 0; i < 3; ++i) (void)attention_layer(c, l, x, y);
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0); cudaEventCreate(&e1);
+      const int iters = 50;
+      cudaEventRecord(e0, stream);
+      for (int i = 0; i < iters; ++i) (void)attention_layer(c, l, x, y);
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      const double us = ms * 1000.0 / iters;
+      // The same step as one CUDA graph (launch overhead removed).
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      double gus = -1;
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        Status st = attention_layer(c, l, x, y);
+        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && st.ok() &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+          cudaGraphLaunch(exec, stream);
+          cudaEventRecord(e0, stream);
+          for (int i = 0; i < iters; ++i) cudaGraphLaunch(exec, stream);
+          cudaEventRecord(e1, stream);
+          cudaEventSynchronize(e1);
+          cudaEventElapsedTime(&ms, e0, e1);
+          gus = ms * 1000.0 / iters;
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+        }
+        cudaGetLastError();
+      }
+      std::printf("%-36s %10.1f %10.1f %10.1f %9.1f %8.0f%%\n", names[l], us, gus, floor_us, mb,
+                  100.0 * floor_us / (gus > 0 ? gus : us));
+    }
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) { std::printf("CUDA error: %s\n", cudaGetErrorString(e)); return 1; }
+    kernel_breakdown(cfg, **sc, 3, ctx, scratch, stream, rng);
+  }
+  return 0;
+}

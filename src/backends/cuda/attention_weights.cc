@@ -1,0 +1,51 @@
+// Upload of one layer's attention weights (see attention_weights.h).
+#include "backends/cuda/attention_weights.h"
+
+#include <string>
+
+#include "backends/cpu/rope.h"
+#include "backends/cuda/upload.h"
+
+namespace dsv4::cuda {
+
+StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const cpu::ModelConfig& cfg, int layer,
+                                           Arena& arena) {
+  const auto roles = cpu::layer_roles(cfg);
+  if (layer < 0 || layer >= static_cast<int>(roles.size()))
+    return error(StatusCode::invalid_argument, "upload_attention: layer {} out of range", layer);
+  const cpu::LayerRole& role = roles[layer];
+  const std::string n = "layers." + std::to_string(layer) + ".attn.";
+  AttentionDevice a;
+  DSV4_ASSIGN_OR_RETURN(a.wq_a, upload(w.wq_a, arena, n + "wq_a"));
+  DSV4_ASSIGN_OR_RETURN(a.wq_b, upload(w.wq_b, arena, n + "wq_b"));
+  DSV4_ASSIGN_OR_RETURN(a.wkv, upload(w.wkv, arena, n + "wkv"));
+  DSV4_ASSIGN_OR_RETURN(a.wo_b, upload(w.wo_b, arena, n + "wo_b"));
+  DSV4_ASSIGN_OR_RETURN(a.wo_a, upload_bf16(w.wo_a, arena, n + "wo_a"));
+  DSV4_ASSIGN_OR_RETURN(a.q_norm, upload(std::span<const float>(w.q_norm), arena, n + "q_norm"));
+  DSV4_ASSIGN_OR_RETURN(a.kv_norm, upload(std::span<const float>(w.kv_norm), arena, n + "kv_norm"));
+  DSV4_ASSIGN_OR_RETURN(a.sink, upload(std::span<const float>(w.sink), arena, n + "attn_sink"));
+  // RoPE: ratio-0 layers use rope_theta without YaRN, compressed layers compress_rope_theta with it.
+  const cpu::RopeParams rp = role.ratio > 0
+      ? cpu::RopeParams{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow}
+      : cpu::RopeParams{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
+  const std::vector<float> freqs = cpu::rope_frequencies(rp);
+  DSV4_ASSIGN_OR_RETURN(a.freqs, upload(std::span<const float>(freqs), arena, n + "rope frequencies"));
+  if (role.kv_source) {
+    if (role.ratio > 1) {
+      DSV4_ASSIGN_OR_RETURN(a.comp_wkv32, upload_f32(w.comp_wkv, arena, n + "compressor.wkv"));
+      DSV4_ASSIGN_OR_RETURN(a.comp_wgate32, upload_f32(w.comp_wgate, arena, n + "compressor.wgate"));
+    } else {
+      DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.comp_wkv, arena, n + "compressor.wkv"));
+    }
+    DSV4_ASSIGN_OR_RETURN(a.comp_norm, upload(std::span<const float>(w.comp_norm), arena, n + "compressor.norm"));
+    DSV4_ASSIGN_OR_RETURN(a.idx_wk, upload_bf16(w.idx_wk, arena, n + "indexer.wk"));
+    DSV4_ASSIGN_OR_RETURN(a.idx_k_norm, upload(std::span<const float>(w.idx_k_norm), arena, n + "indexer.k_norm"));
+  }
+  if (role.index_source) {
+    DSV4_ASSIGN_OR_RETURN(a.idx_wq_b, upload(w.idx_wq_b, arena, n + "indexer.wq_b"));
+    DSV4_ASSIGN_OR_RETURN(a.idx_weights_proj, upload_bf16(w.idx_weights_proj, arena, n + "indexer.weights_proj"));
+  }
+  return a;
+}
+
+}  // namespace dsv4::cuda

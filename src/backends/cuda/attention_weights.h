@@ -1,0 +1,38 @@
+// One backbone layer's attention weights on the device (views into an Arena) and their upload from
+// the CPU oracle's decoded weights, re-encoded bit-exactly into the checkpoint formats.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/model_config.h"
+#include "backends/cpu/weights.h"
+#include "backends/cuda/weights.h"
+#include "core/status.h"
+
+namespace dsv4::cuda {
+
+class Arena;
+
+struct AttentionDevice {
+  Fp8View wq_a, wq_b, wkv, wo_b;  // [Q, D], [H*d, Q], [d, D], [D, G*O]
+  Bf16View wo_a;                  // [G*O, H*d/G] (block-diagonal groups)
+  const float* q_norm = nullptr;  // bf16 [Q]
+  const float* kv_norm = nullptr; // bf16 [d]
+  const float* sink = nullptr;    // f32 [H]
+  const float* freqs = nullptr;   // f32 [rope_dim/2]: this layer's RoPE frequencies (plain or YaRN)
+  // KV source: compressor (ratio 2: fp32 wkv/wgate; ratio 1: bf16 wkv) and index keys.
+  F32View comp_wkv32, comp_wgate32;
+  Bf16View comp_wkv;
+  const float* comp_norm = nullptr;   // bf16 [d]
+  Bf16View idx_wk;                    // [ihd, d]
+  const float* idx_k_norm = nullptr;  // bf16 [ihd]
+  // Index source: the query side.
+  Fp8View idx_wq_b;           // [IH*ihd, Q]
+  Bf16View idx_weights_proj;  // [IH, D]
+};
+
+// Uploads layer `layer`'s attention weights (its role decides which exist) into `arena`.
+StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const cpu::ModelConfig& cfg,
+                                           int layer, Arena& arena);
+
+}  // namespace dsv4::cuda
