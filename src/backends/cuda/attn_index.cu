@@ -12,6 +12,7 @@ namespace {
 
 using namespace attn;
 constexpr int kSelThreads = 512;
+constexpr int64_t kMaxStaged = 96 * 1024;  // 16-bit keys staged in shared memory (192 KiB)
 
 // One thread per (row, t): the key row decoded into registers once, then 32-ish head dots in the
 // oracle's order (8 interleaved partial sums combined pairwise, no contraction), heads in order.
@@ -137,39 +138,58 @@ __device__ void block_select(int64_t n, int64_t k, KeyFn key, EmitFn emit) {
   }
 }
 
+// Scores are staged as 16-bit keys in shared memory when the row fits (`staged` keys), so the
+// select's passes read shared memory; longer rows read the scores from global memory.
 __global__ void topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K,
-                                 int32_t* topk) {
+                                 int32_t* topk, int64_t staged) {
+  extern __shared__ uint16_t keys[];
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
   const float* sc = score + r * stride;
   int32_t* out = topk + r * K;
-  block_select(lc, k, [&](int64_t t) { return key16(sc[t]); },
-               [&](int64_t t, int slot) { out[slot] = static_cast<int32_t>(t); });
+  auto emit = [&](int64_t t, int slot) { out[slot] = static_cast<int32_t>(t); };
+  if (lc <= staged) {
+    for (int64_t t = threadIdx.x; t < lc; t += blockDim.x) keys[t] = static_cast<uint16_t>(key16(sc[t]));
+    __syncthreads();
+    block_select(lc, k, [&](int64_t t) { return static_cast<uint32_t>(keys[t]); }, emit);
+  } else {
+    block_select(lc, k, [&](int64_t t) { return key16(sc[t]); }, emit);
+  }
   for (int64_t i = k + threadIdx.x; i < K; i += blockDim.x) out[i] = -1;
 }
 
 __global__ void candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio,
-                                      int64_t topk_blocks, int64_t B, uint8_t* cand, int64_t cand_stride) {
+                                      int64_t topk_blocks, int64_t B, uint8_t* cand, int64_t cand_stride,
+                                      int64_t staged) {
+  extern __shared__ uint16_t keys[];
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t nb = (lc + B - 1) / B;
   const float* sc = score + r * stride;
   uint8_t* m = cand + r * cand_stride;
   for (int64_t t = threadIdx.x; t < lc; t += blockDim.x) m[t] = 0;
-  __syncthreads();
-  auto block_value = [&](int64_t b) {
-    if (b == nb - 1) return __int_as_float(0x7f800000);  // the block of row lc-1 is forced in
+  auto block_key = [&](int64_t b) {
+    if (b == nb - 1) return key16(__int_as_float(0x7f800000));  // the block of row lc-1 is forced in
     float v = __int_as_float(0xff800000);
     for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
-    return v;
+    return key16(v);
   };
+  const uint32_t neg_inf_key = key16(__int_as_float(0xff800000));
   const int64_t k = nb < topk_blocks ? nb : topk_blocks;
-  block_select(nb, k, [&](int64_t b) { return key16(block_value(b)); },
-               [&](int64_t b, int) {
-                 if (!(block_value(b) > __int_as_float(0xff800000))) return;
-                 for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = 1;
-               });
+  auto keep = [&](int64_t b, uint32_t key) {
+    if (key <= neg_inf_key) return;  // blocks at -inf are dropped
+    for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = 1;
+  };
+  if (nb <= staged) {
+    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) keys[b] = static_cast<uint16_t>(block_key(b));
+    __syncthreads();
+    block_select(nb, k, [&](int64_t b) { return static_cast<uint32_t>(keys[b]); },
+                 [&](int64_t b, int) { keep(b, keys[b]); });
+  } else {
+    __syncthreads();
+    block_select(nb, k, block_key, [&](int64_t b, int) { keep(b, block_key(b)); });
+  }
 }
 
 __global__ void apply_candidates_kernel(float* score, int64_t stride, const int64_t* pos, int ratio,
@@ -201,7 +221,14 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
 cudaError_t candidate_rows(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                            int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  candidate_rows_kernel<<<rows, kSelThreads, 0, s>>>(score, stride, pos, ratio, topk_blocks, block, cand, cand_stride);
+  const int64_t staged = (stride + block - 1) / block <= kMaxStaged ? (stride + block - 1) / block : 0;
+  if (staged * 2 > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(candidate_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(staged * 2));
+    if (e != cudaSuccess) return e;
+  }
+  candidate_rows_kernel<<<rows, kSelThreads, staged * 2, s>>>(score, stride, pos, ratio, topk_blocks, block, cand,
+                                                              cand_stride, staged);
   return cudaGetLastError();
 }
 
@@ -216,7 +243,13 @@ cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, i
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
                       int32_t* topk, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  topk_rows_kernel<<<rows, kSelThreads, 0, s>>>(score, stride, pos, ratio, k, topk);
+  const int64_t staged = stride <= kMaxStaged ? stride : 0;
+  if (staged * 2 > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(topk_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(staged * 2));
+    if (e != cudaSuccess) return e;
+  }
+  topk_rows_kernel<<<rows, kSelThreads, staged * 2, s>>>(score, stride, pos, ratio, k, topk, staged);
   return cudaGetLastError();
 }
 
