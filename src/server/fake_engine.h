@@ -9,7 +9,9 @@
 // keyed by (prompt, seed when temperature > 0). A thinking prompt first gets "hmm, let me
 // think</think>". Directives in the prompt: "[[prefill-ms=N]]" delays the first token,
 // "[[token-ms=N]]" each round. Rounds emit 1 token (draft false) or 1-3 (draft true), with the
-// same tokens either way; logprobs are a fixed function of (position, token).
+// same tokens either way; logprobs are a fixed function of (position, token). Stop strings end a
+// request as the lane core ends one: on the token that completes the earliest match, reported
+// with the match's byte offset.
 #pragma once
 
 #include <condition_variable>

@@ -54,6 +54,7 @@ struct Run {
   RequestId id = 0;
   std::unique_ptr<Assembler> assembler;
   Clock::time_point arrived, last_token, last_write;
+  int32_t prompt_tokens = 0;
   bool got_token = false;
   bool done = false;  // the reply is complete (metrics recorded, in_progress released)
 
@@ -65,6 +66,8 @@ struct Run {
     for (auto& e : events) {
       if (assembler->finished()) break;
       if (!e.tokens.empty()) {
+        if (!got_token) core->metrics.prompt_processed(prompt_tokens);
+        core->metrics.tokens_generated(static_cast<int32_t>(e.tokens.size()));
         auto now = Clock::now();
         if (got_token)
           core->metrics.inter_token(std::chrono::duration<double>(now - last_token).count(),
@@ -93,6 +96,7 @@ struct Run {
                       ? -1
                       : std::chrono::duration<double>(first_token_time - arrived).count();
     Usage u = assembler->usage();
+    if (!got_token) core->metrics.prompt_processed(u.prompt_tokens);
     core->metrics.request_finished(reason, u.prompt_tokens, u.completion_tokens, u.cached_tokens,
                                    ttft, e2e);
     core->request_done();
@@ -316,6 +320,7 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
   run->core = &core;
   run->engine = engine;
   run->arrived = arrived;
+  run->prompt_tokens = prep.setup.prompt_tokens;
   run->channel = std::make_shared<Channel>();
   run->assembler = std::make_unique<Assembler>(prep.setup, *text);
   auto channel = run->channel;

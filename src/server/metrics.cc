@@ -82,13 +82,21 @@ void Metrics::request_finished(const std::string& reason, int32_t prompt_tokens,
                                double e2e_s) {
   std::lock_guard<std::mutex> lock(mu_);
   ++finished_[reason];
-  prompt_tokens_ += static_cast<uint64_t>(std::max(0, prompt_tokens));
-  generation_tokens_ += static_cast<uint64_t>(std::max(0, completion_tokens));
   cached_tokens_ += static_cast<uint64_t>(std::max(0, cached_tokens));
   if (ttft_s >= 0) ttft_.observe(ttft_s);
   e2e_.observe(e2e_s);
   prompt_len_.observe(prompt_tokens);
   gen_len_.observe(completion_tokens);
+}
+
+void Metrics::prompt_processed(int32_t prompt_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += static_cast<uint64_t>(std::max(0, prompt_tokens));
+}
+
+void Metrics::tokens_generated(int32_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  generation_tokens_ += static_cast<uint64_t>(std::max(0, tokens));
 }
 
 void Metrics::inter_token(double seconds, int32_t tokens) {
@@ -116,8 +124,9 @@ std::string Metrics::render(const MetricsSnapshotInputs& in) const {
         in.in_progress);
   gauge("dsv4:num_streams_open", "SSE responses being written.", in.open_streams);
   gauge("dsv4:server_state", "0 loading, 1 ready, 2 draining.", in.state);
-  counter("dsv4:prompt_tokens_total", "Prompt tokens of finished requests.", prompt_tokens_);
-  counter("dsv4:generation_tokens_total", "Generated tokens of finished requests.",
+  counter("dsv4:prompt_tokens_total", "Prompt tokens processed (counted when a prompt is in).",
+          prompt_tokens_);
+  counter("dsv4:generation_tokens_total", "Generated tokens (counted as they arrive).",
           generation_tokens_);
   counter("dsv4:prompt_tokens_cached_total", "Prompt tokens served from the prompt cache.",
           cached_tokens_);

@@ -44,8 +44,12 @@ class Metrics {
   explicit Metrics(std::string model_name);
 
   void http_request(const std::string& endpoint, int status);
+  // Token counters move while requests run: a request's prompt counts once its prompt is in (its
+  // first token came, or it ended), generated tokens as they arrive.
+  void prompt_processed(int32_t prompt_tokens);
+  void tokens_generated(int32_t tokens);
   // A generation request that ran: its reason (stop, length, tool_calls, cancelled, error), token
-  // counts and timings in seconds (ttft < 0: no token came).
+  // counts (for the per-request histograms) and timings in seconds (ttft < 0: no token came).
   void request_finished(const std::string& finish_reason, int32_t prompt_tokens,
                         int32_t completion_tokens, int32_t cached_tokens, double ttft_s,
                         double e2e_s);

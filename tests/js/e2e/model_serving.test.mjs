@@ -9,7 +9,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import OpenAI from 'openai';
-import { startServer, request, parseSse, waitFor } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { startServer, request, parseSse, waitFor, BIN } from './harness.mjs';
 import { parsePrometheus, sample } from './prometheus.mjs';
 import fs from 'node:fs';
 import zlib from 'node:zlib';
@@ -319,6 +320,27 @@ test('--api-key and the limits: body size, prompt length, max tokens', async () 
   assert.equal(JSON.parse(tooMany.body).error.param, 'max_tokens');
 });
 
+test('dsv4 chat holds a conversation with the model', async () => {
+  const input = 'Hello there\nAnd again\n/reset\nHello there\n/quit\n';
+  const r = await new Promise((resolve) => {
+    const p = spawn(BIN, ['chat', '--url', server.url, '--api-key', KEY, '--max-tokens', '4', '--usage'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d) => (stdout += d));
+    p.stderr.on('data', (d) => (stderr += d));
+    p.on('exit', (status) => resolve({ status, stdout, stderr }));
+    p.stdin.end(input);
+  });
+  assert.equal(r.status, 0, r.stderr);
+  const usage = [...r.stderr.matchAll(/\[(\d+) prompt tokens \((\d+) cached\), (\d+) completion tokens\]/g)];
+  assert.equal(usage.length, 3, r.stderr);
+  for (const u of usage) assert.ok(Number(u[3]) >= 1 && Number(u[3]) <= 4);
+  // The second turn's prompt carries the first exchange; /reset starts over (the same prompt as
+  // the first turn).
+  assert.ok(Number(usage[1][1]) > Number(usage[0][1]));
+  assert.equal(usage[2][1], usage[0][1]);
+});
+
 test('a full queue refuses with 429, Retry-After and an OpenAI error; waiting and running gauges show the queue', async () => {
   const s = await startServer(['--context', '1024', '--parallel', '1', '--max-queue', '2'], { fake: false, readyTimeoutMs: 240000 });
   const streams = [];
@@ -334,6 +356,12 @@ test('a full queue refuses with 429, Retry-After and an OpenAI error; waiting an
       return JSON.stringify(gauges()) === JSON.stringify([2, 2, 1, 1]);
     }, 20000);
     assert.ok(settled, `in progress, streams open, running, waiting: ${gauges()}`);
+    // Counters move while requests run: generated tokens grow before either stream has ended.
+    const generated = async () => sample(parsePrometheus((await request(s.url, { method: 'GET', path: '/metrics' })).body), 'dsv4:generation_tokens_total');
+    const g0 = await generated();
+    assert.ok(g0 > 0);
+    assert.ok(await waitFor(async () => (await generated()) > g0, 10000));
+    assert.ok(!streams[0].text().includes('[DONE]'));
     const r = await request(s.url, { body: { model: MODEL, messages: user('one more') } });
     assert.equal(r.status, 429);
     assert.ok(Number(r.headers['retry-after']) >= 1);
