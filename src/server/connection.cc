@@ -1,5 +1,6 @@
 // Finding a request's socket and noticing a peer that went away (cpp-httplib 0.11 exposes
-// neither to a handler; a non-streamed request polls this to cancel its generation).
+// neither to a handler; a non-streamed request polls this to cancel its generation), and widening
+// the listening socket's backlog.
 #include <dirent.h>
 #include <netdb.h>
 #include <poll.h>
@@ -61,6 +62,25 @@ bool peer_closed(int fd) {
     return n == 0;
   }
   return false;
+}
+
+void widen_listen_backlog(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = std::atoi(e->d_name);
+    int listening = 0;
+    socklen_t olen = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening) continue;
+    sockaddr_storage local{};
+    socklen_t llen = sizeof local;
+    std::string host;
+    int lport = 0;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) continue;
+    if (address_of(local, llen, host, lport) && lport == port) listen(fd, SOMAXCONN);
+  }
+  closedir(dir);
 }
 
 void stop_reading(const httplib::Request& req) {

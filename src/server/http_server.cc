@@ -262,11 +262,11 @@ Status Server::bind() {
     int port = c.http.bind_to_any_port(c.options.host);
     if (port <= 0) return error(StatusCode::unavailable, "cannot bind {}:0", c.options.host);
     c.options.port = port;
-    return ok_status();
-  }
-  if (!c.http.bind_to_port(c.options.host, c.options.port))
+  } else if (!c.http.bind_to_port(c.options.host, c.options.port)) {
     return error(StatusCode::unavailable, "cannot bind {}:{} (in use, or not an address here)",
                  c.options.host, c.options.port);
+  }
+  widen_listen_backlog(c.options.port);
   return ok_status();
 }
 

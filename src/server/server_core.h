@@ -59,6 +59,10 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
 int find_connection_fd(const httplib::Request& req);
 // True when the peer has closed or reset the connection.
 bool peer_closed(int fd);
+// cpp-httplib 0.11 (a compiled library) listens with a backlog of 5: a burst of connects overflows
+// it and the dropped SYNs are retried a second later. Re-listens the bound socket on `port` with
+// the system's maximum backlog.
+void widen_listen_backlog(int port);
 // Stops reading this request's connection (its unread body is not parsed as a next request).
 void stop_reading(const httplib::Request& req);
 // Largest body drained (read and dropped) to answer 413 cleanly; beyond it the read side closes.
