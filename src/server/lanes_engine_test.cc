@@ -1,5 +1,6 @@
 // The lane-core adapter over a real LaneHost and the lane core's hash backend: tokens arrive in
-// order and finish as asked (length), a cancel ends with cancelled, a halt ends with unavailable.
+// order and finish as asked (length, or stop at a stop string with the match's offset), a cancel
+// ends with cancelled, a halt ends with unavailable.
 #include "server/lanes_engine.h"
 
 #include <gtest/gtest.h>
@@ -106,6 +107,50 @@ TEST_F(LanesEngineTest, HaltEndsWithUnavailable) {
   EXPECT_EQ(engine_.stats().running, 0);
 }
 
+TEST(LanesEngine, StopStringFinishCarriesItsLastTokensAndTheMatchOffset) {
+  // Token t's output bytes are the letter 'a' + t % 26, so forced tokens 10..13 write "klmn" and
+  // the stop string "lm" is completed by token 12 and starts at byte 1 (worked by hand).
+  lanes::FakeBackend backend{lanes::FakeBackendOptions{}};
+  lanes::LaneHostOptions ho;
+  ho.token_bytes = [](lanes::TokenId t) { return std::string(1, static_cast<char>('a' + t % 26)); };
+  lanes::LaneHost host(backend, ho);
+  host.start();
+  LanesEngine engine(host, nullptr);
+  GenerationRequest r;
+  r.prompt = {5, 6, 7};
+  r.forced = {10, 11, 12, 13};
+  r.max_tokens = 8;
+  r.stop = {"zz", "lm"};
+  std::vector<GenerationEvent> events;
+  std::mutex mu;
+  std::condition_variable cv;
+  ASSERT_TRUE(engine
+                  .submit(r,
+                          [&](GenerationEvent&& e) {
+                            std::lock_guard<std::mutex> lock(mu);
+                            events.push_back(std::move(e));
+                            cv.notify_all();
+                          })
+                  .ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
+                            [&] { return !events.empty() && events.back().done; }));
+  }
+  host.stop();
+  std::vector<int32_t> tokens;
+  for (const auto& e : events)
+    for (const auto& t : e.tokens) tokens.push_back(t.token);
+  EXPECT_EQ(tokens, (std::vector<int32_t>{10, 11, 12}));
+  const GenerationEvent& last = events.back();
+  EXPECT_EQ(last.finish, Finish::stop);
+  EXPECT_EQ(last.stop_offset, 1);
+  // The token that completed the match travels with the finish, not before it.
+  ASSERT_FALSE(last.tokens.empty());
+  EXPECT_EQ(last.tokens.back().token, 12);
+  for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].done);
+}
+
 TEST(LanesEngine, RequestMapping) {
   GenerationRequest r;
   r.prompt = {1, 2};
@@ -116,6 +161,7 @@ TEST(LanesEngine, RequestMapping) {
   r.logprobs = true;
   r.draft = false;
   r.ignore_eos = true;
+  r.stop = {"END"};
   lanes::Request q = LanesEngine::to_lanes(r);
   EXPECT_EQ(q.prompt, (std::vector<lanes::TokenId>{1, 2}));
   EXPECT_EQ(q.forced_tokens, (std::vector<lanes::TokenId>{3}));
@@ -129,6 +175,7 @@ TEST(LanesEngine, RequestMapping) {
   EXPECT_TRUE(q.logprobs);
   EXPECT_FALSE(q.draft);
   EXPECT_TRUE(q.ignore_eos);
+  EXPECT_EQ(q.stop_strings, (std::vector<std::string>{"END"}));
 }
 
 }  // namespace
