@@ -159,7 +159,7 @@ test('the same prompt twice: cached tokens in usage, prompt-cache hits and bytes
 });
 
 test('SSE keepalive comments arrive before the first token while a long prompt fills', async () => {
-  const long = 'Please read all of this carefully before you answer the question at the end. '.repeat(14);
+  const long = 'Please read all of this carefully before you answer the question at the end. '.repeat(40);
   const st = openStream(server.url, { messages: user(long + ' Ready?'), max_tokens: 2, ...noThink });
   const sse = parseSse(await st.ended);
   assert.ok(sse.commentsBeforeData >= 2, `${sse.commentsBeforeData} keepalives before the first chunk`);
