@@ -9,6 +9,7 @@
 
 #include "backends/cpu/numerics.h"
 #include "core/thread_pool.h"
+#include "formats/exl3/linear.h"
 #include "formats/exl3/hadamard.h"
 
 namespace dsv4::cpu {
@@ -20,6 +21,7 @@ struct Exl3Part {
   std::vector<float> wq_t;                // Wq, exact fp16 values, transposed: [out_padded, in_padded]
   std::vector<float> suh, svh;            // fp16 values [in_padded], [out_padded]
   std::vector<float> bias;                // fp16 values [out_padded], or empty
+  exl3::Linear packed;                    // the stored tensors (trellis, suh, svh): what a device uploads
 };
 
 // A linear made of block-diagonal EXL3 parts: part g reads inputs [Σ in of parts < g, + in) and writes

@@ -243,6 +243,7 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, con
   std::vector<Checkpoint> release_shards;
   if (plan) {
     DSV4_RETURN_IF_ERROR(family::validate_exl3_pack(*plan, found).with_context(dir));
+    DSV4_RETURN_IF_ERROR(family::check_pack_tensor_storage(dir, *plan, found));
     if (!plan->release_shards.empty()) {
       if (options.engram_shards.empty())
         return error(StatusCode::invalid_argument, "{}: an EXL3 pack without its Engram tables (layers {}); give the "

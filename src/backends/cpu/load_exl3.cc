@@ -12,7 +12,7 @@ StatusOr<std::shared_ptr<const Exl3Weight>> load_exl3_weight(const Checkpoint& c
   if (groups.empty()) return std::shared_ptr<const Exl3Weight>();
   auto w = std::make_shared<Exl3Weight>();
   for (const family::Exl3Group* g : groups) {
-    DSV4_ASSIGN_OR_RETURN(const exl3::Linear L, exl3::load_linear(ck, g->prefix));
+    DSV4_ASSIGN_OR_RETURN(exl3::Linear L, exl3::load_linear(ck, g->prefix));
     if (L.in_features != g->in_padded || L.out_features != g->out_padded)
       return error(StatusCode::data_loss, "{}: EXL3 linear '{}' is [{}, {}], the layout needs [{}, {}]", ck.path(),
                    g->prefix, L.in_features, L.out_features, g->in_padded, g->out_padded);
@@ -34,6 +34,7 @@ StatusOr<std::shared_ptr<const Exl3Weight>> load_exl3_weight(const Checkpoint& c
     P.suh = widen(L.suh);
     P.svh = widen(L.svh);
     P.bias = widen(L.bias);
+    P.packed = std::move(L);
     w->in += P.in;
     w->out += P.out;
     w->parts.push_back(std::move(P));

@@ -187,6 +187,26 @@ TEST(Exl3Pack, RefusesMissingOrBrokenReleaseShards) {
   for (const auto& d : {missing, corrupt, truncated}) fs::remove_all(d);
 }
 
+TEST(Exl3Pack, RefusesATensorStorageThatDisagrees) {
+  const std::string d = std::string(DSV4_BINARY_DIR) + "/cpu_exl3_bad_storage";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(pack_dir()))
+    if (e.is_regular_file()) fs::copy_file(e.path(), d + "/" + e.path().filename().string());
+  std::ifstream in(d + "/quantization_config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  const size_t at = text.find("\"bits_per_weight\": 5");  // the first attention linear (5 bits, synth data)
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 20, "\"bits_per_weight\": 6");
+  std::ofstream(d + "/quantization_config.json") << text;
+  auto r = load_weights(d, LoadOptions{release_dir()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("tensor_storage bits_per_weight 6, the trellis has 5"), std::string::npos)
+      << r.status().to_string();
+  fs::remove_all(d);
+}
+
 TEST(Exl3Pack, RefusesATruncatedPackShardByName) {
   const std::string d = std::string(DSV4_BINARY_DIR) + "/cpu_exl3_truncated_pack";
   fs::remove_all(d);

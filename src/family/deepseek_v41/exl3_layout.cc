@@ -248,4 +248,48 @@ Status validate_exl3_pack(const Exl3PackPlan& plan, const std::vector<FoundTenso
   return Status(StatusCode::data_loss, msg);
 }
 
+Status validate_tensor_storage(const Exl3PackPlan& plan, const exl3::QuantConfig& q,
+                               const std::vector<FoundTensor>& found) {
+  if (q.tensor_storage.empty()) return ok_status();
+  std::unordered_map<std::string, const FoundTensor*> by_name;
+  for (const FoundTensor& f : found) by_name.emplace(f.name, &f);
+  std::vector<std::string> problems;
+  for (const Exl3Group& g : plan.groups) {
+    const auto it = q.tensor_storage.find(g.prefix);
+    if (it == q.tensor_storage.end()) {
+      problems.push_back(fmt::format("{}: not in tensor_storage", g.prefix));
+      continue;
+    }
+    const exl3::ModuleStorage& m = it->second;
+    if (!m.exl3) {
+      problems.push_back(fmt::format("{}: tensor_storage says it is not EXL3, the pack holds {}.trellis", g.prefix, g.prefix));
+      continue;
+    }
+    const auto trellis = by_name.find(g.prefix + ".trellis");
+    if (trellis != by_name.end() && trellis->second->shape.size() == 3 &&
+        trellis->second->shape[2] != 16 * int64_t{m.bits_per_weight})
+      problems.push_back(fmt::format("{}: tensor_storage bits_per_weight {}, the trellis has {} bits per weight",
+                                     g.prefix, m.bits_per_weight, trellis->second->shape[2] / 16));
+    const exl3::Codebook marker = by_name.count(g.prefix + ".mcg")    ? exl3::Codebook::mcg
+                                  : by_name.count(g.prefix + ".mul1") ? exl3::Codebook::mul1
+                                                                      : exl3::Codebook::inst3;
+    const exl3::Codebook listed = m.codebook.value_or(exl3::Codebook::inst3);
+    if (listed != marker)
+      problems.push_back(fmt::format("{}: tensor_storage codebook {}, the tensors' marker says {}", g.prefix,
+                                     exl3::codebook_name(listed), exl3::codebook_name(marker)));
+    for (const auto& [name, t] : m.stored_tensors) {
+      const auto f = by_name.find(name);
+      if (f == by_name.end()) problems.push_back(fmt::format("{}: tensor_storage lists {}, the pack lacks it", g.prefix, name));
+      else if (f->second->shape != t.shape)
+        problems.push_back(fmt::format("{}: tensor_storage shape [{}], the pack has [{}] (in {})", name,
+                                       fmt::join(t.shape, ", "), fmt::join(f->second->shape, ", "), f->second->file));
+    }
+  }
+  if (problems.empty()) return ok_status();
+  std::string msg = fmt::format("quantization_config.json does not match the pack's tensors: {} problem{}",
+                                problems.size(), problems.size() == 1 ? "" : "s");
+  for (const std::string& s : problems) msg += "\n  " + s;
+  return Status(StatusCode::data_loss, msg);
+}
+
 }  // namespace dsv4::family

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
 #include "family/deepseek_v41/tensors.h"
+#include "formats/exl3/quant_config.h"
 
 namespace dsv4::family {
 
@@ -74,5 +75,12 @@ PackStorage pack_storage_of(const TensorSpec& t);
 // release, optional sets all or none, absent tensors absent or as in the release, the Engram tables
 // not in the pack, nothing else. One data_loss error lists every problem with its tensor and file.
 Status validate_exl3_pack(const Exl3PackPlan& plan, const std::vector<FoundTensor>& found);
+
+// Cross-checks a pack's quantization_config.json tensor_storage with its tensors (call after
+// validate_exl3_pack): every EXL3 linear listed with quant_format exl3, bits_per_weight equal to its
+// trellis width, the codebook of its marker, and each stored tensor present with the listed shape.
+// An empty tensor_storage (config.json only) checks nothing. One data_loss error lists every problem.
+Status validate_tensor_storage(const Exl3PackPlan& plan, const exl3::QuantConfig& q,
+                               const std::vector<FoundTensor>& found);
 
 }  // namespace dsv4::family

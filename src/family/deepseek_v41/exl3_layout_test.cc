@@ -126,6 +126,33 @@ TEST(Exl3Layout, PackCheckNamesEveryProblemWithItsFile) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
 }
 
+TEST(Exl3Layout, TensorStorageIsCrossChecked) {
+  auto plan = exl3_pack_plan(preset_config(Preset::tiny, Variant::v41));
+  ASSERT_TRUE(plan.ok());
+  const std::vector<FoundTensor> f = well_formed(*plan);  // every trellis 64 words per tile: 4 bits, mul1
+  exl3::QuantConfig q;
+  for (const Exl3Group& g : plan->groups) {
+    exl3::ModuleStorage m;
+    m.exl3 = true;
+    m.bits_per_weight = 4;
+    m.codebook = exl3::Codebook::mul1;
+    m.stored_tensors[g.prefix + ".suh"] = {{g.in_padded}, 2 * g.in_padded, "torch.float16"};
+    q.tensor_storage[g.prefix] = m;
+  }
+  EXPECT_TRUE(validate_tensor_storage(*plan, q, f).ok());
+  q.tensor_storage["layers.3.attn.wq_b"].bits_per_weight = 5;
+  q.tensor_storage["layers.2.ffn.experts.0.w1"].codebook = exl3::Codebook::mcg;
+  q.tensor_storage["head"].stored_tensors["head.suh"].shape = {512};
+  q.tensor_storage.erase("layers.0.attn.wkv");
+  const Status st = validate_tensor_storage(*plan, q, f);
+  ASSERT_FALSE(st.ok());
+  for (const char* want : {"layers.3.attn.wq_b: tensor_storage bits_per_weight 5, the trellis has 4",
+                           "layers.2.ffn.experts.0.w1: tensor_storage codebook mcg, the tensors' marker says mul1",
+                           "head.suh: tensor_storage shape [512], the pack has [256]",
+                           "layers.0.attn.wkv: not in tensor_storage"})
+    EXPECT_NE(st.message().find(want), std::string::npos) << want << "\n" << st.message();
+}
+
 TEST(Exl3Layout, PackConfigRoundTrips) {
   const Config c = preset_config(Preset::tiny, Variant::v41);
   exl3::QuantConfig q;

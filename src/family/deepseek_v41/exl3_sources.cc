@@ -64,6 +64,16 @@ std::string exl3_pack_config_json(const Config& c, const exl3::QuantConfig& q) {
   return root.dump(2) + "\n";
 }
 
+Status check_pack_tensor_storage(const std::string& pack_dir, const Exl3PackPlan& plan,
+                                 const std::vector<FoundTensor>& found) {
+  const std::string path = pack_dir + "/quantization_config.json";
+  std::ifstream in{path, std::ios::binary};
+  if (!in) return ok_status();
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  DSV4_ASSIGN_OR_RETURN(const exl3::QuantConfig q, exl3::parse_quant_config(text, path));
+  return validate_tensor_storage(plan, q, found).with_context(path);
+}
+
 EngramSources v41_flash_release_engram_sources() {
   // File sizes: model-spec.md §5.5 (shard map, file bytes from the release manifest). The tables are
   // layers.1 in shard 47 and layers.14 in shard 48 (formats.md §2.5). No digest is recorded.

@@ -10,6 +10,7 @@
 #include "core/checkpoint.h"
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
+#include "family/deepseek_v41/exl3_layout.h"
 #include "family/deepseek_v41/tensors.h"
 #include "formats/exl3/quant_config.h"
 
@@ -31,6 +32,11 @@ StatusOr<Exl3PackConfig> parse_exl3_pack_config(std::string_view json_text);
 // config.json text of a pack: the release config with its quantization_config moved to
 // original_quantization_config and the EXL3 one in its place.
 std::string exl3_pack_config_json(const Config& c, const exl3::QuantConfig& q);
+
+// `pack_dir`/quantization_config.json, when the pack has one, parsed and cross-checked with the
+// tensors (validate_tensor_storage); ok when there is none (it is optional, formats.md §1.10).
+Status check_pack_tensor_storage(const std::string& pack_dir, const Exl3PackPlan& plan,
+                                 const std::vector<FoundTensor>& found);
 
 // One original release shard the pack needs.
 struct ReleaseShard {

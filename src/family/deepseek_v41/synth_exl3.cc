@@ -65,6 +65,22 @@ std::vector<uint8_t> u16_bytes(const std::vector<uint16_t>& v) {
   return b;
 }
 
+// The tensor_storage entry ExLlamaV3 writes for one EXL3 linear (formats.md §1.10).
+exl3::ModuleStorage storage_of(const exl3::Linear& L) {
+  exl3::ModuleStorage m;
+  const std::string p = L.name + ".";
+  m.stored_tensors[p + "trellis"] = {{L.in_features / 16, L.out_features / 16, 16 * L.bits},
+                                     int64_t(L.trellis.size()) * 2, "torch.int16"};
+  m.stored_tensors[p + "suh"] = {{L.in_features}, L.in_features * 2, "torch.float16"};
+  m.stored_tensors[p + "svh"] = {{L.out_features}, L.out_features * 2, "torch.float16"};
+  if (L.codebook != exl3::Codebook::inst3)
+    m.stored_tensors[p + (L.codebook == exl3::Codebook::mcg ? "mcg" : "mul1")] = {{}, 4, "torch.int32"};
+  m.exl3 = true;
+  m.bits_per_weight = L.bits;
+  if (L.codebook != exl3::Codebook::inst3) m.codebook = L.codebook;
+  return m;
+}
+
 Status add_exl3(SafetensorsWriter& w, const exl3::Linear& L) {
   const std::string p = L.name + ".";
   DSV4_RETURN_IF_ERROR(w.add(p + "trellis", DType::i16, {L.in_features / 16, L.out_features / 16, 16 * L.bits},
@@ -144,6 +160,7 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
     for (size_t i : *list) in_pack[i] = true;
   ShardedSafetensorsWriter sharded(dir, wo);
   double bit_weights = 0, weights = 0;
+  exl3::QuantConfig q;
   const int64_t total = table.total_bytes();
   for (int32_t shard = 1; shard <= table.num_shards; ++shard) {
     SafetensorsWriter w;
@@ -163,6 +180,7 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
       const int bits = exl3_synth_bits(g);
       const exl3::Linear L = exl3::quantize_linear(g.prefix, wt, g.in_padded, g.out_padded, bits, synth_codebook(g), o.seed);
       DSV4_RETURN_IF_ERROR(add_exl3(w, L));
+      q.tensor_storage[L.name] = storage_of(L);
       bit_weights += double(bits) * g.in_padded * g.out_padded;
       weights += double(g.in_padded) * g.out_padded;
       ++result.exl3_linears;
@@ -178,7 +196,6 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
   DSV4_RETURN_IF_ERROR(sharded.finish());
   result.bits = weights > 0 ? bit_weights / weights : 0;
 
-  exl3::QuantConfig q;
   q.version = "dsv4-synth";
   q.bits = result.bits;
   q.head_bits = 4;
@@ -186,6 +203,7 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
   q.out_scales = "always";
   q.codebook = exl3::Codebook::mul1;
   DSV4_RETURN_IF_ERROR(write_text(dir + "/config.json", exl3_pack_config_json(c, q), o.sync));
+  DSV4_RETURN_IF_ERROR(write_text(dir + "/quantization_config.json", exl3::quant_config_to_json(q), o.sync));
   if (!sources.shards.empty())
     DSV4_RETURN_IF_ERROR(write_text(dir + "/" + std::string(kEngramSourcesFile), engram_sources_json(sources), o.sync));
   if (c.has_engram()) {

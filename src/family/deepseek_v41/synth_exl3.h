@@ -34,7 +34,8 @@ struct Exl3SynthResult {
 // indexer 5, shared experts, Engram, the head and DSpark stages 4.
 int exl3_synth_bits(const Exl3Group& g);
 
-// Writes the pack of `c` into `dir` (config.json with an EXL3 quantization_config, sharded safetensors
+// Writes the pack of `c` into `dir` (config.json with an EXL3 quantization_config, quantization_config.json
+// with tensor_storage, sharded safetensors
 // with the release's shard numbering, index, engram_shards.json, tokenizer and Engram token map) and
 // the release shards holding the Engram tables into o.release_dir, byte-identical to the shards
 // write_synthetic_checkpoint writes for the same seed. Every EXL3 linear is the release linear's

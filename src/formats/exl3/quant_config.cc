@@ -103,4 +103,27 @@ StatusOr<QuantConfig> parse_quant_config(std::string_view json_text, std::string
   return out;
 }
 
+std::string quant_config_to_json(const QuantConfig& q) {
+  json j{{"quant_method", "exl3"}, {"version", q.version}, {"bits", q.bits}, {"head_bits", q.head_bits},
+         {"out_scales", q.out_scales}, {"codebook", std::string(codebook_name(q.codebook))}};
+  if (q.mtp_bits) j["mtp_bits"] = *q.mtp_bits;
+  if (!q.tensor_storage.empty()) {
+    json ts = json::object();
+    for (const auto& [key, m] : q.tensor_storage) {
+      json e{{"stored_tensors", json::object()}};
+      for (const auto& [name, t] : m.stored_tensors)
+        e["stored_tensors"][name] = {{"shape", t.shape}, {"n_bytes", t.n_bytes}, {"dtype", t.dtype}};
+      if (m.exl3) {
+        e["quant_format"] = "exl3";
+        e["bits_per_weight"] = m.bits_per_weight;
+        if (m.codebook == Codebook::mcg) e["mcg_multiplier"] = kMcgMultiplier;
+        if (m.codebook == Codebook::mul1) e["mul1_multiplier"] = kMul1Multiplier;
+      }
+      ts[key] = e;
+    }
+    j["tensor_storage"] = ts;
+  }
+  return j.dump(1) + "\n";
+}
+
 }  // namespace dsv4::exl3

@@ -42,4 +42,8 @@ struct QuantConfig {
 // unknown codebooks and multiplier values that do not match a known codebook, naming the key.
 StatusOr<QuantConfig> parse_quant_config(std::string_view json_text, std::string_view source_name);
 
+// quantization_config.json text (the config keys plus tensor_storage when it is not empty), in the
+// form ExLlamaV3 writes (formats.md §1.10); parse_quant_config reads it back.
+std::string quant_config_to_json(const QuantConfig& q);
+
 }  // namespace dsv4::exl3

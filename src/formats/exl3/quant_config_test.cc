@@ -66,5 +66,30 @@ TEST(QuantConfig, RefusesBadInputNamingTheKey) {
   EXPECT_EQ(ok->codebook, Codebook::mul1);
 }
 
+TEST(QuantConfig, WrittenFormReadsBackAsTheFixture) {
+  // ExLlamaV3's own quantization_config.json (fixture) -> our writer -> our reader: same content.
+  const std::string path = fixture_path("quantization_config_mul1.json");
+  auto a = parse_quant_config(read_text(path), path);
+  ASSERT_TRUE(a.ok());
+  auto b = parse_quant_config(quant_config_to_json(*a), "written");
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->version, a->version);
+  EXPECT_EQ(b->bits, a->bits);
+  EXPECT_EQ(b->codebook, a->codebook);
+  ASSERT_EQ(b->tensor_storage.size(), a->tensor_storage.size());
+  for (const auto& [key, m] : a->tensor_storage) {
+    const ModuleStorage& n = b->tensor_storage.at(key);
+    EXPECT_EQ(n.exl3, m.exl3) << key;
+    EXPECT_EQ(n.bits_per_weight, m.bits_per_weight) << key;
+    EXPECT_EQ(n.codebook, m.codebook) << key;
+    ASSERT_EQ(n.stored_tensors.size(), m.stored_tensors.size()) << key;
+    for (const auto& [name, t] : m.stored_tensors) {
+      EXPECT_EQ(n.stored_tensors.at(name).shape, t.shape) << name;
+      EXPECT_EQ(n.stored_tensors.at(name).n_bytes, t.n_bytes) << name;
+      EXPECT_EQ(n.stored_tensors.at(name).dtype, t.dtype) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv4::exl3
