@@ -74,6 +74,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--preset", preset,
                  "instead of --model: random weights in checkpoint formats for a family preset (tiny|small)");
   app.add_option("--seed", seed, "seed of the --preset weights")->capture_default_str();
+  std::string variant = "v41";
+  app.add_option("--variant", variant, "family variant of the --preset weights (v41 | v4-0731)")->capture_default_str();
   auto* p_opt = app.add_option("--prompt", prompt, "prompt text (encoded with the V4.1 tokenizer, no template)");
   auto* i_opt = app.add_option("--ids", ids_text, "prompt token ids, comma separated");
   p_opt->excludes(i_opt);
@@ -125,7 +127,14 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 run: %s\n", p.status().to_string().c_str());
       return 2;
     }
-    weights = cpu::synthetic_weights(cpu::model_config_from(family::preset_config(*p, family::Variant::v41)), seed, true);
+    auto v = family::parse_variant(variant);
+    if (!v.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", v.status().to_string().c_str());
+      return 2;
+    }
+    // V4 runs without its drafter (cpu::model_config_from), so only V4.1 gets DSpark weights.
+    weights = cpu::synthetic_weights(cpu::model_config_from(family::preset_config(*p, *v)), seed,
+                                     *v == family::Variant::v41);
   } else if (!model.empty()) {
     auto w = cpu::load_weights(model, cpu::LoadOptions{engram_shards});
     if (!w.ok()) {

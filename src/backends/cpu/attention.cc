@@ -48,6 +48,27 @@ void sparse_attend_head(const float* q, const std::vector<const float*>& keys, i
   for (int64_t i = 0; i < d; ++i) o[i] = round_bf16(acc[i] / sum);
 }
 
+std::vector<int32_t> select_topk_desc(const std::vector<float>& score, int64_t k) {
+  std::vector<int32_t> idx(score.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min<int64_t>(k, static_cast<int64_t>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  idx.resize(k);
+  return idx;
+}
+
+template <typename Acc>
+void head_rms_bf16(float* q, int64_t n, float eps) {
+  Acc s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<Acc>(round_bf16(static_cast<Acc>(q[i]) * static_cast<Acc>(q[i])));
+  const Acc mean = round_bf16(s / static_cast<Acc>(n));
+  const Acc v = round_bf16(mean + static_cast<Acc>(eps));
+  const Acc r = round_bf16(static_cast<Acc>(1) / std::sqrt(v));
+  for (int64_t i = 0; i < n; ++i) q[i] = round_bf16(static_cast<Acc>(q[i]) * r);
+}
+
 std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k) {
   std::vector<int32_t> idx(score.size());
   std::iota(idx.begin(), idx.end(), 0);
@@ -107,13 +128,15 @@ struct WindowSource {
   const float* fresh;  // [T, d] QDQ'd keys of this call's rows
   const uint8_t* ring;
   int64_t cap, row_bytes, d;
+  RowFormat format;
+  int64_t rd;
   std::vector<std::vector<float>> decoded;  // ring rows decoded on demand, by slot
   const float* key(int64_t q) {
     if (q >= piece->start) return fresh + (q - piece->start) * d;
     const int64_t slot = q % cap;
     if (decoded[slot].empty()) {
       decoded[slot].resize(d);
-      unpack_row(RowFormat::fp8_ue8m0_32, ring + slot * row_bytes, d, decoded[slot].data());
+      unpack_row(format, ring + slot * row_bytes, d, decoded[slot].data(), rd);
     }
     return decoded[slot].data();
   }
@@ -137,17 +160,21 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, A.q_norm.data(), cfg.norm_eps, qr.data());
   fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < H; ++h) rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, c.pos[r], false);
+    for (int64_t h = 0; h < H; ++h) {
+      if (cfg.v4()) head_rms_bf16<Acc>(&q[(r * H + h) * d], d, cfg.norm_eps);  // V4 per-head q norm
+      rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, c.pos[r], false);
+    }
 
-  // b. window key: kv_norm(wkv x), RoPE, FP8 QDQ of all d dims (packed row kept for the ring).
+  // b. window key: kv_norm(wkv x), RoPE, QDQ into the window row format (V4.1: FP8 over all d
+  // dims per 32; V4: FP8 over the d - rd NoPE dims per 64, RoPE dims bf16); packed row kept.
   Vec kv(rows * d), kvn(rows * d);
   std::vector<uint8_t> kv_packed(rows * geo.window_row);
   fp8_linear<Acc>(pool, x, rows, A.wkv, kv.data(), cfg.act_block);
   rmsnorm_rows<Acc>(kv.data(), rows, d, A.kv_norm.data(), cfg.norm_eps, kvn.data());
   for (int64_t r = 0; r < rows; ++r) {
     rope_apply<Acc>(&kvn[r * d + d - rd], freqs, c.pos[r], false);
-    pack_row(RowFormat::fp8_ue8m0_32, &kvn[r * d], d, &kv_packed[r * geo.window_row]);
-    unpack_row(RowFormat::fp8_ue8m0_32, &kv_packed[r * geo.window_row], d, &kvn[r * d]);
+    pack_row(cfg.window_format, &kvn[r * d], d, &kv_packed[r * geo.window_row], rd);
+    unpack_row(cfg.window_format, &kv_packed[r * geo.window_row], d, &kvn[r * d], rd);
   }
 
   // c. compressor, index keys, indexer and top-k.
@@ -160,7 +187,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   for (const PieceCtx& pc : c.pieces) {
     LayerCache& cache = pc.state->layers[layer];
     WindowSource ws{&pc, &kvn[pc.row0 * d], cache.window.data(), geo.ring_capacity, geo.window_row, d,
-                    std::vector<std::vector<float>>(geo.ring_capacity)};
+                    cfg.window_format, rd, std::vector<std::vector<float>>(geo.ring_capacity)};
     // Compressed rows of the KV source this layer reads, decoded once per piece.
     std::vector<float> comp;
     if (role.ratio > 0) {
@@ -168,7 +195,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
       const int64_t n = static_cast<int64_t>(src.compressed.size()) / geo.compressed_row;
       comp.resize(n * d);
       for (int64_t j = 0; j < n; ++j)
-        unpack_row(cfg.compressed_format, &src.compressed[j * geo.compressed_row], d, &comp[j * d]);
+        unpack_row(cfg.compressed_format, &src.compressed[j * geo.compressed_row], d, &comp[j * d], rd);
     }
     // Decode the ring rows this piece reads before the rows run in parallel.
     for (int64_t qpos = std::max<int64_t>(0, pc.start - cfg.window + 1); qpos < pc.start; ++qpos) ws.key(qpos);
@@ -182,13 +209,17 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
         int64_t width = cfg.window;
         bool empty_first = false;
         if (c.reference_shapes && pc.start == 0) width = std::min<int64_t>(pc.T, cfg.window);
-        if (c.reference_shapes && pc.start > 0 && pc.T == 1) empty_first = true;
+        if (c.reference_shapes && pc.start > 0 && pc.T == 1 && !cfg.v4()) empty_first = true;  // V4 pads at the end
         keys.assign(width, nullptr);
         const int64_t first = std::max<int64_t>(0, p - cfg.window + 1);
         const int64_t at = empty_first ? cfg.window - 1 - (p - first) : 0;
         for (int64_t qpos = first; qpos <= p; ++qpos) keys[at + qpos - first] = ws.key(qpos);
-        if (role.ratio > 0)
+        if (role.ratio > 0 && cfg.v4() && !role.index_source) {
+          // V4 ratio > 4: every visible compressed row, ascending (model-spec.md §8).
+          for (int64_t t = 0; t < (p + 1) / role.ratio; ++t) keys.push_back(&comp[t * d]);
+        } else if (role.ratio > 0) {
           for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
+        }
         sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, A.sink[h], &o[(r * H + h) * d]);
         rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true);
       }
@@ -210,5 +241,7 @@ template void attention_layer<float>(CallCtx&, int, const float*, float*);
 template void attention_layer<double>(CallCtx&, int, const float*, float*);
 template void attention_output<float>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
 template void attention_output<double>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
+template void head_rms_bf16<float>(float*, int64_t, float);
+template void head_rms_bf16<double>(float*, int64_t, float);
 
 }  // namespace dsv4::cpu

@@ -16,6 +16,14 @@ template <typename Acc>
 void sparse_attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, Acc scale,
                         float sink, float* o);
 
+// V4: top-k with ties to the lower row index, in descending score order (torch.topk's order).
+std::vector<int32_t> select_topk_desc(const std::vector<float>& score, int64_t k);
+
+// V4 per-head query RMS norm without weight, every op on bf16 tensors as the reference:
+// bf16(q^2), bf16(mean), bf16(+eps), bf16(rsqrt), bf16(q * r); q bf16 [n] in place.
+template <typename Acc>
+void head_rms_bf16(float* q, int64_t n, float eps);
+
 // Top-k with ties to the lower row index, returned in ascending row order.
 std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k);
 

@@ -1,6 +1,6 @@
-// One transformer block with V4.1's delayed pre-mix (model-spec.md §3.8): the attention sub-layer
+// One transformer block. V4.1's delayed pre-mix (model-spec.md §3.8): the attention sub-layer
 // collapses with the incoming pre-mix pi, the FFN sub-layer with the attention pre-mix, and the
-// FFN pre-mix becomes the next block's pi.
+// FFN pre-mix becomes the next block's pi. V4 (§8): each sub-layer collapses with its own pre-mix.
 #pragma once
 
 #include <functional>
@@ -17,21 +17,22 @@ namespace dsv4::cpu {
 template <typename Acc>
 void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights& B, int64_t rows,
                    const std::function<void(const float*, float*)>& attn, const uint8_t* image,
-                   std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
+                   const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
+  const bool same = cfg.v4();
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
   Vec x(rows * D), xn(rows * D), y(rows * D);
   // attention sub-layer
   auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
-  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, pi[r], &x[r * D]);
+  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D]);
   rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
   attn(xn.data(), y.data());
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
   // FFN sub-layer, collapsed with the attention pre-mix
   auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
-  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, amix[r].pre, &x[r * D]);
+  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? fmix[r].pre : amix[r].pre, &x[r * D]);
   rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
-  moe_forward<Acc>(pool, B.ffn, cfg, xn.data(), image, rows, y.data());
+  moe_forward<Acc>(pool, B.ffn, cfg, xn.data(), image, ids, rows, y.data());
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
   for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
 }

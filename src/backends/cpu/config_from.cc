@@ -57,6 +57,14 @@ ModelConfig model_config_from(const family::Config& c) {
   m.dspark_markov_rank = c.dspark_markov_rank;
   m.dspark_experts = c.dspark_n_routed_experts;
   m.dspark_active = c.dspark_num_experts_per_tok;
+  if (c.variant == family::Variant::v4) {
+    apply_v4_numerics(m);
+    m.num_hash_layers = c.num_hash_layers;
+    // The 0731 drafter's forward is not confirmed by reference code (model-spec.md §10.7): the
+    // oracle runs V4 without it (its mtp.* tensors are checked, not loaded).
+    m.dspark_stages = 0;
+    m.dspark_target_layers.clear();
+  }
   return m;
 }
 

@@ -102,7 +102,7 @@ DraftResult dspark_draft(ThreadPool& pool, const ModelWeights& W, const StateGeo
       }, 1);
       attention_output<Acc>(pool, A, cfg, o.data(), B, y);
     };
-    block_forward<Acc>(pool, cfg, blk, B, attn, nullptr, h, pi);
+    block_forward<Acc>(pool, cfg, blk, B, attn, nullptr, ids.data(), h, pi);
   }
   // Head on all rows, then the Markov bias and the draft chain, row by row.
   std::vector<int64_t> rows(B);

@@ -1,5 +1,5 @@
-// The floor F = NRMS(ref32, ref64) on the logits of a fixed prompt for the tiny preset (random
-// weights in checkpoint formats): measured and reported, with top-1 agreement per position.
+// The floor F = NRMS(ref32, ref64) on the logits of a fixed prompt for the tiny presets of both
+// variants (random weights in checkpoint formats): measured and reported, with top-1 agreement.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +13,8 @@
 namespace dsv4::cpu {
 namespace {
 
-TEST(OracleFloor, TinyPresetRef32AgainstRef64) {
-  auto w = synthetic_weights(model_config_from(family::preset_config(family::Preset::tiny, family::Variant::v41)), 1,
-                             false);
+void report_floor(family::Variant variant, const char* name) {
+  auto w = synthetic_weights(model_config_from(family::preset_config(family::Preset::tiny, variant)), 1, false);
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = (i * 7919 + 13) % 129280;
   std::vector<int32_t> rows(40);
@@ -45,10 +44,15 @@ TEST(OracleFloor, TinyPresetRef32AgainstRef64) {
     agree += a == b;
   }
   const double F = std::sqrt(num / den);
-  std::printf("tiny preset: floor F = NRMS(ref32, ref64) = %.3e, top-1 agreement %d/40\n", F, agree);
+  std::printf("%s tiny preset: floor F = NRMS(ref32, ref64) = %.3e, top-1 agreement %d/40\n", name, F, agree);
   EXPECT_GT(F, 0.0);
   EXPECT_LT(F, 0.25);
 }
+
+TEST(OracleFloor, TinyPresetRef32AgainstRef64) { report_floor(family::Variant::v41, "V4.1"); }
+
+// 40 rows cross ten ratio-4 groups, two ratio-16 groups and the window of 16.
+TEST(OracleFloor, V4TinyPresetRef32AgainstRef64) { report_floor(family::Variant::v4, "V4-0731"); }
 
 }  // namespace
 }  // namespace dsv4::cpu

@@ -26,8 +26,10 @@ StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const ModelWeig
   std::unique_ptr<Oracle> o(new Oracle());
   o->weights_ = std::move(weights);
   o->options_ = options;
+  o->cfg_ = options.unquantized ? without_quantization(cfg) : cfg;
+  if (cfg.v4() && !o->weights_->hc_head) return error(StatusCode::invalid_argument, "V4 weights without hc_head");
   o->roles_ = layer_roles(cfg);
-  o->geo_ = make_geometry(cfg, options.max_rollback);
+  o->geo_ = make_geometry(o->cfg_, options.max_rollback);
   if (!o->weights_->dspark) o->geo_.dspark_stages = 0;
   RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
@@ -114,7 +116,7 @@ StatusOr<DraftResult> Oracle::draft_impl(StreamState& s, int32_t next) {
 template <typename Acc>
 StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>& pieces) {
   const ModelWeights& W = *weights_;
-  const ModelConfig& cfg = W.config;
+  const ModelConfig& cfg = cfg_;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
   // Refuse bad input before touching any state.
@@ -191,7 +193,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
           taps[(r * n_taps + role.tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
         }
     auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
-    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), h, pi);
+    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), ids.data(), h, pi);
     if (options_.layer_probe) options_.layer_probe(l, h);
   }
   // 4. Logits of the requested rows.
@@ -201,7 +203,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     std::vector<int64_t> rows;
     for (int32_t r : pieces[i].logit_rows) rows.push_back(c.pieces[i].row0 + r);
     std::vector<Acc> logits;
-    head_logits<Acc>(*pool_, cfg, W.norm, W.head, h.data(), pi, rows, logits);
+    head_logits<Acc>(*pool_, cfg, W.norm, W.head, h.data(), pi, rows, logits, nullptr, W.hc_head.get());
     out[i].logits.assign(logits.begin(), logits.end());
   }
   // 5. DSpark rings receive one row per main position.

@@ -31,6 +31,9 @@ struct OracleOptions {
   // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (per-layer
   // comparisons of other backends against the oracle); empty: nothing is copied.
   std::function<void(int layer, const std::vector<float>& h)> layer_probe;
+  // Test-only: every quantization step off (activation quant, window / compressed KV and index
+  // QDQ), as Hugging Face transformers' DeepSeek-V4 port computes; see tests/hf/README.md.
+  bool unquantized = false;
 };
 
 // Tokens appended to one stream at its current length.
@@ -58,7 +61,7 @@ class Oracle {
                                                   const OracleOptions& options);
   ~Oracle();
 
-  const ModelConfig& config() const { return weights_->config; }
+  const ModelConfig& config() const { return cfg_; }
   int32_t open_stream();
   Status close_stream(int32_t stream);
   StatusOr<int64_t> length(int32_t stream) const;
@@ -79,6 +82,7 @@ class Oracle {
   template <typename Acc> StatusOr<DraftResult> draft_impl(StreamState& s, int32_t next);
 
   std::shared_ptr<const ModelWeights> weights_;
+  ModelConfig cfg_;  // the weights' config, or its unquantized form
   OracleOptions options_;
   std::vector<LayerRole> roles_;
   StateGeometry geo_;

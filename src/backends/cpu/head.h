@@ -1,4 +1,5 @@
-// Final collapse, norm and LM head (model-spec.md §3.8): fp32 logits from the bf16 stream.
+// Final collapse, norm and LM head (model-spec.md §3.8): fp32 logits from the bf16 stream. V4
+// collapses with hc_head's own pre-mix (§8) instead of the last FFN's.
 #pragma once
 
 #include <vector>
@@ -9,15 +10,36 @@
 
 namespace dsv4::cpu {
 
-// logits [rows, V] = head( RMSNorm( collapse(h_r, pi_r) ; norm ) ) for the listed rows.
+// hc_head's pre-mix of one row h bf16 [C, D]: m = (fn . x) * rsqrt(mean(x^2) + eps),
+// pre = sigmoid(m * scale + base) + hc_eps (no Sinkhorn).
+template <typename Acc>
+std::vector<Acc> hc_head_pre(ThreadPool& pool, const ModelConfig& cfg, const HcHeadWeights& W, const float* h) {
+  const int C = cfg.hc_mult;
+  const int64_t n = static_cast<int64_t>(C) * cfg.dim;
+  std::vector<Acc> x(h, h + n), m(C), pre(C);
+  f32_linear<Acc>(pool, x.data(), 1, W.fn, m.data());
+  const Acc mean = dot<Acc>(h, h, n) / static_cast<Acc>(n);
+  const Acc rho = static_cast<Acc>(1) / std::sqrt(mean + static_cast<Acc>(cfg.norm_eps));
+  for (int c = 0; c < C; ++c)
+    pre[c] = sigmoid<Acc>(m[c] * rho * static_cast<Acc>(W.scale) + static_cast<Acc>(W.base[c])) +
+             static_cast<Acc>(cfg.hc_eps);
+  return pre;
+}
+
+// logits [rows, V] = head( RMSNorm( collapse(h_r, pi_r) ; norm ) ) for the listed rows; with
+// hc (V4) the collapse uses hc_head's pre-mix instead of pi.
 template <typename Acc>
 void head_logits(ThreadPool& pool, const ModelConfig& cfg, const std::vector<float>& norm,
                  const F32Weight& head, const float* h, const std::vector<std::vector<Acc>>& pi,
-                 const std::vector<int64_t>& rows, std::vector<Acc>& logits, Vec* collapsed = nullptr) {
+                 const std::vector<int64_t>& rows, std::vector<Acc>& logits, Vec* collapsed = nullptr,
+                 const HcHeadWeights* hc = nullptr) {
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, n = static_cast<int64_t>(rows.size());
   Vec x(n * D), xn(n * D);
-  for (int64_t i = 0; i < n; ++i) hc_collapse<Acc>(h + rows[i] * C * D, C, D, pi[rows[i]], &x[i * D]);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* hr = h + rows[i] * C * D;
+    hc_collapse<Acc>(hr, C, D, hc ? hc_head_pre<Acc>(pool, cfg, *hc, hr) : pi[rows[i]], &x[i * D]);
+  }
   rmsnorm_rows<Acc>(x.data(), n, D, norm.data(), cfg.norm_eps, xn.data());
   std::vector<Acc> xa(xn.begin(), xn.end());
   logits.resize(n * head.out);

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/call_context.h"
+#include "backends/cpu/hadamard.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
 
@@ -36,20 +37,21 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
     for (int64_t h = 0; h < IH; ++h) {
       float* qh = &qi[(r * IH + h) * ihd];
       rope_apply<Acc>(qh + ihd - rd, *c.freqs_yarn, c.pos[r], false);
-      qdq_row(RowFormat::fp4_ue8m0_32, qh, ihd);
+      if (cfg.v4()) hadamard_row<Acc>(qh, ihd);  // V4 rotates queries and keys (model-spec.md §8)
+      qdq_row(cfg.index_format, qh, ihd, rd);
     }
   for (const PieceCtx& pc : c.pieces) {
     int src_layer = role.kv_from;
     // Reference quirk (model-spec.md §3.6, audit note 23): on a one-token decode call an owner
     // that makes no new row does not republish, so it scores against the most recently
     // published index keys (the previous call's last publisher).
-    if (c.reference_shapes && pc.start > 0 && pc.T == 1 && role.kv_source && (pc.start + 1) % role.ratio != 0 &&
+    if (c.reference_shapes && !cfg.v4() && pc.start > 0 && pc.T == 1 && role.kv_source && (pc.start + 1) % role.ratio != 0 &&
         pc.state->last_index_publisher >= 0)
       src_layer = pc.state->last_index_publisher;
     const LayerCache& src = pc.state->layers[src_layer];
     const int64_t n = static_cast<int64_t>(src.index_keys.size()) / geo.index_row;
     Vec keys(n * ihd);
-    for (int64_t t = 0; t < n; ++t) unpack_row(RowFormat::fp4_ue8m0_32, &src.index_keys[t * geo.index_row], ihd, &keys[t * ihd]);
+    for (int64_t t = 0; t < n; ++t) unpack_row(cfg.index_format, &src.index_keys[t * geo.index_row], ihd, &keys[t * ihd], rd);
     c.pool->parallel_for(pc.T, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t r = pc.row0 + i, p = pc.start + i;
@@ -70,7 +72,9 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
         if (role.uses_candidates)
           for (int64_t t = 0; t < Lc; ++t)
             if (!c.cand[r][t]) score[t] = neg_inf;
-        c.topk[r] = select_topk_rows(score, std::min<int64_t>(cfg.index_topk, Lc));
+        // V4.1 sorts the picks by row; V4 keeps torch.topk's descending score order.
+        const int64_t k = std::min<int64_t>(cfg.index_topk, Lc);
+        c.topk[r] = cfg.v4() ? select_topk_desc(score, k) : select_topk_rows(score, k);
       }
     }, 1);
   }

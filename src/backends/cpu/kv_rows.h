@@ -1,6 +1,8 @@
 // Packed per-token cache rows (model-spec.md §4.2): window / FP8 compressed rows (d B e4m3 +
 // d/32 B ue8m0), FP4 compressed rows (d/2 B e2m1 + d/16 B e4m3 scales), index-key rows
-// (d/2 B e2m1 + d/32 B ue8m0). Packing a bf16 row QDQs it; unpacking returns the exact values.
+// (d/2 B e2m1 + d/32 B ue8m0); V4 window / compressed rows (d-rd B e4m3 + (d-rd)/64 B ue8m0 +
+// rd bf16 RoPE dims + 1 pad B: the 584 B "MODEL1" row at d = 512); plain bf16 rows (test-only
+// unquantized mode). Packing a bf16 row QDQs it; unpacking returns the exact values.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +11,13 @@
 
 namespace dsv4::cpu {
 
-enum class RowFormat : uint8_t { fp8_ue8m0_32, fp4_e4m3_16, fp4_ue8m0_32 };
+enum class RowFormat : uint8_t { fp8_ue8m0_32, fp4_e4m3_16, fp4_ue8m0_32, fp8_nope64_bf16rope, bf16 };
 
-inline int64_t row_bytes(RowFormat f, int64_t d) {
+// rd: the RoPE tail left in bf16 by fp8_nope64_bf16rope (ignored by the other formats).
+inline int64_t row_bytes(RowFormat f, int64_t d, int64_t rd = 64) {
   switch (f) {
+    case RowFormat::fp8_nope64_bf16rope: return (d - rd) + (d - rd) / 64 + 2 * rd + 1;
+    case RowFormat::bf16: return 2 * d;
     case RowFormat::fp8_ue8m0_32: return d + d / 32;
     case RowFormat::fp4_e4m3_16: return d / 2 + d / 16;
     case RowFormat::fp4_ue8m0_32: return d / 2 + d / 32;
@@ -21,9 +26,28 @@ inline int64_t row_bytes(RowFormat f, int64_t d) {
 }
 
 // Quantizes x [d] (bf16 values) into `out`; FP4 pairs keep the even element in the low nibble.
-inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out) {
-  uint8_t codes[32];
+inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out, int64_t rd = 64) {
+  uint8_t codes[64];
   switch (f) {
+    case RowFormat::fp8_nope64_bf16rope: {
+      const int64_t n = d - rd;
+      for (int64_t g = 0; g < n / 64; ++g) out[n + g] = quant_fp8_group(x + g * 64, 64, out + g * 64);
+      uint8_t* tail = out + n + n / 64;
+      for (int64_t i = 0; i < rd; ++i) {
+        const bf16_t b = to_bf16(x[n + i]);
+        tail[2 * i] = static_cast<uint8_t>(b & 0xff);
+        tail[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+      }
+      tail[2 * rd] = 0;
+      return;
+    }
+    case RowFormat::bf16:
+      for (int64_t i = 0; i < d; ++i) {
+        const bf16_t b = to_bf16(x[i]);
+        out[2 * i] = static_cast<uint8_t>(b & 0xff);
+        out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+      }
+      return;
     case RowFormat::fp8_ue8m0_32:
       for (int64_t g = 0; g < d / 32; ++g) out[d + g] = quant_fp8_group(x + g * 32, 32, out + g * 32);
       return;
@@ -43,8 +67,18 @@ inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out) {
 }
 
 // The dequantized bf16 values of a packed row.
-inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x) {
+inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x, int64_t rd = 64) {
   switch (f) {
+    case RowFormat::fp8_nope64_bf16rope: {
+      const int64_t n = d - rd;
+      for (int64_t i = 0; i < n; ++i) x[i] = e4m3_to_f32(in[i]) * ue8m0_to_f32(in[n + i / 64]);
+      const uint8_t* tail = in + n + n / 64;
+      for (int64_t i = 0; i < rd; ++i) x[n + i] = bf16_to_f32(static_cast<bf16_t>(tail[2 * i] | (tail[2 * i + 1] << 8)));
+      return;
+    }
+    case RowFormat::bf16:
+      for (int64_t i = 0; i < d; ++i) x[i] = bf16_to_f32(static_cast<bf16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
+      return;
     case RowFormat::fp8_ue8m0_32:
       for (int64_t i = 0; i < d; ++i) x[i] = e4m3_to_f32(in[i]) * ue8m0_to_f32(in[d + i / 32]);
       return;
@@ -60,10 +94,10 @@ inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x) {
 }
 
 // In-place QDQ of a bf16 row under format f (pack then unpack).
-inline void qdq_row(RowFormat f, float* x, int64_t d) {
-  uint8_t buf[4096];
-  pack_row(f, x, d, buf);
-  unpack_row(f, buf, d, x);
+inline void qdq_row(RowFormat f, float* x, int64_t d, int64_t rd = 64) {
+  uint8_t buf[8192];
+  pack_row(f, x, d, buf, rd);
+  unpack_row(f, buf, d, x, rd);
 }
 
 }  // namespace dsv4::cpu

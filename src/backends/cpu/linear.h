@@ -2,6 +2,7 @@
 // row computed by one thread with a fixed summation order, templated on the accumulator.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -49,8 +50,14 @@ inline Acc dot(const float* a, const float* b, int64_t n) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-// act_quant (§3.1) of one bf16 row: e4m3 values and one pow2 scale per block.
+// act_quant (§3.1) of one bf16 row: e4m3 values and one pow2 scale per block. block 0 is the
+// test-only unquantized mode: the row itself, scale 1 (model_config.h without_quantization).
 inline void act_quant_row(const float* x, int64_t n, int block, float* xq, float* xs) {
+  if (block <= 0) {
+    std::copy(x, x + n, xq);
+    xs[0] = 1.0f;
+    return;
+  }
   uint8_t codes[128];
   for (int64_t b = 0; b * block < n; ++b) {
     const int len = static_cast<int>(std::min<int64_t>(block, n - b * block));
@@ -73,9 +80,11 @@ void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight&
                 int act_block) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out, B = W.block;
+  const bool quant = act_block > 0;
+  if (!quant) act_block = static_cast<int>(B);  // sum per weight block, activation scale 1
   const int64_t nb = (in + act_block - 1) / act_block;
-  std::vector<float> xq(rows * in), xs(rows * nb);
-  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, act_block, &xq[m * in], &xs[m * nb]);
+  std::vector<float> xq(rows * in), xs(rows * nb, 1.0f);
+  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, quant ? act_block : 0, &xq[m * in], &xs[m * nb]);
   const int64_t wsb = (in + B - 1) / B;
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -101,9 +110,11 @@ void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight&
                 int act_block) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in, out = W.out;
+  const bool quant = act_block > 0;
+  if (!quant) act_block = 32;  // test-only unquantized mode: activation scale 1
   const int64_t nb = (in + act_block - 1) / act_block, wb = in / 32;
-  std::vector<float> xq(rows * in), xs(rows * nb);
-  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, act_block, &xq[m * in], &xs[m * nb]);
+  std::vector<float> xq(rows * in), xs(rows * nb, 1.0f);
+  for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, quant ? act_block : 0, &xq[m * in], &xs[m * nb]);
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* wr = &W.w[n * in];

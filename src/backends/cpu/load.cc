@@ -162,7 +162,18 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
   DSV4_ASSIGN_OR_RETURN(a.q_norm, r.floats(p + "attn.q_norm.weight"));
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, r.floats(p + "attn.kv_norm.weight"));
   DSV4_ASSIGN_OR_RETURN(a.sink, r.floats(p + "attn.attn_sink"));
-  if (role.kv_source) {
+  if (role.kv_source && c.v4()) {
+    DSV4_ASSIGN_OR_RETURN(a.comp_wkv, r.matrix(p + "attn.compressor.wkv.weight"));
+    DSV4_ASSIGN_OR_RETURN(a.comp_wgate, r.matrix(p + "attn.compressor.wgate.weight"));
+    DSV4_ASSIGN_OR_RETURN(a.comp_ape, r.floats(p + "attn.compressor.ape"));
+    DSV4_ASSIGN_OR_RETURN(a.comp_norm, r.floats(p + "attn.compressor.norm.weight"));
+    if (role.overlap) {
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_wkv, r.matrix(p + "attn.indexer.compressor.wkv.weight"));
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_wgate, r.matrix(p + "attn.indexer.compressor.wgate.weight"));
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_ape, r.floats(p + "attn.indexer.compressor.ape"));
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_norm, r.floats(p + "attn.indexer.compressor.norm.weight"));
+    }
+  } else if (role.kv_source) {
     DSV4_ASSIGN_OR_RETURN(a.comp_wkv, r.matrix(p + "attn.compressor.wkv.weight"));
     if (role.ratio > 1) {
       DSV4_ASSIGN_OR_RETURN(a.comp_wgate, r.matrix(p + "attn.compressor.wgate.weight"));
@@ -177,13 +188,27 @@ Status load_block(const Reader& r, const ModelConfig& c, const LayerRole& role, 
   }
   MoeWeights& m = b.ffn;
   DSV4_ASSIGN_OR_RETURN(m.gate, r.matrix(p + "ffn.gate.weight"));
-  DSV4_ASSIGN_OR_RETURN(m.bias, r.floats(p + "ffn.gate.bias"));
-  if (r.has(p + "ffn.gate.bias_vl")) {
-    DSV4_ASSIGN_OR_RETURN(m.bias_vl, r.floats(p + "ffn.gate.bias_vl"));
-  } else {
-    m.bias_vl = m.bias;  // EXL3 packs leave the image-token router bias out (formats.md §1.12)
-  }
   m.n_active = n_active;
+  if (role.hash_routed) {
+    DSV4_ASSIGN_OR_RETURN(TensorView t, r.get(p + "ffn.gate.tid2eid", DType::i64));
+    m.tid2eid.resize(t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t e;
+      std::memcpy(&e, t.bytes() + 8 * i, 8);
+      if (e < 0 || e >= m.gate.out)
+        return error(StatusCode::data_loss, "{}ffn.gate.tid2eid: expert {} outside [0, {})", p, e, m.gate.out);
+      m.tid2eid[i] = static_cast<int32_t>(e);
+    }
+  } else {
+    DSV4_ASSIGN_OR_RETURN(m.bias, r.floats(p + "ffn.gate.bias"));
+    if (c.v4()) {
+      // V4 has no image-token router bias.
+    } else if (r.has(p + "ffn.gate.bias_vl")) {
+      DSV4_ASSIGN_OR_RETURN(m.bias_vl, r.floats(p + "ffn.gate.bias_vl"));
+    } else {
+      m.bias_vl = m.bias;  // EXL3 packs leave the image-token router bias out (formats.md §1.12)
+    }
+  }
   for (int64_t e = 0; e < m.gate.out; ++e) {
     ExpertWeights x;
     const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
@@ -266,6 +291,14 @@ StatusOr<std::shared_ptr<ModelWeights>> load_weights(const std::string& dir, con
     DSV4_RETURN_IF_ERROR(load_block(r, c, roles[l], "layers." + std::to_string(l) + ".", c.n_active, w->layers[l]));
   DSV4_ASSIGN_OR_RETURN(w->norm, r.floats("norm.weight"));
   DSV4_ASSIGN_OR_RETURN(w->head, r.matrix("head.weight"));
+  if (c.v4()) {
+    auto hh = std::make_unique<HcHeadWeights>();
+    DSV4_ASSIGN_OR_RETURN(hh->fn, r.matrix("hc_head_fn"));
+    DSV4_ASSIGN_OR_RETURN(hh->base, r.floats("hc_head_base"));
+    DSV4_ASSIGN_OR_RETURN(std::vector<float> sc, r.floats("hc_head_scale"));
+    hh->scale = sc.at(0);
+    w->hc_head = std::move(hh);
+  }
   if (!c.engram_layers.empty()) {
     const family::EngramLayout lay = family::compute_engram_layout(fc);
     for (size_t e = 0; e < c.engram_layers.size(); ++e) {

@@ -10,8 +10,10 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 }  // namespace
 
 Status ModelConfig::validate() const {
-  if (variant != Variant::v41)
-    return error(StatusCode::unimplemented, "the CPU oracle implements the V4.1 forward only");
+  if (v4() && (!engram_layers.empty() || !kv_source_layers.empty()))
+    return error(StatusCode::invalid_argument, "V4 has per-layer compressors and no Engram / shared KV sources");
+  if (act_block < 0 || (act_block > 0 && act_block % 32 != 0))
+    return error(StatusCode::invalid_argument, "activation block {} unsupported", act_block);
   if (static_cast<int>(compress_ratios.size()) < n_layers)
     return error(StatusCode::invalid_argument, "compress_ratios has {} entries for {} layers",
                  compress_ratios.size(), n_layers);
@@ -19,9 +21,10 @@ Status ModelConfig::validate() const {
     return error(StatusCode::invalid_argument, "head_dim {} / rope_dim {} unsupported", head_dim, rope_dim);
   if (index_head_dim % 32 != 0 || index_head_dim < rope_dim)
     return error(StatusCode::invalid_argument, "index_head_dim {} unsupported", index_head_dim);
-  if (dim % act_block != 0 || q_lora % act_block != 0 || (o_lora * o_groups) % act_block != 0 ||
+  const int ab = act_block > 0 ? act_block : 32;
+  if (dim % ab != 0 || q_lora % act_block != 0 || (o_lora * o_groups) % ab != 0 ||
       moe_inter % 32 != 0)
-    return error(StatusCode::invalid_argument, "dims must be multiples of the {}-element block", act_block);
+    return error(StatusCode::invalid_argument, "dims must be multiples of the {}-element block", ab);
   if (n_heads % o_groups != 0)
     return error(StatusCode::invalid_argument, "n_heads {} not divisible by o_groups {}", n_heads, o_groups);
   if (hc_mult < 1 || hc_mult > 8) return error(StatusCode::invalid_argument, "hc_mult {} unsupported", hc_mult);
@@ -30,14 +33,22 @@ Status ModelConfig::validate() const {
     const LayerRole& r = roles[l];
     if (r.ratio > 0 && r.kv_from < 0)
       return error(StatusCode::invalid_argument, "layer {} has ratio {} but no KV source at or before it", l, r.ratio);
-    if (r.ratio > 0 && r.index_from < 0)
+    if (r.ratio > 0 && r.index_from < 0 && !v4())
       return error(StatusCode::invalid_argument, "layer {} has ratio {} but no index source at or before it", l, r.ratio);
     if (r.ratio > 0 && compress_ratios[r.kv_from] != r.ratio)
       return error(StatusCode::invalid_argument, "layer {} ratio {} differs from its KV source {}", l, r.ratio, r.kv_from);
     if (r.kv_source && r.ratio <= 0)
       return error(StatusCode::invalid_argument, "KV source layer {} has ratio 0", l);
-    if (r.ratio > 2) return error(StatusCode::unimplemented, "layer {}: ratio {} (V4.1 uses 1 and 2)", l, r.ratio);
+    if (!v4() && r.ratio > 2) return error(StatusCode::unimplemented, "layer {}: ratio {} (V4.1 uses 1 and 2)", l, r.ratio);
+    if (v4() && r.ratio > 256)
+      return error(StatusCode::unimplemented, "layer {}: V4 compress ratio {} above 256", l, r.ratio);
+    if (v4() && r.ratio > 0 && r.ratio < 2)
+      return error(StatusCode::unimplemented, "layer {}: V4 compress ratio {} (4 with an indexer, larger without)", l, r.ratio);
   }
+  if (v4() && (head_dim - rope_dim) % 64 != 0)
+    return error(StatusCode::invalid_argument, "V4 KV rows need head_dim - rope_dim ({}) a multiple of 64", head_dim - rope_dim);
+  if (v4() && (index_head_dim & (index_head_dim - 1)) != 0)
+    return error(StatusCode::invalid_argument, "V4 index_head_dim {} is not a power of two (Hadamard)", index_head_dim);
   for (int t : dspark_target_layers)
     if (t < 0 || t >= n_layers) return error(StatusCode::invalid_argument, "DSpark target layer {} out of range", t);
   for (int e : engram_layers)
@@ -51,7 +62,17 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     LayerRole& r = roles[l];
     r.ratio = l < static_cast<int>(c.compress_ratios.size()) ? c.compress_ratios[l] : 0;
-    if (r.ratio > 0) {
+    r.hash_routed = c.v4() && l < c.num_hash_layers;
+    if (c.v4()) {
+      // Every compressed layer owns its compressor; ratio 4 also its indexer (model-spec.md §8).
+      if (r.ratio > 0) {
+        r.kv_source = true;
+        r.kv_from = l;
+        r.overlap = r.ratio == 4;
+        r.index_source = r.overlap;
+        r.index_from = r.overlap ? l : -1;
+      }
+    } else if (r.ratio > 0) {
       r.kv_source = contains(c.kv_source_layers, l);
       r.index_source = contains(c.index_source_layers, l);
       r.candidate_source = l == c.candidate_source_layer;
@@ -67,6 +88,21 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c) {
       if (c.dspark_target_layers[i] == l) r.tap_index = static_cast<int>(i);
   }
   return roles;
+}
+
+void apply_v4_numerics(ModelConfig& c) {
+  c.variant = Variant::v4;
+  c.router_eps = 0.0f;
+  c.shared_clamp = true;
+  c.window_format = RowFormat::fp8_nope64_bf16rope;
+  c.compressed_format = RowFormat::fp8_nope64_bf16rope;
+  c.index_format = RowFormat::fp4_ue8m0_32;
+}
+
+ModelConfig without_quantization(ModelConfig c) {
+  c.act_block = 0;
+  c.window_format = c.compressed_format = c.index_format = RowFormat::bf16;
+  return c;
 }
 
 }  // namespace dsv4::cpu

@@ -48,8 +48,19 @@ struct ModelConfig {
   int32_t dspark_noise_token = 128799;
   std::vector<int> dspark_target_layers;
   int dspark_markov_rank = 256, dspark_experts = 128, dspark_active = 3;
-  // Storage of the compressed main KV: FP4 (reference) or FP8 (option).
+  // V4 / 0731 (model-spec.md §8): hash-routed layers [0, num_hash_layers) via tid2eid; the
+  // router normalises without +1e-20; the shared expert's SwiGLU clamp (the released V4-Flash
+  // reference passes swiglu_limit to it, docs/cpu-oracle.md).
+  int num_hash_layers = 0;
+  float router_eps = 1e-20f;
+  bool shared_clamp = true;
+  // Storage of the compressed main KV: FP4 (reference) or FP8 (option); V4: FP8 NoPE + bf16 RoPE.
   RowFormat compressed_format = RowFormat::fp4_e4m3_16;
+  // Window rows: FP8 over all dims per 32 (V4.1) or FP8 NoPE per 64 + bf16 RoPE (V4).
+  RowFormat window_format = RowFormat::fp8_ue8m0_32;
+  RowFormat index_format = RowFormat::fp4_ue8m0_32;
+
+  bool v4() const { return variant == Variant::v4; }
 
   int hc_mixes() const { return hc_mult * (hc_mult + 2); }
   Status validate() const;
@@ -58,7 +69,8 @@ struct ModelConfig {
 // What one backbone layer does, derived from the config (model-spec.md §2.3).
 struct LayerRole {
   int ratio = 0;
-  bool kv_source = false;      // owns a compressor and index keys
+  bool kv_source = false;      // owns a compressor and index keys (V4: every ratio > 0 layer)
+  bool overlap = false;        // V4 ratio 4: overlapped 2x-wide compressor with an own indexer
   bool index_source = false;   // owns an indexer query side
   bool candidate_source = false;
   bool uses_candidates = false;  // index source after the candidate source
@@ -67,7 +79,14 @@ struct LayerRole {
   bool engram = false;
   int engram_index = -1;       // position in engram_layers
   int tap_index = -1;          // position in dspark_target_layers
+  bool hash_routed = false;    // V4: experts from tid2eid
 };
+
+// The V4 variant's defaults for the fields above (formats, router, quantization blocks).
+void apply_v4_numerics(ModelConfig& c);
+// Test-only: every quantization step off (activations, KV rows, index keys/queries), the mode
+// Hugging Face transformers' DeepSeek-V4 port computes (tests/hf/README.md).
+ModelConfig without_quantization(ModelConfig c);
 
 std::vector<LayerRole> layer_roles(const ModelConfig& c);
 

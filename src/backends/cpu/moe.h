@@ -39,10 +39,11 @@ void swiglu_clamped(const float* a, const float* u, int64_t n, Acc weight, float
   }
 }
 
-// y[rows, D] = MoE(x[rows, D]); image[r] selects bias_vl for row r (may be null).
+// y[rows, D] = MoE(x[rows, D]); image[r] selects bias_vl for row r (may be null); ids[r] is the
+// row's token (V4 hash-routed layers take their experts from tid2eid[ids[r]], in table order).
 template <typename Acc>
 void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, const float* x,
-                 const uint8_t* image, int64_t rows, float* y) {
+                 const uint8_t* image, const int32_t* ids, int64_t rows, float* y) {
   const int64_t D = cfg.dim, E = W.gate.out, I = cfg.moe_inter;
   const int K = W.n_active;
   std::vector<Acc> xa(rows * D), logits(rows * E);
@@ -53,17 +54,20 @@ void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, 
   std::vector<std::vector<Acc>> wts(rows);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<Acc> s(E), biased(E);
-    const std::vector<float>& b = (image && image[r]) ? W.bias_vl : W.bias;
-    for (int64_t e = 0; e < E; ++e) {
-      s[e] = std::sqrt(softplus<Acc>(logits[r * E + e]));
-      biased[e] = s[e] + static_cast<Acc>(b[e]);
+    for (int64_t e = 0; e < E; ++e) s[e] = std::sqrt(softplus<Acc>(logits[r * E + e]));
+    if (!W.tid2eid.empty()) {
+      sel[r].assign(&W.tid2eid[static_cast<int64_t>(ids[r]) * K], &W.tid2eid[static_cast<int64_t>(ids[r]) * K] + K);
+    } else {
+      const std::vector<float>& b = (image && image[r] && !W.bias_vl.empty()) ? W.bias_vl : W.bias;
+      for (int64_t e = 0; e < E; ++e) biased[e] = s[e] + static_cast<Acc>(b[e]);
+      sel[r] = topk_desc(biased.data(), static_cast<int>(E), K);
     }
-    sel[r] = topk_desc(biased.data(), static_cast<int>(E), K);
     Acc sum = 0;
     for (int e : sel[r]) sum += s[e];
     for (int e : sel[r]) {
       Acc w = s[e];
-      if (K > 1) w = w / (sum + static_cast<Acc>(1e-20));
+      // V4.1: w / (sum + 1e-20) when K > 1; V4: w / sum always (router_eps 0).
+      if (K > 1 || cfg.v4()) w = w / (sum + static_cast<Acc>(cfg.router_eps));
       wts[r].push_back(w * static_cast<Acc>(cfg.route_scale));
     }
   }
@@ -88,12 +92,13 @@ void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, 
     for (int64_t i = 0; i < n; ++i)
       for (int64_t d = 0; d < D; ++d) acc[rr[i] * D + d] += static_cast<Acc>(out[i * D + d]);
   }
-  // Shared expert: same SwiGLU with the clamp, no routing weight.
+  // Shared expert: same SwiGLU (with the clamp unless shared_clamp is off), no routing weight.
   a.resize(rows * I); u.resize(rows * I); v.resize(rows * I); out.resize(rows * D);
   fp8_linear<Acc>(pool, x, rows, W.shared.w1, a.data(), cfg.act_block);
   fp8_linear<Acc>(pool, x, rows, W.shared.w3, u.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
-    swiglu_clamped<Acc>(&a[r * I], &u[r * I], I, static_cast<Acc>(1), cfg.swiglu_limit, &v[r * I]);
+    swiglu_clamped<Acc>(&a[r * I], &u[r * I], I, static_cast<Acc>(1), cfg.shared_clamp ? cfg.swiglu_limit : 0.0f,
+                        &v[r * I]);
   fp8_linear<Acc>(pool, v.data(), rows, W.shared.w2, out.data(), cfg.act_block);
   for (int64_t i = 0; i < rows * D; ++i) y[i] = round_bf16(acc[i] + static_cast<Acc>(out[i]));
 }

@@ -1,6 +1,7 @@
 // Stream state allocation, rollback and snapshot bytes (see stream_state.h).
 #include "backends/cpu/stream_state.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsv4::cpu {
@@ -9,13 +10,21 @@ StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback) {
   StateGeometry g;
   g.ring_capacity = c.window + max_rollback;
   g.d = c.head_dim;
-  g.window_row = row_bytes(RowFormat::fp8_ue8m0_32, c.head_dim);
-  g.compressed_row = row_bytes(c.compressed_format, c.head_dim);
-  g.index_row = row_bytes(RowFormat::fp4_ue8m0_32, c.index_head_dim);
+  g.window_row = row_bytes(c.window_format, c.head_dim, c.rope_dim);
+  g.compressed_row = row_bytes(c.compressed_format, c.head_dim, c.rope_dim);
+  g.index_row = row_bytes(c.index_format, c.index_head_dim, c.rope_dim);
+  g.idx_width = 2 * static_cast<int64_t>(c.index_head_dim);
   auto roles = layer_roles(c);
   for (const auto& r : roles) {
     g.ratio.push_back(r.ratio);
     g.kv_source.push_back(r.kv_source);
+    g.overlap.push_back(r.overlap);
+    const bool pooled = r.kv_source && r.ratio > 1;
+    // A group completed after a rollback of max_rollback rows still finds its own and (with
+    // overlap) the previous group's projections.
+    const int64_t span = r.overlap ? 2 * r.ratio : r.ratio;
+    g.comp_cap.push_back(pooled ? std::max<int64_t>(c.window, span) + max_rollback : 0);
+    g.comp_width.push_back(pooled ? (r.overlap ? 2 : 1) * static_cast<int64_t>(c.head_dim) : 0);
   }
   g.dspark_stages = c.dspark_stages;
   return g;
@@ -26,9 +35,13 @@ StreamState new_stream_state(const StateGeometry& g) {
   s.layers.resize(g.ratio.size());
   for (size_t l = 0; l < g.ratio.size(); ++l) {
     s.layers[l].window.assign(g.ring_capacity * g.window_row, 0);
-    if (g.kv_source[l] && g.ratio[l] > 1) {
-      s.layers[l].comp_kv.assign(g.ring_capacity * g.d, 0.0);
-      s.layers[l].comp_gate.assign(g.ring_capacity * g.d, 0.0);
+    if (g.comp_cap[l] > 0) {
+      s.layers[l].comp_kv.assign(g.comp_cap[l] * g.comp_width[l], 0.0);
+      s.layers[l].comp_gate.assign(g.comp_cap[l] * g.comp_width[l], 0.0);
+    }
+    if (g.overlap[l]) {
+      s.layers[l].idx_comp_kv.assign(g.comp_cap[l] * g.idx_width, 0.0);
+      s.layers[l].idx_comp_gate.assign(g.comp_cap[l] * g.idx_width, 0.0);
     }
   }
   s.dspark_rings.assign(g.dspark_stages, std::vector<uint8_t>(g.ring_capacity * g.window_row, 0));
@@ -40,14 +53,15 @@ void truncate_state(const StateGeometry& g, StreamState& s, int64_t length) {
   s.history.resize(length);
   for (size_t l = 0; l < g.ratio.size(); ++l) {
     if (!g.kv_source[l]) continue;
-    const int64_t rows = length / g.ratio[l];
-    s.layers[l].compressed.resize(rows * g.compressed_row);
-    s.layers[l].index_keys.resize(rows * g.index_row);
+    const size_t rows = static_cast<size_t>(length / g.ratio[l]);
+    s.layers[l].compressed.resize(std::min(s.layers[l].compressed.size(), rows * g.compressed_row));
+    // V4 ratio > 4 layers keep no index keys: shrink only.
+    s.layers[l].index_keys.resize(std::min(s.layers[l].index_keys.size(), rows * g.index_row));
   }
 }
 
 namespace {
-constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'P', 'U', '1'};
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'P', 'U', '2'};
 
 template <typename T>
 void put(std::vector<uint8_t>& out, const std::vector<T>& v) {
@@ -85,6 +99,8 @@ std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& 
     put(out, c.window);
     put(out, c.comp_kv);
     put(out, c.comp_gate);
+    put(out, c.idx_comp_kv);
+    put(out, c.idx_comp_gate);
     put(out, c.compressed);
     put(out, c.index_keys);
   }
@@ -113,6 +129,8 @@ StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vecto
     c.window = std::move(w);
     r.get(c.comp_kv);
     r.get(c.comp_gate);
+    r.get(c.idx_comp_kv);
+    r.get(c.idx_comp_gate);
     r.get(c.compressed);
     r.get(c.index_keys);
   }

@@ -14,9 +14,11 @@ namespace dsv4::cpu {
 struct LayerCache {
   // Ring of packed window rows [ring_capacity, row_bytes(fp8, d)]: position q in slot q % cap.
   std::vector<uint8_t> window;
-  // Ratio-2 KV source: fp32 (or wider) compressor projections k_t, g_t of recent positions, by
-  // slot q % cap [cap, d]. A group is pooled once all its positions exist.
-  std::vector<double> comp_kv, comp_gate;
+  // Gated-pooling KV source (V4.1 ratio 2, every V4 compressor): fp32 (or wider) compressor
+  // projections k_t, g_t of recent positions, by slot q % comp_cap [comp_cap, comp_width]. A
+  // group is pooled once all its positions exist. V4 ratio 4 also keeps its indexer's
+  // compressor projections [comp_cap, 2 * ihd].
+  std::vector<double> comp_kv, comp_gate, idx_comp_kv, idx_comp_gate;
   // KV source: compressed main KV rows [n_rows, row_bytes(compressed_format, d)] and index-key
   // rows [n_rows, row_bytes(fp4_ue8m0_32, ihd)]; row j stands for position j * ratio.
   std::vector<uint8_t> compressed, index_keys;
@@ -36,6 +38,9 @@ struct StateGeometry {
   int64_t window_row = 0, compressed_row = 0, index_row = 0, d = 0;
   std::vector<int> ratio;      // per layer
   std::vector<bool> kv_source; // per layer
+  std::vector<bool> overlap;   // per layer (V4 ratio 4)
+  std::vector<int64_t> comp_cap, comp_width;  // per layer, 0 without pooled projections
+  int64_t idx_width = 0;       // 2 * index_head_dim (V4 ratio-4 indexer compressor)
   int dspark_stages = 0;
 };
 

@@ -86,7 +86,21 @@ BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_ex
   a.q_norm = vec(g, Q, 1.0, 0.2, true);
   a.kv_norm = vec(g, d, 1.0, 0.2, true);
   a.sink = vec(g, H, 0.0, 1.0, false);
-  if (role.kv_source) {
+  if (role.kv_source && c.v4()) {
+    // V4: every compressor gated and fp32, with its position bias; ratio 4 overlapped (2x wide)
+    // with its own indexer compressor.
+    const int64_t w = role.overlap ? 2 * d : d, ihd = c.index_head_dim;
+    a.comp_wkv = bf16w(g, w, D, isq(D));
+    a.comp_wgate = bf16w(g, w, D, isq(D));
+    a.comp_ape = vec(g, role.ratio * w, 0.0, 0.5, false);
+    a.comp_norm = vec(g, d, 1.0, 0.2, true);
+    if (role.overlap) {
+      a.idx_comp_wkv = bf16w(g, 2 * ihd, D, isq(D));
+      a.idx_comp_wgate = bf16w(g, 2 * ihd, D, isq(D));
+      a.idx_comp_ape = vec(g, role.ratio * 2 * ihd, 0.0, 0.5, false);
+      a.idx_comp_norm = vec(g, ihd, 1.0, 0.2, true);
+    }
+  } else if (role.kv_source) {
     a.comp_wkv = bf16w(g, d, D, isq(D));
     if (role.ratio > 1) a.comp_wgate = bf16w(g, d, D, isq(D));
     a.comp_norm = vec(g, d, 1.0, 0.2, true);
@@ -99,9 +113,18 @@ BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_ex
   }
   MoeWeights& m = b.ffn;
   m.gate = bf16w(g, n_experts, D, isq(D));
-  m.bias = vec(g, n_experts, 0.0, 0.1, false);
-  m.bias_vl = vec(g, n_experts, 0.0, 0.1, false);
   m.n_active = n_active;
+  if (role.hash_routed) {  // n_active distinct experts per token (partial Fisher-Yates)
+    std::vector<int32_t> perm(n_experts);
+    for (int64_t t = 0; t < c.vocab; ++t) {
+      for (int e = 0; e < n_experts; ++e) perm[e] = e;
+      for (int j = 0; j < n_active; ++j) std::swap(perm[j], perm[j + g.next() % (n_experts - j)]);
+      m.tid2eid.insert(m.tid2eid.end(), perm.begin(), perm.begin() + n_active);
+    }
+  } else {
+    m.bias = vec(g, n_experts, 0.0, 0.1, false);
+    if (!c.v4()) m.bias_vl = vec(g, n_experts, 0.0, 0.1, false);
+  }
   for (int e = 0; e < n_experts; ++e)
     m.experts.push_back({fp4(g, c.moe_inter, D, isq(D)), fp4(g, D, c.moe_inter, isq(c.moe_inter)),
                          fp4(g, c.moe_inter, D, isq(D))});
@@ -135,6 +158,23 @@ ModelConfig small_test_config() {
   c.dspark_stages = 3; c.dspark_block = 5; c.dspark_noise_token = 500;
   c.dspark_target_layers = {5, 6, 7};
   c.dspark_markov_rank = 32; c.dspark_experts = 4; c.dspark_active = 2;
+  return c;
+}
+
+ModelConfig small_v4_test_config() {
+  ModelConfig c;
+  c.vocab = 512; c.dim = 128; c.n_layers = 6;
+  c.n_heads = 4; c.head_dim = 128; c.rope_dim = 64;
+  c.q_lora = 128; c.o_lora = 64; c.o_groups = 2;
+  c.window = 8;
+  c.norm_eps = 1e-6f;
+  c.weight_block = 128; c.act_block = 128;
+  c.n_experts = 8; c.n_active = 2; c.moe_inter = 128;
+  c.num_hash_layers = 2;
+  c.compress_ratios = {0, 4, 128, 4, 128, 4};
+  c.index_heads = 4; c.index_head_dim = 64; c.index_topk = 4;
+  c.dspark_stages = 0;
+  apply_v4_numerics(c);
   return c;
 }
 
@@ -177,6 +217,13 @@ std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t s
   }
   w->norm = vec(g, D, 1.0, 0.2, true);
   w->head = bf16w(g, V, D, 1.0 / std::sqrt(static_cast<double>(D)));
+  if (c.v4()) {
+    auto hh = std::make_unique<HcHeadWeights>();
+    hh->fn = bf16w(g, c.hc_mult, c.hc_mult * D, 0.5 / std::sqrt(static_cast<double>(c.hc_mult * D)));
+    hh->base = vec(g, c.hc_mult, 0.0, 0.5, false);
+    hh->scale = static_cast<float>(1.0 + 0.3 * g.sym());
+    w->hc_head = std::move(hh);
+  }
   if (with_dspark) {
     auto S = std::make_unique<DsparkWeights>();
     LayerRole plain;

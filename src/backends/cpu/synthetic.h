@@ -13,6 +13,10 @@ namespace dsv4::cpu {
 // ratio-2 reuse, ratio-1 KV+index+candidate source, reuse, reindex with candidates; DSpark.
 ModelConfig small_test_config();
 
+// A small V4 / 0731-shaped config: SWA, CSA ratio 4 (overlapped compressor, Hadamard FP4
+// indexer, top-4), HCA ratio 128, hash-routed layers 0-1, 128x128 weight blocks, no drafter.
+ModelConfig small_v4_test_config();
+
 // Weights for `cfg` drawn from `seed`; with_dspark adds the drafter stages and heads.
 std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& cfg, uint64_t seed, bool with_dspark);
 

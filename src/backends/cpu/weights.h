@@ -26,6 +26,12 @@ struct AttentionWeights {
   // Index source only: the query side.
   Fp8Weight idx_wq_b;               // [IH*ihd, Q]
   Bf16Weight idx_weights_proj;      // bf16 [IH, D]
+  // V4: the compressor's position bias f32 [ratio, w] (w = 2d with overlap, else d; comp_wkv /
+  // comp_wgate are [w, D]); the indexer's own overlapped compressor over index_head_dim.
+  std::vector<float> comp_ape;
+  Bf16Weight idx_comp_wkv, idx_comp_wgate;  // [2*ihd, D]
+  std::vector<float> idx_comp_ape;          // f32 [ratio, 2*ihd]
+  std::vector<float> idx_comp_norm;         // bf16 [ihd]
 };
 
 struct ExpertWeights { Fp4Weight w1, w2, w3; };       // [I, D], [D, I], [I, D]
@@ -37,6 +43,13 @@ struct MoeWeights {
   std::vector<ExpertWeights> experts;   // [E]
   SharedExpertWeights shared;
   int n_active = 6;
+  std::vector<int32_t> tid2eid;         // V4 hash-routed layers: [V, n_active] expert ids
+};
+
+struct HcHeadWeights {                  // V4 final collapse (model-spec.md §8 mHC)
+  F32Weight fn;                         // f32 [C, C*D]
+  std::vector<float> base;              // f32 [C]
+  float scale = 1.0f;                   // f32 [1]
 };
 
 struct BlockWeights {
@@ -64,6 +77,7 @@ struct ModelWeights {
   std::vector<float> norm;              // bf16 [D]
   F32Weight head;                       // [V, D]
   std::unique_ptr<DsparkWeights> dspark;  // absent: no drafter
+  std::unique_ptr<HcHeadWeights> hc_head; // V4 only
   std::vector<int32_t> engram_token_map;  // raw id -> compressed id [V]
 };
 
