@@ -7,7 +7,7 @@ preset's weights dequantized to f32 under their checkpoint names, prompt.txt, an
 logits of every prompt row: oracle_ref32.npy, oracle_ref64.npy, oracle_unquantized.npy).
 
 The same weights are loaded into DeepseekV4ForCausalLM built from the equivalent config and run on
-the same prompt (float32 with TF32 off, and bfloat16). Reported per pair: NRMS over all logits,
+the same prompt (float64, float32 with TF32 off, and bfloat16). Reported per pair: NRMS over all logits,
 top-1 agreement per position, and the worst positions. transformers' V4 omits every quantization
 step of the reference (activation FP8, KV QDQ, FP4 indexer, Hadamard), so the like-for-like pair is
 (oracle_unquantized, hf_fp32); the quantized oracle is reported against it too.
@@ -181,16 +181,21 @@ def main():
     model.load_state_dict(new, strict=False)
     ids = torch.tensor([prompt], dtype=torch.long)
     logits = {}
-    for dt in (torch.float32, torch.bfloat16):
+    for dt, name in ((torch.float64, "hf_fp64"), (torch.float32, "hf_fp32"), (torch.bfloat16, "hf_bf16")):
         m = model.to("cuda", dtype=dt)
         with torch.no_grad():
-            out = m(input_ids=ids.cuda(), use_cache=False).logits[0].float().cpu().numpy()
-        logits["hf_fp32" if dt == torch.float32 else "hf_bf16"] = out
+            out = m(input_ids=ids.cuda(), use_cache=False).logits[0].double().cpu().numpy()
+        logits[name] = out
     ref32 = np.load(f"{d}/oracle_ref32.npy")
     ref64 = np.load(f"{d}/oracle_ref64.npy")
     unq = np.load(f"{d}/oracle_unquantized.npy")
+    unq64 = np.load(f"{d}/oracle_unquantized_ref64.npy")
     print(f"prompt {len(prompt)} tokens, vocab {ref32.shape[1]}, layer ratios {ratios}")
     stats("floor F = NRMS(ref32, ref64)", ref32, ref64)
+    stats("unquantized floor NRMS(unq ref32, unq ref64)", unq, unq64)
+    stats("hf_fp32 vs hf_fp64", logits["hf_fp32"], logits["hf_fp64"])
+    stats("oracle unquantized vs hf_fp64", unq, logits["hf_fp64"])
+    stats("oracle unquantized ref64 vs hf_fp64", unq64, logits["hf_fp64"])
     stats("oracle unquantized vs hf_fp32", unq, logits["hf_fp32"])
     stats("oracle unquantized vs hf_bf16", unq, logits["hf_bf16"])
     stats("hf_bf16 vs hf_fp32", logits["hf_bf16"], logits["hf_fp32"])

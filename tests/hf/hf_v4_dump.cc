@@ -1,7 +1,8 @@
 // Writes what tests/hf/compare_v4.py needs to check the oracle against Hugging Face transformers'
 // DeepSeek-V4 port: the synthetic V4 / 0731 preset's weights dequantized to f32 under their
 // checkpoint names (weights.safetensors), the prompt, and the oracle's logits of every prompt row
-// in ref32, ref64 and the test-only unquantized mode (.npy, f32 [T, V]). Links no tokenizer.
+// in ref32, ref64 and the test-only unquantized mode in both widths (.npy, f32 [T, V]). Links no
+// tokenizer.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
   dump_weights(*w, out + "/weights.safetensors");
   struct Mode { const char* name; Precision prec; bool unq; };
   for (Mode m : {Mode{"oracle_ref32", Precision::ref32, false}, Mode{"oracle_ref64", Precision::ref64, false},
-                 Mode{"oracle_unquantized", Precision::ref32, true}}) {
+                 Mode{"oracle_unquantized", Precision::ref32, true},
+                 Mode{"oracle_unquantized_ref64", Precision::ref64, true}}) {
     OracleOptions o;
     o.precision = m.prec;
     o.unquantized = m.unq;
