@@ -179,6 +179,9 @@ def main():
         new[k] = torch.from_numpy(src.copy()).to(v.dtype)
     print("HF tensors without a source:", [k for k in missing if "rotary" not in k and "inv_freq" not in k])
     model.load_state_dict(new, strict=False)
+    # The plain per-expert loop (the grouped_mm backend takes no float64).
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")
     ids = torch.tensor([prompt], dtype=torch.long)
     logits = {}
     for dt, name in ((torch.float64, "hf_fp64"), (torch.float32, "hf_fp32"), (torch.bfloat16, "hf_bf16")):
