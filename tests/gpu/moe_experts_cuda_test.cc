@@ -35,12 +35,6 @@ cpu::Fp4Weight random_fp4(int64_t out, int64_t in, std::mt19937& rng) {
   return w;
 }
 
-int bf16_ulp_distance(float a, float b) {
-  const int32_t ia = static_cast<int16_t>(f32_to_bf16(a)), ib = static_cast<int16_t>(f32_to_bf16(b));
-  const int32_t ma = ia < 0 ? -(ia & 0x7FFF) : ia, mb = ib < 0 ? -(ib & 0x7FFF) : ib;
-  return std::abs(ma - mb);
-}
-
 struct Experts {
   int64_t E, D, I;
   std::vector<cpu::ExpertWeights> host;
@@ -124,7 +118,7 @@ void check(int64_t E, int64_t D, int64_t I, int64_t rows, int k, int64_t ref_pai
 
   // Oracle: the same chain per pair on the CPU (what moe_forward does for each expert's rows).
   int64_t mismatches = 0, checked = 0;
-  int worst = 0;
+  double worst_rel = 0;
   for (int64_t i = 0; i < std::min<int64_t>(ref_pairs, p.row.size()); ++i) {
     const cpu::ExpertWeights& w = X.host[p.expert[i]];
     std::vector<float> a(I), u(I), h(I), o(D);
@@ -132,19 +126,24 @@ void check(int64_t E, int64_t D, int64_t I, int64_t rows, int k, int64_t ref_pai
     cpu::fp4_linear<float>(pool(), &x[p.row[i] * D], 1, w.w3, u.data(), 32);
     cpu::swiglu_clamped<float>(a.data(), u.data(), I, p.weight[i], limit, h.data());
     cpu::fp4_linear<float>(pool(), h.data(), 1, w.w2, o.data(), 32);
+    double d2 = 0, r2 = 0;
     for (int64_t d = 0; d < D; ++d) {
-      const int dist = bf16_ulp_distance(y[i * D + d], o[d]);
-      worst = std::max(worst, dist);
-      mismatches += dist != 0;
+      const double diff = double(y[i * D + d]) - o[d];
+      d2 += diff * diff;
+      r2 += double(o[d]) * o[d];
+      mismatches += y[i * D + d] != o[d];
       ++checked;
     }
+    // Normwise: a few hidden values may round one bf16 step apart (another summation order, expf),
+    // which moves single outputs by about 2^-8 of the typical output, not of a cancelling one.
+    const double rel = std::sqrt(d2 / std::max(r2, 1e-300));
+    worst_rel = std::max(worst_rel, rel);
+    EXPECT_LE(rel, std::ldexp(1.0, -8)) << "pair " << i;
   }
-  // Two chained linears each sum exact products in another order than the oracle: a hidden value
-  // may round 1 ulp apart, which moves the output by about one output ulp; rare either way.
-  EXPECT_LE(worst, 2);
-  EXPECT_LE(mismatches, std::max<int64_t>(4, checked / 50));
-  std::printf("[ experts E=%lld D=%lld I=%lld pairs=%zu ] vs ref32: %lld of %lld bf16 values differ (max %d ulp)\n",
-              (long long)E, (long long)D, (long long)I, p.row.size(), (long long)mismatches, (long long)checked, worst);
+  // Output values that differ at all from the oracle: rare (rounding boundaries only).
+  EXPECT_LE(mismatches, std::max<int64_t>(4, checked / 100));
+  std::printf("[ experts E=%lld D=%lld I=%lld pairs=%zu ] vs ref32: %lld of %lld bf16 values differ; worst normwise rel %.3g\n",
+              (long long)E, (long long)D, (long long)I, p.row.size(), (long long)mismatches, (long long)checked, worst_rel);
 
   // Exact independence: each row's pairs launched alone give the same bits as in the full launch.
   for (int32_t r : {0, static_cast<int32_t>(rows / 2), static_cast<int32_t>(rows - 1)}) {

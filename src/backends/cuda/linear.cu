@@ -34,6 +34,9 @@ __global__ void __launch_bounds__(lowp::kThreads, kRowsMax == 1 ? 3 : 2) lowp_li
   float* sx = reinterpret_cast<float*>(smem4);
   float* sxs = sx + static_cast<int64_t>(rt) * W.in;
   const int warp = threadIdx.x >> 5;
+  const int64_t n_first = static_cast<int64_t>(blockIdx.x) * lowp::kWarps + warp;
+  lowp::prefetch_column<F>(W, n_first, 16);
+  lowp::prefetch_column<F>(W, n_first + static_cast<int64_t>(gridDim.x) * lowp::kWarps, 16);
   for (int64_t r0 = 0; r0 < rows; r0 += rt) {
     const int R = static_cast<int>(std::min<int64_t>(rt, rows - r0));
     if (r0) __syncthreads();  // every warp is done with the previous tile
@@ -83,7 +86,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 template <Fmt F>
 cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
-  if (rows < 0 || W.in % 32 || act_block <= 0 || act_block % 32 || W.in % act_block || !aligned16(x) ||
+  if (rows < 0 || W.in % 32 || (act_block != 32 && act_block != 64 && act_block != 128) || W.in % act_block || !aligned16(x) ||
       !aligned16(W.w) || W.scale_cols <= 0 || W.scale_cols % 32)
     return cudaErrorInvalidValue;
   if (rows == 0 || W.out == 0) return cudaSuccess;

@@ -48,34 +48,38 @@ __device__ __forceinline__ int quad_slot(int u, int q) {
 }
 
 // act_quant (cpu::act_quant_row) of R rows into shared memory: xq float [R][in] swizzled by unit,
-// xs float [R][in / act_block]. Row r is x + row_of(r) * in. Ends with __syncthreads().
+// xs float [R][in / act_block]. Row r is x + row_of(r) * in. One thread per 4 elements; the
+// act_block / 4 consecutive lanes of a block (8 or 32) take its amax with xor shuffles (max is exact
+// in any order). e4m3 codes by the hardware's cvt.rn.satfinite (= core's f32_to_e4m3). act_block is
+// 32, 64 or 128 and divides in. Ends with __syncthreads().
 template <Fmt F, typename RowOf>
 __device__ void stage_rows(const float* __restrict__ x, int64_t in, int R, int act_block, RowOf row_of, float* sx,
                            float* sxs) {
   constexpr int QU = Traits<F>::kElems / 4;
-  const int nb = static_cast<int>(in / act_block);
-  for (int item = threadIdx.x; item < R * nb; item += blockDim.x) {
-    const int r = item / nb, b = item % nb;
-    const float* src = x + row_of(r) * in + static_cast<int64_t>(b) * act_block;
-    float amax = 0.f;
-    for (int i = 0; i < act_block; i += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + i);
-      amax = fmaxf(fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
-    }
+  const int group = act_block / 4;  // lanes per act block
+  const int quads = static_cast<int>(in / 4), nb = static_cast<int>(in / act_block);
+  const int total = R * quads;
+  for (int base = 0; base < total; base += blockDim.x) {  // warp-uniform trip count (shuffles below)
+    const int item = base + static_cast<int>(threadIdx.x);
+    const bool live = item < total;
+    const int r = live ? item / quads : 0, quad = live ? item % quads : 0;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (live) v = *reinterpret_cast<const float4*>(x + row_of(r) * in + 4 * static_cast<int64_t>(quad));
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int off = group / 2; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (!live) continue;
     const float s = ue8m0_to_f32(fp8_ue8m0_scale(amax));
     const float inv_s = __fdiv_rn(1.0f, s);
-    sxs[r * nb + b] = s;
-    float* dst = sx + static_cast<int64_t>(r) * in;
-    for (int i = 0; i < act_block; i += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + i);
-      float4 q;
-      q.x = e4m3_to_f32(fp8_ue8m0_code(v.x, inv_s));
-      q.y = e4m3_to_f32(fp8_ue8m0_code(v.y, inv_s));
-      q.z = e4m3_to_f32(fp8_ue8m0_code(v.z, inv_s));
-      q.w = e4m3_to_f32(fp8_ue8m0_code(v.w, inv_s));
-      const int quad = (b * act_block + i) / 4;
-      *reinterpret_cast<float4*>(dst + 4 * quad_slot<QU>(quad / QU, quad % QU)) = q;
-    }
+    if (quad % group == 0) sxs[r * nb + quad / group] = s;
+    const __nv_fp8x2_storage_t c01 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.x, inv_s), __fmul_rn(v.y, inv_s)), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t c23 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv_s), __fmul_rn(v.w, inv_s)), __NV_SATFINITE, __NV_E4M3);
+    const __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2(c01, __NV_E4M3), h23 = __nv_cvt_fp8x2_to_halfraw2(c23, __NV_E4M3);
+    const float2 f01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
+    const float2 f23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
+    *reinterpret_cast<float4*>(sx + static_cast<int64_t>(r) * in + 4 * quad_slot<QU>(quad / QU, quad % QU)) =
+        make_float4(f01.x, f01.y, f23.x, f23.y);
   }
   __syncthreads();
 }
@@ -172,6 +176,18 @@ __device__ __forceinline__ void column_dot(const LowpWeight& W, int64_t n, int a
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+// Asks L2 for the first `max_units` weight units of this lane in column n, so the weight stream is
+// already in flight while the CTA stages its rows.
+template <Fmt F>
+__device__ __forceinline__ void prefetch_column(const LowpWeight& W, int64_t n, int max_units) {
+  constexpr int E = Traits<F>::kElems;
+  if (n >= W.out) return;
+  const int U = static_cast<int>(W.in / E);
+  const uint8_t* wrow = W.w + n * W.row_bytes;
+  for (int u = threadIdx.x & 31, j = 0; u < U && j < max_units; u += 32, ++j)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + 16 * static_cast<int64_t>(u)));
 }
 
 // Shared-memory bytes for `rt` staged rows of width `in`.

@@ -100,6 +100,9 @@ __global__ void __launch_bounds__(lowp::kThreads, 2) experts_kernel(
     const int e = pair_expert[q0];
     const LowpWeight A = as_lowp(kDown ? w2[e] : w1[e]);
     const LowpWeight B = as_lowp(kDown ? w2[e] : w3[e]);
+    const int64_t n_first = static_cast<int64_t>(blockIdx.y) * lowp::kWarps + warp;
+    lowp::prefetch_column<Fmt::fp4>(A, n_first, 16);
+    if (!kDown) lowp::prefetch_column<Fmt::fp4>(B, n_first, 16);
     for (int64_t p0 = q0; p0 < q1; p0 += rt) {
       const int R = static_cast<int>(std::min<int64_t>(rt, q1 - p0));
       if (staged_once) __syncthreads();
@@ -174,7 +177,7 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
                                const float* pair_weight, int64_t n_pairs, const Fp4View* w1, const Fp4View* w3,
                                const Fp4View* w2, int64_t D, int64_t I, int act_block, float swiglu_limit,
                                float* scratch, float* out, cudaStream_t s) {
-  if (n_pairs < 0 || act_block <= 0 || act_block % 32 || D % act_block || I % act_block ||
+  if (n_pairs < 0 || (act_block != 32 && act_block != 64 && act_block != 128) || D % act_block || I % act_block ||
       (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(scratch) & 15))
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
