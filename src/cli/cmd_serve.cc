@@ -14,8 +14,10 @@
 #include "backends/cpu/load.h"
 #include "cache/prompt_cache.h"
 #include "cli/command.h"
+#include "cli/fabric_serve.h"
 #include "backends/cpu/lane_backend.h"
 #include "cli/v41_text_side.h"
+#include "fabric/leader.h"
 #include "family/deepseek_v41/default_model.h"
 #include "lanes/fake_backend.h"
 #include "lanes/lane_host.h"
@@ -38,6 +40,7 @@ struct ServeFlags {
   bool lanes_fake_backend = false;
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
+  FabricFlags fabric;  // --tp and the rank flags (cli/fabric_serve.h)
 };
 
 void add_flags(CLI::App& app, ServeFlags& f) {
@@ -115,12 +118,13 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--fake-load-ms", f.fake_load_ms,
                  "FOR TESTS ONLY: time the fake spends 'loading' (health says loading)")
       ->capture_default_str();
+  add_fabric_flags(app, f.fabric);
 }
 
 // Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
 // printing progress and a one-line summary on stderr.
 Status load_model(const ServeFlags& flags, server::TextSide& text,
-                  std::unique_ptr<lanes::Backend>& backend) {
+                  std::unique_ptr<lanes::Backend>& backend, std::string* resolved_dir = nullptr) {
   namespace fs = std::filesystem;
   std::string dir = flags.model_dir;
   if (dir.empty()) {
@@ -130,6 +134,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
                    p.shard, p.num_shards, p.bytes_done / 1048576.0, p.bytes_total / 1048576.0);
     }));
   }
+  if (resolved_dir != nullptr) *resolved_dir = dir;
   int64_t bytes = 0, files = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
@@ -175,6 +180,26 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   return ok_status();
 }
 
+// The settings every rank must share (besides the model and build; see serve_identity).
+std::vector<std::pair<std::string, std::string>> rank_settings(const ServeFlags& f) {
+  return {{"tp", std::to_string(f.fabric.tp)}, {"context", std::to_string(f.context)},
+          {"parallel", std::to_string(f.parallel)}};
+}
+
+// A follower rank: load, agree, then run rank 0's plans until it stops (no HTTP).
+int serve_follower(const ServeFlags& flags, fabric::Control& control) {
+  server::TextSide text;
+  std::unique_ptr<lanes::Backend> backend;
+  std::string dir;
+  if (Status st = load_model(flags, text, backend, &dir); !st.ok()) {
+    control.fail(fabric::kExitStartup, fmt::format("rank {} could not load the model: {}", control.rank(), st.to_string()));
+    return fabric::kExitStartup;
+  }
+  if (Status st = fabric::agree(control, serve_identity(dir, backend->info(), rank_settings(flags))); !st.ok())
+    return fabric::kExitAgreement;
+  return run_follower_rank(control, *backend, flags.fabric);
+}
+
 int run_serve(int argc, char** argv) {
   // SIGTERM/SIGINT go to one waiting thread (blocked here, before any thread starts, so every
   // thread inherits the mask); SIGPIPE from a vanished client is ignored (writes report it).
@@ -198,6 +223,26 @@ int run_serve(int argc, char** argv) {
   if (flags.server.api_key.empty())
     if (const char* k = std::getenv("DSV4_API_KEY")) flags.server.api_key = k;
 
+  // Tensor parallelism: rank processes meet before anything else; followers never serve HTTP.
+  std::unique_ptr<fabric::Control> control;
+  std::unique_ptr<RankLauncher> launcher;
+  if (flags.fabric.tp > 1) {
+    if (flags.fake_engine || flags.lanes_fake_backend) {
+      std::fprintf(stderr, "dsv4 serve: --tp %d needs a model; the test engines run on one rank\n", flags.fabric.tp);
+      return 1;
+    }
+    StatusOr<std::unique_ptr<fabric::Control>> c = start_fabric(flags.fabric, argc, argv, &launcher);
+    if (!c.ok()) {
+      std::fprintf(stderr, "dsv4 serve: fabric: %s\n", c.status().to_string().c_str());
+      return fabric::bootstrap_exit_code(c.status());
+    }
+    control = std::move(c).value();
+    if (control->rank() > 0) return serve_follower(flags, *control);
+  } else if (flags.fabric.rank > 0) {
+    std::fprintf(stderr, "dsv4 serve: --rank %d needs --tp above it\n", flags.fabric.rank);
+    return 1;
+  }
+
   server::Server srv(flags.server);
   if (Status s = srv.bind(); !s.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", s.to_string().c_str());
@@ -217,36 +262,47 @@ int run_serve(int argc, char** argv) {
 
   // Declared in teardown order: the adapter before the lane host before its backend.
   std::unique_ptr<lanes::Backend> backend;
+  std::unique_ptr<fabric::LeaderBackend> leader;  // tp > 1: rank 0's plans to every rank
   std::unique_ptr<cache::PromptCache> prompt_cache;
   std::unique_ptr<lanes::LaneHost> host;
   std::unique_ptr<server::Engine> engine;
   server::TextSide text;
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.fake_load_ms));
   if (!flags.fake_engine && !flags.lanes_fake_backend) {
-    Status st = load_model(flags, text, backend);
+    std::string dir;
+    Status st = load_model(flags, text, backend, &dir);
     if (!st.ok()) {
       std::fprintf(stderr, "dsv4 serve: %s\n", st.to_string().c_str());
+      if (control) control->fail(fabric::kExitStartup, "rank 0 could not load the model");
       return 1;
+    }
+    if (control) {
+      if (!fabric::agree(*control, serve_identity(dir, backend->info(), rank_settings(flags))).ok())
+        return fabric::kExitAgreement;
+      leader = std::make_unique<fabric::LeaderBackend>(*control, *backend);
+      std::fprintf(stderr, "dsv4 serve: fabric: %d ranks agree; rank 0 plans every round\n", flags.fabric.tp);
     }
     lanes::LaneHostOptions ho;
     ho.max_batch_streams = flags.parallel;
     ho.max_queue = flags.server.max_queue;
+    lanes::Backend& serving = leader ? static_cast<lanes::Backend&>(*leader) : *backend;
     ho.token_bytes = text.output_bytes;  // stop strings are matched in the lane core
     if (flags.prompt_cache_mib > 0) {
       cache::PromptCacheOptions co;
       co.page_tokens = flags.prompt_cache_page;
       co.ram_bytes = flags.prompt_cache_mib << 20;
-      co.model_id = backend->info().model_id;
-      co.snapshot_version = backend->info().snapshot_version;
+      co.model_id = serving.info().model_id;
+      co.snapshot_version = serving.info().snapshot_version;
       auto opened = cache::PromptCache::open(co);
       if (!opened.ok()) {
         std::fprintf(stderr, "dsv4 serve: prompt cache: %s\n", opened.status().to_string().c_str());
+        if (control) control->fail(fabric::kExitStartup, "rank 0: prompt cache: " + opened.status().to_string());
         return 1;
       }
       prompt_cache = std::move(*opened);
       ho.cache = prompt_cache.get();
     }
-    host = std::make_unique<lanes::LaneHost>(*backend, ho);
+    host = std::make_unique<lanes::LaneHost>(serving, ho);
     host->start();
     lanes::LaneHost* h = host.get();
     engine = std::make_unique<server::LanesEngine>(
@@ -293,8 +349,24 @@ int run_serve(int argc, char** argv) {
                srv.port(), flags.server.model_name.c_str());
   std::fflush(stderr);
   srv.wait();
+  int code = 0;
+  if (leader) {
+    // The lane host has halted at a round boundary; every rank stops after the same plan.
+    host->stop();
+    if (launcher) launcher->expect_exit();
+    Status st = leader->stop();
+    const fabric::FabricCounters& n = leader->counters();
+    std::fprintf(stderr, "dsv4 serve: fabric: rank 0 stopped after %llu plans, %llu ops (trace %016llx)%s%s\n",
+                 static_cast<unsigned long long>(n.plans), static_cast<unsigned long long>(n.ops),
+                 static_cast<unsigned long long>(n.trace_digest), st.ok() ? "" : ": ", st.ok() ? "" : st.to_string().c_str());
+    if (!st.ok()) code = fabric::kExitDiverged;
+    if (launcher) {
+      const int children = launcher->wait_all(std::chrono::seconds(10));
+      if (code == 0) code = children;
+    }
+  }
   std::fprintf(stderr, "dsv4 serve: stopped\n");
-  return 0;
+  return code;
 }
 
 }  // namespace

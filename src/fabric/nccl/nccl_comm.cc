@@ -1,0 +1,105 @@
+// NcclComm: bootstrap through the control channel, ordered reduction, bounded waits (see nccl_comm.h).
+#include "fabric/nccl/nccl_comm.h"
+
+#include <cstring>
+#include <thread>
+
+#include "fabric/nccl/ordered_sum.cuh"
+
+namespace dsv4::fabric {
+namespace {
+
+Status nccl_status(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return ok_status();
+  return error(StatusCode::internal, "{}: {}", what, ncclGetErrorString(r));
+}
+
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return ok_status();
+  return error(StatusCode::internal, "{}: {}", what, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int device) {
+  std::unique_ptr<NcclComm> c(new NcclComm());
+  c->rank_ = control.rank();
+  c->world_ = control.world();
+  int version = 0;
+  DSV4_RETURN_IF_ERROR(nccl_status(ncclGetVersion(&version), "ncclGetVersion"));
+  // Agreement on the library first: mixed NCCL versions may pick different algorithms or wire formats.
+  const std::string mine = std::to_string(version);
+  DSV4_ASSIGN_OR_RETURN(auto versions, control.all_gather({reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}));
+  for (int32_t r = 0; r < control.world(); ++r) {
+    const std::string theirs(versions[static_cast<size_t>(r)].begin(), versions[static_cast<size_t>(r)].end());
+    if (theirs != mine) {
+      const std::string why = fmt::format("NCCL versions differ: rank {} has {}, rank {} has {}", control.rank(), mine, r, theirs);
+      if (control.rank() == 0) control.fail(kExitAgreement, why);
+      return Status(StatusCode::invalid_argument, why);
+    }
+  }
+  std::vector<uint8_t> id(sizeof(ncclUniqueId));
+  if (control.rank() == 0) {
+    ncclUniqueId u;
+    DSV4_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&u), "ncclGetUniqueId"));
+    std::memcpy(id.data(), &u, sizeof(u));
+  }
+  DSV4_RETURN_IF_ERROR(control.broadcast(&id));
+  if (id.size() != sizeof(ncclUniqueId)) return error(StatusCode::data_loss, "rank 0 sent a {}-byte NCCL id", id.size());
+  ncclUniqueId u;
+  std::memcpy(&u, id.data(), sizeof(u));
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  DSV4_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&c->comm_, c->world_, u, c->rank_), "ncclCommInitRank"));
+  NcclComm* raw = c.get();
+  control.add_abort_hook([raw] { raw->request_abort(); });
+  return c;
+}
+
+NcclComm::~NcclComm() {
+  if (comm_ == nullptr) return;
+  if (aborted_ || abort_requested_.load()) {
+    if (!aborted_) ncclCommAbort(comm_);
+  } else {
+    ncclCommDestroy(comm_);
+  }
+}
+
+Status NcclComm::abort_now(std::string why) {
+  if (!aborted_) {
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
+  return Status(StatusCode::unavailable, std::move(why));
+}
+
+Status NcclComm::ordered_all_reduce(float* values, int64_t count, float* scratch, cudaStream_t stream) {
+  if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
+  DSV4_RETURN_IF_ERROR(nccl_status(
+      ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream), "ncclAllGather"));
+  return cuda_status(ordered_sum_f32(scratch, world_, count, values, stream), "ordered_sum_f32");
+}
+
+Status NcclComm::plain_all_reduce(float* values, int64_t count, cudaStream_t stream) {
+  if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
+  return nccl_status(ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream),
+                     "ncclAllReduce");
+}
+
+Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return ok_status();
+    if (q != cudaErrorNotReady) return abort_now(fmt::format("the stream failed: {}", cudaGetErrorString(q)));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress)
+      return abort_now(fmt::format("NCCL failed: {}", ncclGetErrorString(async)));
+    if (abort_requested_.load()) return abort_now("the fabric failed: communicator aborted");
+    if (std::chrono::steady_clock::now() > deadline)
+      return abort_now(fmt::format("a collective did not finish within {} ms: communicator aborted", limit.count()));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace dsv4::fabric
