@@ -30,6 +30,7 @@ fabric::FabricOptions options_of(const FabricFlags& f) {
   o.connect_timeout = ms(f.connect_seconds);
   o.peer_timeout = ms(f.timeout_seconds);
   o.heartbeat_interval = std::max(milliseconds(20), o.peer_timeout / 10);
+  o.plan_timeout = ms(f.plan_seconds);
   return o;
 }
 
@@ -76,6 +77,10 @@ void add_fabric_flags(CLI::App& app, FabricFlags& f) {
                  "a rank silent this long counts as lost: all ranks exit 70")
       ->capture_default_str()
       ->check(CLI::Range(0.2, 600.0));
+  app.add_option("--fabric-plan-seconds", f.plan_seconds,
+                 "a live rank that does not answer one plan within this time counts as wedged: all ranks exit 70")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--test-refuse-stream", f.test_refuse_stream,
                  "FOR TESTS ONLY: this follower rank refuses to open backend stream K (as if out of memory)");
 }

@@ -28,6 +28,7 @@ struct FabricFlags {
   int32_t master_port = 29500;           // 0 with local ranks: pick a free port
   double connect_seconds = 120;
   double timeout_seconds = 4;
+  double plan_seconds = 300;
   uint64_t test_refuse_stream = 0;       // FOR TESTS ONLY
 };
 

@@ -117,7 +117,10 @@ void Control::heartbeat_loop() {
 }
 
 Status Control::send(int32_t peer, FrameKind kind, std::span<const uint8_t> payload) {
-  if (failed_.load()) return error(StatusCode::unavailable, "the fabric has failed: {}", failure_);
+  if (failed_.load()) {
+    std::lock_guard lock(mutex_);
+    return error(StatusCode::unavailable, "the fabric has failed: {}", failure_);
+  }
   if (peer < 0 || peer >= options_.world || !peers_[static_cast<size_t>(peer)])
     return error(StatusCode::internal, "rank {} has no connection to rank {}", options_.rank, peer);
   Peer& p = *peers_[static_cast<size_t>(peer)];

@@ -46,6 +46,8 @@ struct FabricOptions {
   std::chrono::milliseconds connect_timeout{60000};   // all ranks must have met by then
   std::chrono::milliseconds heartbeat_interval{250};  // a heartbeat to every peer this often
   std::chrono::milliseconds peer_timeout{4000};       // silence after which a peer counts as lost
+  // Longest a live rank may take to answer one plan (a rank that heartbeats but never answers is wedged).
+  std::chrono::milliseconds plan_timeout{300000};
   // Called once when the fabric fails; must not return in production (default: message on stderr and
   // _exit(code)). Tests record the call instead; the Control then refuses every further call.
   std::function<void(int code, const std::string& reason)> on_fatal;

@@ -39,6 +39,7 @@ inline FabricOptions test_options(int32_t world, int32_t rank, uint16_t port, Fa
   o.connect_timeout = std::chrono::milliseconds(5000);
   o.heartbeat_interval = std::chrono::milliseconds(50);
   o.peer_timeout = std::chrono::milliseconds(800);
+  o.plan_timeout = std::chrono::milliseconds(1500);
   o.on_fatal = [fatal](int c, const std::string& r) { fatal->record(c, r); };
   return o;
 }

@@ -31,8 +31,16 @@ StatusOr<LeaderBackend::Run> LeaderBackend::run(Op op, std::vector<std::vector<l
 
   Run result;
   result.status = Status(mine.code, mine.message);
+  const Deadline answer_by = deadline_in(control_.options().plan_timeout);
   for (int32_t r = 1; r < control_.world(); ++r) {
-    DSV4_ASSIGN_OR_RETURN(Frame f, control_.expect(r, FrameKind::reply));
+    StatusOr<Frame> got = control_.expect(r, FrameKind::reply, answer_by);
+    if (!got.ok() && !control_.failed()) {
+      const std::string why = fmt::format("rank {} did not answer plan {} within {:.0f} s", r, plan.sequence,
+                                          control_.options().plan_timeout.count() / 1000.0);
+      control_.fail(kExitPeerLost, why);
+      return Status(StatusCode::unavailable, why);
+    }
+    DSV4_ASSIGN_OR_RETURN(Frame f, std::move(got));
     StatusOr<Reply> reply = decode_reply(f.payload);
     if (!reply.ok() || reply->sequence != plan.sequence || reply->outcomes.size() != plan.ops.size()) {
       const std::string why =

@@ -126,6 +126,24 @@ TEST(Leader, RanksThatComputeDifferentTokensEndWithDiverged) {
   EXPECT_EQ(s.outcomes[0].finish.reason, lanes::FinishReason::error);
 }
 
+TEST(Leader, ARankThatHeartbeatsButNeverAnswersEndsEveryRank) {
+  // Rank 1's control channel is alive (its heartbeat thread runs) but nothing answers plans: a wedged rank.
+  testing::Fabric f = testing::make_fabric(2);
+  ASSERT_NE(f.controls[1], nullptr);
+  auto o = f.controls[0]->options();
+  FakeBackend local(fake_options());
+  LeaderBackend leader(*f.controls[0], local);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = leader.open(1, lanes::StreamSpec{});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(f.fatals[0]->get_code(), kExitPeerLost);
+  EXPECT_NE(f.fatals[0]->get_reason().find("rank 1 did not answer plan 1 within"), std::string::npos)
+      << f.fatals[0]->get_reason();
+  EXPECT_GE(waited, o.plan_timeout.count() / 1000.0 * 0.9);
+  EXPECT_LT(waited, o.plan_timeout.count() / 1000.0 + 1.0);
+}
+
 TEST(Plan, EveryOpRoundTrips) {
   Plan p;
   p.sequence = 42;

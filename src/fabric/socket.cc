@@ -108,6 +108,7 @@ Status Socket::recv_all(uint8_t* p, size_t n, Deadline deadline, bool first) {
     if (r > 0) {
       p += r;
       n -= static_cast<size_t>(r);
+      if (started) deadline = std::max(deadline, deadline_in(std::chrono::seconds(5)));  // progress: keep going
       started = true;
       continue;
     }
