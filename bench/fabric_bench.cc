@@ -93,6 +93,9 @@ void BM_ControlBroadcastAndOrderedSum(benchmark::State& state) {
   std::vector<uint8_t> stop = {0};
   (void)ranks.controls[0]->broadcast(&stop);
   for (auto& t : others) t.join();
+  std::vector<std::thread> byes;
+  for (auto& c : ranks.controls) byes.emplace_back([&c] { (void)c->goodbye(); });
+  for (auto& t : byes) t.join();
   state.counters["bytes/rank"] = 5120 * 4;
 }
 BENCHMARK(BM_ControlBroadcastAndOrderedSum)->Arg(2)->Arg(4)->UseRealTime();

@@ -207,6 +207,16 @@ void Control::close() {
   arrived_.notify_all();
 }
 
+Status Control::goodbye() {
+  for (int32_t r : peer_ranks()) DSV4_RETURN_IF_ERROR(send(r, FrameKind::stop, {}));
+  for (int32_t r : peer_ranks()) {
+    DSV4_ASSIGN_OR_RETURN(Frame f, expect(r, FrameKind::stop, deadline_in(options_.peer_timeout)));
+    (void)f;
+  }
+  close();
+  return ok_status();
+}
+
 StatusOr<std::vector<std::vector<uint8_t>>> Control::all_gather(std::span<const uint8_t> mine) {
   const uint64_t seq = ++collective_seq_;
   const auto read_data = [&](int32_t from) -> StatusOr<std::vector<uint8_t>> {

@@ -79,6 +79,9 @@ class Control {
   void add_abort_hook(std::function<void()> hook);
   // After a clean stop exchange: the peers' hang-ups are no longer failures; stops the threads.
   void close();
+  // A clean close without a plan protocol: every rank sends stop to its peers, waits (bounded) for theirs,
+  // then closes. Call on every rank.
+  Status goodbye();
 
   // Collectives over the control channel (small CPU payloads; the device path is nccl_comm.h).
   // Every rank receives every rank's bytes, in rank order.

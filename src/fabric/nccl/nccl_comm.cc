@@ -49,19 +49,36 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int devic
   ncclUniqueId u;
   std::memcpy(&u, id.data(), sizeof(u));
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
-  DSV4_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&c->comm_, c->world_, u, c->rank_), "ncclCommInitRank"));
-  NcclComm* raw = c.get();
-  control.add_abort_hook([raw] { raw->request_abort(); });
+  std::shared_ptr<std::atomic<bool>> flag = c->abort_requested_;
+  control.add_abort_hook([flag] { *flag = true; });
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t init = ncclCommInitRankConfig(&c->comm_, c->world_, u, c->rank_, &config);
+  if (init != ncclSuccess && init != ncclInProgress) return nccl_status(init, "ncclCommInitRankConfig");
+  const auto limit = control.options().connect_timeout;
+  DSV4_RETURN_IF_ERROR(c->settle("ncclCommInitRankConfig", limit));
+  // Warm-up: the first collective connects the peers; do it now, bounded, while every rank is here.
+  float* one = nullptr;
+  cudaStream_t stream = nullptr;
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaMalloc(&one, sizeof(float)), "cudaMalloc"));
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream), "cudaStreamCreate"));
+  Status warm = c->plain_all_reduce(one, 1, stream);
+  if (warm.ok()) warm = c->wait(stream, limit);
+  cudaStreamDestroy(stream);
+  cudaFree(one);
+  DSV4_RETURN_IF_ERROR(warm.with_context("NCCL warm-up collective"));
   return c;
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ == nullptr) return;
-  if (aborted_ || abort_requested_.load()) {
-    if (!aborted_) ncclCommAbort(comm_);
-  } else {
-    ncclCommDestroy(comm_);
+  if (comm_ == nullptr || aborted_) return;  // an aborted communicator is already freed
+  if (abort_requested_->load()) {
+    ncclCommAbort(comm_);
+    return;
   }
+  // Non-blocking: finalize (flushes outstanding work, bounded), then destroy; abort if it does not settle.
+  ncclCommFinalize(comm_);
+  if (settle("ncclCommFinalize", std::chrono::seconds(10)).ok()) ncclCommDestroy(comm_);
 }
 
 Status NcclComm::abort_now(std::string why) {
@@ -72,17 +89,34 @@ Status NcclComm::abort_now(std::string why) {
   return Status(StatusCode::unavailable, std::move(why));
 }
 
+Status NcclComm::settle(const char* what, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state == ncclSuccess) return ok_status();
+    if (state != ncclInProgress) return abort_now(fmt::format("{}: {}", what, ncclGetErrorString(state)));
+    if (abort_requested_->load()) return abort_now(fmt::format("{}: the fabric failed: communicator aborted", what));
+    if (std::chrono::steady_clock::now() > deadline)
+      return abort_now(fmt::format("{} did not settle within {} ms: communicator aborted", what, limit.count()));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 Status NcclComm::ordered_all_reduce(float* values, int64_t count, float* scratch, cudaStream_t stream) {
   if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
-  DSV4_RETURN_IF_ERROR(nccl_status(
-      ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream), "ncclAllGather"));
+  const ncclResult_t r = ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream);
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllGather");
+  DSV4_RETURN_IF_ERROR(settle("ncclAllGather", enqueue_limit_));
   return cuda_status(ordered_sum_f32(scratch, world_, count, values, stream), "ordered_sum_f32");
 }
 
 Status NcclComm::plain_all_reduce(float* values, int64_t count, cudaStream_t stream) {
   if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
-  return nccl_status(ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream),
-                     "ncclAllReduce");
+  const ncclResult_t r =
+      ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream);
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllReduce");
+  return settle("ncclAllReduce", enqueue_limit_);
 }
 
 Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
@@ -95,7 +129,7 @@ Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
     ncclCommGetAsyncError(comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress)
       return abort_now(fmt::format("NCCL failed: {}", ncclGetErrorString(async)));
-    if (abort_requested_.load()) return abort_now("the fabric failed: communicator aborted");
+    if (abort_requested_->load()) return abort_now("the fabric failed: communicator aborted");
     if (std::chrono::steady_clock::now() > deadline)
       return abort_now(fmt::format("a collective did not finish within {} ms: communicator aborted", limit.count()));
     std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -1,5 +1,10 @@
 // An NCCL communicator over the fabric: created with the control channel, rank-ordered reductions, bounded waits.
 //
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): NCCL connects peers lazily inside the first
+// collective, and a blocking call would wait there forever for a dead peer. Every call is followed by a
+// bounded poll of ncclCommGetAsyncError; create() runs one warm-up collective so connections exist before
+// serving.
+//
 // create(): every rank's NCCL version must match (else every rank ends with kExitAgreement); rank 0's
 // ncclUniqueId is broadcast over the control channel; ncclCommInitRank on `device`. ordered_all_reduce()
 // is ncclAllGather then one kernel that sums the world's contributions in rank order, so every rank holds
@@ -39,17 +44,21 @@ class NcclComm {
   Status plain_all_reduce(float* values, int64_t count, cudaStream_t stream);
   // Waits for `stream` to finish, at most `limit`; a failure or a requested abort aborts the communicator.
   Status wait(cudaStream_t stream, std::chrono::milliseconds limit);
-  // Asks the owner's wait() to abort (safe from any thread: the fabric's abort hook calls it).
-  void request_abort() { abort_requested_ = true; }
+  // Asks the owner's wait() to abort (safe from any thread: the fabric's abort hook sets the same flag, and
+  // keeps it alive after this communicator is gone).
+  void request_abort() { *abort_requested_ = true; }
   bool aborted() const { return aborted_; }
 
  private:
   NcclComm() = default;
   Status abort_now(std::string why);
+  // Polls the communicator's host-side state until it leaves ncclInProgress (bounded by `limit`).
+  Status settle(const char* what, std::chrono::milliseconds limit);
 
   ncclComm_t comm_ = nullptr;
   int32_t rank_ = 0, world_ = 1;
-  std::atomic<bool> abort_requested_{false};
+  std::chrono::milliseconds enqueue_limit_{60000};  // host-side work of one call (connection setup included)
+  std::shared_ptr<std::atomic<bool>> abort_requested_ = std::make_shared<std::atomic<bool>>(false);
   bool aborted_ = false;
 };
 

@@ -212,10 +212,12 @@ int run_rank(int rank, int port, const std::string& scenario) {
   }
   const int code = scenario == "kill" ? run_kill(**control, &fatal_code) : run_reduce(**control);
   if (scenario != "kill") {
-    // A clean end: both ranks reach here, then close without counting the other's hang-up as a failure.
-    auto all = (*control)->all_gather({});
-    (void)all;
-    (*control)->close();
+    // A clean end: both ranks say goodbye, so neither counts the other's hang-up as a failure.
+    Status bye = (*control)->goodbye();
+    if (!bye.ok() || fatal_code.load() >= 0) {
+      std::printf("FAIL rank %d: unclean close: %s (fabric code %d)\n", rank, bye.to_string().c_str(), fatal_code.load());
+      return 1;
+    }
   }
   return code;
 }
