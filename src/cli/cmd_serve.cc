@@ -246,6 +246,7 @@ int run_serve(int argc, char** argv) {
   server::Server srv(flags.server);
   if (Status s = srv.bind(); !s.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", s.to_string().c_str());
+    if (control) control->fail(fabric::kExitStartup, "rank 0 cannot serve HTTP: " + s.to_string());
     return 1;
   }
   srv.start();

@@ -11,7 +11,11 @@ void count_plan(FabricCounters& counters, std::span<const uint8_t> plan_bytes, s
   counters.trace_digest = digest_bytes(plan_bytes, counters.trace_digest);
 }
 
-LeaderBackend::LeaderBackend(Control& control, lanes::Backend& local) : control_(control), local_(local) {}
+LeaderBackend::LeaderBackend(Control& control, lanes::Backend& local)
+    : control_(control), local_(local), info_(local.info()) {
+  info_.model_id += fmt::format(" (fabric of {} ranks)", control.world());
+  info_.snapshot_version += 0x10000u * static_cast<uint32_t>(control.world());
+}
 
 StatusOr<LeaderBackend::Run> LeaderBackend::run(Op op, std::vector<std::vector<lanes::RowResult>>* rows,
                                                 std::vector<lanes::DraftProposal>* proposals,

@@ -31,7 +31,9 @@ class LeaderBackend final : public lanes::Backend {
   // `control` is rank 0's; `local` is rank 0's own backend. Both must outlive this.
   LeaderBackend(Control& control, lanes::Backend& local);
 
-  const lanes::BackendInfo& info() const override { return local_.info(); }
+  // The local backend's facts, except that snapshots are fabric snapshots: their version and the model id
+  // name the world size, so a prompt cache never hands one world's bytes to another.
+  const lanes::BackendInfo& info() const override { return info_; }
   int64_t stream_bytes(int64_t rows) const override { return local_.stream_bytes(rows); }
   Status open(lanes::StreamId stream, const lanes::StreamSpec& spec) override;
   Status prefill(std::span<const lanes::Piece> pieces) override;
@@ -58,6 +60,7 @@ class LeaderBackend final : public lanes::Backend {
 
   Control& control_;
   lanes::Backend& local_;
+  lanes::BackendInfo info_;
   std::vector<Op> queued_;  // keeps and releases not yet sent
   FabricCounters counters_;
 };

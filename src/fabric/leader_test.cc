@@ -3,6 +3,7 @@
 // and ranks that compute different results end with kExitDiverged.
 #include <gtest/gtest.h>
 
+#include "cache/prompt_cache.h"
 #include "fabric/fabric_test_support.h"
 #include "fabric/follower.h"
 #include "fabric/leader.h"
@@ -115,6 +116,48 @@ TEST(Leader, ARefusalOnOneRankEndsThatRequestEverywhereAndServingContinues) {
   EXPECT_EQ(s.outcomes[2].tokens, lanes::testing::serial_reference(reference, requests[2]));
   for (int code : s.codes) EXPECT_EQ(code, -1);  // no rank failed
   EXPECT_EQ(s.counters[1].trace_digest, s.counters[0].trace_digest);
+}
+
+TEST(Leader, APromptResumedFromTheCacheThroughTheFabricEqualsFresh) {
+  // Snapshots and restores travel as plans: every rank keeps and restores its own part.
+  testing::Fabric f = testing::make_fabric(3);
+  std::vector<std::thread> followers;
+  std::vector<FabricCounters> counters(3);
+  for (int32_t r = 1; r < 3; ++r)
+    followers.emplace_back([&, r] {
+      FakeBackend b(fake_options());
+      counters[static_cast<size_t>(r)] = run_follower(*f.controls[static_cast<size_t>(r)], b).counters;
+    });
+  FakeBackend local(fake_options());
+  LeaderBackend leader(*f.controls[0], local);
+  cache::PromptCacheOptions co;
+  co.page_tokens = 16;
+  co.model_id = leader.info().model_id;
+  co.snapshot_version = leader.info().snapshot_version;
+  auto cache = std::move(cache::PromptCache::open(co)).value();
+  lanes::LaneHostOptions ho;
+  ho.cache = cache.get();
+  ho.prefill_rows = 16;
+  Request r = request_of(9, 10, true);
+  for (int i = 0; i < 30; ++i) r.prompt.push_back(3 + i % 40);  // 40+ tokens: pages at 16 and 32
+  FakeBackend reference(fake_options());
+  const std::vector<lanes::TokenId> expected = lanes::testing::serial_reference(reference, r);
+  {
+    lanes::LaneHost host(leader, ho);
+    auto sink = std::make_shared<Collector>();
+    const lanes::RequestId first = host.submit(r, sink).value();
+    host.run_until_idle();
+    const lanes::RequestId second = host.submit(r, sink).value();
+    host.run_until_idle();
+    EXPECT_EQ(sink->get(first).tokens, expected);
+    EXPECT_EQ(sink->get(first).finish.usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(sink->get(second).tokens, expected);
+    EXPECT_EQ(sink->get(second).finish.usage.cached_prompt_tokens, 32);
+  }
+  ASSERT_TRUE(leader.stop().ok());
+  for (auto& t : followers) t.join();
+  EXPECT_EQ(counters[1].trace_digest, leader.counters().trace_digest);
+  EXPECT_EQ(counters[2].trace_digest, leader.counters().trace_digest);
 }
 
 TEST(Leader, RanksThatComputeDifferentTokensEndWithDiverged) {

@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int devic
 NcclComm::~NcclComm() {
   if (comm_ == nullptr || aborted_) return;  // an aborted communicator is already freed
   if (abort_requested_->load()) {
-    ncclCommAbort(comm_);
+    (void)abort_now("destroyed after the fabric failed");
     return;
   }
   // Non-blocking: finalize (flushes outstanding work, bounded), then destroy; abort if it does not settle.
@@ -84,13 +84,17 @@ NcclComm::~NcclComm() {
 Status NcclComm::abort_now(std::string why) {
   if (!aborted_) {
     aborted_ = true;
-    ncclCommAbort(comm_);
+    std::thread([comm = comm_, done = abort_finished_] {
+      ncclCommAbort(comm);
+      *done = true;
+    }).detach();
   }
   return Status(StatusCode::unavailable, std::move(why));
 }
 
 Status NcclComm::settle(const char* what, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + limit;
   for (;;) {
     ncclResult_t state = ncclInProgress;
     ncclCommGetAsyncError(comm_, &state);
@@ -99,7 +103,10 @@ Status NcclComm::settle(const char* what, std::chrono::milliseconds limit) {
     if (abort_requested_->load()) return abort_now(fmt::format("{}: the fabric failed: communicator aborted", what));
     if (std::chrono::steady_clock::now() > deadline)
       return abort_now(fmt::format("{} did not settle within {} ms: communicator aborted", what, limit.count()));
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    // Spin first (an enqueue settles in microseconds; a sleep would add tens to every collective), then yield
+    // the core while a slow step (connection setup) runs.
+    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -107,7 +114,7 @@ Status NcclComm::ordered_all_reduce(float* values, int64_t count, float* scratch
   if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
   const ncclResult_t r = ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream);
   if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllGather");
-  DSV4_RETURN_IF_ERROR(settle("ncclAllGather", enqueue_limit_));
+  if (r == ncclInProgress) DSV4_RETURN_IF_ERROR(settle("ncclAllGather", enqueue_limit_));
   return cuda_status(ordered_sum_f32(scratch, world_, count, values, stream), "ordered_sum_f32");
 }
 
@@ -116,7 +123,7 @@ Status NcclComm::plain_all_reduce(float* values, int64_t count, cudaStream_t str
   const ncclResult_t r =
       ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream);
   if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllReduce");
-  return settle("ncclAllReduce", enqueue_limit_);
+  return r == ncclInProgress ? settle("ncclAllReduce", enqueue_limit_) : ok_status();
 }
 
 Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
@@ -132,7 +139,7 @@ Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
     if (abort_requested_->load()) return abort_now("the fabric failed: communicator aborted");
     if (std::chrono::steady_clock::now() > deadline)
       return abort_now(fmt::format("a collective did not finish within {} ms: communicator aborted", limit.count()));
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::yield();  // a collective lasts microseconds: spin, but let other threads run
   }
 }
 

@@ -48,9 +48,13 @@ class NcclComm {
   // keeps it alive after this communicator is gone).
   void request_abort() { *abort_requested_ = true; }
   bool aborted() const { return aborted_; }
+  // True once ncclCommAbort has returned on its thread (for logs and tests).
+  bool abort_finished() const { return abort_finished_->load(); }
 
  private:
   NcclComm() = default;
+  // Aborts on a detached thread (ncclCommAbort may wait on a dead peer's transport) and returns at once;
+  // the communicator is not touched again.
   Status abort_now(std::string why);
   // Polls the communicator's host-side state until it leaves ncclInProgress (bounded by `limit`).
   Status settle(const char* what, std::chrono::milliseconds limit);
@@ -59,6 +63,7 @@ class NcclComm {
   int32_t rank_ = 0, world_ = 1;
   std::chrono::milliseconds enqueue_limit_{60000};  // host-side work of one call (connection setup included)
   std::shared_ptr<std::atomic<bool>> abort_requested_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> abort_finished_ = std::make_shared<std::atomic<bool>>(false);
   bool aborted_ = false;
 };
 

@@ -174,6 +174,8 @@ int run_kill(Control& control, const std::atomic<int>* fatal_code) {
   cudaMalloc(&ds, 5120 * 4 * 2);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = (*comm)->ordered_all_reduce(dv, 5120, ds, stream);
+  std::printf("rank 0: collective enqueued (%s) after %.3f s\n", s.ok() ? "ok" : s.to_string().c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (s.ok()) s = (*comm)->wait(stream, std::chrono::seconds(30));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // The control channel reports the hang-up too (NCCL may notice first); give it a moment.
@@ -183,6 +185,8 @@ int run_kill(Control& control, const std::atomic<int>* fatal_code) {
   CHECK_TRUE(fatal_code->load() == kExitPeerLost, "the fabric did not fail with exit code 70");
   std::printf("rank 0: rank 1 died mid-collective; the wait ended after %.2f s with '%s' (fabric code %d): %s\n",
               waited, s.message().c_str(), fatal_code->load(), failures ? "FAIL" : "PASS");
+  for (int i = 0; i < 300 && !(*comm)->abort_finished(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::printf("rank 0: ncclCommAbort %s\n", (*comm)->abort_finished() ? "returned within 3 s" : "still running after 3 s (the process exits anyway)");
   std::fflush(stdout);
   _exit(failures == 0 ? 0 : 1);  // the aborted communicator is not torn down further
 }
