@@ -1,6 +1,7 @@
 // NcclComm: bootstrap through the control channel, ordered reduction, bounded waits (see nccl_comm.h).
 #include "fabric/nccl/nccl_comm.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -51,13 +52,12 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int devic
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
   std::shared_ptr<std::atomic<bool>> flag = c->abort_requested_;
   control.add_abort_hook([flag] { *flag = true; });
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  const ncclResult_t init = ncclCommInitRankConfig(&c->comm_, c->world_, u, c->rank_, &config);
-  if (init != ncclSuccess && init != ncclInProgress) return nccl_status(init, "ncclCommInitRankConfig");
+  // Connect every peer now: with runtime connection (NCCL's default) the first collective of each algorithm
+  // would block the host until its peers answer, and a dead peer would hold it.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+  DSV4_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&c->comm_, c->world_, u, c->rank_), "ncclCommInitRank"));
   const auto limit = control.options().connect_timeout;
-  DSV4_RETURN_IF_ERROR(c->settle("ncclCommInitRankConfig", limit));
-  // Warm-up: the first collective connects the peers; do it now, bounded, while every rank is here.
+  // Warm-up: one collective now, bounded, while every rank is here.
   float* one = nullptr;
   cudaStream_t stream = nullptr;
   DSV4_RETURN_IF_ERROR(cuda_status(cudaMalloc(&one, sizeof(float)), "cudaMalloc"));
@@ -71,14 +71,12 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int devic
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ == nullptr || aborted_) return;  // an aborted communicator is already freed
+  if (comm_ == nullptr || aborted_) return;  // an aborted communicator is freed by its abort
   if (abort_requested_->load()) {
     (void)abort_now("destroyed after the fabric failed");
     return;
   }
-  // Non-blocking: finalize (flushes outstanding work, bounded), then destroy; abort if it does not settle.
-  ncclCommFinalize(comm_);
-  if (settle("ncclCommFinalize", std::chrono::seconds(10)).ok()) ncclCommDestroy(comm_);
+  ncclCommDestroy(comm_);
 }
 
 Status NcclComm::abort_now(std::string why) {
@@ -92,38 +90,17 @@ Status NcclComm::abort_now(std::string why) {
   return Status(StatusCode::unavailable, std::move(why));
 }
 
-Status NcclComm::settle(const char* what, std::chrono::milliseconds limit) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + limit;
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state == ncclSuccess) return ok_status();
-    if (state != ncclInProgress) return abort_now(fmt::format("{}: {}", what, ncclGetErrorString(state)));
-    if (abort_requested_->load()) return abort_now(fmt::format("{}: the fabric failed: communicator aborted", what));
-    if (std::chrono::steady_clock::now() > deadline)
-      return abort_now(fmt::format("{} did not settle within {} ms: communicator aborted", what, limit.count()));
-    // Spin first (an enqueue settles in microseconds; a sleep would add tens to every collective), then yield
-    // the core while a slow step (connection setup) runs.
-    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 Status NcclComm::ordered_all_reduce(float* values, int64_t count, float* scratch, cudaStream_t stream) {
   if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
-  const ncclResult_t r = ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream);
-  if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllGather");
-  if (r == ncclInProgress) DSV4_RETURN_IF_ERROR(settle("ncclAllGather", enqueue_limit_));
+  DSV4_RETURN_IF_ERROR(nccl_status(
+      ncclAllGather(values, scratch, static_cast<size_t>(count), ncclFloat32, comm_, stream), "ncclAllGather"));
   return cuda_status(ordered_sum_f32(scratch, world_, count, values, stream), "ordered_sum_f32");
 }
 
 Status NcclComm::plain_all_reduce(float* values, int64_t count, cudaStream_t stream) {
   if (aborted_) return Status(StatusCode::unavailable, "the NCCL communicator was aborted");
-  const ncclResult_t r =
-      ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream);
-  if (r != ncclSuccess && r != ncclInProgress) return nccl_status(r, "ncclAllReduce");
-  return r == ncclInProgress ? settle("ncclAllReduce", enqueue_limit_) : ok_status();
+  return nccl_status(ncclAllReduce(values, values, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream),
+                     "ncclAllReduce");
 }
 
 Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {

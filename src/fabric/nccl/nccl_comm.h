@@ -1,17 +1,16 @@
 // An NCCL communicator over the fabric: created with the control channel, rank-ordered reductions, bounded waits.
 //
-// The communicator is non-blocking (ncclConfig_t::blocking = 0): NCCL connects peers lazily inside the first
-// collective, and a blocking call would wait there forever for a dead peer. Every call is followed by a
-// bounded poll of ncclCommGetAsyncError; create() runs one warm-up collective so connections exist before
-// serving.
-//
 // create(): every rank's NCCL version must match (else every rank ends with kExitAgreement); rank 0's
-// ncclUniqueId is broadcast over the control channel; ncclCommInitRank on `device`. ordered_all_reduce()
-// is ncclAllGather then one kernel that sums the world's contributions in rank order, so every rank holds
-// bit-identical sums that equal a host loop r0 + r1 + ... in float, whatever order data arrives in (a plain
-// ncclAllReduce's order depends on the algorithm and topology NCCL picks). wait() never hangs: it polls the
-// stream and NCCL's async error until a deadline, and aborts the communicator when the control channel
-// fails (the fabric's abort hook) or the deadline passes.
+// ncclUniqueId is broadcast over the control channel; ncclCommInitRank on `device` with every peer connected
+// at init (NCCL_RUNTIME_CONNECT=0 unless the environment says otherwise) and one warm-up collective, so no
+// later collective blocks the host on a connection. ordered_all_reduce() is ncclAllGather then one kernel that
+// sums the world's contributions in rank order, so every rank holds bit-identical sums that equal a host loop
+// r0 + r1 + ... in float, whatever order data arrives in (a plain ncclAllReduce's order depends on the
+// algorithm and topology NCCL picks).
+//
+// Never a hang: wait() polls the stream and NCCL's async error until a deadline and aborts the communicator
+// (on a detached thread) when the fabric's abort hook fired or the deadline passed. A lost rank is caught by
+// the control channel, whose failure ends the process (control.h) whatever the device is doing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,15 +55,12 @@ class NcclComm {
   // Aborts on a detached thread (ncclCommAbort may wait on a dead peer's transport) and returns at once;
   // the communicator is not touched again.
   Status abort_now(std::string why);
-  // Polls the communicator's host-side state until it leaves ncclInProgress (bounded by `limit`).
-  Status settle(const char* what, std::chrono::milliseconds limit);
 
   ncclComm_t comm_ = nullptr;
   int32_t rank_ = 0, world_ = 1;
-  std::chrono::milliseconds enqueue_limit_{60000};  // host-side work of one call (connection setup included)
+  bool aborted_ = false;
   std::shared_ptr<std::atomic<bool>> abort_requested_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> abort_finished_ = std::make_shared<std::atomic<bool>>(false);
-  bool aborted_ = false;
 };
 
 }  // namespace dsv4::fabric
