@@ -1,4 +1,4 @@
-// `dsv4 run`: greedy generation or teacher-forced scoring on the CPU oracle, with tokens/s and an
+// `dsv4 run`: greedy generation or teacher-forced scoring on the CPU oracle (or --backend cuda), with tokens/s and an
 // optional .npy dump of every row's fp32 logits.
 #include <CLI/CLI.hpp>
 
@@ -13,6 +13,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
+#include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "family/deepseek_v41/default_model.h"
 #include "family/deepseek_v41/preset.h"
@@ -87,6 +88,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--force", force_text, "feed this continuation (comma-separated ids) instead of generating");
   app.add_option("--dump-logits", dump,
                  "write fp32 logits [rows, vocab] of every prompt and generated/forced position to this .npy");
+  std::string backend = "cpu";
+  app.add_option("--backend", backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")->capture_default_str();
   app.add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -159,14 +162,27 @@ int run_main(int argc, char** argv) {
   opt.precision = ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;
   opt.threads = threads;
   opt.reference_shapes = reference_shapes;
-  auto oracle = cpu::Oracle::create(weights, opt);
-  if (!oracle.ok()) {
-    std::fprintf(stderr, "dsv4 run: %s\n", oracle.status().to_string().c_str());
+  if (reference_shapes && backend != "cpu") {
+    std::fprintf(stderr, "dsv4 run: --reference-shapes is the CPU oracle's\n");
+    return 2;
+  }
+  BackendChoice bc;
+  bc.name = backend;
+  bc.max_context = static_cast<int64_t>(ids.size()) + std::max<int64_t>(max_tokens, forced.size()) + 1;
+  bc.max_call_rows = std::max<int64_t>(static_cast<int64_t>(ids.size()), 1);
+  auto fwd = make_stream_forward(bc, weights, opt);
+  if (!fwd.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
     return 1;
   }
-  cpu::Oracle& o = **oracle;
+  cpu::StreamForward& o = **fwd;
   const int64_t V = o.config().vocab;
-  const int32_t s = o.open_stream();
+  auto opened = o.open_stream();
+  if (!opened.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", opened.status().to_string().c_str());
+    return 1;
+  }
+  const int32_t s = *opened;
   std::vector<float> all;
   cpu::Piece piece{s, ids, {}};
   for (size_t i = dump.empty() ? ids.size() - 1 : 0; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
@@ -203,7 +219,8 @@ int run_main(int argc, char** argv) {
   const double pre_s = std::chrono::duration<double>(t1 - t0).count();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   std::fprintf(stderr, "prefill %zu tokens in %.3f s (%.1f tokens/s); %d tokens in %.3f s (%.2f tokens/s), %s, %d threads\n",
-               ids.size(), pre_s, ids.size() / pre_s, n, gen_s, n > 0 ? n / gen_s : 0.0, ref64 ? "ref64" : "ref32",
+               ids.size(), pre_s, ids.size() / pre_s, n, gen_s, n > 0 ? n / gen_s : 0.0,
+               backend == "cpu" ? (ref64 ? "ref64" : "ref32") : backend.c_str(),
                threads);
   if (!dump.empty() && !write_npy(dump, all, static_cast<int64_t>(all.size()) / V, V)) {
     std::fprintf(stderr, "dsv4 run: cannot write '%s'\n", dump.c_str());
@@ -214,6 +231,6 @@ int run_main(int argc, char** argv) {
 
 }  // namespace
 
-DSV4_COMMAND("run", "generate or score tokens with the CPU oracle (exact reference numerics)", run_main);
+DSV4_COMMAND("run", "generate or score tokens with the CPU oracle (exact reference numerics) or on CUDA", run_main);
 
 }  // namespace dsv4::cli

@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "cli/fabric_serve.h"
 #include "backends/cpu/lane_backend.h"
+#include "cli/backend_choice.h"
 #include "cli/v41_text_side.h"
 #include "fabric/leader.h"
 #include "family/deepseek_v41/default_model.h"
@@ -38,6 +39,7 @@ struct ServeFlags {
   int32_t prompt_cache_page = 64;
   bool fake_engine = false;
   bool lanes_fake_backend = false;
+  std::string backend = "cpu";
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
   FabricFlags fabric;  // --tp and the rank flags (cli/fabric_serve.h)
@@ -49,6 +51,8 @@ void add_flags(CLI::App& app, ServeFlags& f) {
                  "checkpoint folder (config.json + safetensors); default: the embedded tiny model");
   app.add_option("--engram-shards", f.engram_shards,
                  "EXL3 packs: folder of the original release shards holding the Engram tables (checked first)");
+  app.add_option("--backend", f.backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")
+      ->capture_default_str();
   app.add_option("--context", f.context, "positions per request (prompt + reply) on a model")
       ->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
@@ -170,12 +174,17 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bo.eos_ids = {eos};
   bo.max_context = flags.context;
   bo.max_streams = flags.parallel;
-  DSV4_ASSIGN_OR_RETURN(backend, cpu::CpuLaneBackend::create(weights, cpu::OracleOptions{}, bo));
+  BackendChoice bc;
+  bc.name = flags.backend;
+  bc.max_context = flags.context;
+  bc.max_call_rows = std::max(bo.max_prefill_rows, bo.max_verify_rows);
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::StreamForward> fwd, make_stream_forward(bc, weights, cpu::OracleOptions{}));
+  DSV4_ASSIGN_OR_RETURN(backend, cpu::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
   std::fprintf(stderr,
                "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %lld tensors, %d layers, dim %lld, vocab %lld, "
-               "CPU oracle, context %d, %d parallel\n",
+               "%s, context %d, %d parallel\n",
                dir.c_str(), s, s > 0 ? bytes / 1048576.0 / s : 0.0, static_cast<long long>(loaded.tensors_done), c.n_layers,
-               static_cast<long long>(c.dim), static_cast<long long>(c.vocab), flags.context,
+               static_cast<long long>(c.dim), static_cast<long long>(c.vocab), backend_description(bc).c_str(), flags.context,
                flags.parallel);
   return ok_status();
 }

@@ -10,13 +10,13 @@
 #include "backends/cpu/engram.h"
 #include "backends/cpu/model_config.h"
 #include "backends/cpu/weights.h"
+#include "backends/cuda/attention_weights.h"
 #include "backends/cuda/weights.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
 
 class Arena;
-struct AttentionDevice;  // one layer's attention weights on the device (cudaattn's attention.h)
 
 // One sub-layer's hyper-connection parameters (cpu::HcParams).
 struct HcDevice {
@@ -50,8 +50,9 @@ struct EngramDevice {
   const float* qk = nullptr;         // f32 [C, D]: q_weight * k_weight formed in float
 };
 
+// One block's weights apart from attention (ModelDevice::attention holds those, one per layer,
+// contiguous: the attention call reads them as an array).
 struct LayerDevice {
-  std::shared_ptr<const AttentionDevice> attn;
   HcDevice hc_attn, hc_ffn;
   const float* attn_norm = nullptr;  // bf16 [D]
   const float* ffn_norm = nullptr;   // bf16 [D]
@@ -60,7 +61,8 @@ struct LayerDevice {
 };
 
 struct DsparkDevice {
-  std::vector<LayerDevice> stages;     // attention (window-only) + MoE blocks
+  std::vector<AttentionDevice> attention;  // per stage: window-only attention
+  std::vector<LayerDevice> stages;     // per stage: mixes, norms, MoE
   Fp8View main_proj;                   // [D, n_taps*D]
   const float* main_norm = nullptr;    // bf16 [D]
   const float* norm = nullptr;         // bf16 [D]
@@ -74,15 +76,18 @@ struct ModelDeviceOptions {
   bool dspark = true;  // upload the drafter when the weights carry one
 };
 
-class ModelDevice {
- public:
+struct ModelDevice {
   // Uploads every weight of `w` (re-encoded bit-exactly; a value outside its format is refused).
   static StatusOr<std::unique_ptr<ModelDevice>> upload(const cpu::ModelWeights& w, const ModelDeviceOptions& o);
+  // Full-width random weights generated on the device from `cfg` (benchmarks; no Engram, no
+  // drafter): the views an upload would give, with valid finite values.
+  static StatusOr<std::unique_ptr<ModelDevice>> synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device = 0);
   ~ModelDevice();
 
   cpu::ModelConfig config;
   std::vector<cpu::LayerRole> roles;
   const uint16_t* embed = nullptr;         // bf16 [V, D]
+  std::vector<AttentionDevice> attention;  // [n_layers]
   std::vector<LayerDevice> layers;         // [n_layers]
   const float* norm = nullptr;             // bf16 [D]
   F32View head;                            // [V, D]
@@ -93,15 +98,13 @@ class ModelDevice {
   const float* d_freqs_yarn = nullptr;
 
   size_t weight_bytes() const;   // bytes of the device arena in use
-  size_t pinned_bytes() const { return pinned_bytes_; }
-  Arena& arena() { return *arena_; }
+  size_t pinned_bytes = 0;       // bytes of pinned host memory (Engram tables)
 
- private:
   ModelDevice() = default;
-  std::unique_ptr<Arena> arena_;
-  std::vector<void*> pinned_;  // cudaHostAlloc'ed blocks (Engram tables)
-  size_t pinned_bytes_ = 0;
-  friend class ModelUploader;
+  ModelDevice(const ModelDevice&) = delete;
+  ModelDevice& operator=(const ModelDevice&) = delete;
+  std::unique_ptr<Arena> arena;  // every device weight
+  std::vector<void*> pinned;     // cudaHostAlloc'ed blocks, freed by the destructor
 };
 
 }  // namespace dsv4::cuda

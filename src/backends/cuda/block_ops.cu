@@ -1,0 +1,215 @@
+// Embedding, RMSNorm, mHC mixes / collapse / expand, taps, SwiGLU and row gathers (block_ops.cuh).
+#include "backends/cuda/block_ops.cuh"
+#include "backends/cuda/fwd_reduce.cuh"
+#include "core/bf16.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float rbf16(float x) { return dsv4::round_bf16(x); }
+
+__global__ void embed_kernel(const uint16_t* embed, const int32_t* ids, int C, int64_t D, float* h, float* pi) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* e = embed + static_cast<int64_t>(ids[r]) * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = dsv4::bf16_to_f32(e[i]);
+    for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
+  }
+  if (threadIdx.x < C) pi[r * C + threadIdx.x] = threadIdx.x == 0 ? 1.0f : 0.0f;
+}
+
+__global__ void rmsnorm_kernel(const float* x, int64_t n, const float* w, float eps, float* y) {
+  __shared__ float red[kThreads / 32];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += xr[i] * xr[i];
+  const float sum = fwd_block_sum<kThreads>(acc, red);
+  const float mean = sum / static_cast<float>(n);
+  const float r = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = xr[i] * r;
+    yr[i] = rbf16(w ? w[i] * v : v);
+  }
+}
+
+__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// One block per row: rho from the row's sum of squares, then one thread forms the C*(C+2) mixes.
+__global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, const float* base, float s0,
+                              float s1, float s2, float norm_eps, float eps, int iters, float* mix) {
+  __shared__ float red[kThreads / 32];
+  const int64_t r = blockIdx.x, n = static_cast<int64_t>(C) * D, nm = static_cast<int64_t>(C) * (C + 2);
+  const float* hr = h + r * n;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += hr[i] * hr[i];
+  const float sum = fwd_block_sum<kThreads>(acc, red);
+  if (threadIdx.x != 0) return;
+  const float mean = sum / static_cast<float>(n);
+  const float rho = 1.0f / sqrtf(mean + norm_eps);
+  const float* mr = m + r * nm;
+  float* o = mix + r * nm;
+  float* A = o + 2 * C;
+  for (int j = 0; j < C; ++j) {
+    o[j] = sigmoidf(mr[j] * rho * s0 + base[j]) + eps;
+    o[C + j] = 2.0f * sigmoidf(mr[C + j] * rho * s1 + base[C + j]);
+  }
+  for (int i = 0; i < C * C; ++i) A[i] = mr[2 * C + i] * rho * s2 + base[2 * C + i];
+  // Sinkhorn (cpu::sinkhorn): row softmax + eps, column normalisation, (iters-1) x {row, column}.
+  for (int j = 0; j < C; ++j) {
+    float mx = A[j * C];
+    for (int k = 1; k < C; ++k) mx = fmaxf(mx, A[j * C + k]);
+    float s = 0.0f;
+    for (int k = 0; k < C; ++k) { A[j * C + k] = expf(A[j * C + k] - mx); s += A[j * C + k]; }
+    for (int k = 0; k < C; ++k) A[j * C + k] = A[j * C + k] / s + eps;
+  }
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0)
+      for (int j = 0; j < C; ++j) {
+        float s = 0.0f;
+        for (int k = 0; k < C; ++k) s += A[j * C + k];
+        for (int k = 0; k < C; ++k) A[j * C + k] = A[j * C + k] / (s + eps);
+      }
+    for (int k = 0; k < C; ++k) {
+      float s = 0.0f;
+      for (int j = 0; j < C; ++j) s += A[j * C + k];
+      for (int j = 0; j < C; ++j) A[j * C + k] = A[j * C + k] / (s + eps);
+    }
+  }
+}
+
+__global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stride, int C, int64_t D, float* y) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  const float* p = pi + r * pi_stride;
+  float s = 0.0f;
+  for (int c = 0; c < C; ++c) s += p[c] * h[(r * C + c) * D + i];
+  y[r * D + i] = rbf16(s);
+}
+
+__global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D, float* h) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  const float* o = mix + r * static_cast<int64_t>(C) * (C + 2);
+  const float* post = o + C;
+  const float* A = o + 2 * C;
+  float hv[8];
+  for (int j = 0; j < C; ++j) hv[j] = h[(r * C + j) * D + i];
+  const float yv = y[r * D + i];
+  for (int k = 0; k < C; ++k) {
+    float s = 0.0f;
+    for (int j = 0; j < C; ++j) s += A[j * C + k] * hv[j];
+    h[(r * C + k) * D + i] = rbf16(post[k] * yv + s);
+  }
+}
+
+__global__ void take_pre_kernel(const float* mix, int64_t rows, int C, float* pi) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= rows * C) return;
+  const int64_t r = t / C, c = t % C;
+  pi[t] = mix[r * static_cast<int64_t>(C) * (C + 2) + c];
+}
+
+__global__ void tap_kernel(const float* h, int C, int64_t D, int n_taps, int t, float* taps) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  float s = 0.0f;
+  for (int c = 0; c < C; ++c) s += h[(r * C + c) * D + i];
+  taps[(r * n_taps + t) * D + i] = rbf16(s / static_cast<float>(C));
+}
+
+__global__ void swiglu_kernel(const float* a, const float* u, int64_t n, float limit, float* v) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float g = a[i], up = u[i];
+  if (limit > 0.0f) { up = fminf(fmaxf(up, -limit), limit); g = fminf(g, limit); }
+  const float sg = g / (1.0f + expf(-g));
+  v[i] = rbf16(sg * up);
+}
+
+__global__ void gather_kernel(const float* in, const int64_t* index, int64_t width, float* out) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < width) out[r * width + i] = in[index[r] * width + i];
+}
+
+inline dim3 row_grid(int64_t width, int64_t rows) {
+  return dim3(static_cast<unsigned>((width + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+}
+
+}  // namespace
+
+cudaError_t embed_streams(const uint16_t* embed, const int32_t* ids, int64_t rows, int C, int64_t D, float* h,
+                          float* pi, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(embed, ids, C, D, h, pi);
+  return cudaGetLastError();
+}
+
+cudaError_t rmsnorm_rows(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
+                         cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, n, w, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, int C, int64_t D, const float* base,
+                                float s0, float s1, float s2, float norm_eps, float hc_eps, int iters, float* mix,
+                                cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (C > 8) return cudaErrorInvalidValue;
+  hc_mix_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(m, h, C, D, base, s0, s1, s2, norm_eps, hc_eps,
+                                                                  iters, mix);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
+                        float* y, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  collapse_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(h, pi, pi_stride, C, D, y);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_expand(const float* y, const float* mix, int64_t rows, int C, int64_t D, float* h, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (C > 8) return cudaErrorInvalidValue;
+  expand_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(y, mix, C, D, h);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_take_pre(const float* mix, int64_t rows, int C, float* pi, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t n = rows * C;
+  take_pre_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(mix, rows, C, pi);
+  return cudaGetLastError();
+}
+
+cudaError_t dspark_tap(const float* h, int64_t rows, int C, int64_t D, int n_taps, int t, float* taps,
+                       cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  tap_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(h, C, D, n_taps, t, taps);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_rows(const float* a, const float* u, int64_t rows, int64_t I, float limit, float* v,
+                        cudaStream_t s) {
+  const int64_t n = rows * I;
+  if (n == 0) return cudaSuccess;
+  swiglu_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a, u, n, limit, v);
+  return cudaGetLastError();
+}
+
+cudaError_t gather_rows(const float* in, const int64_t* index, int64_t n, int64_t width, float* out,
+                        cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  gather_kernel<<<row_grid(width, n), kThreads, 0, s>>>(in, index, width, out);
+  return cudaGetLastError();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,199 @@
+// Engram gather and gate, MoE routing, pair sort and combine (declared in block_ops.cuh).
+#include <cmath>
+
+#include "backends/cuda/block_ops.cuh"
+#include "backends/cuda/fwd_reduce.cuh"
+#include "core/bf16.h"
+#include "core/fp8.h"
+#include "core/ue8m0.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void engram_gather_kernel(const uint8_t* codes, const uint8_t* scales, const int64_t* table_rows,
+                                     int dim, float* u) {
+  const int64_t i = blockIdx.x;
+  const int64_t row = table_rows[i];
+  for (int j = threadIdx.x; j < dim; j += blockDim.x)
+    u[i * dim + j] = dsv4::e4m3_to_f32(codes[row * dim + j]) * dsv4::ue8m0_to_f32(scales[row * (dim / 32) + j / 32]);
+}
+
+// One block per (row, stream c).
+__global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int64_t D, float eps, float* h) {
+  __shared__ float red[kThreads / 32];
+  const int64_t r = blockIdx.x / C;
+  const int c = static_cast<int>(blockIdx.x % C);
+  float* hc = h + (r * C + c) * D;
+  const float* key = kv + r * (C + 1) * D + c * D;
+  const float* value = kv + r * (C + 1) * D + C * D;
+  const float* w = qk + c * D;
+  float a = 0.0f, b = 0.0f, g = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += kThreads) {
+    a += hc[i] * hc[i];
+    b += key[i] * key[i];
+    g += hc[i] * w[i] * key[i];
+  }
+  const float hh = fwd_block_sum<kThreads>(a, red);
+  const float kk = fwd_block_sum<kThreads>(b, red);
+  const float sum = fwd_block_sum<kThreads>(g, red);
+  const float fD = static_cast<float>(D);
+  const float rstd = 1.0f / sqrtf(hh / fD + eps) * (1.0f / sqrtf(kk / fD + eps));
+  const float inv_sqrt_d = static_cast<float>(1.0 / sqrt(static_cast<double>(D)));
+  const float d = sum * rstd * inv_sqrt_d;
+  const float mag = sqrtf(fmaxf(fabsf(d), 1e-6f));
+  const float gate = 1.0f / (1.0f + expf(-copysignf(mag, d)));
+  for (int64_t i = threadIdx.x; i < D; i += kThreads) hc[i] = dsv4::round_bf16(hc[i] + gate * value[i]);
+}
+
+__device__ inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// One block per row: scores in shared memory, K rounds of a block argmax (ties to the lower index).
+__global__ void route_kernel(const float* logits, int64_t E, int K, const float* bias, const float* bias_vl,
+                             const uint8_t* image, float route_scale, int32_t* sel, float* wts) {
+  extern __shared__ float sh[];  // score [E], biased [E]
+  __shared__ float best_v[kThreads];
+  __shared__ int best_i[kThreads];
+  const int64_t r = blockIdx.x;
+  float* score = sh;
+  float* biased = sh + E;
+  const float* b = (image && image[r]) ? bias_vl : bias;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    score[e] = sqrtf(softplusf(logits[r * E + e]));
+    biased[e] = score[e] + b[e];
+  }
+  __syncthreads();
+  for (int k = 0; k < K; ++k) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const float v = biased[e];
+      if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
+    }
+    best_v[threadIdx.x] = bv;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+      if (threadIdx.x < o) {
+        const float v2 = best_v[threadIdx.x + o];
+        const int i2 = best_i[threadIdx.x + o];
+        if (v2 > best_v[threadIdx.x] || (v2 == best_v[threadIdx.x] && i2 < best_i[threadIdx.x])) {
+          best_v[threadIdx.x] = v2;
+          best_i[threadIdx.x] = i2;
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      sel[r * K + k] = best_i[0];
+      biased[best_i[0]] = -INFINITY;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[sel[r * K + k]];
+    for (int k = 0; k < K; ++k) {
+      float w = score[sel[r * K + k]];
+      if (K > 1) w = w / (sum + 1e-20f);
+      wts[r * K + k] = w * route_scale;
+    }
+  }
+}
+
+// One block: thread e counts expert e's pairs, a serial prefix gives offsets, thread e writes its
+// pairs in row order. The result depends only on sel.
+__global__ void pairs_kernel(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
+                             int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of) {
+  __shared__ int32_t counts[4096];
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < rows * K; ++i) n += sel[i] == e;
+    counts[e] = n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t n = counts[e];
+      counts[e] = at;
+      at += n;
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t p = counts[e];
+    for (int64_t i = 0; i < rows * K; ++i)
+      if (sel[i] == e) {
+        pair_row[p] = static_cast<int32_t>(i / K);
+        pair_expert[p] = static_cast<int32_t>(e);
+        pair_weight[p] = wts[i];
+        pair_of[i] = p;
+        ++p;
+      }
+  }
+}
+
+__global__ void combine_kernel(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
+                               int K, int64_t D, float* y) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  int32_t e[16], p[16];
+  for (int k = 0; k < K; ++k) { e[k] = sel[r * K + k]; p[k] = pair_of[r * K + k]; }
+  for (int a = 1; a < K; ++a)  // ascending expert order (insertion sort of K <= 16)
+    for (int b = a; b > 0 && e[b - 1] > e[b]; --b) {
+      const int32_t te = e[b], tp = p[b];
+      e[b] = e[b - 1]; p[b] = p[b - 1];
+      e[b - 1] = te; p[b - 1] = tp;
+    }
+  float acc = 0.0f;
+  for (int k = 0; k < K; ++k) acc += out[static_cast<int64_t>(p[k]) * D + i];
+  y[r * D + i] = dsv4::round_bf16(acc + shared[r * D + i]);
+}
+
+}  // namespace
+
+cudaError_t engram_gather(const uint8_t* codes, const uint8_t* scales, const int64_t* table_rows, int64_t n, int dim,
+                          float* u, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  engram_gather_kernel<<<static_cast<unsigned>(n), 64, 0, s>>>(codes, scales, table_rows, dim, u);
+  return cudaGetLastError();
+}
+
+cudaError_t engram_gate(const float* kv, const float* qk, int64_t rows, int C, int64_t D, float eps, float* h,
+                        cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  engram_gate_kernel<<<static_cast<unsigned>(rows * C), kThreads, 0, s>>>(kv, qk, C, D, eps, h);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_route(const float* logits, int64_t rows, int64_t E, int K, const float* bias, const float* bias_vl,
+                      const uint8_t* image, float route_scale, int32_t* sel, float* wts, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (K < 1 || K > 16 || K > E) return cudaErrorInvalidValue;
+  route_kernel<<<static_cast<unsigned>(rows), kThreads, 2 * E * sizeof(float), s>>>(logits, E, K, bias, bias_vl,
+                                                                                   image, route_scale, sel, wts);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E, int32_t* pair_row,
+                      int32_t* pair_expert, float* pair_weight, int32_t* pair_of, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (E > 4096) return cudaErrorInvalidValue;
+  pairs_kernel<<<1, 512, 0, s>>>(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_combine(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
+                        int64_t rows, int K, int64_t D, float* y, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (K > 16) return cudaErrorInvalidValue;
+  combine_kernel<<<dim3(static_cast<unsigned>((D + kThreads - 1) / kThreads), static_cast<unsigned>(rows)),
+                   kThreads, 0, s>>>(out, shared, sel, pair_of, K, D, y);
+  return cudaGetLastError();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,250 @@
+// The CUDA forward's benchmark (see forward_bench.h).
+#include "backends/cuda/forward_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "backends/cpu/load.h"
+#include "backends/cuda/forward.h"
+#include "backends/cuda/model.h"
+#include "family/deepseek_v41/preset.h"
+
+namespace dsv4::cuda {
+
+cpu::ModelConfig bench_config(int layers) {
+  cpu::ModelConfig c = cpu::model_config_from(family::preset_config(family::Preset::full, family::Variant::v41));
+  c.n_layers = layers;
+  c.compress_ratios.resize(layers);
+  auto keep = [&](std::vector<int>& v) { std::erase_if(v, [&](int l) { return l >= layers; }); };
+  keep(c.kv_source_layers);
+  keep(c.index_source_layers);
+  if (c.candidate_source_layer >= layers) c.candidate_source_layer = -1;
+  c.engram_layers.clear();
+  c.dspark_target_layers.clear();
+  c.dspark_stages = 0;
+  return c;
+}
+
+// Every weight of the attention, mixes, router, the active routed experts and the shared expert
+// per layer, the head; the window ring, the selected compressed rows, the scanned index keys.
+double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
+  const double fp8 = 1.0 + 1.0 / 1024, fp4 = 0.5 * (1.0 + 1.0 / 16);
+  const auto roles = cpu::layer_roles(c);
+  double b = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const cpu::LayerRole& r = roles[l];
+    b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
+    if (r.kv_source) b += (r.ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
+    if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
+    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 4;
+    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
+    b += 128.0 * (d + d / 32);  // window ring
+    if (r.ratio > 0) {
+      const double rows = static_cast<double>(L / r.ratio);
+      b += std::min(rows, static_cast<double>(c.index_topk)) * (d / 2 + d / 16);
+      if (r.index_source) b += rows * (ihd / 2 + ihd / 32);
+    }
+  }
+  return b + static_cast<double>(c.vocab) * D * 4;
+}
+
+namespace {
+
+// Bandwidth of a large device-to-device copy (bytes read + written per second).
+double copy_bandwidth() {
+  const size_t bytes = size_t{4} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e0);
+  for (int i = 0; i < 5; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 5.0 * 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+template <typename F>
+double time_ms(int iters, F&& step) {
+  if (!step()) return -1;  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i)
+    if (!step()) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// Dense bf16 matrix rate of cuBLAS (n x n x n, fp32 accumulate), FLOP/s; 0 when unavailable.
+double dense_rate() {
+  const int n = 8192;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess || cudaMalloc(&c, bytes) != cudaSuccess)
+    return 0;
+  cudaMemset(a, 0, bytes);
+  cudaMemset(b, 0, bytes);
+  cublasHandle_t h = nullptr;
+  double rate = 0;
+  if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+    const float one = 1, zero = 0;
+    auto gemm = [&] {
+      return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
+                          CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    gemm();
+    cudaDeviceSynchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) gemm();
+    cudaDeviceSynchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rate = 10.0 * 2.0 * n * static_cast<double>(n) * n / s;
+    cublasDestroy(h);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return rate;
+}
+
+// Matrix FLOPs per prompt token of the layers (linears of attention, compressor and indexer
+// query side, router, active and shared experts, mixes); attention scores excluded.
+double flops_per_token(const cpu::ModelConfig& c) {
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter;
+  const auto roles = cpu::layer_roles(c);
+  double f = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    f += Q * D + Hd * Q + d * D + D * G * O + O * Hd + 2 * nm * C * D + static_cast<double>(c.n_experts) * D;
+    f += (c.n_active + 1) * 3 * I * D;
+    if (roles[l].kv_source) f += 2 * d * D;
+    if (roles[l].index_source) f += static_cast<double>(c.index_heads) * c.index_head_dim * Q + c.index_heads * D;
+  }
+  return 2 * f;
+}
+
+}  // namespace
+
+Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
+  const cpu::ModelConfig cfg = bench_config(f.layers);
+  std::fprintf(out, "dsv4 bench: %d full-width V4.1 layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
+              f.layers, static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+  const double bw = copy_bandwidth();
+  std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto made = ModelDevice::synthesize(cfg, f.seed);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<const ModelDevice> model(std::move(*made));
+  std::fprintf(out, "weights: %.2f GiB generated in %.1f s\n", model->weight_bytes() / 1073741824.0,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto fail = [](const Status& s) { return s; };
+  // Decode (1 row per stream) and verify windows at each context, batch.
+  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | floor ms | x floor |\n|---|---|---|---|---|---|---|\n");
+  for (int64_t L : f.contexts) {
+    for (int rows_per : {1, f.verify_rows}) {
+      for (int b : f.batches) {
+        ForwardOptions o;
+        o.max_context = L + 64;
+        o.max_rollback = 16;
+        o.max_call_rows = static_cast<int64_t>(b) * rows_per;
+        auto fw = Forward::create(model, o);
+        if (!fw.ok()) return fail(fw.status());
+        Forward& F = **fw;
+        std::vector<cpu::Piece> call;
+        bool ok = true;
+        for (int i = 0; i < b && ok; ++i) {
+          auto s = F.open_stream();
+          if (!s.ok()) return fail(s.status());
+          ok = F.assume_length(*s, L).ok();
+          call.push_back(cpu::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
+        }
+        Status last = ok_status();
+        const double ms = time_ms(f.iters, [&] {
+          auto r = F.forward(call);
+          if (!r.ok()) { last = r.status(); return false; }
+          for (const cpu::Piece& p : call) (void)F.truncate(p.stream, L);
+          return true;
+        });
+        if (ms < 0) return fail(last);
+        const double floor_ms = b == 1 && rows_per == 1 ? decode_bytes(cfg, L) / bw * 1e3 : 0;
+        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s |\n", rows_per == 1 ? "decode" : "verify-6", b,
+                    static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
+                    floor_ms > 0 ? std::to_string(floor_ms).c_str() : "-",
+                    floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-");
+        std::fflush(out);
+      }
+    }
+  }
+  // Per-op time of a batch-1 decode step at the first context (each op synchronized).
+  if (!f.contexts.empty()) {
+    const int64_t L = f.contexts.front();
+    ForwardOptions o;
+    o.max_context = L + 64;
+    o.max_rollback = 16;
+    o.max_call_rows = 1;
+    auto fw = Forward::create(model, o);
+    if (!fw.ok()) return fw.status();
+    Forward& F = **fw;
+    auto s = F.open_stream();
+    if (!s.ok()) return s.status();
+    DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
+    std::map<std::string, double> prof;
+    F.set_profile(&prof);
+    const int n = std::max(1, f.iters);
+    for (int i = 0; i < n; ++i) {
+      auto r = F.forward({cpu::Piece{*s, {1000}, {0}}});
+      if (!r.ok()) return r.status();
+      DSV4_RETURN_IF_ERROR(F.truncate(*s, L));
+    }
+    double total = 0;
+    for (const auto& [k, v] : prof) total += v;
+    std::fprintf(out, "\nper-op time of a batch-1 decode step at context %lld (ops synchronized; %d layers)\n\n"
+                      "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), f.layers);
+    for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
+    std::fflush(out);
+  }
+  // Prefill chunks of one stream from position 0.
+  const double dense = dense_rate(), fpt = flops_per_token(cfg);
+  std::fprintf(out, "\ncuBLAS dense bf16 rate (8192^3): %.0f TFLOP/s; matrix FLOPs per token of the %d layers: %.2f GFLOP\n",
+               dense / 1e12, f.layers, fpt / 1e9);
+  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x dense rate |\n|---|---|---|---|---|---|\n");
+  for (int64_t T : f.prefill) {
+    ForwardOptions o;
+    o.max_context = T + 64;
+    o.max_rollback = 16;
+    o.max_call_rows = T;
+    auto fw = Forward::create(model, o);
+    if (!fw.ok()) return fail(fw.status());
+    Forward& F = **fw;
+    auto s = F.open_stream();
+    if (!s.ok()) return fail(s.status());
+    std::vector<int32_t> toks(T);
+    for (int64_t i = 0; i < T; ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
+    Status last = ok_status();
+    const double ms = time_ms(std::max(1, f.iters / 2), [&] {
+      auto r = F.forward({cpu::Piece{*s, toks, {}}});
+      if (!r.ok()) { last = r.status(); return false; }
+      return F.truncate(*s, 0).ok();
+    });
+    if (ms < 0) return fail(last);
+    const double tps = T * 1e3 / ms;
+    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f |\n", static_cast<long long>(T), ms, tps, tps * f.layers,
+                 tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0);
+    std::fflush(out);
+  }
+  return ok_status();
+}
+
+
+}  // namespace dsv4::cuda

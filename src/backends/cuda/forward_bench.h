@@ -1,0 +1,35 @@
+// The CUDA forward's benchmark (`dsv4 bench`): full-width V4.1 layers generated on the device;
+// decode steps at several batches and contexts against the memory floor measured in the same run
+// (bytes read / bandwidth of a large device-to-device copy), 6-row verify windows, prefill chunks.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "backends/cpu/model_config.h"
+#include "core/status.h"
+
+namespace dsv4::cuda {
+
+struct ForwardBenchOptions {
+  int layers = 4;                      // the first N layers of the full V4.1 plan
+  std::vector<int> batches = {1, 8, 32};
+  std::vector<int64_t> contexts = {4096, 65536, 262144};
+  int verify_rows = 6;
+  std::vector<int64_t> prefill = {2048, 4096, 8192};
+  int iters = 5;
+  uint64_t seed = 1;
+};
+
+// The full V4.1 config cut to its first `layers` layers (roles unchanged), without Engram and
+// drafter (the device synthesizer generates neither).
+cpu::ModelConfig bench_config(int layers);
+
+// Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head).
+double decode_bytes(const cpu::ModelConfig& c, int64_t L);
+
+// Runs every measurement, printing markdown tables to `out`.
+Status run_forward_bench(const ForwardBenchOptions& options, std::FILE* out);
+
+}  // namespace dsv4::cuda

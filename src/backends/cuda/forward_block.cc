@@ -1,0 +1,150 @@
+// Blocks, MoE, Engram and head on the device (see forward_block.h).
+#include "backends/cuda/forward_block.h"
+
+#include "backends/cuda/block_ops.cuh"
+#include "backends/cuda/check.h"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/moe_experts.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+// Mixing coefficients of one sub-layer: m = fp32-linear(h; fn), then the per-row Sinkhorn.
+Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* mix) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
+  DSV4_ASSIGN_OR_RETURN(float* m, c.alloc<float>(rows * nm, "hc mixes"));
+  DSV4_CUDA_LAUNCH(f32_linear(h, rows, P.fn, m, c.stream), "f32_linear(hc_fn)",
+                   shape_text({{"rows", rows}, {"out", P.fn.out}, {"in", P.fn.in}}));
+  DSV4_CUDA_LAUNCH(hc_mix_coefficients(m, h, rows, C, D, P.base, P.scale[0], P.scale[1], P.scale[2], cfg.norm_eps,
+                                       cfg.hc_eps, cfg.hc_sinkhorn_iters, mix, c.stream),
+                   "hc_mix_coefficients", shape_text({{"rows", rows}, {"C", C}, {"D", D}}));
+  return ok_status();
+}
+
+}  // namespace
+
+Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image, float* h,
+                     float* pi) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
+  const auto shape = shape_text({{"rows", rows}, {"D", D}});
+  DSV4_ASSIGN_OR_RETURN(float* x, c.alloc<float>(rows * D, "block x"));
+  DSV4_ASSIGN_OR_RETURN(float* xn, c.alloc<float>(rows * D, "block xn"));
+  DSV4_ASSIGN_OR_RETURN(float* y, c.alloc<float>(rows * D, "block y"));
+  DSV4_ASSIGN_OR_RETURN(float* amix, c.alloc<float>(rows * nm, "attention mixes"));
+  DSV4_ASSIGN_OR_RETURN(float* fmix, c.alloc<float>(rows * nm, "ffn mixes"));
+  // Attention sub-layer, collapsed with the incoming pre-mix.
+  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_attn, h, rows, amix); }));
+  DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(hc_collapse(h, pi, C, rows, C, D, x, c.stream), "hc_collapse", shape);
+    DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.attn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(attn_norm)", shape);
+    return ok_status();
+  }));
+  DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
+  DSV4_RETURN_IF_ERROR(timed(c, "hc expand", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", shape);
+    return ok_status();
+  }));
+  // FFN sub-layer, collapsed with the attention pre-mix.
+  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
+  DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(hc_collapse(h, amix, nm, rows, C, D, x, c.stream), "hc_collapse(ffn)", shape);
+    DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.ffn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(ffn_norm)", shape);
+    return ok_status();
+  }));
+  DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, y));
+  return timed(c, "hc expand", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(hc_expand(y, fmix, rows, C, D, h, c.stream), "hc_expand(ffn)", shape);
+    DSV4_CUDA_LAUNCH(hc_take_pre(fmix, rows, C, pi, c.stream), "hc_take_pre", shape);
+    return ok_status();
+  });
+}
+
+Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, float* y) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int64_t D = cfg.dim, E = M.n_experts, I = M.inter;
+  const int K = M.n_active;
+  const int64_t P = rows * K;
+  const auto shape = shape_text({{"rows", rows}, {"E", E}, {"K", K}, {"D", D}, {"I", I}});
+  DSV4_ASSIGN_OR_RETURN(float* logits, c.alloc<float>(rows * E, "router logits"));
+  DSV4_ASSIGN_OR_RETURN(int32_t* sel, c.alloc<int32_t>(P, "router selection"));
+  DSV4_ASSIGN_OR_RETURN(float* wts, c.alloc<float>(P, "router weights"));
+  DSV4_ASSIGN_OR_RETURN(int32_t* pair_row, c.alloc<int32_t>(P, "pair rows"));
+  DSV4_ASSIGN_OR_RETURN(int32_t* pair_expert, c.alloc<int32_t>(P, "pair experts"));
+  DSV4_ASSIGN_OR_RETURN(float* pair_weight, c.alloc<float>(P, "pair weights"));
+  DSV4_ASSIGN_OR_RETURN(int32_t* pair_of, c.alloc<int32_t>(P, "pair index"));
+  DSV4_ASSIGN_OR_RETURN(float* routed, c.alloc<float>(P * D, "routed expert outputs"));
+  DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(P * 3 * I, "routed expert scratch"));
+  DSV4_RETURN_IF_ERROR(timed(c, "moe router", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(f32_linear(x, rows, M.gate, logits, c.stream), "f32_linear(router)", shape);
+    DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
+                     "moe_route", shape);
+    DSV4_CUDA_LAUNCH(moe_pairs(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, c.stream),
+                     "moe_pairs", shape);
+    return ok_status();
+  }));
+  DSV4_RETURN_IF_ERROR(timed(c, "moe routed experts", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(moe_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.w1, M.w3, M.w2, D, I,
+                                        cfg.act_block, cfg.swiglu_limit, scratch, routed, c.stream),
+                     "moe_routed_experts", shape);
+    return ok_status();
+  }));
+  // Shared expert: the same clamped SwiGLU, no routing weight.
+  const int64_t SI = M.shared_w1.out;
+  DSV4_ASSIGN_OR_RETURN(float* a, c.alloc<float>(rows * SI, "shared a"));
+  DSV4_ASSIGN_OR_RETURN(float* u, c.alloc<float>(rows * SI, "shared u"));
+  DSV4_ASSIGN_OR_RETURN(float* v, c.alloc<float>(rows * SI, "shared v"));
+  DSV4_ASSIGN_OR_RETURN(float* so, c.alloc<float>(rows * D, "shared out"));
+  const auto sshape = shape_text({{"rows", rows}, {"I", SI}, {"D", D}});
+  DSV4_RETURN_IF_ERROR(timed(c, "moe shared expert", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w1, cfg.act_block, a, c.stream), "fp8_linear(shared.w1)", sshape);
+    DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w3, cfg.act_block, u, c.stream), "fp8_linear(shared.w3)", sshape);
+    DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.swiglu_limit, v, c.stream), "swiglu(shared)", sshape);
+    DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, c.stream), "fp8_linear(shared.w2)", sshape);
+    return ok_status();
+  }));
+  return timed(c, "moe combine", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(moe_combine(routed, so, sel, pair_of, rows, K, D, y, c.stream), "moe_combine", shape);
+    return ok_status();
+  });
+}
+
+Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows, int64_t rows, float* h) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, R = static_cast<int64_t>(E.layout.primes.size());
+  const auto shape = shape_text({{"rows", rows}, {"R", R}, {"dim", E.dim}, {"D", D}});
+  DSV4_ASSIGN_OR_RETURN(float* u, c.alloc<float>(rows * R * E.dim, "engram rows"));
+  DSV4_ASSIGN_OR_RETURN(float* kv, c.alloc<float>(rows * (C + 1) * D, "engram kv"));
+  DSV4_CUDA_LAUNCH(engram_gather(E.codes, E.scales, table_rows, rows * R, E.dim, u, c.stream), "engram_gather", shape);
+  DSV4_CUDA_LAUNCH(fp8_linear(u, rows, E.wkv, cfg.act_block, kv, c.stream), "fp8_linear(engram.wkv)", shape);
+  DSV4_CUDA_LAUNCH(engram_gate(kv, E.qk, rows, C, D, cfg.norm_eps, h, c.stream), "engram_gate", shape);
+  return ok_status();
+}
+
+Status head_logits(OpCtx& c, const float* norm, const F32View& head, const float* h, const float* pi,
+                   const int64_t* index, int64_t n, float* logits, float* collapsed) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim;
+  const auto shape = shape_text({{"rows", n}, {"V", head.out}, {"D", D}});
+  DSV4_ASSIGN_OR_RETURN(float* hs, c.alloc<float>(n * C * D, "head streams"));
+  DSV4_ASSIGN_OR_RETURN(float* ps, c.alloc<float>(n * C, "head pre-mix"));
+  DSV4_ASSIGN_OR_RETURN(float* x, c.alloc<float>(n * D, "head x"));
+  DSV4_ASSIGN_OR_RETURN(float* xn, c.alloc<float>(n * D, "head xn"));
+  DSV4_CUDA_LAUNCH(gather_rows(h, index, n, C * D, hs, c.stream), "gather_rows(h)", shape);
+  DSV4_CUDA_LAUNCH(gather_rows(pi, index, n, C, ps, c.stream), "gather_rows(pi)", shape);
+  DSV4_CUDA_LAUNCH(hc_collapse(hs, ps, C, n, C, D, x, c.stream), "hc_collapse(head)", shape);
+  DSV4_CUDA_LAUNCH(rmsnorm_rows(x, n, D, norm, cfg.norm_eps, xn, c.stream), "rmsnorm(norm)", shape);
+  DSV4_CUDA_LAUNCH(f32_linear(xn, n, head, logits, c.stream), "f32_linear(head)", shape);
+  if (collapsed)
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(collapsed, x, n * D * sizeof(float), cudaMemcpyDeviceToDevice,
+                                                     c.stream), "copying the collapsed head rows"));
+  return ok_status();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,73 @@
+// Host glue of the forward's sub-layers on the device: one block (mHC mixes, collapse, RMSNorm,
+// attention, expand; then the MoE sub-layer), the MoE (router, grouped routed experts, FP8 shared
+// expert, ascending combine), Engram, and the head. Shapes and rounding points as cpu/block.h,
+// moe.h, engram.h and head.h; temporaries from the call's scratch arena.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "backends/cpu/model_config.h"
+#include "backends/cuda/arena.h"
+#include "backends/cuda/model.h"
+#include "core/status.h"
+
+namespace dsv4::cuda {
+
+// What every sub-layer needs: sizes, the stream, scratch (released by the caller).
+struct OpCtx {
+  const cpu::ModelConfig* cfg = nullptr;
+  cudaStream_t stream = nullptr;
+  Arena* scratch = nullptr;
+  // When set, every timed() section synchronizes the stream around itself and adds its
+  // milliseconds under its name (per-op tables of `dsv4 bench`; off in serving).
+  std::map<std::string, double>* profile = nullptr;
+
+  template <typename T>
+  StatusOr<T*> alloc(int64_t n, std::string_view what) {
+    void* p = scratch->alloc(static_cast<size_t>(n > 0 ? n : 1) * sizeof(T));
+    if (!p)
+      return error(StatusCode::resource_exhausted, "forward scratch full: {} needs {} bytes ({} of {} used)", what,
+                   n * static_cast<int64_t>(sizeof(T)), scratch->used(), scratch->capacity());
+    return static_cast<T*>(p);
+  }
+};
+
+// Runs f (returning Status); with c.profile set, its device time lands under `name`.
+template <typename F>
+Status timed(OpCtx& c, const char* name, F&& f) {
+  if (!c.profile) return f();
+  if (cudaStreamSynchronize(c.stream) != cudaSuccess) return f();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = f();
+  cudaStreamSynchronize(c.stream);
+  (*c.profile)[name] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows.
+using AttnFn = std::function<Status(const float* x, float* y)>;
+
+// One block in place on h bf16 [rows, C, D] with the delayed pre-mix pi f32 [rows, C] (in: this
+// block's collapse weights; out: the FFN pre-mix for the next block). image may be null.
+Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image,
+                     float* h, float* pi);
+
+// y bf16 [rows, D] = MoE(x bf16 [rows, D]).
+Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, float* y);
+
+// Engram of one layer on h bf16 [rows, C, D]; table_rows device int64 [rows, R].
+Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows, int64_t rows, float* h);
+
+// logits f32 [n, V] = head(RMSNorm(collapse(h, pi); norm)) of rows index[0..n) (device int64);
+// collapsed (optional) receives the collapsed rows bf16 [n, D].
+Status head_logits(OpCtx& c, const float* norm, const F32View& head, const float* h, const float* pi,
+                   const int64_t* index, int64_t n, float* logits, float* collapsed = nullptr);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,29 @@
+// --backend for `dsv4 serve` and `dsv4 run`: the CPU oracle, or the CUDA forward when this build
+// has the CUDA backend (a clear error otherwise). Both come as one StreamForward.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/cpu/stream_forward.h"
+#include "backends/cpu/weights.h"
+#include "core/status.h"
+
+namespace dsv4::cli {
+
+struct BackendChoice {
+  std::string name = "cpu";       // "cpu" or "cuda"
+  int64_t max_context = 65536;    // positions one stream may hold
+  int64_t max_rollback = 128;
+  int64_t max_call_rows = 4096;   // rows of one forward call (CUDA scratch)
+};
+
+// The chosen forward on `weights`; `oracle` configures the CPU oracle (its precision, threads).
+StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendChoice& choice,
+                                                                  std::shared_ptr<const cpu::ModelWeights> weights,
+                                                                  const cpu::OracleOptions& oracle);
+
+// A one-line description of the forward for logs ("CPU oracle", "CUDA (NVIDIA H200)").
+std::string backend_description(const BackendChoice& choice);
+
+}  // namespace dsv4::cli

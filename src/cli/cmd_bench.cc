@@ -1,0 +1,65 @@
+// `dsv4 bench`: the CUDA forward on full-width V4.1 layers generated on the device (no files); see
+// backends/cuda/forward_bench.h for what is measured.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli/command.h"
+
+#ifdef DSV4_WITH_CUDA
+#include "backends/cuda/forward_bench.h"
+#endif
+
+namespace dsv4::cli {
+namespace {
+
+int bench_main(int argc, char** argv) {
+  CLI::App app{"dsv4 bench - the CUDA forward on full-width V4.1 layers generated on the GPU (no files): decode "
+               "steps vs the memory floor, verify windows, prefill chunks",
+               "dsv4 bench"};
+#ifdef DSV4_WITH_CUDA
+  cuda::ForwardBenchOptions f;
+#else
+  struct {
+    int layers = 4;
+    std::vector<int> batches;
+    std::vector<int64_t> contexts, prefill;
+    int verify_rows = 6, iters = 5;
+    uint64_t seed = 1;
+  } f;
+#endif
+  app.add_option("--layers", f.layers, "layers of the full V4.1 plan (its first N, roles unchanged) to build")
+      ->capture_default_str();
+  app.add_option("--batch", f.batches, "decode batches (streams per step)")->capture_default_str();
+  app.add_option("--context", f.contexts, "positions each stream holds when a step is timed")->capture_default_str();
+  app.add_option("--verify-rows", f.verify_rows, "rows of each verify window")->capture_default_str();
+  app.add_option("--prefill", f.prefill, "prefill chunk sizes (rows of one call)")->capture_default_str();
+  app.add_option("--iters", f.iters, "timed steps per measurement (after one warm-up)")->capture_default_str();
+  app.add_option("--seed", f.seed, "seed of the synthetic weights")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (f.layers < 1 || f.layers > 40) {
+    std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..40\n", f.layers);
+    return 2;
+  }
+#ifdef DSV4_WITH_CUDA
+  const Status st = cuda::run_forward_bench(f, stdout);
+  if (!st.ok()) {
+    std::fprintf(stderr, "dsv4 bench: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+#else
+  std::fprintf(stderr, "dsv4 bench: this build has no CUDA backend (configure with a CUDA compiler to benchmark GPUs)\n");
+  return 1;
+#endif
+}
+
+}  // namespace
+
+DSV4_COMMAND("bench", "benchmark the CUDA forward on full-width synthetic V4.1 layers (GPU only)", bench_main);
+
+}  // namespace dsv4::cli

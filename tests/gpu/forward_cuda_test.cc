@@ -1,0 +1,240 @@
+// The CUDA forward end to end against the CPU oracle on a preset (tiny by default; DSV4_GPU_PRESET
+// = small selects the larger one): a per-layer NRMS table of the residual streams, logits NRMS vs
+// the floor F = NRMS(ref32, ref64) with the gate NRMS(CUDA, ref64) <= 1.05 F, top-1 agreement on
+// every position, and the exact equalities on CUDA itself — pieces == whole, a k-row verify == k
+// single steps, a stream in a batch == alone, rollback and snapshot/restore == continuing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backends/cpu/forward.h"
+#include "backends/cpu/load.h"
+#include "backends/cpu/synthetic.h"
+#include "backends/cuda/forward.h"
+#include "family/deepseek_v41/preset.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using cpu::Piece;
+
+std::string preset_name() {
+  const char* p = std::getenv("DSV4_GPU_PRESET");
+  return p ? p : "tiny";
+}
+
+std::shared_ptr<const cpu::ModelWeights> weights() {
+  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+    auto preset = family::parse_preset(preset_name());
+    EXPECT_TRUE(preset.ok());
+    auto cfg = cpu::model_config_from(family::preset_config(*preset, family::Variant::v41));
+    return std::shared_ptr<const cpu::ModelWeights>(cpu::synthetic_weights(cfg, 1, true));
+  }();
+  return w;
+}
+
+std::unique_ptr<Forward> cuda_forward() {
+  static std::shared_ptr<const ModelDevice> model = [] {
+    auto m = ModelDevice::upload(*weights(), ModelDeviceOptions{});
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? std::shared_ptr<const ModelDevice>(std::move(*m)) : nullptr;
+  }();
+  if (!model) return nullptr;
+  ForwardOptions o;
+  o.max_context = 4096;
+  o.max_rollback = 16;
+  o.max_call_rows = 256;
+  auto f = Forward::create(model, o);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  return f.ok() ? std::move(*f) : nullptr;
+}
+
+std::vector<int32_t> prompt(int n, int salt) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13 + salt * 104729) % 129280);
+  return t;
+}
+
+std::vector<int32_t> all_rows(int n) {
+  std::vector<int32_t> r(n);
+  for (int i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+double nrms(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+int64_t argmax(const float* v, int64_t n) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[b]) b = i;
+  return b;
+}
+
+// Logits [n, V] of one whole-prompt call, with the streams after every layer.
+struct Run {
+  std::vector<float> logits;
+  std::vector<std::vector<float>> layers;
+};
+
+Run oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
+  Run run;
+  cpu::OracleOptions o;
+  o.precision = p;
+  o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
+  auto oracle = std::move(cpu::Oracle::create(weights(), o)).value();
+  auto r = oracle->forward({Piece{oracle->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) run.logits = (*r)[0].logits;
+  return run;
+}
+
+TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
+  const auto toks = prompt(40, 0);
+  const int64_t V = weights()->config.vocab;
+  Run r32 = oracle_run(cpu::Precision::ref32, toks);
+  Run r64 = oracle_run(cpu::Precision::ref64, toks);
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  Run cu;
+  f->set_layer_probe([&](int, const std::vector<float>& h) { cu.layers.push_back(h); });
+  auto s = f->open_stream();
+  ASSERT_TRUE(s.ok());
+  auto r = f->forward({Piece{*s, toks, all_rows(40)}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  cu.logits = (*r)[0].logits;
+  ASSERT_EQ(cu.layers.size(), r64.layers.size());
+  std::printf("preset %s: per-layer NRMS of the residual streams against ref64\n", preset_name().c_str());
+  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
+  for (size_t l = 0; l < cu.layers.size(); ++l) {
+    const double a = nrms(cu.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
+    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
+  }
+  const double F = nrms(r32.logits, r64.logits), N = nrms(cu.logits, r64.logits);
+  int agree = 0, agree32 = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t ref = argmax(&r64.logits[i * V], V);
+    agree += argmax(&cu.logits[i * V], V) == ref;
+    agree32 += argmax(&r32.logits[i * V], V) == ref;
+  }
+  std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 cuda %d/40, ref32 %d/40\n",
+              F, N, N / F, agree, agree32);
+  EXPECT_LE(N, 1.05 * F);
+  EXPECT_EQ(agree, 40);
+}
+
+// Logits of `toks` fed to a fresh stream in the given piece sizes (all rows' logits).
+std::vector<float> fed_in_pieces(Forward& f, const std::vector<int32_t>& toks, const std::vector<int>& sizes) {
+  auto s = f.open_stream();
+  EXPECT_TRUE(s.ok());
+  std::vector<float> out;
+  size_t at = 0;
+  for (int n : sizes) {
+    std::vector<int32_t> piece(toks.begin() + at, toks.begin() + at + n);
+    auto r = f.forward({Piece{*s, piece, all_rows(n)}});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return {};
+    out.insert(out.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
+    at += n;
+  }
+  return out;
+}
+
+TEST(CudaForward, PiecesEqualWholeBitForBit) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto toks = prompt(300, 1);  // crosses the window (128) and ratio-2 groups at odd splits
+  const auto whole = fed_in_pieces(*f, toks, {300});
+  const auto pieces = fed_in_pieces(*f, toks, {13, 1, 130, 7, 1, 148});
+  ASSERT_EQ(whole.size(), pieces.size());
+  EXPECT_TRUE(whole == pieces) << "pieces differ from the whole prompt";
+}
+
+TEST(CudaForward, VerifyWindowEqualsSingleSteps) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto toks = prompt(150, 2);
+  const auto window = fed_in_pieces(*f, toks, {144, 6});
+  const auto steps = fed_in_pieces(*f, toks, {144, 1, 1, 1, 1, 1, 1});
+  const int64_t V = weights()->config.vocab;
+  ASSERT_EQ(window.size(), steps.size());
+  EXPECT_TRUE(std::equal(window.end() - 6 * V, window.end(), steps.end() - 6 * V)) << "6-row verify != 6 single steps";
+}
+
+TEST(CudaForward, StreamInBatchEqualsAlone) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto a = prompt(140, 3), b = prompt(60, 4), c = prompt(9, 5);
+  const auto alone = fed_in_pieces(*f, a, {134, 6});
+  // The same stream beside two others (a prompt piece and a single row) in its last call.
+  auto sa = *f->open_stream(), sb = *f->open_stream(), sc = *f->open_stream();
+  std::vector<int32_t> a0(a.begin(), a.begin() + 134), a1(a.begin() + 134, a.end());
+  ASSERT_TRUE(f->forward({Piece{sa, a0, all_rows(134)}, Piece{sb, std::vector<int32_t>(b.begin(), b.begin() + 50), {}}}).ok());
+  auto r = f->forward({Piece{sb, std::vector<int32_t>(b.begin() + 50, b.end()), {0}}, Piece{sa, a1, all_rows(6)},
+                       Piece{sc, c, {8}}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const int64_t V = weights()->config.vocab;
+  EXPECT_TRUE(std::equal(alone.end() - 6 * V, alone.end(), (*r)[1].logits.begin())) << "batched != alone";
+}
+
+TEST(CudaForward, RollbackAndSnapshotEqualContinuing) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto toks = prompt(160, 6);
+  const auto ref = fed_in_pieces(*f, toks, {150, 10});
+  const int64_t V = weights()->config.vocab;
+  std::vector<int32_t> head(toks.begin(), toks.begin() + 150), tail(toks.begin() + 150, toks.end());
+  auto s = *f->open_stream();
+  ASSERT_TRUE(f->forward({Piece{s, head, {}}}).ok());
+  auto snap = f->snapshot(s);
+  ASSERT_TRUE(snap.ok()) << snap.status().to_string();
+  // A rejected window of other tokens, rolled back.
+  ASSERT_TRUE(f->forward({Piece{s, prompt(7, 9), all_rows(7)}}).ok());
+  ASSERT_TRUE(f->truncate(s, 150).ok());
+  auto r = f->forward({Piece{s, tail, all_rows(10)}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(std::equal(ref.end() - 10 * V, ref.end(), (*r)[0].logits.begin())) << "rollback changed the stream";
+  auto s2 = *f->open_stream();
+  ASSERT_TRUE(f->restore(s2, *snap).ok());
+  auto r2 = f->forward({Piece{s2, tail, all_rows(10)}});
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(std::equal(ref.end() - 10 * V, ref.end(), (*r2)[0].logits.begin())) << "restored != continuing";
+}
+
+TEST(CudaForward, DraftAgreesWithOracle) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto toks = prompt(50, 7);
+  auto s = *f->open_stream();
+  ASSERT_TRUE(f->forward({Piece{s, toks, {}}}).ok());
+  auto d = f->draft(s, 77);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  cpu::OracleOptions o;
+  o.precision = cpu::Precision::ref64;
+  auto oracle = std::move(cpu::Oracle::create(weights(), o)).value();
+  const int32_t os = oracle->open_stream();
+  ASSERT_TRUE(oracle->forward({Piece{os, toks, {}}}).ok());
+  auto ref = oracle->draft(os, 77);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ(d->tokens.size(), ref->tokens.size());
+  const double n = nrms(d->logits, ref->logits);
+  int same = 0;
+  for (size_t i = 0; i < ref->tokens.size(); ++i) same += d->tokens[i] == ref->tokens[i];
+  std::printf("DSpark draft: NRMS(cuda, ref64) of the block logits = %.3e, tokens equal %d/%zu\n", n, same,
+              ref->tokens.size());
+  EXPECT_EQ(d->tokens[0], ref->tokens[0]);
+  EXPECT_LT(n, 0.05);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CUDA forward against the CPU oracle on the tiny and small presets, on any machine with an
+# NVIDIA GPU: builds tests/gpu/forward_cuda_test and runs it once per preset. Prints the per-layer
+# NRMS table, logits NRMS(CUDA, ref64) against the floor F = NRMS(ref32, ref64) (gate 1.05 F), top-1
+# agreement, and checks the exact equalities (pieces == whole, verify == single steps, batched ==
+# alone, rollback and snapshot == continuing). Exit status: 0 all passed, 77 no GPU, else failed.
+#   DSV4_BUILD_DIR  build directory (default: build-gpu beside the sources)
+#   DSV4_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: native, the GPU of this machine)
+#   DSV4_TEST_BIN   run this prebuilt test binary instead of building
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="${DSV4_TEST_BIN:-}"
+if [ -z "$bin" ]; then
+  build="${DSV4_BUILD_DIR:-$root/build-gpu}"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES="${DSV4_CUDA_ARCH:-native}" -DDSV4_BENCH=OFF
+  cmake --build "$build" --target forward_cuda_test -j"${DSV4_JOBS:-$(nproc)}"
+  bin="$build/tests/gpu/forward_cuda_test"
+fi
+status=0
+for preset in tiny small; do
+  echo "== preset $preset"
+  DSV4_GPU_PRESET=$preset "$bin" || status=$?
+  [ "$status" = 77 ] && exit 77
+done
+exit "$status"
