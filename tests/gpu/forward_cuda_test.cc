@@ -46,7 +46,7 @@ std::unique_ptr<Forward> cuda_forward() {
   ForwardOptions o;
   o.max_context = 4096;
   o.max_rollback = 16;
-  o.max_call_rows = 256;
+  o.max_call_rows = 512;
   auto f = Forward::create(model, o);
   EXPECT_TRUE(f.ok()) << f.status().to_string();
   return f.ok() ? std::move(*f) : nullptr;

@@ -1,6 +1,7 @@
 // The CUDA forward: stream bookkeeping, one call over every piece, rollback and snapshots (see forward.h).
 #include "backends/cuda/forward.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 

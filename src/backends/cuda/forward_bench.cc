@@ -222,7 +222,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   for (int64_t T : f.prefill) {
     ForwardOptions o;
     o.max_context = T + 64;
-    o.max_rollback = 16;
+    o.max_rollback = T;  // each timed chunk is rolled back to position 0
     o.max_call_rows = T;
     auto fw = Forward::create(model, o);
     if (!fw.ok()) return fail(fw.status());
