@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cpu/forward.h"
+#include "backends/cpu/lane_backend.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward.h"
@@ -82,13 +83,13 @@ int64_t argmax(const float* v, int64_t n) {
 }
 
 // Logits [n, V] of one whole-prompt call, with the streams after every layer.
-struct Run {
+struct LogitsRun {
   std::vector<float> logits;
   std::vector<std::vector<float>> layers;
 };
 
-Run oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
-  Run run;
+LogitsRun oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
+  LogitsRun run;
   cpu::OracleOptions o;
   o.precision = p;
   o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
@@ -102,11 +103,11 @@ Run oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
 TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
   const auto toks = prompt(40, 0);
   const int64_t V = weights()->config.vocab;
-  Run r32 = oracle_run(cpu::Precision::ref32, toks);
-  Run r64 = oracle_run(cpu::Precision::ref64, toks);
+  LogitsRun r32 = oracle_run(cpu::Precision::ref32, toks);
+  LogitsRun r64 = oracle_run(cpu::Precision::ref64, toks);
   auto f = cuda_forward();
   ASSERT_TRUE(f);
-  Run cu;
+  LogitsRun cu;
   f->set_layer_probe([&](int, const std::vector<float>& h) { cu.layers.push_back(h); });
   auto s = f->open_stream();
   ASSERT_TRUE(s.ok());
@@ -234,6 +235,57 @@ TEST(CudaForward, DraftAgreesWithOracle) {
               ref->tokens.size());
   EXPECT_EQ(d->tokens[0], ref->tokens[0]);
   EXPECT_LT(n, 0.05);
+}
+
+// The lane core's Backend over the CUDA forward: a window's keyed draws and logprobs equal those
+// of single-row windows on another stream, keep rolls back, drafts survive a snapshot.
+TEST(CudaForward, LaneBackendWindowsKeepDraftsSnapshots) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  cpu::LaneBackendOptions lo;
+  lo.model_id = "gpu-test";
+  auto made = cpu::LaneBackend::create(cuda_stream_forward(std::move(f)), 16, lo);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  lanes::Backend& b = **made;
+  lanes::StreamSpec spec;
+  spec.sampling.temperature = 0.8f;
+  spec.seed = 1234;
+  spec.max_rows = 200;
+  const auto t = prompt(140, 8);
+  ASSERT_TRUE(b.open(1, spec).ok());
+  ASSERT_TRUE(b.open(2, spec).ok());
+  std::vector<lanes::Piece> pieces = {{1, 0, {t.data(), 134}}, {2, 0, {t.data(), 100}}};
+  ASSERT_TRUE(b.prefill(pieces).ok());
+  lanes::Piece rest{2, 100, {t.data() + 100, 34}};
+  ASSERT_TRUE(b.prefill({&rest, 1}).ok());
+  std::vector<std::vector<lanes::RowResult>> whole;
+  lanes::Window w{1, 134, {t.begin() + 134, t.end()}, true, 3};
+  ASSERT_TRUE(b.verify({&w, 1}, &whole).ok());
+  for (int i = 0; i < 6; ++i) {
+    lanes::Window one{2, 134 + i, {t[134 + i]}, true, 3};
+    std::vector<std::vector<lanes::RowResult>> r;
+    ASSERT_TRUE(b.verify({&one, 1}, &r).ok());
+    EXPECT_EQ(r[0][0].token, whole[0][i].token) << i;
+    EXPECT_EQ(r[0][0].logprob, whole[0][i].logprob) << i;
+  }
+  ASSERT_TRUE(b.keep(1, 136).ok());
+  lanes::Window again{1, 136, {t.begin() + 136, t.end()}, true, 0};
+  std::vector<std::vector<lanes::RowResult>> r2;
+  ASSERT_TRUE(b.verify({&again, 1}, &r2).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r2[0][i].logprob, whole[0][i + 2].logprob);
+  ASSERT_TRUE(b.keep(1, 140).ok());
+  std::vector<lanes::DraftProposal> d, d2;
+  lanes::DraftRequest q{1, 42, 140, 3};
+  ASSERT_TRUE(b.draft({&q, 1}, &d).ok());
+  ASSERT_EQ(d[0].tokens.size(), 3u);
+  auto snap = b.snapshot(1);
+  ASSERT_TRUE(snap.ok()) << snap.status().to_string();
+  ASSERT_TRUE(b.open(3, spec).ok());
+  ASSERT_TRUE(b.restore(3, *snap, 140).ok());
+  lanes::DraftRequest q2{3, 42, 140, 3};
+  ASSERT_TRUE(b.draft({&q2, 1}, &d2).ok());
+  EXPECT_EQ(d2[0].tokens, d[0].tokens);
+  EXPECT_EQ(d2[0].probabilities, d[0].probabilities);
 }
 
 }  // namespace
