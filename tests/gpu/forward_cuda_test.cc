@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "backends/cpu/forward.h"
@@ -109,11 +110,15 @@ TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
   ASSERT_TRUE(f);
   LogitsRun cu;
   f->set_layer_probe([&](int, const std::vector<float>& h) { cu.layers.push_back(h); });
+  std::map<std::string, double> ops;  // sections synchronized: a device fault names its op
+  f->set_profile(&ops);
   auto s = f->open_stream();
   ASSERT_TRUE(s.ok());
   auto r = f->forward({Piece{*s, toks, all_rows(40)}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   cu.logits = (*r)[0].logits;
+  f->set_profile(nullptr);
+  for (const auto& [op, ms] : ops) std::printf("op %-20s %8.3f ms\n", op.c_str(), ms);
   ASSERT_EQ(cu.layers.size(), r64.layers.size());
   std::printf("preset %s: per-layer NRMS of the residual streams against ref64\n", preset_name().c_str());
   std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/model_config.h"
 #include "backends/cuda/arena.h"
+#include "backends/cuda/check.h"
 #include "backends/cuda/model.h"
 #include "core/status.h"
 
@@ -26,7 +27,8 @@ struct OpCtx {
   cudaStream_t stream = nullptr;
   Arena* scratch = nullptr;
   // When set, every timed() section synchronizes the stream around itself and adds its
-  // milliseconds under its name (per-op tables of `dsv4 bench`; off in serving).
+  // milliseconds under its name (per-op tables of `dsv4 bench`; off in serving); a device fault
+  // is then reported with the section that raised it.
   std::map<std::string, double>* profile = nullptr;
 
   template <typename T>
@@ -43,12 +45,13 @@ struct OpCtx {
 template <typename F>
 Status timed(OpCtx& c, const char* name, F&& f) {
   if (!c.profile) return f();
-  if (cudaStreamSynchronize(c.stream) != cudaSuccess) return f();
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(c.stream), std::string("before ") + name));
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = f();
-  cudaStreamSynchronize(c.stream);
+  DSV4_RETURN_IF_ERROR(f());
+  // A fault of an asynchronous launch surfaces here, named by its section.
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(c.stream), name));
   (*c.profile)[name] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return s;
+  return ok_status();
 }
 
 // attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows.
