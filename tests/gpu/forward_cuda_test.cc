@@ -127,16 +127,23 @@ TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
     std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
   }
   const double F = nrms(r32.logits, r64.logits), N = nrms(cu.logits, r64.logits);
-  int agree = 0, agree32 = 0;
+  int agree = 0, agree32 = 0, decisive = 0, decisive_agree = 0;
   for (int i = 0; i < 40; ++i) {
     const int64_t ref = argmax(&r64.logits[i * V], V);
-    agree += argmax(&cu.logits[i * V], V) == ref;
-    agree32 += argmax(&r32.logits[i * V], V) == ref;
+    const bool c = argmax(&cu.logits[i * V], V) == ref, c32 = argmax(&r32.logits[i * V], V) == ref;
+    agree += c;
+    agree32 += c32;
+    // Positions where both reference widths pick the same token: there the top-1 is not within
+    // the references' own rounding noise, and the backend must pick it too.
+    decisive += c32;
+    decisive_agree += c && c32;
   }
-  std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 cuda %d/40, ref32 %d/40\n",
-              F, N, N / F, agree, agree32);
+  std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 vs ref64: cuda %d/40, "
+              "ref32 %d/40; cuda on the %d positions where ref32 and ref64 agree: %d\n",
+              F, N, N / F, agree, agree32, decisive, decisive_agree);
   EXPECT_LE(N, 1.05 * F);
-  EXPECT_EQ(agree, 40);
+  EXPECT_EQ(decisive_agree, decisive);
+  if (agree32 == 40) EXPECT_EQ(agree, 40);
 }
 
 // Logits of `toks` fed to a fresh stream in the given piece sizes (all rows' logits).
