@@ -1,5 +1,5 @@
-// The CUDA forward's benchmark (see forward_bench.h).
-#include "backends/cuda/forward_bench.h"
+// The CUDA forward's benchmark (see forward_perf.h).
+#include "backends/cuda/forward_perf.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
