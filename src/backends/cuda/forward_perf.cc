@@ -137,6 +137,9 @@ double flops_per_token(const cpu::ModelConfig& c) {
 }  // namespace
 
 Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
   const cpu::ModelConfig cfg = bench_config(f.layers);
   std::fprintf(out, "dsv4 bench: %d full-width V4.1 layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
               f.layers, static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
