@@ -186,6 +186,9 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
     return error(StatusCode::unimplemented, "the CUDA backend runs DeepSeek-V4.1 only; V4-Flash-0731 is not supported on CUDA");
   if (static_cast<int>(w.layers.size()) != cfg.n_layers)
     return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", w.layers.size(), cfg.n_layers);
+  for (const cpu::BlockWeights& b : w.layers)
+    if (b.attn.wq_a.exl3 || b.ffn.shared.w1.exl3 || (!b.ffn.experts.empty() && b.ffn.experts[0].w1.exl3))
+      return error(StatusCode::unimplemented, "EXL3 packs do not run on the CUDA forward yet; use the release checkpoint");
   if (!cfg.engram_layers.empty() && static_cast<int64_t>(w.engram_token_map.size()) != cfg.vocab)
     return error(StatusCode::invalid_argument, "Engram needs a token map of {} entries, got {}", cfg.vocab,
                  w.engram_token_map.size());
