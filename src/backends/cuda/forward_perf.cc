@@ -245,6 +245,17 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f |\n", static_cast<long long>(T), ms, tps, tps * f.layers,
                  tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0);
     std::fflush(out);
+    if (T == f.prefill.front()) {  // where a prefill chunk's time goes
+      std::map<std::string, double> prof;
+      F.set_profile(&prof);
+      auto r = F.forward({cpu::Piece{*s, toks, {}}});
+      F.set_profile(nullptr);
+      if (!r.ok()) return r.status();
+      DSV4_RETURN_IF_ERROR(F.truncate(*s, 0));
+      for (const auto& [k, v] : prof) std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | |\n", k.c_str(),
+                                                   static_cast<long long>(T), v);
+    }
+    std::fflush(out);
   }
   return ok_status();
 }
