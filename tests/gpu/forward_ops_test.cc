@@ -12,7 +12,14 @@
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rmsnorm.h"
+#include "backends/cpu/engram.h"
+#include "backends/cpu/load.h"
 #include "backends/cpu/rope.h"
+#include "backends/cpu/synthetic.h"
+#include "backends/cuda/arena.h"
+#include "backends/cuda/forward_block.h"
+#include "backends/cuda/model.h"
+#include "family/deepseek_v41/preset.h"
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/dspark_ops.cuh"
@@ -207,6 +214,35 @@ TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
   }
   // cos/sin of the device may differ from the host's in the last bit for a few pairs.
   EXPECT_LE(differing_bytes, static_cast<int>(rows * rb / 50)) << "packed rows differ beyond RoPE rounding";
+}
+
+// Engram of the tiny and small presets' first Engram layer (table rows gathered from pinned host
+// memory, wkv FP8 linear, gate) against cpu::engram_apply<float> on random streams.
+TEST(ForwardOps, EngramMatchesOracle) {
+  for (auto preset : {family::Preset::tiny, family::Preset::small}) {
+    SCOPED_TRACE(std::string(family::preset_name(preset)));
+    const cpu::ModelConfig cfg = cpu::model_config_from(family::preset_config(preset, family::Variant::v41));
+    auto w = cpu::synthetic_weights(cfg, 1, false);
+    auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const int layer = cfg.engram_layers[0];
+    const cpu::EngramWeights& E = *w->layers[layer].engram;
+    const int C = cfg.hc_mult;
+    const int64_t D = cfg.dim, rows = 5, R = static_cast<int64_t>(E.layout.primes.size());
+    auto h = random_bf16(rows * C * D, 11);
+    std::vector<int64_t> table_rows(rows * R);
+    for (int64_t i = 0; i < rows * R; ++i) table_rows[i] = (i * 7919 + 3) % E.table.rows;
+    std::vector<float> ref = h;
+    ThreadPool pool(1);
+    cpu::engram_apply<float>(pool, E, table_rows.data(), nullptr, rows, C, D, cfg.norm_eps, cfg.act_block, ref.data());
+    Arena scratch(size_t{64} << 20);
+    OpCtx o{&(*m)->config, nullptr, &scratch};
+    auto dh = to_device(h), dr = to_device(table_rows);
+    Status st = engram_forward(o, *(*m)->layers[layer].engram, dr.as<int64_t>(), rows, dh.as<float>());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_bf16_close(to_host<float>(dh, rows * C * D), ref, 2, "engram");
+  }
 }
 
 }  // namespace
