@@ -132,13 +132,14 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
   DSV4_ASSIGN_OR_RETURN(float* probs, c.alloc<float>(B, "draft probabilities"));
   DSV4_ASSIGN_OR_RETURN(float* conf, c.alloc<float>(4 * B, "draft confidence"));  // 16-byte slots
   DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_index, index.data(), B * 8, cudaMemcpyHostToDevice, c.stream), "draft rows"));
-  DSV4_RETURN_IF_ERROR(head_logits(c, S.norm, M.head, h, pi, d_index, B, logits, xh));
+  DSV4_RETURN_IF_ERROR(head_logits(c, S.norm, M.head, M.head16, h, pi, d_index, B, logits, xh));
   DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(toks, &ids[0], 4, cudaMemcpyHostToDevice, c.stream), "draft anchor"));
   const auto mshape = shape_text({{"V", V}, {"R", R}});
   for (int64_t i = 0; i < B; ++i) {
     float* e = cat + D;
     DSV4_CUDA_LAUNCH(markov_embed_row(S.markov_embed, toks + i, R, e, c.stream), "markov_embed_row", mshape);
-    DSV4_CUDA_LAUNCH(f32_linear(e, 1, S.markov_head, bias, c.stream), "f32_linear(markov_head)", mshape);
+    DSV4_CUDA_LAUNCH(f32_linear_either(e, 1, S.markov_head, S.markov_head16, bias, c.stream), "f32_linear(markov_head)",
+                     mshape);
     DSV4_CUDA_LAUNCH(markov_pick(logits + i * V, bias, V, toks + i + 1, probs + i, c.stream), "markov_pick", mshape);
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(cat, xh + i * D, D * 4, cudaMemcpyDeviceToDevice, c.stream),
                                      "confidence input"));

@@ -287,7 +287,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::Piec
     DSV4_ASSIGN_OR_RETURN(int64_t* d_index, o.alloc<int64_t>(n, "logit rows"));
     DSV4_ASSIGN_OR_RETURN(float* logits, o.alloc<float>(n * V, "logits"));
     DSV4_RETURN_IF_ERROR(upload_vec(index.data(), n * 8, d_index, "uploading logit rows"));
-    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] { return head_logits(o, M.norm, M.head, h, pi, d_index, n, logits); }));
+    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] { return head_logits(o, M.norm, M.head, M.head16, h, pi, d_index, n, logits); }));
     std::vector<float> host(n * V);
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host.data(), logits, host.size() * 4, cudaMemcpyDeviceToHost,
                                                      stream_), "copying logits"));

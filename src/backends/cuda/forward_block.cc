@@ -80,7 +80,7 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_ASSIGN_OR_RETURN(float* routed, c.alloc<float>(P * D, "routed expert outputs"));
   DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(P * 3 * I, "routed expert scratch"));
   DSV4_RETURN_IF_ERROR(timed(c, "moe router", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(f32_linear(x, rows, M.gate, logits, c.stream), "f32_linear(router)", shape);
+    DSV4_CUDA_LAUNCH(f32_linear_either(x, rows, M.gate, M.gate16, logits, c.stream), "f32_linear(router)", shape);
     DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
                      "moe_route", shape);
     DSV4_CUDA_LAUNCH(moe_pairs(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, c.stream),
@@ -126,7 +126,7 @@ Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows
   return ok_status();
 }
 
-Status head_logits(OpCtx& c, const float* norm, const F32View& head, const float* h, const float* pi,
+Status head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16View& head16, const float* h, const float* pi,
                    const int64_t* index, int64_t n, float* logits, float* collapsed) {
   const cpu::ModelConfig& cfg = *c.cfg;
   const int C = cfg.hc_mult;
@@ -140,7 +140,7 @@ Status head_logits(OpCtx& c, const float* norm, const F32View& head, const float
   DSV4_CUDA_LAUNCH(gather_rows(pi, index, n, C, ps, c.stream), "gather_rows(pi)", shape);
   DSV4_CUDA_LAUNCH(hc_collapse(hs, ps, C, n, C, D, x, c.stream), "hc_collapse(head)", shape);
   DSV4_CUDA_LAUNCH(rmsnorm_rows(x, n, D, norm, cfg.norm_eps, xn, c.stream), "rmsnorm(norm)", shape);
-  DSV4_CUDA_LAUNCH(f32_linear(xn, n, head, logits, c.stream), "f32_linear(head)", shape);
+  DSV4_CUDA_LAUNCH(f32_linear_either(xn, n, head, head16, logits, c.stream), "f32_linear(head)", shape);
   if (collapsed)
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(collapsed, x, n * D * sizeof(float), cudaMemcpyDeviceToDevice,
                                                      c.stream), "copying the collapsed head rows"));

@@ -70,7 +70,7 @@ Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows
 
 // logits f32 [n, V] = head(RMSNorm(collapse(h, pi); norm)) of rows index[0..n) (device int64);
 // collapsed (optional) receives the collapsed rows bf16 [n, D].
-Status head_logits(OpCtx& c, const float* norm, const F32View& head, const float* h, const float* pi,
+Status head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16View& head16, const float* h, const float* pi,
                    const int64_t* index, int64_t n, float* logits, float* collapsed = nullptr);
 
 }  // namespace dsv4::cuda

@@ -31,7 +31,7 @@ cpu::ModelConfig bench_config(int layers) {
 }
 
 // Every weight of the attention, mixes, router, the active routed experts and the shared expert
-// per layer, the head; the window ring, the selected compressed rows, the scanned index keys.
+// per layer, the head (bf16); the window ring, the selected compressed rows, the scanned index keys.
 double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
@@ -43,7 +43,7 @@ double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
     b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
     if (r.kv_source) b += (r.ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
     if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
-    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 4;
+    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
     b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
     b += 128.0 * (d + d / 32);  // window ring
     if (r.ratio > 0) {
@@ -52,7 +52,7 @@ double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
       if (r.index_source) b += rows * (ihd / 2 + ihd / 32);
     }
   }
-  return b + static_cast<double>(c.vocab) * D * 4;
+  return b + static_cast<double>(c.vocab) * D * 2;  // bf16 head
 }
 
 namespace {

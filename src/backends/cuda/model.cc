@@ -10,6 +10,7 @@
 #include "backends/cpu/rope.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/linear.cuh"
 #include "backends/cuda/upload.h"
 
 namespace dsv4::cuda {
@@ -57,6 +58,18 @@ size_t bytes_of(const cpu::BlockWeights& b) {
 
 std::string layer_name(int l, const char* what) { return "layers." + std::to_string(l) + "." + what; }
 
+// Uploads an fp32-linear weight as bf16 when every value is a bf16 value, else as fp32.
+Status upload_either(const cpu::F32Weight& w, Arena& A, const std::string& name, F32View& w32, Bf16View& w16) {
+  auto b = upload_bf16(w, A, name);
+  if (b.ok()) {
+    w16 = *b;
+    return ok_status();
+  }
+  if (b.status().code() != StatusCode::invalid_argument) return b.status();
+  DSV4_ASSIGN_OR_RETURN(w32, upload_f32(w, A, name));
+  return ok_status();
+}
+
 }  // namespace
 
 // Uploads the pieces of one model in order; every failure names the tensor.
@@ -75,7 +88,7 @@ class ModelUploader {
 
   StatusOr<MoeDevice> moe(const cpu::MoeWeights& w, const std::string& name) {
     MoeDevice d;
-    DSV4_ASSIGN_OR_RETURN(d.gate, upload_f32(w.gate, A_, name + ".gate"));
+    DSV4_RETURN_IF_ERROR(upload_either(w.gate, A_, name + ".gate", d.gate, d.gate16));
     DSV4_ASSIGN_OR_RETURN(d.bias, upload(std::span<const float>(w.bias), A_, name + ".bias"));
     const std::vector<float>& vl = w.bias_vl.empty() ? w.bias : w.bias_vl;
     DSV4_ASSIGN_OR_RETURN(d.bias_vl, upload(std::span<const float>(vl), A_, name + ".bias_vl"));
@@ -226,7 +239,7 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
     m->layers.push_back(std::move(L));
   }
   DSV4_ASSIGN_OR_RETURN(m->norm, cuda::upload(std::span<const float>(w.norm), A, "norm"));
-  DSV4_ASSIGN_OR_RETURN(m->head, upload_f32(w.head, A, "head"));
+  DSV4_RETURN_IF_ERROR(upload_either(w.head, A, "head", m->head, m->head16));
   if (drafter) {
     const cpu::DsparkWeights& S = *w.dspark;
     auto d = std::make_unique<DsparkDevice>();
@@ -240,7 +253,7 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
     DSV4_ASSIGN_OR_RETURN(d->norm, cuda::upload(std::span<const float>(S.norm), A, "mtp.norm"));
     DSV4_ASSIGN_OR_RETURN(void* me, upload_bytes(S.markov_embed.data(), S.markov_embed.size() * 2, A, "mtp.markov_embed"));
     d->markov_embed = static_cast<const uint16_t*>(me);
-    DSV4_ASSIGN_OR_RETURN(d->markov_head, upload_f32(S.markov_head, A, "mtp.markov_head"));
+    DSV4_RETURN_IF_ERROR(upload_either(S.markov_head, A, "mtp.markov_head", d->markov_head, d->markov_head16));
     DSV4_ASSIGN_OR_RETURN(d->confidence, upload_f32(S.confidence, A, "mtp.confidence"));
     m->dspark = std::move(d);
   }
@@ -250,6 +263,11 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
 
 ModelDevice::~ModelDevice() {
   for (void* p : pinned) cudaFreeHost(p);
+}
+
+cudaError_t f32_linear_either(const float* x, int64_t rows, const F32View& w32, const Bf16View& w16, float* y,
+                              cudaStream_t s) {
+  return w16.w ? f32_linear(x, rows, w16, y, s) : f32_linear(x, rows, w32, y, s);
 }
 
 size_t ModelDevice::weight_bytes() const { return arena ? arena->used() : 0; }

@@ -3,6 +3,8 @@
 // the per-layer roles and sizes as plain host data that the forward loops over.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -27,7 +29,8 @@ struct HcDevice {
 
 // One MoE sub-layer (cpu::MoeWeights).
 struct MoeDevice {
-  F32View gate;                     // [E, D], bf16 values widened (the oracle's f32_linear router)
+  F32View gate;                     // [E, D] fp32 (used when gate16 is absent)
+  Bf16View gate16;                  // [E, D] bf16-stored weights of the fp32 router linear
   const float* bias = nullptr;      // f32 [E]
   const float* bias_vl = nullptr;   // f32 [E] (image rows)
   const Fp4View* w1 = nullptr;      // device arrays [E] of views: w1 [I, D], w3 [I, D], w2 [D, I]
@@ -67,9 +70,14 @@ struct DsparkDevice {
   const float* main_norm = nullptr;    // bf16 [D]
   const float* norm = nullptr;         // bf16 [D]
   const uint16_t* markov_embed = nullptr;  // bf16 [V, R]
-  F32View markov_head;                 // [V, R]
+  F32View markov_head;                 // [V, R] fp32 (used when markov_head16 is absent)
+  Bf16View markov_head16;              // [V, R] bf16-stored
   F32View confidence;                  // [1, D + R]
 };
+
+// The fp32 linear of a weight kept in bf16 when its values allow (half the bytes), else in fp32.
+cudaError_t f32_linear_either(const float* x, int64_t rows, const F32View& w32, const Bf16View& w16, float* y,
+                              cudaStream_t s);
 
 struct ModelDeviceOptions {
   int device = 0;
@@ -90,7 +98,8 @@ struct ModelDevice {
   std::vector<AttentionDevice> attention;  // [n_layers]
   std::vector<LayerDevice> layers;         // [n_layers]
   const float* norm = nullptr;             // bf16 [D]
-  F32View head;                            // [V, D]
+  F32View head;                            // [V, D] fp32 (used when head16 is absent)
+  Bf16View head16;                         // [V, D] bf16-stored head (checkpoint values are bf16)
   std::unique_ptr<DsparkDevice> dspark;    // absent: no drafter
   std::vector<int32_t> engram_token_map;   // host: raw id -> compressed id [V]
   std::vector<float> freqs_plain, freqs_yarn;        // host rope frequencies [rope_dim / 2]

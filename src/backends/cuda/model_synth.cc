@@ -109,7 +109,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
     L.attn_norm = S.vec(D, FillKind::f32_one);
     L.ffn_norm = S.vec(D, FillKind::f32_one);
     MoeDevice& M = L.ffn;
-    M.gate = S.f32(E, D);
+    M.gate16 = S.bf16(E, D);
     M.bias = S.vec(E);
     M.bias_vl = M.bias;
     std::vector<Fp4View> w1, w2, w3;
@@ -138,7 +138,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
     m.layers.push_back(L);
   }
   m.norm = S.vec(D, FillKind::f32_one);
-  m.head = S.f32(c.vocab, D);
+  m.head16 = S.bf16(c.vocab, D);
 }
 
 }  // namespace
