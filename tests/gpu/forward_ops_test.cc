@@ -216,6 +216,42 @@ TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
   EXPECT_LE(differing_bytes, static_cast<int>(rows * rb / 50)) << "packed rows differ beyond RoPE rounding";
 }
 
+// The fused mixes (fp32 GEMV in fixed K-slices with the row statistics, then Sinkhorn) against
+// cpu::hc_mixes<float>; a row's coefficients do not depend on the launch's row count.
+TEST(ForwardOps, FusedMixesMatchOracle) {
+  const int C = 4;
+  const int64_t rows = 5, D = 512, n = C * D, nm = C * (C + 2);
+  cpu::HcParams P;
+  P.fn.out = nm;
+  P.fn.in = n;
+  P.fn.w = random_bf16(nm * n, 21, 0.02f);
+  P.base = random_bf16(nm, 22, 0.5f);
+  P.scale = {0.3f, 0.6f, 0.9f};
+  const auto h = random_bf16(rows * n, 23);
+  ThreadPool pool(1);
+  const auto ref = cpu::hc_mixes<float>(pool, h.data(), rows, C, D, P, 1e-6f, 1e-6f, 20);
+  auto dh = to_device(h), dfn = to_device(P.fn.w), db = to_device(P.base);
+  DeviceBuffer part(rows * kHcSplits * (nm + 1) * 4), mix(rows * nm * 4), mix1(nm * 4);
+  ASSERT_EQ(hc_mix_partials(dh.as<float>(), dfn.as<float>(), rows, C, D, part.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(hc_mix_from_partials(part.as<float>(), rows, C, D, db.as<float>(), 0.3f, 0.6f, 0.9f, 1e-6f, 1e-6f, 20,
+                                 mix.as<float>(), nullptr),
+            cudaSuccess);
+  const auto m = to_host<float>(mix, rows * nm);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < C; ++j) {
+      EXPECT_NEAR(m[r * nm + j], ref[r].pre[j], 1e-5f);
+      EXPECT_NEAR(m[r * nm + C + j], ref[r].post[j], 1e-5f);
+      for (int k = 0; k < C; ++k) EXPECT_NEAR(m[r * nm + 2 * C + j * C + k], ref[r].A[j * C + k], 1e-5f);
+    }
+  // Row 2 alone.
+  ASSERT_EQ(hc_mix_partials(dh.as<float>() + 2 * n, dfn.as<float>(), 1, C, D, part.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(hc_mix_from_partials(part.as<float>(), 1, C, D, db.as<float>(), 0.3f, 0.6f, 0.9f, 1e-6f, 1e-6f, 20,
+                                 mix1.as<float>(), nullptr),
+            cudaSuccess);
+  const auto m1 = to_host<float>(mix1, nm);
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), m.begin() + 2 * nm));
+}
+
 // Engram of the tiny and small presets' first Engram layer (table rows gathered from pinned host
 // memory, wkv FP8 linear, gate) against cpu::engram_apply<float> on random streams.
 TEST(ForwardOps, EngramMatchesOracle) {

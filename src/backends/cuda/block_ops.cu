@@ -38,20 +38,11 @@ __global__ void rmsnorm_kernel(const float* x, int64_t n, const float* w, float 
 
 __device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// One block per row: rho from the row's sum of squares, then one thread forms the C*(C+2) mixes.
-__global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, const float* base, float s0,
-                              float s1, float s2, float norm_eps, float eps, int iters, float* mix) {
-  __shared__ float red[kThreads / 32];
-  const int64_t r = blockIdx.x, n = static_cast<int64_t>(C) * D, nm = static_cast<int64_t>(C) * (C + 2);
-  const float* hr = h + r * n;
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += hr[i] * hr[i];
-  const float sum = fwd_block_sum<kThreads>(acc, red);
-  if (threadIdx.x != 0) return;
+// Coefficients of one row from m [nm] and the row's sum of squares (one thread; cpu::hc_mixes).
+__device__ void hc_coefficients(const float* mr, float sum, int C, int64_t n, const float* base, float s0, float s1,
+                                float s2, float norm_eps, float eps, int iters, float* o) {
   const float mean = sum / static_cast<float>(n);
   const float rho = 1.0f / sqrtf(mean + norm_eps);
-  const float* mr = m + r * nm;
-  float* o = mix + r * nm;
   float* A = o + 2 * C;
   for (int j = 0; j < C; ++j) {
     o[j] = sigmoidf(mr[j] * rho * s0 + base[j]) + eps;
@@ -79,6 +70,60 @@ __global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, 
       for (int j = 0; j < C; ++j) A[j * C + k] = A[j * C + k] / (s + eps);
     }
   }
+}
+
+// One block per row: rho from the row's sum of squares, then one thread forms the C*(C+2) mixes.
+__global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, const float* base, float s0,
+                              float s1, float s2, float norm_eps, float eps, int iters, float* mix) {
+  __shared__ float red[kThreads / 32];
+  const int64_t r = blockIdx.x, n = static_cast<int64_t>(C) * D, nm = static_cast<int64_t>(C) * (C + 2);
+  const float* hr = h + r * n;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += hr[i] * hr[i];
+  const float sum = fwd_block_sum<kThreads>(acc, red);
+  if (threadIdx.x != 0) return;
+  hc_coefficients(m + r * nm, sum, C, n, base, s0, s1, s2, norm_eps, eps, iters, mix + r * nm);
+}
+
+constexpr int kMaxMix = 24;  // C*(C+2) for C <= 4
+
+// Block (slice, row): partial GEMV of all nm outputs and the partial sum of squares over one slice.
+__global__ void hc_partials_kernel(const float* h, const float* fn, int nm, int64_t n, float* partials) {
+  __shared__ float red[kThreads / 32];
+  const int64_t r = blockIdx.y, sl = blockIdx.x;
+  const int64_t len = n / kHcSplits, i0 = sl * len;
+  const float* hr = h + r * n;
+  float acc[kMaxMix + 1];
+#pragma unroll
+  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i0 + len; i += kThreads) {
+    const float hv = hr[i];
+    acc[kMaxMix] += hv * hv;
+#pragma unroll
+    for (int j = 0; j < kMaxMix; ++j)
+      if (j < nm) acc[j] += hv * fn[j * n + i];
+  }
+  float* out = partials + (r * kHcSplits + sl) * (nm + 1);
+  for (int j = 0; j < nm; ++j) {
+    const float v = fwd_block_sum<kThreads>(acc[j], red);
+    if (threadIdx.x == 0) out[j] = v;
+  }
+  const float sq = fwd_block_sum<kThreads>(acc[kMaxMix], red);
+  if (threadIdx.x == 0) out[nm] = sq;
+}
+
+__global__ void hc_mix_partials_kernel(const float* partials, int64_t rows, int C, int64_t n, const float* base,
+                                       float s0, float s1, float s2, float norm_eps, float eps, int iters, float* mix) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= rows) return;
+  const int nm = C * (C + 2);
+  float m[kMaxMix + 1];
+  for (int j = 0; j <= nm; ++j) {
+    float s = 0.0f;
+    for (int sl = 0; sl < kHcSplits; ++sl) s += partials[(r * kHcSplits + sl) * (nm + 1) + j];
+    m[j] = s;
+  }
+  hc_coefficients(m, m[nm], C, n, base, s0, s1, s2, norm_eps, eps, iters, mix + r * nm);
 }
 
 __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stride, int C, int64_t D, float* y) {
@@ -166,6 +211,27 @@ cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, in
   if (C > 8) return cudaErrorInvalidValue;
   hc_mix_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(m, h, C, D, base, s0, s1, s2, norm_eps, hc_eps,
                                                                   iters, mix);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C, int64_t D, float* partials,
+                            cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t n = static_cast<int64_t>(C) * D;
+  if (C * (C + 2) > kMaxMix || n % kHcSplits) return cudaErrorInvalidValue;
+  hc_partials_kernel<<<dim3(kHcSplits, static_cast<unsigned>(rows)), kThreads, 0, s>>>(h, fn, C * (C + 2), n, partials);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int64_t D, const float* base, float s0,
+                                 float s1, float s2, float norm_eps, float hc_eps, int iters, float* mix,
+                                 cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (C * (C + 2) > kMaxMix) return cudaErrorInvalidValue;
+  // One thread per row: a row's arithmetic is the same code whatever the grid.
+  const int threads = 32;
+  hc_mix_partials_kernel<<<static_cast<unsigned>((rows + threads - 1) / threads), threads, 0, s>>>(
+      partials, rows, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
   return cudaGetLastError();
 }
 

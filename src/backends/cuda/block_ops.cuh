@@ -27,6 +27,17 @@ cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, in
                                 const float* base, float s0, float s1, float s2, float norm_eps,
                                 float hc_eps, int iters, float* mix, cudaStream_t s);
 
+// The mixes' fp32 GEMV fused with the row statistics, for C <= 4: m = h · fn^T [rows, C*(C+2)]
+// and sum(h^2), each as kHcSplits fixed K-slices (partials f32 [rows, kHcSplits, C*(C+2) + 1])
+// summed in slice order by hc_mix_from_partials. The slices depend on the shape only.
+constexpr int kHcSplits = 16;
+cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C, int64_t D, float* partials,
+                            cudaStream_t s);
+// mix as hc_mix_coefficients, from hc_mix_partials' output.
+cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int64_t D, const float* base, float s0,
+                                 float s1, float s2, float norm_eps, float hc_eps, int iters, float* mix,
+                                 cudaStream_t s);
+
 // y bf16 [rows, D] = sum_c pi[r * pi_stride + c] * h[r, c, :].
 cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C,
                         int64_t D, float* y, cudaStream_t s);

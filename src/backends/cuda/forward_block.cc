@@ -10,17 +10,27 @@ namespace dsv4::cuda {
 
 namespace {
 
-// Mixing coefficients of one sub-layer: m = fp32-linear(h; fn), then the per-row Sinkhorn.
+// Mixing coefficients of one sub-layer: m = fp32-linear(h; fn) and the row statistics (fused in
+// fixed K-slices for C <= 4), then the per-row Sinkhorn.
 Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* mix) {
   const cpu::ModelConfig& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
+  const auto shape = shape_text({{"rows", rows}, {"C", C}, {"D", D}});
+  if (nm <= 24 && (C * D) % kHcSplits == 0) {
+    DSV4_ASSIGN_OR_RETURN(float* part, c.alloc<float>(rows * kHcSplits * (nm + 1), "hc mix partials"));
+    DSV4_CUDA_LAUNCH(hc_mix_partials(h, P.fn.w, rows, C, D, part, c.stream), "hc_mix_partials", shape);
+    DSV4_CUDA_LAUNCH(hc_mix_from_partials(part, rows, C, D, P.base, P.scale[0], P.scale[1], P.scale[2], cfg.norm_eps,
+                                          cfg.hc_eps, cfg.hc_sinkhorn_iters, mix, c.stream),
+                     "hc_mix_from_partials", shape);
+    return ok_status();
+  }
   DSV4_ASSIGN_OR_RETURN(float* m, c.alloc<float>(rows * nm, "hc mixes"));
   DSV4_CUDA_LAUNCH(f32_linear(h, rows, P.fn, m, c.stream), "f32_linear(hc_fn)",
                    shape_text({{"rows", rows}, {"out", P.fn.out}, {"in", P.fn.in}}));
   DSV4_CUDA_LAUNCH(hc_mix_coefficients(m, h, rows, C, D, P.base, P.scale[0], P.scale[1], P.scale[2], cfg.norm_eps,
                                        cfg.hc_eps, cfg.hc_sinkhorn_iters, mix, c.stream),
-                   "hc_mix_coefficients", shape_text({{"rows", rows}, {"C", C}, {"D", D}}));
+                   "hc_mix_coefficients", shape);
   return ok_status();
 }
 
