@@ -42,8 +42,8 @@ int64_t bytes(const Bf16View& v) { return v.w ? v.out * v.in * 2 : 0; }
 int64_t bytes(const F32View& v) { return v.w ? v.out * v.in * 4 : 0; }
 
 int64_t weight_bytes(const AttentionDevice& a) {
-  return bytes(a.wq_a) + bytes(a.wq_b) + bytes(a.wkv) + bytes(a.wo_b) + bytes(a.wo_a) + bytes(a.comp_wkv32) +
-         bytes(a.comp_wgate32) + bytes(a.comp_wkv) + bytes(a.idx_wk) + bytes(a.idx_wq_b) + bytes(a.idx_weights_proj);
+  return bytes(a.wq_a) + bytes(a.wq_b) + bytes(a.wkv) + bytes(a.wo_b) + bytes(a.wo_a) + bytes(a.comp_wkv) +
+         bytes(a.comp_wgate) + bytes(a.comp_wkv32) + bytes(a.comp_wgate32) + bytes(a.idx_wk) + bytes(a.idx_wq_b) + bytes(a.idx_weights_proj);
 }
 
 // Random valid packed rows (no NaN codes, moderate scales) for every cache of the stream.

@@ -144,6 +144,8 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   if (!c.tables) return error(StatusCode::invalid_argument, "attention layer {}: begin_attention_call first", layer);
   const cpu::ModelConfig& cfg = *c.cfg;
   const cpu::LayerRole& role = (*c.roles)[layer];
+  if (layer < 0 || layer >= cfg.n_layers)
+    return error(StatusCode::invalid_argument, "attention layer {} out of range", layer);
   const AttentionDevice& A = c.attn[layer];
   const AttentionCallTables& t = *c.tables;
   Arena& ar = *c.scratch;
@@ -184,8 +186,13 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     if (ratio == 2) {
       DSV4_ASSIGN_OR_RETURN(kp, take<float>(ar, R * d, "compressor kv projection"));
       DSV4_ASSIGN_OR_RETURN(gp, take<float>(ar, R * d, "compressor gate projection"));
-      DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv32, kp, s), "compressor wkv", shape(d, cfg.dim));
-      DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate32, gp, s), "compressor wgate", shape(d, cfg.dim));
+      if (A.comp_wkv.w && A.comp_wgate.w) {
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv, kp, s), "compressor wkv", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate, gp, s), "compressor wgate", shape(d, cfg.dim));
+      } else {
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv32, kp, s), "compressor wkv", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate32, gp, s), "compressor wgate", shape(d, cfg.dim));
+      }
       DSV4_CUDA_LAUNCH(compress_pool2(t.emit[2], ne, pieces, kp, gp, t.cap, d, A.comp_norm, eps, lat, s),
                        "compressor pool", shape(d, ne));
     } else {

@@ -31,11 +31,9 @@ StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const
   const std::vector<float> freqs = cpu::rope_frequencies(rp);
   DSV4_ASSIGN_OR_RETURN(a.freqs, upload(std::span<const float>(freqs), arena, n + "rope frequencies"));
   if (role.kv_source) {
+    DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.comp_wkv, arena, n + "compressor.wkv"));
     if (role.ratio > 1) {
-      DSV4_ASSIGN_OR_RETURN(a.comp_wkv32, upload_f32(w.comp_wkv, arena, n + "compressor.wkv"));
-      DSV4_ASSIGN_OR_RETURN(a.comp_wgate32, upload_f32(w.comp_wgate, arena, n + "compressor.wgate"));
-    } else {
-      DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.comp_wkv, arena, n + "compressor.wkv"));
+      DSV4_ASSIGN_OR_RETURN(a.comp_wgate, upload_bf16(w.comp_wgate, arena, n + "compressor.wgate"));
     }
     DSV4_ASSIGN_OR_RETURN(a.comp_norm, upload(std::span<const float>(w.comp_norm), arena, n + "compressor.norm"));
     DSV4_ASSIGN_OR_RETURN(a.idx_wk, upload_bf16(w.idx_wk, arena, n + "indexer.wk"));

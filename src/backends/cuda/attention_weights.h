@@ -20,9 +20,11 @@ struct AttentionDevice {
   const float* kv_norm = nullptr; // bf16 [d]
   const float* sink = nullptr;    // f32 [H]
   const float* freqs = nullptr;   // f32 [rope_dim/2]: this layer's RoPE frequencies (plain or YaRN)
-  // KV source: compressor (ratio 2: fp32 wkv/wgate; ratio 1: bf16 wkv) and index keys.
+  // KV source: compressor and index keys. Ratio 2: fp32 linears over wkv/wgate, read as bf16
+  // (comp_wkv / comp_wgate, widened exactly: half the bytes; upload_attention fills these) or, when
+  // those are unset, as fp32 (comp_wkv32 / comp_wgate32). Ratio 1: bf16 linear over comp_wkv.
   F32View comp_wkv32, comp_wgate32;
-  Bf16View comp_wkv;
+  Bf16View comp_wkv, comp_wgate;
   const float* comp_norm = nullptr;   // bf16 [d]
   Bf16View idx_wk;                    // [ihd, d]
   const float* idx_k_norm = nullptr;  // bf16 [ihd]

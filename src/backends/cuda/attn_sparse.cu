@@ -50,11 +50,15 @@ __device__ __forceinline__ void load8(int kind, const void* p, int64_t d, int64_
 // the oracle's 8 partial sums (8 lanes per entry), the block max / alpha / bf16 P / fp32 P sum in
 // entry order by warp 0, then each thread's two channels accumulated over the entries in order
 // (acc * alpha, then + bf16(P) * k, no contraction).
+// D: the head dim as a compile-time constant, so the fixed-order loops unroll and their shared
+// memory loads pipeline (the arithmetic order is the same for every D).
+template <int D>
 __global__ void __launch_bounds__(kThreads)
 sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
-                        const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
+                        const int64_t* pos, int64_t rows, int64_t H, int64_t W, int64_t cap,
                         const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
                         const float* freqs, int n_freq, int64_t G, float* o) {
+  constexpr int64_t d = D;
   extern __shared__ __align__(16) float smem[];
   const int64_t ks = d + 8;            // key row stride in bf16 elements (16 B pad against bank conflicts)
   float* qs = smem;                    // [d]
@@ -95,9 +99,10 @@ sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces
     }
     __syncthreads();
     // Stage: 8-element chunks of every valid entry, decoded to bf16 bits.
-    for (int64_t i = threadIdx.x; i < len * d8; i += blockDim.x) {
-      const int e = static_cast<int>(i / d8);
-      const int64_t k = (i % d8) * 8;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < len * static_cast<int>(d8); i += kThreads) {
+      const int e = i / static_cast<int>(d8);
+      const int64_t k = (i % static_cast<int>(d8)) * 8;
       if (kind[e] == kInvalid) continue;
       float v[8];
       load8(kind[e], kptr[e], d, k, v);
@@ -116,8 +121,10 @@ sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces
       const bool valid = e < len && kind[e] != kInvalid;
       float l = 0.0f;
       if (valid) {
-        const uint16_t* kr = keys + e * ks;
-        for (int64_t i = j; i < d; i += 8) l = __fadd_rn(l, __fmul_rn(qs[i], __uint_as_float(uint32_t{kr[i]} << 16)));
+        const uint16_t* kr = keys + e * ks + j;
+        const float* qj = qs + j;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) l = __fadd_rn(l, __fmul_rn(qj[8 * i], __uint_as_float(uint32_t{kr[8 * i]} << 16)));
       }
       l = combine8(l);
       if (j == 0 && e < len) s_blk[e] = valid ? __fmul_rn(l, scale) : __int_as_float(0xff800000);
@@ -129,10 +136,12 @@ sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces
       const float mb = warp_max(fmaxf(m, fmaxf(s0, s1)));
       const float p0 = exp_f(__fsub_rn(s0, mb)), p1 = exp_f(__fsub_rn(s1, mb));
       float psum = 0.0f;
+#pragma unroll
       for (int t = 0; t < 32; ++t) {
         const float v = __shfl_sync(0xffffffffu, p0, t);
         if (t < len) psum = __fadd_rn(psum, v);
       }
+#pragma unroll
       for (int t = 0; t < 32; ++t) {
         const float v = __shfl_sync(0xffffffffu, p1, t);
         if (32 + t < len) psum = __fadd_rn(psum, v);
@@ -153,6 +162,7 @@ sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces
     if (c < d) {
       a0 = __fmul_rn(a0, alpha);
       a1 = __fmul_rn(a1, alpha);
+#pragma unroll 8
       for (int e = 0; e < len; ++e) {
         if (kind[e] == kInvalid) continue;
         const uint32_t k2 = *reinterpret_cast<const uint32_t*>(keys + e * ks + c);
@@ -190,15 +200,23 @@ cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* p
   if (rows == 0) return cudaSuccess;
   if (d > 2 * kThreads || d % 32 || H % G) return cudaErrorInvalidValue;
   const size_t shm = d * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
-  if (shm > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(shm));
-    if (e != cudaSuccess) return e;
-  }
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
-  sparse_attention_kernel<<<grid, kThreads, shm, s>>>(q, kvn, pieces, row_piece, pos, rows, H, d, W, cap, topk, n_sel,
-                                                      fmt, sink, scale, freqs, n_freq, G, o);
-  return cudaGetLastError();
+  auto launch = [&](auto kernel) -> cudaError_t {
+    if (shm > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
+      if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, kThreads, shm, s>>>(q, kvn, pieces, row_piece, pos, rows, H, W, cap, topk, n_sel, fmt, sink, scale,
+                                       freqs, n_freq, G, o);
+    return cudaGetLastError();
+  };
+  switch (d) {
+    case 64: return launch(sparse_attention_kernel<64>);
+    case 128: return launch(sparse_attention_kernel<128>);
+    case 256: return launch(sparse_attention_kernel<256>);
+    case 512: return launch(sparse_attention_kernel<512>);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace dsv4::cuda
