@@ -30,7 +30,6 @@ class Reader {
       : ck_(ck), progress_(progress), plan_(plan), extra_(std::move(extra)) {
     done_.tensors_total = ck.tensor_count();
     done_.bytes_total = ck.total_bytes();
-    for (const Checkpoint* e : extra_) done_.tensors_total += e->tensor_count(), done_.bytes_total += e->total_bytes();
   }
   bool has(const std::string& name) const { return ck_.contains(name); }
   // The EXL3 weight standing for release linear `group` (nullptr when it is not EXL3-coded).
@@ -127,6 +126,7 @@ class Reader {
       if (!ck_.contains(name) && e->contains(name)) from = e;
     DSV4_ASSIGN_OR_RETURN(TensorView v, from->tensor(name));
     if (progress_ && seen_.insert(name).second) {
+      if (from != &ck_) ++done_.tensors_total, done_.bytes_total += v.nbytes;  // only what is read counts
       ++done_.tensors_done;
       done_.bytes_done += v.nbytes;
       progress_(done_);
