@@ -45,6 +45,11 @@ struct Request {
   bool logprobs = false;                               // fill TokenEvent::logprob
   int32_t top_logprobs = 0;                            // alternatives per token, 0..20 (needs logprobs)
   std::vector<TokenId> forced_tokens;                  // the first outputs, scored not sampled (teacher forcing)
+  // Non-empty: the tokens drawn right after forced_tokens must spell one of these sequences (each non-empty);
+  // every such draw is taken among the tokens that continue a sequence still possible (TokenChoices), then
+  // generation runs free once the output after forced_tokens equals one of them (the shortest, when one
+  // is a prefix of another). Not with a thinking budget.
+  std::vector<std::vector<TokenId>> choices;
   bool draft = true;                                   // false: one token per round (the serial reference)
   ThinkingBudget thinking;                             // reasoning cap; off by default
   Priority priority = Priority::foreground;

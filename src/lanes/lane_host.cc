@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "lanes/choices.h"
+
 namespace dsv4::lanes {
 namespace {
 
@@ -65,6 +67,13 @@ Status LaneHost::validate(const Request& r) const {
   DSV4_RETURN_IF_ERROR(check_tokens(r.forced_tokens, info_.vocab_size, "forced_tokens"));
   DSV4_RETURN_IF_ERROR(check_tokens(r.eos_ids, info_.vocab_size, "eos_ids"));
   DSV4_RETURN_IF_ERROR(check_tokens(r.thinking.close_tokens, info_.vocab_size, "thinking.close_tokens"));
+  for (const auto& choice : r.choices) {
+    if (choice.empty()) return error(StatusCode::invalid_argument, "a choice is empty");
+    DSV4_RETURN_IF_ERROR(check_tokens(choice, info_.vocab_size, "choices"));
+  }
+  if (!r.choices.empty() && r.thinking.max_tokens >= 0) {
+    return error(StatusCode::invalid_argument, "choices do not combine with a thinking budget");
+  }
   for (const auto& seq : r.stop_sequences) {
     if (seq.empty()) return error(StatusCode::invalid_argument, "a stop sequence is empty");
     DSV4_RETURN_IF_ERROR(check_tokens(seq, info_.vocab_size, "stop_sequences"));
@@ -277,6 +286,7 @@ void LaneHost::admit() {
       stream->usage.prompt_tokens = static_cast<int64_t>(r.prompt.size());
       stream->forced.assign(r.forced_tokens.begin(), r.forced_tokens.end());
       stream->thinking = r.thinking.max_tokens >= 0;
+      stream->choosing = !r.choices.empty();
       if (r.draft && info_.max_draft_depth > 0) {
         const int32_t depth = std::min(info_.max_draft_depth, info_.max_verify_rows - 1);
         stream->depth.emplace(depth, info_.window_cost);
@@ -371,6 +381,11 @@ Window LaneHost::build_window(Stream& s) const {
     const int64_t n = std::min({static_cast<int64_t>(s.held.tokens.size()), remaining - 1, cap});
     if (n > 0) w.tokens.insert(w.tokens.end(), s.held.tokens.begin(), s.held.tokens.begin() + n);
   }
+  if (s.choosing) {
+    // The rows whose draws may be kept take their draws among the tokens that continue a choice.
+    const size_t first = s.forced.empty() ? 0 : w.tokens.size() - 1;
+    w.allowed = window_masks(s.request.choices, s.spelled, w.tokens, first);
+  }
   return w;
 }
 
@@ -436,6 +451,17 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
     } else {
       ev.token = row.token;
       ev.logprob = row.logprob;
+    }
+    if (s.choosing && !ev.forced) {
+      s.spelled.push_back(ev.token);
+      const ChoiceStep step = choice_step(s.request.choices, s.spelled);
+      if (step.complete) {
+        s.choosing = false;
+      } else if (step.next.empty()) {
+        finish(s, ended(FinishReason::error, fmt::format("the backend drew token {}, which no choice allows here",
+                                                          ev.token)));
+        return;
+      }
     }
     outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done);
     events.push_back(std::move(ev));

@@ -131,6 +131,18 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   return ids[best];
 }
 
+TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed, int64_t position,
+                   std::span<const TokenId> allowed) {
+  if (allowed.empty()) return sample_keyed(logits, params, seed, position);
+  std::vector<float> masked(logits.size(), -std::numeric_limits<float>::infinity());  // f32 [V]
+  for (TokenId t : allowed) {
+    if (t >= 0 && static_cast<size_t>(t) < logits.size()) masked[static_cast<size_t>(t)] = logits[static_cast<size_t>(t)];
+  }
+  const TokenId drawn = sample_keyed(masked, params, seed, position);
+  if (std::find(allowed.begin(), allowed.end(), drawn) != allowed.end()) return drawn;
+  return *std::min_element(allowed.begin(), allowed.end());  // every allowed logit is -inf or NaN
+}
+
 float token_logprob(std::span<const float> logits, TokenId token) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
   auto [max, log_sum] = log_partition(logits);

@@ -61,6 +61,12 @@ uint64_t seed_from_prompt(std::span<const TokenId> prompt);
 TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                      int64_t position);
 
+// The draw of a row restricted to `allowed` (distinct ids in the vocabulary, any order): sample_keyed on the
+// row with every other logit set to -inf, so top-k / top-p / min-p see the masked distribution. `allowed`
+// empty: sample_keyed on the whole row.
+TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed, int64_t position,
+                   std::span<const TokenId> allowed);
+
 // log_softmax(logits)[token] in double, rounded to float (the raw distribution, temperature 1).
 float token_logprob(std::span<const float> logits, TokenId token);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lanes/backend.h"
+#include "lanes/choices.h"
 #include "lanes/depth.h"
 #include "lanes/engine_api.h"
 
@@ -31,6 +32,8 @@ struct Stream {
   int64_t rows = 0;                      // rows the backend holds (kept rows only, between rounds)
   TokenId pending = 0;                   // last committed token, fed as row 0 of the next window at `rows`
   std::deque<TokenId> forced;            // tokens the engine must emit next (request's, then budget closes)
+  bool choosing = false;                 // request.choices constrain the next draws (until one is spelled)
+  std::vector<TokenId> spelled;          // tokens drawn under the choice constraint so far
   std::vector<TokenId> output;           // committed tokens
   std::string output_bytes;              // their bytes, when stop strings are set
   DraftProposal held;                    // drafts for the next window (empty: none)
