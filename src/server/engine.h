@@ -26,6 +26,10 @@ struct GenerationRequest {
   // Non-empty: score this continuation teacher-forced (no sampling); the engine returns exactly
   // these tokens with their logprobs and ends with finish_reason length.
   std::vector<int32_t> forced;
+  // Non-empty: the first generated tokens must spell one of these sequences (each non-empty); the
+  // engine draws each of them among the tokens that continue one, then generates freely (a forced
+  // tool call's name and the markup that closes it, with several tools offered).
+  std::vector<std::vector<int32_t>> choices;
   Sampling sampling;
   int32_t max_tokens = 16;    // >= 1
   int32_t top_logprobs = 0;   // 0..20 alternatives per token (when logprobs)

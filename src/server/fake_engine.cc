@@ -129,6 +129,8 @@ StatusOr<RequestId> FakeEngine::submit(GenerationRequest request, EventSink sink
   if (!request.forced.empty()) {
     job->script = request.forced;
   } else {
+    // A constrained start: one of the choices, picked by the reply key, then the usual reply.
+    if (!request.choices.empty()) job->script = request.choices[job->key % request.choices.size()];
     for (unsigned char c : reply_text(text, job->key)) job->script.push_back(c);
     job->script.push_back(kFakeEos);
   }

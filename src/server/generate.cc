@@ -111,6 +111,15 @@ struct Prepared {
   AssemblerSetup setup;
 };
 
+// What follows the opening of a call without a name: `name` and the markup that closes it, read off
+// the opening with the name (opening(name) == opening("") + name + close).
+std::string name_and_close(const TextSide& text, const std::string& name) {
+  const std::string open = text.tool_call_opening("");
+  const std::string full = text.tool_call_opening(name);
+  DSV4_CHECK(full.size() >= open.size() && full.compare(0, open.size(), open) == 0);
+  return full.substr(open.size());
+}
+
 // Builds the engine request and the reply setup, or an error naming the field.
 bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
              const TextSide& text, Prepared& out, ApiError& err) {
@@ -126,8 +135,9 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
     if (s.tools && (pr.tool_choice == ToolChoiceMode::required ||
                     pr.tool_choice == ToolChoiceMode::named) && !pr.has_forced) {
       // A forced call: the reply is prefilled with the opening of a call (to the named tool, or
-      // the only one offered; with several, the model names it), after closing the reasoning
-      // block when the prompt opened one.
+      // the only one offered), after closing the reasoning block when the prompt opened one. With
+      // several tools the prefill stops before the name, and the engine constrains the first
+      // tokens to spell one offered name followed by the markup that closes it.
       const std::string name = pr.tool_choice == ToolChoiceMode::named ? pr.tool_choice_name
                                : pr.tool_names.size() == 1            ? pr.tool_names[0]
                                                                       : std::string();
@@ -137,6 +147,14 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
       auto ids = text.tokenize(prefill, false);
       if (!ids.ok()) return err = error_from_status(ids.status(), "tool_choice"), false;
       g.prompt.insert(g.prompt.end(), ids->begin(), ids->end());
+      if (name.empty()) {
+        for (const std::string& tool : pr.tool_names) {
+          auto choice = text.tokenize(name_and_close(text, tool), false);
+          if (!choice.ok()) return err = error_from_status(choice.status(), "tools"), false;
+          if (choice->empty()) return err = bad_request("tools", "a tool name has no tokens"), false;
+          g.choices.push_back(std::move(*choice));
+        }
+      }
       s.thinking = false;
       s.forced_call = true;
     }

@@ -75,6 +75,7 @@ lanes::Request LanesEngine::to_lanes(const GenerationRequest& r) {
   q.logprobs = r.logprobs;
   q.top_logprobs = r.logprobs ? r.top_logprobs : 0;
   q.forced_tokens = r.forced;
+  q.choices = r.choices;
   q.draft = r.draft;
   q.stop_strings = r.stop;
   return q;

@@ -155,6 +155,7 @@ TEST(LanesEngine, RequestMapping) {
   GenerationRequest r;
   r.prompt = {1, 2};
   r.forced = {3};
+  r.choices = {{4, 5}, {6}};
   r.sampling = {0.5f, 0.9f, -1, 0.05f, 77};
   r.max_tokens = 9;
   r.top_logprobs = 4;
@@ -165,6 +166,7 @@ TEST(LanesEngine, RequestMapping) {
   lanes::Request q = LanesEngine::to_lanes(r);
   EXPECT_EQ(q.prompt, (std::vector<lanes::TokenId>{1, 2}));
   EXPECT_EQ(q.forced_tokens, (std::vector<lanes::TokenId>{3}));
+  EXPECT_EQ(q.choices, (std::vector<std::vector<lanes::TokenId>>{{4, 5}, {6}}));
   EXPECT_EQ(q.sampling.temperature, 0.5f);
   EXPECT_EQ(q.sampling.top_p, 0.9f);
   EXPECT_EQ(q.sampling.top_k, 0);  // "off" is 0 in the lane core
