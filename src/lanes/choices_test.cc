@@ -1,4 +1,5 @@
-// Choice constraints on the fake backend: masked draws, the constraint's steps, and the lane core's equalities.
+// Choice constraints on the fake backend: masked draws, the constraint's steps, and the lane core's equalities
+// (drafted, concurrent and resumed equal the serial reference).
 //
 // Expected tokens come from a plain serial loop written here: it chains the fake's hash, finds the allowed
 // tokens by scanning the choices for the spelled prefix, and draws by the sampler's published rule applied
@@ -216,6 +217,25 @@ TEST(Choices, ConcurrentEqualsSolo) {
   }
   host.run_until_idle();
   for (const auto& [id, expected] : runs) EXPECT_EQ(sink->get(id).tokens, expected) << "request " << id;
+}
+
+TEST(Choices, ResumedEqualsFresh) {
+  auto cache = std::move(cache::PromptCache::open({.page_tokens = 16, .ram_bytes = 1 << 20})).value();
+  FakeBackend fake({});
+  LaneHost host(fake, LaneHostOptions{.cache = cache.get()});
+  auto sink = std::make_shared<Collector>();
+  for (bool sampled : {false, true}) {
+    const Request r = choice_request(90 + sampled, sampled, true, kNames);
+    const std::vector<TokenId> expected = reference(fake, r);
+    for (int64_t cached : {0, 16}) {
+      StatusOr<RequestId> id = host.submit(r, sink);
+      ASSERT_TRUE(id.ok());
+      host.run_until_idle();
+      testing::Outcome o = sink->get(*id);
+      EXPECT_EQ(o.finish.usage.cached_prompt_tokens, cached);
+      EXPECT_EQ(o.tokens, expected) << "sampled " << sampled << " cached " << cached;
+    }
+  }
 }
 
 TEST(Choices, RefusesEmptyChoicesAndThinkingBudgets) {
