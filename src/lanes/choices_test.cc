@@ -238,6 +238,28 @@ TEST(Choices, ResumedEqualsFresh) {
   }
 }
 
+// Forced tokens longer than a verify window (max_verify_rows - 1) span several windows with no draw between
+// them; the choices follow the last one.
+TEST(Choices, LongForcedRunsSpanWindowsThenTheChoices) {
+  for (bool draft : {false, true}) {
+    FakeBackendOptions options;
+    options.max_verify_rows = 4;
+    FakeBackend fake(options);
+    LaneHost host(fake, {});
+    auto sink = std::make_shared<Collector>();
+    for (bool with_choices : {false, true}) {
+      Request r = choice_request(7, true, draft, with_choices ? kNames : TokenChoices{},
+                                 {10, 11, 12, 13, 14, 15, 16, 17});
+      const std::vector<TokenId> expected = reference(fake, r);
+      StatusOr<RequestId> id = host.submit(r, sink);
+      ASSERT_TRUE(id.ok());
+      host.run_until_idle();
+      EXPECT_EQ(sink->get(*id).tokens, expected) << "draft " << draft << " choices " << with_choices;
+      if (!with_choices) EXPECT_EQ(expected, testing::serial_reference(fake, r));  // the two references agree
+    }
+  }
+}
+
 TEST(Choices, RefusesEmptyChoicesAndThinkingBudgets) {
   FakeBackend fake({});
   LaneHost host(fake, {});

@@ -433,6 +433,8 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
   CommitOutcome outcome = CommitOutcome::more;
   int32_t accepted = 0;
   for (size_t i = 0; i < rows.size() && outcome == CommitOutcome::more; ++i) {
+    // Forced tokens left beyond this window: the last row's draw is not the next output.
+    if (forced_window && i + 1 == w.tokens.size() && !s.forced.empty()) break;
     const RowResult& row = rows[i];
     TokenEvent ev;
     ev.top = row.top;
