@@ -112,18 +112,44 @@ __global__ void hc_partials_kernel(const float* h, const float* fn, int nm, int6
   if (threadIdx.x == 0) out[nm] = sq;
 }
 
-__global__ void hc_mix_partials_kernel(const float* partials, int64_t rows, int C, int64_t n, const float* base,
-                                       float s0, float s1, float s2, float norm_eps, float eps, int iters, float* mix) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= rows) return;
-  const int nm = C * (C + 2);
-  float m[kMaxMix + 1];
-  for (int j = 0; j <= nm; ++j) {
-    float s = 0.0f;
-    for (int sl = 0; sl < kHcSplits; ++sl) s += partials[(r * kHcSplits + sl) * (nm + 1) + j];
-    m[j] = s;
+// One warp per row: lane j sums m[j] over the slices in slice order; lane l < C*C holds A[l]
+// through Sinkhorn, each row / column sum taken in the serial order of cpu::sinkhorn by shuffles.
+__global__ void hc_mix_partials_kernel(const float* partials, int C, int64_t n, const float* base, float s0, float s1,
+                                       float s2, float norm_eps, float eps, int iters, float* mix) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int64_t r = blockIdx.x;
+  const int lane = threadIdx.x, nm = C * (C + 2);
+  float mj = 0.0f;
+  if (lane <= nm)
+    for (int sl = 0; sl < kHcSplits; ++sl) mj += partials[(r * kHcSplits + sl) * (nm + 1) + lane];
+  const float sum = __shfl_sync(kAll, mj, nm);
+  const float rho = 1.0f / sqrtf(sum / static_cast<float>(n) + norm_eps);
+  float* o = mix + r * nm;
+  if (lane < C) o[lane] = sigmoidf(mj * rho * s0 + base[lane]) + eps;
+  else if (lane < 2 * C) o[lane] = 2.0f * sigmoidf(mj * rho * s1 + base[lane]);
+  const float ma = __shfl_sync(kAll, mj, (2 * C + lane) & 31);
+  const bool mine = lane < C * C;
+  float a = mine ? ma * rho * s2 + base[2 * C + lane] : 0.0f;
+  const int j = mine ? lane / C : 0, k = mine ? lane % C : 0;
+  auto row_sum = [&](float v) {
+    float t = 0.0f;
+    for (int q = 0; q < C; ++q) t += __shfl_sync(kAll, v, j * C + q);
+    return t;
+  };
+  auto col_sum = [&](float v) {
+    float t = 0.0f;
+    for (int q = 0; q < C; ++q) t += __shfl_sync(kAll, v, q * C + k);
+    return t;
+  };
+  float mx = __shfl_sync(kAll, a, j * C);
+  for (int q = 1; q < C; ++q) mx = fmaxf(mx, __shfl_sync(kAll, a, j * C + q));
+  a = expf(a - mx);
+  a = a / row_sum(a) + eps;
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) a = a / (row_sum(a) + eps);
+    a = a / (col_sum(a) + eps);
   }
-  hc_coefficients(m, m[nm], C, n, base, s0, s1, s2, norm_eps, eps, iters, mix + r * nm);
+  if (mine) o[2 * C + lane] = a;
 }
 
 __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stride, int C, int64_t D, float* y) {
@@ -228,10 +254,8 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
                                  cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (C * (C + 2) > kMaxMix) return cudaErrorInvalidValue;
-  // One thread per row: a row's arithmetic is the same code whatever the grid.
-  const int threads = 32;
-  hc_mix_partials_kernel<<<static_cast<unsigned>((rows + threads - 1) / threads), threads, 0, s>>>(
-      partials, rows, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
+  hc_mix_partials_kernel<<<static_cast<unsigned>(rows), 32, 0, s>>>(
+      partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
   return cudaGetLastError();
 }
 
