@@ -25,8 +25,8 @@ const noThink = { chat_template_kwargs: { thinking: false } };
 // encoders carry the same rules): BOS; a system message's content follows as plain text (V4 has no
 // `<｜System｜>` token, unlike V4.1); each user turn is `<｜User｜>` + content, and after the last
 // one comes `<｜Assistant｜>` + `</think>` in chat mode or `<think>` in thinking mode; a past
-// assistant turn is its content + EOS (chat mode drops past reasoning). Effort "max" would add a
-// paragraph first; these conversations use the default effort, which adds nothing.
+// assistant turn is its content + EOS (chat mode drops past reasoning). Higher efforts add a
+// paragraph first; these conversations use chat mode or effort low, which add nothing.
 const BOS = '<｜begin▁of▁sentence｜>';
 const EOS = '<｜end▁of▁sentence｜>';
 function renderV4(messages, { thinking }) {
@@ -103,8 +103,9 @@ test('chat completions, whole and streamed: prompt tokens = the V4 rendering cou
   assert.deepEqual(s.usage, r.usage);
   assert.equal(s.finish, r.choices[0].finish_reason);
 
-  // Thinking is on by default: the prompt ends in `<think>` and the reply is reasoning.
-  const t = await client.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 3, seed: 1 });
+  // Thinking mode at effort low: the prompt ends in `<think>`, with no effort paragraph (the V4
+  // encoders add none for low, on the original V4 and on 0731 alike).
+  const t = await client.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 3, seed: 1, reasoning_effort: 'low' });
   assert.equal(t.usage.prompt_tokens, count(renderV4(user('Hi'), { thinking: true })));
   assert.equal(t.usage.prompt_tokens, 5);  // BOS <｜User｜> Hi <｜Assistant｜> <think>: five single ids
 });
