@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fabric/bounded_wait.h"
 #include "fabric/nccl/ordered_sum.cuh"
 
 namespace dsv4::fabric {
@@ -23,6 +24,10 @@ Status cuda_status(cudaError_t e, const char* what) {
 }  // namespace
 
 StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int device) {
+  // Connect every peer at init: with runtime connection (NCCL's default) the first collective of each kind
+  // blocks the host until its peers answer, and a wedged or dead peer would hold it there. NCCL reads its
+  // environment once, at its first call, so this comes before any.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   std::unique_ptr<NcclComm> c(new NcclComm());
   c->rank_ = control.rank();
   c->world_ = control.world();
@@ -52,17 +57,16 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(Control& control, int devic
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
   std::shared_ptr<std::atomic<bool>> flag = c->abort_requested_;
   control.add_abort_hook([flag] { *flag = true; });
-  // Connect every peer now: with runtime connection (NCCL's default) the first collective of each algorithm
-  // would block the host until its peers answer, and a dead peer would hold it.
-  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   DSV4_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&c->comm_, c->world_, u, c->rank_), "ncclCommInitRank"));
   const auto limit = control.options().connect_timeout;
-  // Warm-up: one collective now, bounded, while every rank is here.
+  // Warm-up: each kind of collective once, bounded, while every rank is here (an all-gather and an
+  // all-reduce: if NCCL_RUNTIME_CONNECT was set otherwise, this is where their connections are made).
   float* one = nullptr;
   cudaStream_t stream = nullptr;
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaMalloc(&one, sizeof(float)), "cudaMalloc"));
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaMalloc(&one, sizeof(float) * (1 + c->world_)), "cudaMalloc"));
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream), "cudaStreamCreate"));
-  Status warm = c->plain_all_reduce(one, 1, stream);
+  Status warm = c->ordered_all_reduce(one, 1, one + 1, stream);
+  if (warm.ok()) warm = c->plain_all_reduce(one, 1, stream);
   if (warm.ok()) warm = c->wait(stream, limit);
   cudaStreamDestroy(stream);
   cudaFree(one);
@@ -104,20 +108,18 @@ Status NcclComm::plain_all_reduce(float* values, int64_t count, cudaStream_t str
 }
 
 Status NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
+  const auto poll = [&]() -> Poll {
     const cudaError_t q = cudaStreamQuery(stream);
-    if (q == cudaSuccess) return ok_status();
-    if (q != cudaErrorNotReady) return abort_now(fmt::format("the stream failed: {}", cudaGetErrorString(q)));
+    if (q == cudaSuccess) return {PollState::done, ""};
+    if (q != cudaErrorNotReady) return {PollState::failed, fmt::format("the stream: {}", cudaGetErrorString(q))};
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress)
-      return abort_now(fmt::format("NCCL failed: {}", ncclGetErrorString(async)));
-    if (abort_requested_->load()) return abort_now("the fabric failed: communicator aborted");
-    if (std::chrono::steady_clock::now() > deadline)
-      return abort_now(fmt::format("a collective did not finish within {} ms: communicator aborted", limit.count()));
-    std::this_thread::yield();  // a collective lasts microseconds: spin, but let other threads run
-  }
+      return {PollState::failed, fmt::format("NCCL: {}", ncclGetErrorString(async))};
+    return {};
+  };
+  Status s = wait_bounded(poll, *abort_requested_, limit, "a collective");
+  return s.ok() ? s : abort_now(s.message() + ": communicator aborted");
 }
 
 }  // namespace dsv4::fabric

@@ -2,14 +2,14 @@
 //
 // create(): every rank's NCCL version must match (else every rank ends with kExitAgreement); rank 0's
 // ncclUniqueId is broadcast over the control channel; ncclCommInitRank on `device` with every peer connected
-// at init (NCCL_RUNTIME_CONNECT=0 unless the environment says otherwise) and one warm-up collective, so no
-// later collective blocks the host on a connection. ordered_all_reduce() is ncclAllGather then one kernel that
+// at init (NCCL_RUNTIME_CONNECT=0 unless the environment says otherwise, set before any NCCL call) and a
+// warm-up of each kind of collective, so no later collective blocks the host on a connection. ordered_all_reduce() is ncclAllGather then one kernel that
 // sums the world's contributions in rank order, so every rank holds bit-identical sums that equal a host loop
 // r0 + r1 + ... in float, whatever order data arrives in (a plain ncclAllReduce's order depends on the
 // algorithm and topology NCCL picks).
 //
-// Never a hang: wait() polls the stream and NCCL's async error until a deadline and aborts the communicator
-// (on a detached thread) when the fabric's abort hook fired or the deadline passed. A lost rank is caught by
+// Never a hang: wait() polls the stream and NCCL's async error until a deadline (bounded_wait.h) and aborts
+// the communicator (on a detached thread) when the fabric's abort hook fired or the deadline passed. A lost rank is caught by
 // the control channel, whose failure ends the process (control.h) whatever the device is doing.
 #pragma once
 
