@@ -71,7 +71,9 @@ void BM_CpuPromptFirstToken(benchmark::State& state, bool cached) {
   const int64_t length = state.range(0);
   auto backend = make_backend();
   auto cache = std::move(cache::PromptCache::open({.page_tokens = 256, .ram_bytes = int64_t{8} << 30,
-                                                   .model_id = "tiny-synthetic-seed-7", .snapshot_version = 1}))
+                                                   .model_id = "tiny-synthetic-seed-7",
+                                                   .snapshot_version = backend->info().snapshot_version,
+                                                   .row_tables = lanes::cache_row_tables(backend->info())}))
                    .value();
   lanes::LaneHost host(*backend, lanes::LaneHostOptions{.prefill_rows = 256, .cache = cached ? cache.get() : nullptr});
   auto sink = std::make_shared<Usage>();
@@ -88,7 +90,47 @@ void BM_CpuPromptFirstToken(benchmark::State& state, bool cached) {
     host.run_until_idle();
   }
   state.counters["cached_rows"] = static_cast<double>(sink->usage.back().cached_prompt_tokens);
+  if (cached) {
+    const cache::PromptCacheStats s = cache->stats();
+    state.counters["cache_entries"] = static_cast<double>(s.ram_entries);
+    state.counters["cache_bytes"] = static_cast<double>(s.ram_bytes);
+    state.counters["cache_page_bytes"] = static_cast<double>(s.ram_page_bytes);
+  }
 }
+
+// Arg: prompt length. Prompt-cache bytes for the entries a prompt keeps at every 256-row page: whole snapshots
+// (each entry a whole-state copy, as before row tables) against split entries sharing row pages.
+void BM_CpuPromptCacheBytes(benchmark::State& state) {
+  const int64_t length = state.range(0), page = 256;
+  const std::vector<lanes::TokenId> prompt = prompt_of(length, 99);
+  for (auto _ : state) {
+    auto backend = make_backend();
+    auto cache = std::move(cache::PromptCache::open({.page_tokens = static_cast<int32_t>(page),
+                                                     .ram_bytes = int64_t{8} << 30,
+                                                     .row_tables = lanes::cache_row_tables(backend->info())}))
+                     .value();
+    (void)backend->open(1, lanes::StreamSpec{{}, 0, length});
+    int64_t whole = 0, entries = 0;
+    for (int64_t at = 0; at + page < length; at += page) {
+      lanes::Piece piece{1, at, std::span(prompt).subspan(static_cast<size_t>(at), static_cast<size_t>(page))};
+      (void)backend->prefill({&piece, 1});
+      const std::span<const lanes::TokenId> prefix = std::span(prompt).first(static_cast<size_t>(at + page));
+      whole += static_cast<int64_t>(backend->snapshot(1)->size());
+      const int64_t from = cache->shared_rows(prefix);
+      lanes::SnapshotParts parts = std::move(backend->snapshot_parts(1, from)).value();
+      (void)cache->insert_parts(prefix, std::move(parts.bounded), from, parts.rows);
+      ++entries;
+    }
+    const cache::PromptCacheStats s = cache->stats();
+    state.counters["entries"] = static_cast<double>(entries);
+    state.counters["whole_bytes_per_entry"] = static_cast<double>(whole) / static_cast<double>(entries);
+    state.counters["split_bytes_per_entry"] = static_cast<double>(s.ram_bytes) / static_cast<double>(entries);
+    state.counters["bounded_bytes_per_entry"] =
+        static_cast<double>(s.ram_bytes - s.ram_page_bytes) / static_cast<double>(entries);
+    state.counters["row_bytes_per_position"] = static_cast<double>(s.ram_page_bytes) / static_cast<double>(entries * page);
+  }
+}
+BENCHMARK(BM_CpuPromptCacheBytes)->Arg(2048)->Arg(8192)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CpuPromptFirstToken, fresh, false)->Arg(2048)->Iterations(2)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CpuPromptFirstToken, cached, true)->Arg(2048)->Iterations(2)->Unit(benchmark::kMillisecond);
 

@@ -135,7 +135,9 @@ TEST(LanesOnCpuOracle, ResumedFromRamAndDiskEqualsFresh) {
     CpuRig run;
     run.cache = std::move(cache::PromptCache::open({.page_tokens = 16, .ram_bytes = ram, .disk_dir = dir.string(),
                                                      .disk_bytes = int64_t{1} << 32,
-                                                     .model_id = "tiny-synthetic-seed-7", .snapshot_version = 1}))
+                                                     .model_id = "tiny-synthetic-seed-7",
+                                                     .snapshot_version = run.backend->info().snapshot_version,
+                                                     .row_tables = lanes::cache_row_tables(run.backend->info())}))
                     .value();
     run.host = std::make_unique<lanes::LaneHost>(*run.backend, lanes::LaneHostOptions{.cache = run.cache.get()});
     for (int pass = 0; pass < 2; ++pass) {
@@ -146,6 +148,64 @@ TEST(LanesOnCpuOracle, ResumedFromRamAndDiskEqualsFresh) {
       // 44 prompt rows: entries kept at 16 and 32; the second pass resumes at 32.
       EXPECT_EQ(o.finish.usage.cached_prompt_tokens, pass == 0 ? 0 : 32);
     }
+  }
+}
+
+TEST(LanesOnCpuOracle, NestedEntriesShareRowPagesAndResumeExactly) {
+  // Pages of 7 tokens, pieces of 7 rows: entries at 7, 14, .., 42 of a 45-token prompt. 7 is odd, so ratio-2 groups
+  // straddle page boundaries; 14 < 16 < 21 puts the window edge inside a page. RAM tier, then disk only.
+  const fs::path dir = fs::path(DSV4_BINARY_DIR) / "test-tmp" / "lanes_cpu_pages";
+  fs::remove_all(dir);
+  Request r = request_of(45, 21, true, 6);
+  const std::vector<TokenId> expected = serial_decode(r);
+  for (int64_t ram : {int64_t{1} << 30, int64_t{0}}) {
+    CpuRig run;
+    const lanes::BackendInfo& info = run.backend->info();
+    run.cache = std::move(cache::PromptCache::open({.page_tokens = 7, .ram_bytes = ram, .disk_dir = dir.string(),
+                                                     .disk_bytes = int64_t{1} << 32, .model_id = info.model_id,
+                                                     .snapshot_version = info.snapshot_version,
+                                                     .row_tables = lanes::cache_row_tables(info)}))
+                    .value();
+    run.host = std::make_unique<lanes::LaneHost>(*run.backend,
+                                                 lanes::LaneHostOptions{.prefill_rows = 7, .cache = run.cache.get()});
+    for (int pass = 0; pass < 2; ++pass) {
+      const lanes::RequestId id = *run.host->submit(r, run.sink);
+      run.host->run_until_idle();
+      lanes::testing::Outcome o = run.sink->get(id);
+      EXPECT_EQ(o.tokens, expected) << "ram " << ram << " pass " << pass;
+      EXPECT_EQ(o.finish.usage.cached_prompt_tokens, pass == 0 ? 0 : 42);
+    }
+    if (ram == 0) {
+      EXPECT_EQ(run.cache->stats().disk_entries, 6);
+      EXPECT_EQ(run.cache->stats().disk_pages, 6);
+      continue;
+    }
+    // Six entries: one copy of the table rows of 42 positions plus six bounded parts. The expected counts come from
+    // the state layout (stream_state.h): tables = history (8 bytes a position), then per KV-source layer compressed
+    // and index-key rows, one per `ratio` positions; a bounded part at L rows = magic, a 5-value header, then
+    // length-prefixed vectors: per layer the window ring's last min(L, window) rows and the two fp64 projection rings'
+    // L % ratio partial-group rows (ratio-2 KV sources) and two empty indexer projection rings (V4 only), then the
+    // DSpark stage count and rings' last min(L, window).
+    const cpu::StateGeometry g = cpu::make_geometry(tiny_weights()->config, cpu::OracleOptions{}.max_rollback);
+    const int64_t window = tiny_weights()->config.window;
+    int64_t rows_bytes = 42 * 8, bounded = 0;
+    for (size_t l = 0; l < g.ratio.size(); ++l) {
+      if (g.kv_source[l]) rows_bytes += (42 / g.ratio[l]) * (g.compressed_row + g.index_row);
+    }
+    for (int64_t L = 7; L <= 42; L += 7) {
+      const int64_t recent = std::min<int64_t>(L, window);
+      bounded += 8 + (8 + 5 * 8);
+      for (size_t l = 0; l < g.ratio.size(); ++l) {
+        const int64_t partial = g.kv_source[l] && g.ratio[l] > 1 ? L % g.ratio[l] : 0;
+        bounded += (8 + recent * g.window_row) + 2 * (8 + partial * g.d * 8) + 2 * 8;  // + empty indexer rings
+      }
+      bounded += (8 + 8) + g.dspark_stages * (8 + recent * g.window_row);
+    }
+    const cache::PromptCacheStats s = run.cache->stats();
+    EXPECT_EQ(s.ram_entries, 6);
+    EXPECT_EQ(s.ram_pages, 6);
+    EXPECT_EQ(s.ram_page_bytes, rows_bytes);
+    EXPECT_EQ(s.ram_bytes, rows_bytes + bounded);
   }
 }
 

@@ -1,8 +1,6 @@
-// Prompt cache: the page trie, RAM LRU with a byte budget, and the disk tier's files (park, index, restore).
-#include "cache/prompt_cache.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+// Prompt cache: the page trie, RAM LRU with a byte budget, the disk tier's entry files (park, index, restore).
+// Row pages of split snapshots are in row_pages.cc.
+#include "cache/prompt_cache_node.h"
 
 #include <algorithm>
 #include <cstring>
@@ -29,27 +27,7 @@ struct FileHeader {
 };
 static_assert(sizeof(FileHeader) == 48);
 
-uint64_t hash_tokens(std::span<const TokenId> tokens) {
-  return XXH3_64bits(tokens.data(), tokens.size_bytes());
-}
-
 }  // namespace
-
-struct PromptCache::Entry {
-  bool on_disk = false;
-  std::shared_ptr<const Bytes> bytes;  // RAM tier only
-  int64_t size = 0;                    // RAM: snapshot bytes; disk: file bytes
-  std::list<Node*>::iterator lru;      // in ram_lru_ or disk_lru_
-};
-
-struct PromptCache::Node {
-  Node* parent = nullptr;
-  uint64_t key = 0;                  // xxh3 of `page`, the key in parent->children
-  std::vector<TokenId> page;         // this node's page (empty at the root)
-  int64_t rows = 0;                  // prefix length ending with this page
-  std::unordered_map<uint64_t, std::unique_ptr<Node>> children;
-  std::unique_ptr<Entry> entry;
-};
 
 PromptCache::PromptCache(PromptCacheOptions options) : options_(std::move(options)), root_(std::make_unique<Node>()) {}
 PromptCache::~PromptCache() = default;
@@ -57,6 +35,12 @@ PromptCache::~PromptCache() = default;
 StatusOr<std::unique_ptr<PromptCache>> PromptCache::open(PromptCacheOptions options) {
   if (options.page_tokens < 1) return error(StatusCode::invalid_argument, "page_tokens {} is below 1", options.page_tokens);
   if (options.ram_bytes < 0) return error(StatusCode::invalid_argument, "ram_bytes {} is negative", options.ram_bytes);
+  for (const RowTableShape& t : options.row_tables) {
+    if (t.positions_per_row < 1 || t.row_bytes < 1) {
+      return error(StatusCode::invalid_argument, "row table of {} positions per row and {} bytes per row",
+                   t.positions_per_row, t.row_bytes);
+    }
+  }
   std::unique_ptr<PromptCache> cache(new PromptCache(std::move(options)));
   if (!cache->options_.disk_dir.empty()) {
     std::error_code ec;
@@ -98,6 +82,7 @@ PromptCache::Node* PromptCache::make_path(std::span<const TokenId> prefix) {
       child->key = key;
       child->page.assign(tokens.begin(), tokens.end());
       child->rows = node->rows + static_cast<int64_t>(page);
+      child->chain = XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), node->chain);
       it = node->children.emplace(key, std::move(child)).first;
     } else if (!std::equal(tokens.begin(), tokens.end(), it->second->page.begin())) {
       return nullptr;  // a 64-bit page-hash collision: leave the other prefix alone
@@ -137,10 +122,12 @@ void PromptCache::remove_entry(Node* node) {
     disk_lru_.erase(e.lru);
     stats_.disk_bytes -= e.size;
     stats_.disk_entries--;
+    if (split()) drop_disk_pages(node);
   } else {
     ram_lru_.erase(e.lru);
     stats_.ram_bytes -= e.size;
     stats_.ram_entries--;
+    if (split()) drop_ram_pages(node);
   }
   node->entry.reset();
 }
@@ -153,6 +140,24 @@ void PromptCache::touch(Node* node) {
 
 Status PromptCache::park(Node* node) {
   Entry& e = *node->entry;
+  // Row pages first: every page on the path gets a file unless it has one, so the parked entry is complete.
+  std::vector<Node*> written;
+  auto undo = [&] {
+    for (Node* w : written) {
+      if (w->disk_users == 0) remove_page_file(w);
+    }
+  };
+  if (split()) {
+    for (Node* n : path_to(node)) {
+      if (n->page_file_size != 0) continue;
+      Status st = write_page(n);
+      if (!st.ok()) {
+        undo();
+        return st;
+      }
+      written.push_back(n);
+    }
+  }
   const std::vector<TokenId> tokens = node_tokens(node);
   FileHeader header;
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
@@ -170,11 +175,17 @@ Status PromptCache::park(Node* node) {
     out.write(options_.model_id.data(), static_cast<std::streamsize>(options_.model_id.size()));
     out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(TokenId)));
     out.write(reinterpret_cast<const char*>(e.bytes->data()), static_cast<std::streamsize>(e.bytes->size()));
-    if (!out) return error(StatusCode::data_loss, "prompt cache: cannot write {}", temp);
+    if (!out) {
+      undo();
+      return error(StatusCode::data_loss, "prompt cache: cannot write {}", temp);
+    }
   }
   std::error_code ec;
   fs::rename(temp, path, ec);
-  if (ec) return error(StatusCode::data_loss, "prompt cache: cannot rename {}: {}", temp, ec.message());
+  if (ec) {
+    undo();
+    return error(StatusCode::data_loss, "prompt cache: cannot rename {}: {}", temp, ec.message());
+  }
   const int64_t file_bytes = static_cast<int64_t>(sizeof(header) + options_.model_id.size() +
                                                   tokens.size() * sizeof(TokenId) + e.bytes->size());
   ram_lru_.erase(e.lru);
@@ -187,6 +198,10 @@ Status PromptCache::park(Node* node) {
   stats_.disk_bytes += file_bytes;
   stats_.disk_entries++;
   stats_.parked++;
+  if (split()) {
+    for (Node* n : path_to(node)) n->disk_users++;
+    drop_ram_pages(node);
+  }
   return ok_status();
 }
 
@@ -261,7 +276,11 @@ Status PromptCache::index_disk() {
     node->entry->lru = disk_lru_.insert(disk_lru_.end(), node);
     stats_.disk_bytes += node->entry->size;
     stats_.disk_entries++;
+    if (split()) {
+      for (Node* n : path_to(node)) n->disk_users++;
+    }
   }
+  index_pages();
   apply_budgets();
   return ok_status();
 }
@@ -297,15 +316,32 @@ std::optional<CacheHit> PromptCache::lookup(std::span<const TokenId> tokens, int
   }
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     Node* hit = *it;
+    if (!hit->entry) continue;  // discarded above with a damaged page it shared
     if (hit->entry->on_disk) {
       StatusOr<Bytes> bytes = read_parked(hit, tokens.first(static_cast<size_t>(hit->rows)));
+      // Row pages not in RAM are read back from their files, each checked.
+      std::vector<std::pair<Node*, Bytes>> pages;
+      if (bytes.ok() && split()) {
+        for (Node* n : path_to(hit)) {
+          if (n->page_rows != nullptr) continue;
+          StatusOr<Bytes> rows = read_page(n);
+          if (!rows.ok()) {
+            remove_page_file(n);  // damaged: entries that need it are discarded when they are tried
+            bytes = rows.status();
+            break;
+          }
+          pages.emplace_back(n, std::move(rows).value());
+        }
+      }
       if (!bytes.ok()) {
         remove_entry(hit);
         prune(hit);
         stats_.discarded++;
         continue;
       }
-      // Back to RAM: the file goes, the bytes join the RAM tier as most recently used.
+      // Back to RAM: the file goes, the bytes (and pages) join the RAM tier as most recently used.
+      for (auto& [n, rows] : pages) n->page_rows = std::make_shared<const Bytes>(std::move(rows));
+      if (split()) hold_ram_pages(hit);
       remove_entry(hit);
       hit->entry = std::make_unique<Entry>();
       hit->entry->size = static_cast<int64_t>(bytes->size());
@@ -317,10 +353,10 @@ std::optional<CacheHit> PromptCache::lookup(std::span<const TokenId> tokens, int
     } else {
       touch(hit);
     }
-    CacheHit result{hit->rows, hit->entry->bytes};
+    std::optional<CacheHit> result = hit_of(hit);
     stats_.hits++;
-    stats_.hit_rows += result.rows;
-    apply_budgets();  // may park the restored entry again; `result` keeps its bytes alive
+    stats_.hit_rows += result->rows;
+    apply_budgets();  // may park the restored entry again; `result` keeps its bytes and pages alive
     return result;
   }
   return std::nullopt;
@@ -337,6 +373,7 @@ Status PromptCache::insert(std::span<const TokenId> prefix, Bytes bytes) {
     return error(StatusCode::invalid_argument, "prompt cache: a prefix of {} tokens is not a multiple of the {}-token page",
                  prefix.size(), page);
   }
+  if (split()) return error(StatusCode::invalid_argument, "prompt cache: split snapshots go through insert_parts");
   Node* node = make_path(prefix);
   if (node == nullptr) return ok_status();  // page-hash collision: not cached
   if (node->entry) remove_entry(node);

@@ -4,6 +4,14 @@
 // prompt. RAM entries past the byte budget are evicted least recently used first; with a disk tier they are
 // parked as files (checked by model id, snapshot version, tokens and an xxh3 checksum when read back) and
 // restored on a later hit; a damaged or foreign file is discarded. Used from one thread (the engine's).
+//
+// Split snapshots (options.row_tables non-empty): an entry holds only the backend's bounded part; the append-only
+// table rows live in row pages, one per trie node, holding the rows that node's token page added to every table.
+// An entry at page k uses the row pages of nodes 1..k, shared with every other entry on that path and counted by
+// reference (RAM entries and disk entries apart), so a page's bytes are held — and counted in the budgets — once,
+// and freed when the last entry using them goes. A page is in RAM while a RAM entry uses it and in a file (.pcr)
+// while a parked entry does; a hit reads the missing pages back and checks each one. A damaged or missing page file
+// discards the entry that needed it.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,12 @@ namespace dsv4::cache {
 using TokenId = int32_t;
 using Bytes = std::vector<uint8_t>;
 
+// One append-only table of split snapshots (lanes::RowTable's geometry): rows at n positions = n / positions_per_row.
+struct RowTableShape {
+  int32_t positions_per_row = 1;
+  int64_t row_bytes = 0;
+};
+
 struct PromptCacheOptions {
   int32_t page_tokens = 64;        // trie page size; entries only at multiples of it
   int64_t ram_bytes = 256 << 20;   // budget for snapshot bytes held in RAM
@@ -28,11 +42,17 @@ struct PromptCacheOptions {
   int64_t disk_bytes = 0;          // disk tier cap (file bytes)
   std::string model_id;            // identity written into and checked on every disk entry
   uint32_t snapshot_version = 0;   // snapshot format written into and checked on every disk entry
+  std::vector<RowTableShape> row_tables;  // the backend's row tables (BackendInfo::row_tables); empty = whole
+                                          // snapshots (insert), else split ones (insert_parts)
 };
 
 struct CacheHit {
   int64_t rows = 0;                         // prompt rows the snapshot holds
-  std::shared_ptr<const Bytes> bytes;       // the backend's snapshot
+  std::shared_ptr<const Bytes> bytes;       // the backend's snapshot (split: its bounded part)
+  // Split snapshots: per table, its rows [0, rows / ppr) as one chunk per row page in order; the spans point into
+  // `pages`, which keeps them alive as long as the hit.
+  std::vector<std::vector<std::span<const uint8_t>>> tables;
+  std::vector<std::shared_ptr<const Bytes>> pages;
 };
 
 struct PromptCacheStats {
@@ -48,6 +68,9 @@ struct PromptCacheStats {
   int64_t disk_bytes = 0;    // file bytes on disk now
   int64_t ram_entries = 0;
   int64_t disk_entries = 0;
+  int64_t ram_pages = 0;       // row pages in RAM (split snapshots); their bytes are in ram_bytes
+  int64_t disk_pages = 0;      // row page files; their bytes are in disk_bytes
+  int64_t ram_page_bytes = 0;  // the part of ram_bytes held by row pages
 };
 
 class PromptCache {
@@ -57,18 +80,30 @@ class PromptCache {
   ~PromptCache();
 
   int32_t page_tokens() const { return options_.page_tokens; }
+  const std::vector<RowTableShape>& row_tables() const { return options_.row_tables; }
   // The longest entry prefixing `tokens` with rows <= max_rows; a disk entry is read, checked and moved to RAM.
   std::optional<CacheHit> lookup(std::span<const TokenId> tokens, int64_t max_rows);
   // Whether an entry for exactly this prefix exists (RAM or disk); does not touch recency.
   bool contains(std::span<const TokenId> prefix) const;
   // Adds (or replaces) the entry for `prefix` (size a positive multiple of page_tokens), then applies budgets.
+  // Whole snapshots only (no row tables).
   Status insert(std::span<const TokenId> prefix, Bytes bytes);
+  // Split snapshots: the rows (a page multiple) up to which `prefix`'s row pages are already in RAM — the `from` to
+  // ask the backend's snapshot_parts for.
+  int64_t shared_rows(std::span<const TokenId> prefix) const;
+  // Adds (or replaces) the entry for `prefix` from a split snapshot: `bounded`, and per table its rows from position
+  // `from` (<= shared_rows(prefix), a page multiple) to prefix.size(); they fill the row pages not yet in RAM.
+  Status insert_parts(std::span<const TokenId> prefix, Bytes bounded, int64_t from, const std::vector<Bytes>& rows);
   // Removes the entry for exactly this prefix (its snapshot proved unusable); counts as discarded.
   void discard(std::span<const TokenId> prefix);
   PromptCacheStats stats() const { return stats_; }
   // Entries' row counts from least to most recently used, RAM then disk (for tests and diagnostics).
   std::vector<int64_t> ram_lru_rows() const;
   std::vector<int64_t> disk_lru_rows() const;
+  // Entries (RAM + disk) using the row page that ends at `prefix` (its last page); 0 when it has none.
+  int32_t page_users(std::span<const TokenId> prefix) const;
+  // Bytes one row page holds for positions [first, end) (all tables; split snapshots).
+  int64_t page_bytes(int64_t first, int64_t end) const;
 
  private:
   struct Node;
@@ -83,7 +118,18 @@ class PromptCache {
   Status park(Node* node);
   StatusOr<Bytes> read_parked(Node* node, std::span<const TokenId> prefix);
   Status index_disk();
+  void index_pages();
   std::string file_path(const Node* node) const;
+  std::string page_path(const Node* node) const;
+  // Row pages (split snapshots): reference counting along an entry's path, files, reads.
+  bool split() const { return !options_.row_tables.empty(); }
+  void hold_ram_pages(Node* node);
+  void drop_ram_pages(Node* node);
+  void drop_disk_pages(Node* node);
+  void remove_page_file(Node* node);
+  Status write_page(Node* node);
+  StatusOr<Bytes> read_page(const Node* node) const;
+  std::optional<CacheHit> hit_of(Node* node);
   std::vector<TokenId> node_tokens(const Node* node) const;
 
   PromptCacheOptions options_;

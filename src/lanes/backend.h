@@ -10,6 +10,10 @@
 // Exactness (DESIGN.md principle 1): every row's arithmetic must not depend on which other rows or streams share
 // a call, nor on piece boundaries; every draw is keyed by (stream seed, absolute position) with sample_keyed's
 // rule (lanes/sampling.h) — a device sampler must agree with it bit for bit.
+//
+// Snapshots come whole (snapshot/restore) or split (snapshot_parts/restore_parts, for backends that name
+// BackendInfo::row_tables): the split lets the prompt cache keep the append-only rows of a long prompt once, shared
+// by every entry along it, instead of once per entry.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,27 @@
 namespace dsv4::lanes {
 
 using StreamId = uint64_t;  // chosen by the lane core; unique while the stream is open
+
+// One append-only row table of a stream's state: rows that only ever grow with the stream's positions and are never
+// rewritten once complete (compressed KV rows, index-key rows, a per-position history). A stream holding `rows`
+// positions holds rows / positions_per_row (floor) rows of the table, row j a pure function of the first
+// (j + 1) * positions_per_row prompt tokens, so every stream with the same prefix holds the same bytes.
+struct RowTable {
+  int32_t positions_per_row = 1;  // >= 1 (a ratio-r compressed table has r)
+  int64_t row_bytes = 0;          // bytes of one row; > 0
+  bool operator==(const RowTable&) const = default;
+};
+
+// A split snapshot: the bounded part plus table rows from a starting position.
+struct SnapshotParts {
+  std::vector<uint8_t> bounded;            // all state but the tables' rows (rings, partial groups, carries, tails);
+                                           // its size must not grow with the stream's rows
+  std::vector<std::vector<uint8_t>> rows;  // [table] rows [from / ppr, held / ppr) of each row table, in order,
+                                           // row_bytes each (ppr = the table's positions_per_row)
+};
+
+// One table's rows as consecutive chunks; concatenated in order they are rows [0, n) of the table.
+using RowChunks = std::vector<std::span<const uint8_t>>;
 
 // Facts about the loaded model and device, read once by the lane core.
 struct BackendInfo {
@@ -38,6 +63,8 @@ struct BackendInfo {
   int32_t max_prefill_rows = 1;     // most prompt rows in one prefill call, all pieces together
   std::vector<double> window_cost;  // relative cost of a lone window of r rows at index r-1 (a fixed table,
                                     // never a timing: drafting depth must not depend on load); size >= 1
+  std::vector<RowTable> row_tables;  // append-only tables of the split snapshot, in a fixed order; empty = whole
+                                     // snapshots only (snapshot_parts/restore_parts are then never called)
 };
 
 // How a stream draws: fixed for its life.
@@ -120,6 +147,23 @@ class Backend {
   // Loads snapshot bytes taken at `rows` into a freshly opened stream; an error (damaged or foreign bytes)
   // leaves the stream empty (0 rows) and usable for a fresh prefill.
   virtual Status restore(StreamId stream, std::span<const uint8_t> bytes, int64_t rows) = 0;
+
+  // Split snapshots, used instead of snapshot/restore when info().row_tables is non-empty (the defaults refuse).
+  // The bounded part at the stream's current rows, plus each table's rows from position `from` (a multiple of the
+  // prompt cache's page, <= rows held): the cache already holds the rows before `from`, stored from an ancestor entry.
+  virtual StatusOr<SnapshotParts> snapshot_parts(StreamId stream, int64_t from) {
+    (void)stream, (void)from;
+    return error(StatusCode::unimplemented, "this backend keeps whole snapshots only");
+  }
+  // Loads a split snapshot taken at `rows` into a freshly opened stream: `bounded` from snapshot_parts, and per table
+  // (tables.size() == row_tables.size()) its rows [0, rows / ppr) as chunks — the concatenation of snapshot_parts
+  // rows of this entry and its ancestors. A device backend may copy each chunk straight into its row buffers. An error
+  // (damaged, foreign or inconsistent parts) leaves the stream empty (0 rows) and usable for a fresh prefill.
+  virtual Status restore_parts(StreamId stream, std::span<const uint8_t> bounded, std::span<const RowChunks> tables,
+                               int64_t rows) {
+    (void)stream, (void)bounded, (void)tables, (void)rows;
+    return error(StatusCode::unimplemented, "this backend keeps whole snapshots only");
+  }
 
   // The stream has left: free its slot, memory and held drafts. Unknown ids are ignored.
   virtual void release(StreamId stream) = 0;

@@ -7,13 +7,15 @@ namespace dsv4::lanes {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x454B4146;  // "FAKE"
-constexpr uint32_t kSnapshotVersion = 1;
+constexpr uint32_t kSnapshotVersion = 1;       // whole snapshots
+constexpr uint32_t kSplitSnapshotVersion = 2;  // split snapshots
 
 }  // namespace
 
 FakeBackend::FakeBackend(FakeBackendOptions options) : options_(std::move(options)) {
   info_.model_id = "fake";
-  info_.snapshot_version = kSnapshotVersion;
+  info_.snapshot_version = options_.split_snapshots ? kSplitSnapshotVersion : kSnapshotVersion;
+  if (options_.split_snapshots) info_.row_tables = {RowTable{1, 8}, RowTable{kGroup, 8}};
   info_.vocab_size = options_.vocab_size;
   info_.eos_ids = options_.eos_ids;
   info_.max_context = options_.max_context;
@@ -200,6 +202,71 @@ Status FakeBackend::restore(StreamId stream, std::span<const uint8_t> bytes, int
   }
   s->chain.resize(held);
   if (held != 0) std::memcpy(s->chain.data(), bytes.data() + 16, 8 * held);
+  return ok_status();
+}
+
+uint64_t FakeBackend::group_digest(uint64_t state) { return splitmix64_mix(state ^ 0x6A09E667F3BCC908ull); }
+
+StatusOr<SnapshotParts> FakeBackend::snapshot_parts(StreamId stream, int64_t from) {
+  DSV4_ASSIGN_OR_RETURN(StreamState * s, find(stream));
+  const int64_t rows = static_cast<int64_t>(s->chain.size());
+  if (!options_.split_snapshots || from < 0 || from > rows) {
+    return error(StatusCode::invalid_argument, "fake backend: split snapshot of stream {} from {} ({} rows)", stream,
+                 from, rows);
+  }
+  SnapshotParts parts;
+  parts.bounded.resize(kBoundedBytes);
+  const uint64_t held = static_cast<uint64_t>(rows);
+  const uint64_t last = rows == 0 ? 0 : s->chain.back();
+  std::memcpy(parts.bounded.data(), &kSnapshotMagic, 4);
+  std::memcpy(parts.bounded.data() + 4, &kSplitSnapshotVersion, 4);
+  std::memcpy(parts.bounded.data() + 8, &held, 8);
+  std::memcpy(parts.bounded.data() + 16, &last, 8);
+  parts.rows.resize(2);
+  parts.rows[0].resize(static_cast<size_t>(8 * (rows - from)));
+  if (rows > from) std::memcpy(parts.rows[0].data(), s->chain.data() + from, parts.rows[0].size());
+  for (int64_t j = from / kGroup; j < rows / kGroup; ++j) {
+    const uint64_t digest = group_digest(s->chain[static_cast<size_t>(j * kGroup + kGroup - 1)]);
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(&digest);
+    parts.rows[1].insert(parts.rows[1].end(), p, p + 8);
+  }
+  calls_.push_back({FakeCall::Kind::snapshot, {{stream, rows}}});
+  return parts;
+}
+
+Status FakeBackend::restore_parts(StreamId stream, std::span<const uint8_t> bounded, std::span<const RowChunks> tables,
+                                  int64_t rows) {
+  DSV4_ASSIGN_OR_RETURN(StreamState * s, find(stream));
+  calls_.push_back({FakeCall::Kind::restore, {{stream, rows}}});
+  std::vector<uint64_t> chain, digests;
+  auto gather = [](const RowChunks& chunks, std::vector<uint64_t>& out) {
+    for (std::span<const uint8_t> c : chunks) {
+      const size_t at = out.size();
+      out.resize(at + c.size() / 8);
+      std::memcpy(out.data() + at, c.data(), c.size() / 8 * 8);
+      if (c.size() % 8 != 0) return false;
+    }
+    return true;
+  };
+  uint32_t magic = 0, version = 0;
+  uint64_t held = 0, last = 0;
+  bool ok = options_.split_snapshots && bounded.size() == kBoundedBytes && tables.size() == 2 && rows >= 0;
+  if (ok) {
+    std::memcpy(&magic, bounded.data(), 4);
+    std::memcpy(&version, bounded.data() + 4, 4);
+    std::memcpy(&held, bounded.data() + 8, 8);
+    std::memcpy(&last, bounded.data() + 16, 8);
+    ok = magic == kSnapshotMagic && version == kSplitSnapshotVersion && held == static_cast<uint64_t>(rows) &&
+         gather(tables[0], chain) && gather(tables[1], digests) && chain.size() == held &&
+         digests.size() == held / kGroup && (held == 0 ? last == 0 : chain.back() == last);
+  }
+  for (size_t j = 0; ok && j < digests.size(); ++j) ok = digests[j] == group_digest(chain[j * kGroup + kGroup - 1]);
+  if (!ok) {
+    s->chain.clear();
+    return error(StatusCode::data_loss, "fake backend: split snapshot parts are not a consistent {}-row fake snapshot",
+                 rows);
+  }
+  s->chain = std::move(chain);
   return ok_status();
 }
 

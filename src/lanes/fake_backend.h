@@ -4,6 +4,10 @@
 // position p are a pure function of h[p]; drafts follow the true keyed draws but are deliberately wrong where a
 // hash bit says so, so verification both accepts and rejects. Costs advance an optional ManualClock, and every
 // call is logged, so scheduling tests can assert exact call sequences and times.
+//
+// Split snapshots (the default): two row tables — the chain itself (one 8-byte row per position) and a group digest
+// (one 8-byte row per 3 positions, a hash of the chain at the group's last position, so pages of 16 split groups) —
+// and a bounded part holding the rows and the last chain state; restore checks that all three agree.
 #pragma once
 
 #include <map>
@@ -27,6 +31,7 @@ struct FakeBackendOptions {
   int32_t max_prefill_rows = 256;
   float logit_scale = 8.0f;               // logits are uniform in [0, logit_scale) per row
   uint32_t draft_miss_mask = 3;           // a draft is wrong where (hash bits & mask) == 0 (1 in 4)
+  bool split_snapshots = true;            // row tables and snapshot_parts; false = whole snapshots only
   ManualClock* clock = nullptr;           // advanced by call costs when set
   int64_t call_ns = 1000;                 // fixed cost of one prefill/verify/draft call
   int64_t row_ns = 100;                   // cost per row fed
@@ -51,11 +56,18 @@ class FakeBackend final : public Backend {
   Status draft(std::span<const DraftRequest> requests, std::vector<DraftProposal>* out) override;
   StatusOr<std::vector<uint8_t>> snapshot(StreamId stream) override;
   Status restore(StreamId stream, std::span<const uint8_t> bytes, int64_t rows) override;
+  StatusOr<SnapshotParts> snapshot_parts(StreamId stream, int64_t from) override;
+  Status restore_parts(StreamId stream, std::span<const uint8_t> bounded, std::span<const RowChunks> tables,
+                       int64_t rows) override;
   void release(StreamId stream) override;
 
   // The chain step: state after feeding `token` at `position` on top of `previous` (kFakeRoot for none).
   static uint64_t chain(uint64_t previous, int64_t position, TokenId token);
   static constexpr uint64_t kFakeRoot = 0x0DDC0FFEEull;
+  static constexpr int32_t kGroup = 3;                  // positions per group-digest row
+  static constexpr int64_t kBoundedBytes = 24;          // magic, version, rows, last chain state
+  // The group digest row of a group whose last position has chain state `state`.
+  static uint64_t group_digest(uint64_t state);
   // The logits of the row whose chain state is `state` (f32 [V]).
   std::vector<float> logits(uint64_t state) const;
 

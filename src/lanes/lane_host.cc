@@ -29,6 +29,12 @@ Finish ended(FinishReason reason, std::string message) {
 
 }  // namespace
 
+std::vector<cache::RowTableShape> cache_row_tables(const BackendInfo& info) {
+  std::vector<cache::RowTableShape> shapes;
+  for (const RowTable& t : info.row_tables) shapes.push_back({t.positions_per_row, t.row_bytes});
+  return shapes;
+}
+
 LaneHost::LaneHost(Backend& backend, LaneHostOptions options)
     : backend_(backend),
       info_(backend.info()),
@@ -39,6 +45,16 @@ LaneHost::LaneHost(Backend& backend, LaneHostOptions options)
   }
   options_.max_batch_streams = std::max(1, options_.max_batch_streams);
   DSV4_CHECK(info_.max_verify_rows >= 2);  // a forced token needs its row and the pending row
+  if (options_.cache != nullptr) {
+    // The cache must split snapshots exactly as the backend does (options.row_tables from info().row_tables).
+    const std::vector<cache::RowTableShape>& shapes = options_.cache->row_tables();
+    bool same = shapes.size() == info_.row_tables.size();
+    for (size_t t = 0; same && t < shapes.size(); ++t) {
+      same = shapes[t].positions_per_row == info_.row_tables[t].positions_per_row &&
+             shapes[t].row_bytes == info_.row_tables[t].row_bytes;
+    }
+    DSV4_CHECK(same);
+  }
 }
 
 LaneHost::~LaneHost() { stop(); }
@@ -296,7 +312,10 @@ void LaneHost::admit() {
         counters_.cache_lookups++;
         std::optional<cache::CacheHit> hit = options_.cache->lookup(r.prompt, prompt_rows);
         if (hit.has_value()) {
-          Status restored = backend_.restore(stream->sid, *hit->bytes, hit->rows);
+          Status restored =
+              info_.row_tables.empty()
+                  ? backend_.restore(stream->sid, *hit->bytes, hit->rows)
+                  : backend_.restore_parts(stream->sid, *hit->bytes, std::span<const RowChunks>(hit->tables), hit->rows);
           if (restored.ok()) {
             stream->rows = hit->rows;
             stream->usage.cached_prompt_tokens = hit->rows;
@@ -349,10 +368,7 @@ void LaneHost::run_pieces() {
     const int64_t prompt_rows = static_cast<int64_t>(s.request.prompt.size()) - 1;
     if (page > 0 && s.rows % page == 0) {
       std::span<const TokenId> prefix = std::span(s.request.prompt).first(static_cast<size_t>(s.rows));
-      if (!options_.cache->contains(prefix)) {
-        StatusOr<std::vector<uint8_t>> bytes = backend_.snapshot(s.sid);
-        if (bytes.ok()) (void)options_.cache->insert(prefix, std::move(bytes).value());
-      }
+      if (!options_.cache->contains(prefix)) keep_snapshot(s.sid, prefix);
     }
     if (s.sink) s.sink->on_prefill(s.id, s.rows, prompt_rows + 1);
     if (s.rows == prompt_rows) {
@@ -360,6 +376,18 @@ void LaneHost::run_pieces() {
       s.pending = s.request.prompt.back();
     }
   }
+}
+
+void LaneHost::keep_snapshot(StreamId sid, std::span<const TokenId> prefix) {
+  if (info_.row_tables.empty()) {
+    StatusOr<std::vector<uint8_t>> bytes = backend_.snapshot(sid);
+    if (bytes.ok()) (void)options_.cache->insert(prefix, std::move(bytes).value());
+    return;
+  }
+  // Split: only the table rows the cache does not hold yet along this prefix.
+  const int64_t from = options_.cache->shared_rows(prefix);
+  StatusOr<SnapshotParts> parts = backend_.snapshot_parts(sid, from);
+  if (parts.ok()) (void)options_.cache->insert_parts(prefix, std::move(parts->bounded), from, parts->rows);
 }
 
 Window LaneHost::build_window(Stream& s) const {

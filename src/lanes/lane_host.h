@@ -21,12 +21,16 @@
 
 namespace dsv4::lanes {
 
+// The prompt cache's row tables for a backend (PromptCacheOptions::row_tables must equal them).
+std::vector<cache::RowTableShape> cache_row_tables(const BackendInfo& info);
+
 struct LaneHostOptions {
   int32_t max_batch_streams = 32;     // windows per verify call
   int32_t prefill_rows = 0;           // prompt rows per round (all pieces); 0 = backend max_prefill_rows
   int32_t max_queue = 4096;           // queued requests before submit refuses
   TokenBytesFn token_bytes;           // token -> output bytes; required for requests with stop strings
-  cache::PromptCache* cache = nullptr;  // prompt cache (not owned); null = none
+  cache::PromptCache* cache = nullptr;  // prompt cache (not owned); null = none; its options.row_tables must be
+                                        // cache_row_tables(backend.info()) (checked)
   const Clock* clock = nullptr;       // deadlines; null = steady clock
 };
 
@@ -65,6 +69,8 @@ class LaneHost final : public Engine {
   void run_pieces();
   void run_verify();
   void run_drafts();
+  // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
+  void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);
   Window build_window(Stream& stream) const;
   void conclude(Stream& stream, const Window& window, const std::vector<RowResult>& rows);
   void finish(Stream& stream, Finish finish);

@@ -91,6 +91,26 @@ Status Oracle::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
   return ok_status();
 }
 
+StatusOr<StateParts> Oracle::snapshot_parts(int32_t stream, int64_t from) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (from < 0 || from > it->second.length)
+    return error(StatusCode::invalid_argument, "stream {}: split snapshot from {} of {} rows", stream, from,
+                 it->second.length);
+  return split_state(geo_, it->second, from);
+}
+
+Status Oracle::restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                             std::span<const std::vector<std::span<const uint8_t>>> tables) {
+  DSV4_ASSIGN_OR_RETURN(StreamState s, join_state(geo_, bounded, tables));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  it->second = std::move(s);
+  return ok_status();
+}
+
 StatusOr<std::vector<PieceResult>> Oracle::forward(const std::vector<Piece>& pieces) {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.precision == Precision::ref64) return forward_impl<double>(pieces);

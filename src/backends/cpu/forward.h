@@ -72,6 +72,11 @@ class Oracle {
   Status truncate(int32_t stream, int64_t length);
   StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const;
   Status restore(int32_t stream, const std::vector<uint8_t>& bytes);
+  // Split snapshots (stream_state.h): the bounded part and each row table's rows from position `from`; and back.
+  StatusOr<StateParts> snapshot_parts(int32_t stream, int64_t from) const;
+  Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables);
+  const StateGeometry& geometry() const { return geo_; }
   // DSpark: given the token `next` sampled for position length(stream), drafts the following
   // block of tokens greedily from the stream's DSpark rings (the stream itself is unchanged).
   StatusOr<DraftResult> draft(int32_t stream, int32_t next);

@@ -39,6 +39,8 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
   for (int r = 1; r <= i.max_verify_rows; ++r) i.window_cost.push_back(1.0 + 0.1 * (r - 1));
   // Bytes: rings are fixed per stream; compressed and index rows and the history grow per row.
   const StateGeometry g = make_geometry(cfg, max_rollback);
+  for (const RowTableGeometry& t : b->fwd_->row_tables())
+    i.row_tables.push_back(lanes::RowTable{t.positions_per_row, t.row_bytes});
   const auto roles = layer_roles(cfg);
   b->bytes_fixed_ = (cfg.n_layers + (has_draft ? cfg.dspark_stages : 0)) * g.ring_capacity * g.window_row;
   double per_row = 8;  // Engram history
@@ -160,6 +162,27 @@ Status LaneBackend::restore(lanes::StreamId stream, std::span<const uint8_t> byt
   return st;
 }
 
+StatusOr<lanes::SnapshotParts> LaneBackend::snapshot_parts(lanes::StreamId stream, int64_t from) {
+  DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
+  DSV4_ASSIGN_OR_RETURN(StateParts parts, fwd_->snapshot_parts(s->fwd_stream, from));
+  return lanes::SnapshotParts{std::move(parts.bounded), std::move(parts.rows)};
+}
+
+Status LaneBackend::restore_parts(lanes::StreamId stream, std::span<const uint8_t> bounded,
+                                  std::span<const lanes::RowChunks> tables, int64_t rows) {
+  DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
+  Status st = fwd_->restore_parts(s->fwd_stream, bounded, tables);
+  if (st.ok()) {
+    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
+    if (len == rows) return ok_status();
+    st = error(StatusCode::data_loss, "stream {}: snapshot holds {} rows, expected {}", stream, len, rows);
+  }
+  // Leave the stream empty and usable.
+  (void)fwd_->close_stream(s->fwd_stream);
+  DSV4_ASSIGN_OR_RETURN(s->fwd_stream, fwd_->open_stream());
+  return st;
+}
+
 void LaneBackend::release(lanes::StreamId stream) {
   auto it = slots_.find(stream);
   if (it == slots_.end()) return;
@@ -173,7 +196,7 @@ class OracleForward final : public StreamForward {
   OracleForward(std::unique_ptr<Oracle> o, bool drafter) : o_(std::move(o)), drafter_(drafter) {}
   const ModelConfig& config() const override { return o_->config(); }
   bool has_drafter() const override { return drafter_; }
-  uint32_t snapshot_version() const override { return 1; }
+  uint32_t snapshot_version() const override { return 2; }  // split snapshots (stream_state.h); 1 was whole
   StatusOr<int32_t> open_stream() override { return o_->open_stream(); }
   Status close_stream(int32_t s) override { return o_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return o_->length(s); }
@@ -182,6 +205,12 @@ class OracleForward final : public StreamForward {
   StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return o_->snapshot(s); }
   Status restore(int32_t s, const std::vector<uint8_t>& b) override { return o_->restore(s, b); }
   StatusOr<DraftResult> draft(int32_t s, int32_t next) override { return o_->draft(s, next); }
+  std::vector<RowTableGeometry> row_tables() const override { return cpu::row_tables(o_->geometry()); }
+  StatusOr<StateParts> snapshot_parts(int32_t s, int64_t from) const override { return o_->snapshot_parts(s, from); }
+  Status restore_parts(int32_t s, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables) override {
+    return o_->restore_parts(s, bounded, tables);
+  }
 
  private:
   std::unique_ptr<Oracle> o_;

@@ -1,5 +1,6 @@
 // The lane core's Backend contract (lanes/backend.h) over any StreamForward (the CPU oracle, the
-// CUDA forward): pieces, verify windows with keyed draws, keep, DSpark proposals, snapshots.
+// CUDA forward): pieces, verify windows with keyed draws, keep, DSpark proposals, snapshots (split when the forward
+// names row tables; the oracle's are the Engram history and the compressed and index-key rows, see stream_state.h).
 // Every call maps onto one StreamForward call.
 #pragma once
 
@@ -44,6 +45,9 @@ class LaneBackend final : public lanes::Backend {
   Status draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) override;
   StatusOr<std::vector<uint8_t>> snapshot(lanes::StreamId stream) override;
   Status restore(lanes::StreamId stream, std::span<const uint8_t> bytes, int64_t rows) override;
+  StatusOr<lanes::SnapshotParts> snapshot_parts(lanes::StreamId stream, int64_t from) override;
+  Status restore_parts(lanes::StreamId stream, std::span<const uint8_t> bounded,
+                       std::span<const lanes::RowChunks> tables, int64_t rows) override;
   void release(lanes::StreamId stream) override;
 
  private:

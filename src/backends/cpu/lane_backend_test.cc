@@ -9,8 +9,10 @@
 namespace dsv4::cpu {
 namespace {
 
-std::unique_ptr<CpuLaneBackend> backend() {
-  static std::shared_ptr<const ModelWeights> w = synthetic_weights(small_test_config(), 7, true);
+std::unique_ptr<CpuLaneBackend> backend(bool v4 = false) {
+  static std::shared_ptr<const ModelWeights> v41 = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const ModelWeights> v4w = synthetic_weights(small_v4_test_config(), 17, false);
+  const std::shared_ptr<const ModelWeights>& w = v4 ? v4w : v41;
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = 16;
@@ -94,6 +96,66 @@ TEST(CpuLaneBackend, DraftsAndSnapshots) {
   EXPECT_TRUE(b->prefill({&fresh, 1}).ok());
   b->release(9);
   EXPECT_FALSE(b->keep(9, 0).ok());
+}
+
+TEST(CpuLaneBackend, SplitSnapshotsJoinAcrossEntries) {
+  // Parts taken at 9 rows (from 0) and at 19 rows (from 9) join into the 19-row state: the restored stream's
+  // windows and drafts equal the original's. 9 is odd, so a ratio-2 group straddles the two parts; on V4 a ratio-4
+  // group does, and the window's first group (positions 16..19) pools the restored overlap group 12..15.
+  for (bool v4 : {false, true}) {
+  SCOPED_TRACE(v4 ? "v4" : "v4.1");
+  auto b = backend(v4);
+  ASSERT_FALSE(b->info().row_tables.empty());
+  const auto t = toks(24, 5);
+  ASSERT_TRUE(b->open(1, sampled()).ok());
+  lanes::Piece p1{1, 0, {t.data(), 9}};
+  ASSERT_TRUE(b->prefill({&p1, 1}).ok());
+  auto first = b->snapshot_parts(1, 0);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  lanes::Piece p2{1, 9, {t.data() + 9, 10}};
+  ASSERT_TRUE(b->prefill({&p2, 1}).ok());
+  auto second = b->snapshot_parts(1, 9);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second->rows.size(), b->info().row_tables.size());
+  // Each table holds exactly its rows of positions [9, 19).
+  for (size_t i = 0; i < second->rows.size(); ++i) {
+    const lanes::RowTable& table = b->info().row_tables[i];
+    EXPECT_EQ(static_cast<int64_t>(second->rows[i].size()),
+              (19 / table.positions_per_row - 9 / table.positions_per_row) * table.row_bytes) << i;
+  }
+  std::vector<lanes::RowChunks> tables;
+  for (size_t i = 0; i < second->rows.size(); ++i) tables.push_back({first->rows[i], second->rows[i]});
+  ASSERT_TRUE(b->open(2, sampled()).ok());
+  ASSERT_TRUE(b->restore_parts(2, second->bounded, tables, 19).ok());
+  std::vector<lanes::DraftProposal> d1, d2;
+  lanes::DraftRequest q1{1, t[19], 19, 3}, q2{2, t[19], 19, 3};
+  if (b->info().max_draft_depth > 0) {
+    ASSERT_TRUE(b->draft({&q1, 1}, &d1).ok());
+    ASSERT_TRUE(b->draft({&q2, 1}, &d2).ok());
+    EXPECT_EQ(d2[0].tokens, d1[0].tokens);
+    EXPECT_EQ(d2[0].probabilities, d1[0].probabilities);
+  }
+  std::vector<std::vector<lanes::RowResult>> r1, r2;
+  lanes::Window w1{1, 19, {t.begin() + 19, t.end()}, true, 0}, w2{2, 19, {t.begin() + 19, t.end()}, true, 0};
+  ASSERT_TRUE(b->verify({&w1, 1}, &r1).ok());
+  ASSERT_TRUE(b->verify({&w2, 1}, &r2).ok());
+  for (size_t i = 0; i < r1[0].size(); ++i) {
+    EXPECT_EQ(r2[0][i].token, r1[0][i].token) << i;
+    EXPECT_EQ(r2[0][i].logprob, r1[0][i].logprob) << i;
+  }
+  // Only the later part's rows (a table short of rows): refused, the stream left empty and usable.
+  std::vector<lanes::RowChunks> short_tables;
+  for (size_t i = 0; i < second->rows.size(); ++i) short_tables.push_back({second->rows[i]});
+  ASSERT_TRUE(b->open(3, sampled()).ok());
+  EXPECT_FALSE(b->restore_parts(3, second->bounded, short_tables, 19).ok());
+  lanes::Piece fresh{3, 0, {t.data(), 4}};
+  EXPECT_TRUE(b->prefill({&fresh, 1}).ok());
+  // Whole-snapshot bytes are not a bounded part.
+  auto whole = b->snapshot(1);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(b->open(4, sampled()).ok());
+  EXPECT_FALSE(b->restore_parts(4, *whole, tables, 19).ok());
+  }
 }
 
 }  // namespace

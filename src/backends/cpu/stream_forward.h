@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/forward.h"
@@ -26,6 +27,19 @@ class StreamForward {
   virtual StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const = 0;
   virtual Status restore(int32_t stream, const std::vector<uint8_t>& bytes) = 0;
   virtual StatusOr<DraftResult> draft(int32_t stream, int32_t next) = 0;
+  // Split snapshots (optional; lanes::Backend::snapshot_parts): the forward's append-only row tables in a fixed order
+  // (empty = whole snapshots only, and the two calls below are never made), the bounded part with each table's rows
+  // from position `from`, and a state rebuilt from a bounded part and each table's rows [0, n) as chunks.
+  virtual std::vector<RowTableGeometry> row_tables() const { return {}; }
+  virtual StatusOr<StateParts> snapshot_parts(int32_t stream, int64_t from) const {
+    (void)stream, (void)from;
+    return error(StatusCode::unimplemented, "this forward keeps whole snapshots only");
+  }
+  virtual Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                               std::span<const std::vector<std::span<const uint8_t>>> tables) {
+    (void)stream, (void)bounded, (void)tables;
+    return error(StatusCode::unimplemented, "this forward keeps whole snapshots only");
+  }
 };
 
 // The oracle behind StreamForward.

@@ -9,6 +9,7 @@ namespace dsv4::cpu {
 StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback) {
   StateGeometry g;
   g.ring_capacity = c.window + max_rollback;
+  g.window = c.window;
   g.d = c.head_dim;
   g.window_row = row_bytes(c.window_format, c.head_dim, c.rope_dim);
   g.compressed_row = row_bytes(c.compressed_format, c.head_dim, c.rope_dim);
@@ -19,6 +20,7 @@ StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback) {
     g.ratio.push_back(r.ratio);
     g.kv_source.push_back(r.kv_source);
     g.overlap.push_back(r.overlap);
+    g.index_keys.push_back(r.kv_source && (!c.v4() || r.overlap));
     const bool pooled = r.kv_source && r.ratio > 1;
     // A group completed after a rollback of max_rollback rows still finds its own and (with
     // overlap) the previous group's projections.
@@ -62,6 +64,7 @@ void truncate_state(const StateGeometry& g, StreamState& s, int64_t length) {
 
 namespace {
 constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'P', 'U', '2'};
+constexpr char kBoundedMagic[8] = {'D', 'S', 'V', '4', 'C', 'P', 'B', '1'};  // split snapshots' bounded part
 
 template <typename T>
 void put(std::vector<uint8_t>& out, const std::vector<T>& v) {
@@ -73,7 +76,7 @@ void put(std::vector<uint8_t>& out, const std::vector<T>& v) {
 }
 
 struct Reader {
-  const std::vector<uint8_t>& in;
+  std::span<const uint8_t> in;
   size_t at = 0;
   bool ok = true;
   template <typename T>
@@ -88,9 +91,9 @@ struct Reader {
     at += n * sizeof(T);
   }
 };
-}  // namespace
 
-std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s) {
+// Whole-state bytes.
+std::vector<uint8_t> serialize(const StateGeometry& g, const StreamState& s) {
   std::vector<uint8_t> out(kMagic, kMagic + 8);
   put(out, std::vector<int64_t>{s.length, static_cast<int64_t>(s.layers.size()), g.ring_capacity,
                                s.last_index_publisher});
@@ -109,7 +112,7 @@ std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& 
   return out;
 }
 
-StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vector<uint8_t>& bytes) {
+StatusOr<StreamState> deserialize(const StateGeometry& g, std::span<const uint8_t> bytes) {
   if (bytes.size() < 8 || std::memcmp(bytes.data(), kMagic, 8) != 0)
     return error(StatusCode::data_loss, "stream snapshot: bad magic");
   Reader r{bytes, 8};
@@ -141,6 +144,161 @@ StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vecto
   for (auto& ring : s.dspark_rings) r.get(ring);
   if (!r.ok || r.at != bytes.size() || static_cast<int64_t>(s.history.size()) != s.length)
     return error(StatusCode::data_loss, "stream snapshot: truncated or mismatched");
+  return s;
+}
+
+// The slots of positions [length - n, length) of a ring of `cap` slots of `width` elements, in position order.
+template <typename T>
+std::vector<T> ring_tail(const std::vector<T>& ring, int64_t cap, int64_t width, int64_t length, int64_t n) {
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(n * width));
+  for (int64_t q = length - n; q < length; ++q) {
+    out.insert(out.end(), ring.begin() + (q % cap) * width, ring.begin() + (q % cap + 1) * width);
+  }
+  return out;
+}
+
+// Puts ring_tail's slots back; false when `tail` has another size.
+template <typename T>
+bool put_tail(std::vector<T>& ring, const std::vector<T>& tail, int64_t cap, int64_t width, int64_t length, int64_t n) {
+  if (static_cast<int64_t>(tail.size()) != n * width) return false;
+  for (int64_t q = length - n, k = 0; q < length; ++q, ++k) {
+    std::copy(tail.begin() + k * width, tail.begin() + (k + 1) * width, ring.begin() + (q % cap) * width);
+  }
+  return true;
+}
+
+// Slots a restored stream reads: window and DSpark rings the last `window` positions (attention and the drafter
+// look no further back, and a restored stream is never rolled back past its restore point); projection rings the
+// positions of the current partial group, and with overlap the last complete group too (the next group pools it).
+int64_t window_slots(const StateGeometry& g, int64_t length) { return std::min(length, g.window); }
+int64_t group_slots(const StateGeometry& g, size_t layer, int64_t length) {
+  if (g.comp_cap[layer] == 0) return 0;
+  const int64_t r = g.ratio[layer];
+  return length - std::max<int64_t>(0, (length / r) * r - (g.overlap[layer] ? r : 0));
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s) { return serialize(g, s); }
+
+StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vector<uint8_t>& bytes) {
+  return deserialize(g, bytes);
+}
+
+std::vector<RowTableGeometry> row_tables(const StateGeometry& g) {
+  std::vector<RowTableGeometry> tables = {{1, static_cast<int64_t>(sizeof(int64_t))}};
+  for (size_t l = 0; l < g.ratio.size(); ++l) {
+    if (!g.kv_source[l]) continue;
+    tables.push_back({g.ratio[l], g.compressed_row});
+    if (g.index_keys[l]) tables.push_back({g.ratio[l], g.index_row});
+  }
+  return tables;
+}
+
+std::vector<uint8_t> serialize_bounded(const StateGeometry& g, const StreamState& s) {
+  const int64_t L = s.length, nw = window_slots(g, L);
+  std::vector<uint8_t> out(kBoundedMagic, kBoundedMagic + 8);
+  put(out, std::vector<int64_t>{L, static_cast<int64_t>(s.layers.size()), g.ring_capacity, s.last_index_publisher,
+                               g.window});
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const LayerCache& c = s.layers[l];
+    const int64_t nc = group_slots(g, l, L), cap = g.comp_cap[l], w = g.comp_width[l];
+    const bool idx = g.overlap[l] && nc > 0;
+    put(out, ring_tail(c.window, g.ring_capacity, g.window_row, L, nw));
+    put(out, nc > 0 ? ring_tail(c.comp_kv, cap, w, L, nc) : std::vector<double>{});
+    put(out, nc > 0 ? ring_tail(c.comp_gate, cap, w, L, nc) : std::vector<double>{});
+    put(out, idx ? ring_tail(c.idx_comp_kv, cap, g.idx_width, L, nc) : std::vector<double>{});
+    put(out, idx ? ring_tail(c.idx_comp_gate, cap, g.idx_width, L, nc) : std::vector<double>{});
+  }
+  put(out, std::vector<int64_t>{static_cast<int64_t>(s.dspark_rings.size())});
+  for (const auto& r : s.dspark_rings) put(out, ring_tail(r, g.ring_capacity, g.window_row, L, nw));
+  return out;
+}
+
+StatusOr<StreamState> deserialize_bounded(const StateGeometry& g, std::span<const uint8_t> bytes) {
+  if (bytes.size() < 8 || std::memcmp(bytes.data(), kBoundedMagic, 8) != 0)
+    return error(StatusCode::data_loss, "stream snapshot: not a bounded part");
+  Reader r{bytes, 8};
+  std::vector<int64_t> head;
+  r.get(head);
+  if (!r.ok || head.size() != 5 || head[0] < 0 || head[1] != static_cast<int64_t>(g.ratio.size()) ||
+      head[2] != g.ring_capacity || head[4] != g.window)
+    return error(StatusCode::data_loss, "stream snapshot: bounded part of another geometry");
+  StreamState s = new_stream_state(g);
+  const int64_t L = s.length = head[0], nw = window_slots(g, L);
+  s.last_index_publisher = static_cast<int32_t>(head[3]);
+  for (size_t l = 0; l < s.layers.size() && r.ok; ++l) {
+    LayerCache& c = s.layers[l];
+    const int64_t nc = group_slots(g, l, L), cap = g.comp_cap[l], width = g.comp_width[l];
+    const bool idx = g.overlap[l] && nc > 0;
+    std::vector<uint8_t> w;
+    std::vector<double> kv, gate, ikv, igate;
+    r.get(w);
+    r.get(kv);
+    r.get(gate);
+    r.get(ikv);
+    r.get(igate);
+    r.ok = r.ok && put_tail(c.window, w, g.ring_capacity, g.window_row, L, nw) &&
+           (nc > 0 ? put_tail(c.comp_kv, kv, cap, width, L, nc) && put_tail(c.comp_gate, gate, cap, width, L, nc)
+                   : kv.empty() && gate.empty()) &&
+           (idx ? put_tail(c.idx_comp_kv, ikv, cap, g.idx_width, L, nc) &&
+                      put_tail(c.idx_comp_gate, igate, cap, g.idx_width, L, nc)
+                : ikv.empty() && igate.empty());
+  }
+  std::vector<int64_t> nd;
+  r.get(nd);
+  if (!r.ok || nd.size() != 1 || nd[0] != static_cast<int64_t>(s.dspark_rings.size()))
+    return error(StatusCode::data_loss, "stream snapshot: bounded part truncated or mismatched");
+  for (auto& ring : s.dspark_rings) {
+    std::vector<uint8_t> tail;
+    r.get(tail);
+    r.ok = r.ok && put_tail(ring, tail, g.ring_capacity, g.window_row, L, nw);
+  }
+  if (!r.ok || r.at != bytes.size())
+    return error(StatusCode::data_loss, "stream snapshot: bounded part truncated or mismatched");
+  return s;
+}
+
+StateParts split_state(const StateGeometry& g, const StreamState& s, int64_t from) {
+  StateParts parts{serialize_bounded(g, s), {}};
+  const uint8_t* history = reinterpret_cast<const uint8_t*>(s.history.data());
+  parts.rows.emplace_back(history + from * 8, history + s.length * 8);
+  for (size_t l = 0; l < g.ratio.size(); ++l) {
+    if (!g.kv_source[l]) continue;
+    const LayerCache& c = s.layers[l];
+    const int64_t r0 = from / g.ratio[l];
+    parts.rows.emplace_back(c.compressed.begin() + r0 * g.compressed_row, c.compressed.end());
+    if (g.index_keys[l]) parts.rows.emplace_back(c.index_keys.begin() + r0 * g.index_row, c.index_keys.end());
+  }
+  return parts;
+}
+
+StatusOr<StreamState> join_state(const StateGeometry& g, std::span<const uint8_t> bounded,
+                                 std::span<const std::vector<std::span<const uint8_t>>> tables) {
+  DSV4_ASSIGN_OR_RETURN(StreamState s, deserialize_bounded(g, bounded));
+  const std::vector<RowTableGeometry> shapes = row_tables(g);
+  if (tables.size() != shapes.size())
+    return error(StatusCode::data_loss, "stream snapshot: {} row tables, this model has {}", tables.size(), shapes.size());
+  // Each table must hold exactly the rows of `length` positions.
+  std::vector<std::vector<uint8_t>> joined(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    size_t size = 0;
+    for (std::span<const uint8_t> c : tables[t]) size += c.size();
+    if (size != static_cast<size_t>(s.length / shapes[t].positions_per_row * shapes[t].row_bytes))
+      return error(StatusCode::data_loss, "stream snapshot: row table {} holds {} bytes for {} positions", t, size,
+                   s.length);
+    joined[t].reserve(size);
+    for (std::span<const uint8_t> c : tables[t]) joined[t].insert(joined[t].end(), c.begin(), c.end());
+  }
+  s.history.resize(static_cast<size_t>(s.length));
+  if (s.length != 0) std::memcpy(s.history.data(), joined[0].data(), joined[0].size());
+  size_t t = 1;
+  for (size_t l = 0; l < g.ratio.size(); ++l) {
+    if (!g.kv_source[l]) continue;
+    s.layers[l].compressed = std::move(joined[t++]);
+    if (g.index_keys[l]) s.layers[l].index_keys = std::move(joined[t++]);
+  }
   return s;
 }
 

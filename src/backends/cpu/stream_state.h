@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/model_config.h"
@@ -35,10 +36,12 @@ struct StreamState {
 // Geometry shared by every stream of one model.
 struct StateGeometry {
   int64_t ring_capacity = 0;  // window + max rollback
+  int64_t window = 0;         // sliding window (positions attention and the drafter read back)
   int64_t window_row = 0, compressed_row = 0, index_row = 0, d = 0;
   std::vector<int> ratio;      // per layer
   std::vector<bool> kv_source; // per layer
   std::vector<bool> overlap;   // per layer (V4 ratio 4)
+  std::vector<bool> index_keys;  // per layer: keeps index-key rows (V4.1 KV sources, V4 overlap layers)
   std::vector<int64_t> comp_cap, comp_width;  // per layer, 0 without pooled projections
   int64_t idx_width = 0;       // 2 * index_head_dim (V4 ratio-4 indexer compressor)
   int dspark_stages = 0;
@@ -51,5 +54,28 @@ void truncate_state(const StateGeometry& g, StreamState& s, int64_t length);
 // Whole-state bytes and back; restore refuses bytes of another geometry.
 std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s);
 StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vector<uint8_t>& bytes);
+
+// Split snapshots (lanes::Backend::snapshot_parts). The append-only tables, in this fixed order: the Engram history
+// (one int64 id per position), then for each KV-source layer in layer order its compressed rows and (where it keeps
+// them) its index-key rows, one row per `ratio` positions. The bounded rest, in the production row formats: a header,
+// then only the ring slots a restored stream can read — the last `window` positions of every window and DSpark ring,
+// and of each projection ring (main and indexer) the current partial group's positions, with overlap the last
+// complete group's too — so it does not grow with rows (nor with max_rollback).
+struct RowTableGeometry {
+  int32_t positions_per_row = 1;
+  int64_t row_bytes = 0;
+};
+std::vector<RowTableGeometry> row_tables(const StateGeometry& g);
+struct StateParts {
+  std::vector<uint8_t> bounded;
+  std::vector<std::vector<uint8_t>> rows;  // [table] rows for positions [from, length)
+};
+StateParts split_state(const StateGeometry& g, const StreamState& s, int64_t from);
+std::vector<uint8_t> serialize_bounded(const StateGeometry& g, const StreamState& s);
+StatusOr<StreamState> deserialize_bounded(const StateGeometry& g, std::span<const uint8_t> bytes);  // tables empty
+// Rebuilds a state from its bounded part and each table's rows [0, n) as chunks (concatenated in order); refuses
+// parts of another geometry or whose tables do not hold exactly the rows of the bounded part's length.
+StatusOr<StreamState> join_state(const StateGeometry& g, std::span<const uint8_t> bounded,
+                                 std::span<const std::vector<std::span<const uint8_t>>> tables);
 
 }  // namespace dsv4::cpu
