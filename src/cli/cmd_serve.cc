@@ -303,6 +303,7 @@ int run_serve(int argc, char** argv) {
       co.ram_bytes = flags.prompt_cache_mib << 20;
       co.model_id = serving.info().model_id;
       co.snapshot_version = serving.info().snapshot_version;
+      co.row_tables = lanes::cache_row_tables(serving.info());
       auto opened = cache::PromptCache::open(co);
       if (!opened.ok()) {
         std::fprintf(stderr, "dsv4 serve: prompt cache: %s\n", opened.status().to_string().c_str());
