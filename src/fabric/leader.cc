@@ -15,6 +15,7 @@ LeaderBackend::LeaderBackend(Control& control, lanes::Backend& local)
     : control_(control), local_(local), info_(local.info()) {
   info_.model_id += fmt::format(" (fabric of {} ranks)", control.world());
   info_.snapshot_version += 0x10000u * static_cast<uint32_t>(control.world());
+  info_.row_tables.clear();  // fabric snapshots are whole (split snapshots: see lanes/backend.h)
 }
 
 StatusOr<LeaderBackend::Run> LeaderBackend::run(Op op, std::vector<std::vector<lanes::RowResult>>* rows,
