@@ -220,8 +220,9 @@ TEST(Choices, ConcurrentEqualsSolo) {
 }
 
 TEST(Choices, ResumedEqualsFresh) {
-  auto cache = std::move(cache::PromptCache::open({.page_tokens = 16, .ram_bytes = 1 << 20})).value();
   FakeBackend fake({});
+  auto cache = std::move(cache::PromptCache::open({.page_tokens = 16, .ram_bytes = 1 << 20,
+                                                   .row_tables = cache_row_tables(fake.info())})).value();
   LaneHost host(fake, LaneHostOptions{.cache = cache.get()});
   auto sink = std::make_shared<Collector>();
   for (bool sampled : {false, true}) {
