@@ -377,6 +377,11 @@ Status PromptCache::insert(std::span<const TokenId> prefix, Bytes bytes) {
   Node* node = make_path(prefix);
   if (node == nullptr) return ok_status();  // page-hash collision: not cached
   if (node->entry) remove_entry(node);
+  add_ram_entry(node, std::move(bytes));
+  return ok_status();
+}
+
+void PromptCache::add_ram_entry(Node* node, Bytes bytes) {
   node->entry = std::make_unique<Entry>();
   node->entry->size = static_cast<int64_t>(bytes.size());
   node->entry->bytes = std::make_shared<const Bytes>(std::move(bytes));
@@ -385,7 +390,6 @@ Status PromptCache::insert(std::span<const TokenId> prefix, Bytes bytes) {
   stats_.ram_entries++;
   stats_.inserts++;
   apply_budgets();
-  return ok_status();
 }
 
 void PromptCache::discard(std::span<const TokenId> prefix) {

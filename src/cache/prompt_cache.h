@@ -113,6 +113,8 @@ class PromptCache {
   Node* make_path(std::span<const TokenId> prefix);
   void prune(Node* node);
   void remove_entry(Node* node);
+  // Makes `bytes` the node's RAM entry (newest in the LRU), counts it and applies the budgets.
+  void add_ram_entry(Node* node, Bytes bytes);
   void touch(Node* node);
   void apply_budgets();
   Status park(Node* node);

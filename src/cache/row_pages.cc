@@ -257,14 +257,7 @@ Status PromptCache::insert_parts(std::span<const TokenId> prefix, Bytes bounded,
   }
   hold_ram_pages(node);  // before dropping a replaced entry, so pages both use stay
   if (node->entry) remove_entry(node);
-  node->entry = std::make_unique<Entry>();
-  node->entry->size = static_cast<int64_t>(bounded.size());
-  node->entry->bytes = std::make_shared<const Bytes>(std::move(bounded));
-  node->entry->lru = ram_lru_.insert(ram_lru_.end(), node);
-  stats_.ram_bytes += node->entry->size;
-  stats_.ram_entries++;
-  stats_.inserts++;
-  apply_budgets();
+  add_ram_entry(node, std::move(bounded));
   return ok_status();
 }
 
