@@ -1,7 +1,8 @@
 // CUDA attention layer against the CPU oracle (cpu::attention_layer in ref32 and ref64) on small
 // synthetic models with every layer role, over calls that cross compression groups and the window;
 // the exact equalities (pieces == whole, verify == steps, batched == alone, rollback, snapshot)
-// bit for bit on the device; top-k and candidate selection equal to the oracle's selection.
+// bit for bit on the device; top-k and candidate selection equal to the oracle's selection. The
+// V4 / 0731 layers (cpu::small_v4_test_config) against the oracle in the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,6 +197,9 @@ const std::vector<Model>& models() {
     v.push_back({"small_test", cpu::synthetic_weights(cpu::small_test_config(), 7, false), {5, 12, 1, 19}, 6});
     cpu::ModelConfig t = tiny_config();
     v.push_back({"tiny", cpu::synthetic_weights(t, 11, false), {7, 30, 2, 40}, 8});
+    // V4 / 0731: window 8, ratios 4 (overlapped, indexer, top-4) and 128 (every visible row), two
+    // ratio-128 groups completed inside prompt pieces.
+    v.push_back({"v4_small_test", cpu::synthetic_weights(cpu::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6});
     return v;
   }();
   return m;

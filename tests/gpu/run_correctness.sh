@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA forward against the CPU oracle on the tiny and small presets, on any machine with an
-# NVIDIA GPU: builds tests/gpu/forward_cuda_test and runs it once per preset. Prints the per-layer
+# The CUDA forward against the CPU oracle on the tiny and small presets of both variants (V4.1 and
+# V4 / 0731), on any machine with an NVIDIA GPU: builds tests/gpu/forward_cuda_test and runs it
+# once per preset and variant. Prints the per-layer
 # NRMS table, logits NRMS(CUDA, ref64) against the floor F = NRMS(ref32, ref64) (gate 1.05 F), top-1
 # agreement, and checks the exact equalities (pieces == whole, verify == single steps, batched ==
 # alone, rollback and snapshot == continuing). Exit status: 0 all passed, 77 no GPU, else failed.
@@ -18,9 +19,11 @@ if [ -z "$bin" ]; then
   bin="$build/tests/gpu/forward_cuda_test"
 fi
 status=0
-for preset in tiny small; do
-  echo "== preset $preset"
-  DSV4_GPU_PRESET=$preset "$bin" || status=$?
-  [ "$status" = 77 ] && exit 77
+for variant in v41 v4-0731; do
+  for preset in tiny small; do
+    echo "== preset $preset, variant $variant"
+    DSV4_GPU_PRESET=$preset DSV4_GPU_VARIANT=$variant "$bin" || status=$?
+    [ "$status" = 77 ] && exit 77
+  done
 done
 exit "$status"

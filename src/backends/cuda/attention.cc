@@ -11,6 +11,7 @@
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/forward_v4.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/upload.h"
 
@@ -137,12 +138,13 @@ int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64
   int64_t layer = 2 * f(rows * Q) + 2 * f(rows * H * d) + 2 * f(rows * d) + align256(rows * (d + d / 32)) +
                   2 * f(rows * GO) + 2 * f(rows * d) + f(rows * d) + f(rows * ihd) + f(rows * IH * ihd) +
                   f(rows * IH) + f(rows * lc) + 20 * 256;
-  return call + layer;
+  return call + layer + (cfg.v4() ? attention_v4_extra_scratch_bytes(cfg, rows, max_pos) : 0);
 }
 
 Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   if (!c.tables) return error(StatusCode::invalid_argument, "attention layer {}: begin_attention_call first", layer);
   const cpu::ModelConfig& cfg = *c.cfg;
+  if (cfg.v4()) return attention_layer_v4(c, layer, x, y);  // attention_v4.cc
   const cpu::LayerRole& role = (*c.roles)[layer];
   if (layer < 0 || layer >= cfg.n_layers)
     return error(StatusCode::invalid_argument, "attention layer {} out of range", layer);

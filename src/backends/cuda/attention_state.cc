@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsv4::cuda {
@@ -17,15 +18,17 @@ int64_t comp_rows(const AttnGeometry& g, int l) { return g.kv_source[l] ? g.max_
 
 // Byte sizes of one layer's parts, in allocation order.
 struct LayerSizes {
-  size_t window, compressed, index_keys, comp_kv, comp_gate;
+  size_t window, compressed, index_keys, comp_kv, comp_gate, idx_kv, idx_gate;
 };
 LayerSizes layer_sizes(const AttnGeometry& g, int l) {
   LayerSizes s{};
   s.window = g.ring_capacity * g.window_row;
   if (g.kv_source[l]) {
     s.compressed = comp_rows(g, l) * g.compressed_row;
-    s.index_keys = comp_rows(g, l) * g.index_row;
-    if (g.ratio[l] > 1) s.comp_kv = s.comp_gate = g.ring_capacity * g.d * sizeof(float);
+    s.index_keys = g.index_keys[l] ? comp_rows(g, l) * g.index_row : 0;
+    if (g.v4) s.comp_kv = s.comp_gate = g.proj_cap[l] * g.proj_width[l] * sizeof(float);
+    else if (g.ratio[l] > 1) s.comp_kv = s.comp_gate = g.ring_capacity * g.d * sizeof(float);
+    if (g.v4 && g.overlap[l]) s.idx_kv = s.idx_gate = g.proj_cap[l] * 2 * g.ihd * sizeof(float);
   }
   return s;
 }
@@ -53,13 +56,23 @@ StatusOr<AttnGeometry> make_attn_geometry(const cpu::ModelConfig& cfg, int64_t m
   g.ring_capacity = cfg.window + max_rollback;
   g.d = cfg.head_dim;
   g.ihd = cfg.index_head_dim;
-  g.window_row = cpu::row_bytes(cpu::RowFormat::fp8_ue8m0_32, cfg.head_dim);
-  g.compressed_row = cpu::row_bytes(cfg.compressed_format, cfg.head_dim);
+  g.window_row = cpu::row_bytes(cfg.v4() ? cfg.window_format : cpu::RowFormat::fp8_ue8m0_32, cfg.head_dim, cfg.rope_dim);
+  g.compressed_row = cpu::row_bytes(cfg.compressed_format, cfg.head_dim, cfg.rope_dim);
   g.index_row = cpu::row_bytes(cpu::RowFormat::fp4_ue8m0_32, cfg.index_head_dim);
   g.compressed_format = cfg.compressed_format;
+  g.v4 = cfg.v4();
+  g.rope_dim = cfg.rope_dim;
   for (const cpu::LayerRole& r : cpu::layer_roles(cfg)) {
     g.ratio.push_back(r.ratio);
     g.kv_source.push_back(r.kv_source ? 1 : 0);
+    g.overlap.push_back(r.overlap ? 1 : 0);
+    g.index_keys.push_back(r.kv_source && (!cfg.v4() || r.overlap) ? 1 : 0);
+    // A group completed after a rollback of max_rollback rows still finds its own and (with
+    // overlap) the previous group's projections.
+    const int64_t span = r.overlap ? 2 * r.ratio : r.ratio;
+    const bool pooled = cfg.v4() && r.kv_source;
+    g.proj_cap.push_back(pooled ? std::max<int64_t>(cfg.window, span) + max_rollback : 0);
+    g.proj_width.push_back(pooled ? (r.overlap ? 2 : 1) * static_cast<int64_t>(cfg.head_dim) : 0);
   }
   return g;
 }
@@ -68,7 +81,8 @@ int64_t StreamCaches::device_bytes(const AttnGeometry& g) {
   size_t total = 0;
   for (int l = 0; l < g.n_layers; ++l) {
     const LayerSizes s = layer_sizes(g, l);
-    total += up(s.window) + up(s.compressed) + up(s.index_keys) + up(s.comp_kv) + up(s.comp_gate);
+    total += up(s.window) + up(s.compressed) + up(s.index_keys) + up(s.comp_kv) + up(s.comp_gate) + up(s.idx_kv) +
+             up(s.idx_gate);
   }
   total += g.dspark_stages * up(g.ring_capacity * g.window_row);
   return static_cast<int64_t>(total);
@@ -96,6 +110,8 @@ StatusOr<std::unique_ptr<StreamCaches>> StreamCaches::create(const AttnGeometry&
     d.index_keys = take(s.index_keys);
     d.comp_kv = reinterpret_cast<float*>(take(s.comp_kv));
     d.comp_gate = reinterpret_cast<float*>(take(s.comp_gate));
+    d.idx_comp_kv = reinterpret_cast<float*>(take(s.idx_kv));
+    d.idx_comp_gate = reinterpret_cast<float*>(take(s.idx_gate));
     c->layers_.push_back(d);
   }
   for (int s = 0; s < g.dspark_stages; ++s) c->dspark_.push_back(take(g.ring_capacity * g.window_row));
@@ -155,9 +171,11 @@ StatusOr<std::vector<uint8_t>> StreamCaches::to_bytes(cudaStream_t s) const {
     if (geo_.kv_source[l]) {
       const int64_t rows = length_ / geo_.ratio[l];
       parts.push_back({d.compressed, rows * geo_.compressed_row});
-      parts.push_back({d.index_keys, rows * geo_.index_row});
+      parts.push_back({d.index_keys, geo_.index_keys[l] ? rows * geo_.index_row : 0});
       parts.push_back({d.comp_kv, z.comp_kv});
       parts.push_back({d.comp_gate, z.comp_gate});
+      parts.push_back({d.idx_comp_kv, z.idx_kv});
+      parts.push_back({d.idx_comp_gate, z.idx_gate});
     }
   }
   for (uint8_t* r : dspark_) parts.push_back({r, static_cast<size_t>(geo_.ring_capacity * geo_.window_row)});
@@ -196,9 +214,11 @@ Status StreamCaches::from_bytes(const std::vector<uint8_t>& bytes, cudaStream_t 
     if (geo_.kv_source[l]) {
       const int64_t rows = length / geo_.ratio[l];
       parts.push_back({d.compressed, rows * geo_.compressed_row});
-      parts.push_back({d.index_keys, rows * geo_.index_row});
+      parts.push_back({d.index_keys, geo_.index_keys[l] ? rows * geo_.index_row : 0});
       parts.push_back({d.comp_kv, z.comp_kv});
       parts.push_back({d.comp_gate, z.comp_gate});
+      parts.push_back({d.idx_comp_kv, z.idx_kv});
+      parts.push_back({d.idx_comp_gate, z.idx_gate});
     }
   }
   for (uint8_t* r : dspark_) parts.push_back({r, static_cast<size_t>(geo_.ring_capacity * geo_.window_row)});

@@ -26,6 +26,14 @@ struct AttnGeometry {
   cpu::RowFormat compressed_format = cpu::RowFormat::fp4_e4m3_16;
   std::vector<int> ratio;       // per layer
   std::vector<uint8_t> kv_source;  // per layer
+  // V4 / 0731 (model-spec.md §8): every ratio > 0 layer pools its own projections, [proj_cap,
+  // proj_width] fp32 per ring (proj_width 2d at ratio 4, else d; proj_cap = max(window, span) +
+  // max_rollback); ratio-4 layers also keep index keys and their indexer's [proj_cap, 2*ihd] rings.
+  bool v4 = false;
+  int64_t rope_dim = 0;
+  std::vector<int64_t> proj_cap, proj_width;  // per layer (0: no V4 projection rings)
+  std::vector<uint8_t> index_keys;            // per layer: keeps index-key rows
+  std::vector<uint8_t> overlap;               // per layer: V4 ratio 4 (indexer rings)
   bool operator==(const AttnGeometry&) const = default;
 };
 
@@ -39,6 +47,9 @@ struct LayerCachesDev {
   uint8_t* index_keys = nullptr;  // KV source: [max_context / ratio, index_row]
   float* comp_kv = nullptr;       // ratio-2 KV source: fp32 k_t [ring_capacity, d] by slot q % capacity
   float* comp_gate = nullptr;     // ratio-2 KV source: fp32 g_t [ring_capacity, d]
+                                  // (V4: [proj_cap, proj_width] of every compressed layer)
+  float* idx_comp_kv = nullptr;   // V4 ratio 4: the indexer compressor's [proj_cap, 2*ihd]
+  float* idx_comp_gate = nullptr;
 };
 
 class StreamCaches {

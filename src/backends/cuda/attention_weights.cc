@@ -30,7 +30,30 @@ StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const
       : cpu::RopeParams{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   const std::vector<float> freqs = cpu::rope_frequencies(rp);
   DSV4_ASSIGN_OR_RETURN(a.freqs, upload(std::span<const float>(freqs), arena, n + "rope frequencies"));
-  if (role.kv_source) {
+  if (role.kv_source && cfg.v4()) {
+    // fp32 linears: bf16-stored when every value is a bf16 value (half the bytes), else fp32.
+    auto either = [&](const cpu::Bf16Weight& wt, const std::string& name, Bf16View& v16, F32View& v32) -> Status {
+      auto b = upload_bf16(wt, arena, name);
+      if (b.ok()) {
+        v16 = *b;
+        return ok_status();
+      }
+      if (b.status().code() != StatusCode::invalid_argument) return b.status();
+      DSV4_ASSIGN_OR_RETURN(v32, upload_f32(wt, arena, name));
+      return ok_status();
+    };
+    DSV4_RETURN_IF_ERROR(either(w.comp_wkv, n + "compressor.wkv", a.comp_wkv, a.comp_wkv32));
+    DSV4_RETURN_IF_ERROR(either(w.comp_wgate, n + "compressor.wgate", a.comp_wgate, a.comp_wgate32));
+    DSV4_ASSIGN_OR_RETURN(a.comp_ape, upload(std::span<const float>(w.comp_ape), arena, n + "compressor.ape"));
+    DSV4_ASSIGN_OR_RETURN(a.comp_norm, upload(std::span<const float>(w.comp_norm), arena, n + "compressor.norm"));
+    if (role.overlap) {
+      DSV4_RETURN_IF_ERROR(either(w.idx_comp_wkv, n + "indexer.compressor.wkv", a.idx_comp_wkv, a.idx_comp_wkv32));
+      DSV4_RETURN_IF_ERROR(either(w.idx_comp_wgate, n + "indexer.compressor.wgate", a.idx_comp_wgate, a.idx_comp_wgate32));
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_ape, upload(std::span<const float>(w.idx_comp_ape), arena, n + "indexer.compressor.ape"));
+      DSV4_ASSIGN_OR_RETURN(a.idx_comp_norm,
+                            upload(std::span<const float>(w.idx_comp_norm), arena, n + "indexer.compressor.norm"));
+    }
+  } else if (role.kv_source) {
     DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.comp_wkv, arena, n + "compressor.wkv"));
     if (role.ratio > 1) {
       DSV4_ASSIGN_OR_RETURN(a.comp_wgate, upload_bf16(w.comp_wgate, arena, n + "compressor.wgate"));

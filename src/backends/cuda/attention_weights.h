@@ -31,6 +31,15 @@ struct AttentionDevice {
   // Index source: the query side.
   Fp8View idx_wq_b;           // [IH*ihd, Q]
   Bf16View idx_weights_proj;  // [IH, D]
+  // V4 (model-spec.md §8): comp_wkv / comp_wgate (or the *32 views) are [w, D] with w = 2d at
+  // ratio 4 (overlap), else d; position bias f32 [ratio, w]; ratio 4 also the indexer's overlapped
+  // compressor ([2*ihd, D] bf16-stored fp32 linears or their *32 views, bias f32 [ratio, 2*ihd],
+  // norm bf16 [ihd]). No idx_wk / idx_k_norm.
+  const float* comp_ape = nullptr;
+  Bf16View idx_comp_wkv, idx_comp_wgate;
+  F32View idx_comp_wkv32, idx_comp_wgate32;
+  const float* idx_comp_ape = nullptr;
+  const float* idx_comp_norm = nullptr;
 };
 
 // Uploads layer `layer`'s attention weights (its role decides which exist) into `arena`.

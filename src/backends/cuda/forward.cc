@@ -12,6 +12,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/dspark_device.h"
 #include "backends/cuda/forward_block.h"
+#include "backends/cuda/forward_v4.h"
 
 namespace dsv4::cuda {
 
@@ -230,6 +231,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::Piec
   DSV4_RETURN_IF_ERROR(upload_vec(ids.data(), rows * 4, d_ids, "uploading token ids"));
   DSV4_RETURN_IF_ERROR(upload_vec(pos.data(), rows * 8, d_pos, "uploading positions"));
   c.pos = d_pos;
+  o.ids = d_ids;
   // Engram hash rows of every Engram layer, from the streams' histories (host), before the embedding.
   std::vector<int64_t*> engram_rows(cfg.engram_layers.size(), nullptr);
   for (size_t e = 0; e < cfg.engram_layers.size(); ++e) {
@@ -287,7 +289,10 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::Piec
     DSV4_ASSIGN_OR_RETURN(int64_t* d_index, o.alloc<int64_t>(n, "logit rows"));
     DSV4_ASSIGN_OR_RETURN(float* logits, o.alloc<float>(n * V, "logits"));
     DSV4_RETURN_IF_ERROR(upload_vec(index.data(), n * 8, d_index, "uploading logit rows"));
-    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] { return head_logits(o, M.norm, M.head, M.head16, h, pi, d_index, n, logits); }));
+    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
+      return M.hc_head ? head_logits_v4(o, M, h, d_index, n, logits)
+                       : head_logits(o, M.norm, M.head, M.head16, h, pi, d_index, n, logits);
+    }));
     std::vector<float> host(n * V);
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host.data(), logits, host.size() * 4, cudaMemcpyDeviceToHost,
                                                      stream_), "copying logits"));

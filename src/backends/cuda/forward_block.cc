@@ -5,6 +5,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe_experts.cuh"
+#include "backends/cuda/v4_ops.cuh"
 
 namespace dsv4::cuda {
 
@@ -50,7 +51,8 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   // Attention sub-layer, collapsed with the incoming pre-mix.
   DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_attn, h, rows, amix); }));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_collapse(h, pi, C, rows, C, D, x, c.stream), "hc_collapse", shape);
+    // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
+    DSV4_CUDA_LAUNCH(hc_collapse(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, x, c.stream), "hc_collapse", shape);
     DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.attn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(attn_norm)", shape);
     return ok_status();
   }));
@@ -62,7 +64,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   // FFN sub-layer, collapsed with the attention pre-mix.
   DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_collapse(h, amix, nm, rows, C, D, x, c.stream), "hc_collapse(ffn)", shape);
+    DSV4_CUDA_LAUNCH(hc_collapse(h, cfg.v4() ? fmix : amix, nm, rows, C, D, x, c.stream), "hc_collapse(ffn)", shape);
     DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.ffn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(ffn_norm)", shape);
     return ok_status();
   }));
@@ -91,8 +93,16 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(P * 3 * I, "routed expert scratch"));
   DSV4_RETURN_IF_ERROR(timed(c, "moe router", [&]() -> Status {
     DSV4_CUDA_LAUNCH(f32_linear_either(x, rows, M.gate, M.gate16, logits, c.stream), "f32_linear(router)", shape);
-    DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
-                     "moe_route", shape);
+    if (M.tid2eid) {
+      if (!c.ids) return error(StatusCode::invalid_argument, "hash-routed MoE needs the call's token ids");
+      DSV4_CUDA_LAUNCH(moe_route_hash(logits, rows, E, K, M.tid2eid, c.ids, cfg.route_scale, sel, wts, c.stream),
+                       "moe_route_hash", shape);
+    } else {
+      // V4 normalises without +1e-20: the same float for K > 1 (sum >= K * sqrt(softplus) > 1e-13).
+      if (cfg.v4() && K == 1) return error(StatusCode::unimplemented, "V4 top-1 routing on CUDA");
+      DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
+                       "moe_route", shape);
+    }
     DSV4_CUDA_LAUNCH(moe_pairs(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, c.stream),
                      "moe_pairs", shape);
     return ok_status();
@@ -113,7 +123,8 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_RETURN_IF_ERROR(timed(c, "moe shared expert", [&]() -> Status {
     DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w1, cfg.act_block, a, c.stream), "fp8_linear(shared.w1)", sshape);
     DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w3, cfg.act_block, u, c.stream), "fp8_linear(shared.w3)", sshape);
-    DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.swiglu_limit, v, c.stream), "swiglu(shared)", sshape);
+    DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.shared_clamp ? cfg.swiglu_limit : 0.0f, v, c.stream),
+                     "swiglu(shared)", sshape);
     DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, c.stream), "fp8_linear(shared.w2)", sshape);
     return ok_status();
   }));

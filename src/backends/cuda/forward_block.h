@@ -30,6 +30,7 @@ struct OpCtx {
   // milliseconds under its name (per-op tables of `dsv4 bench`; off in serving); a device fault
   // is then reported with the section that raised it.
   std::map<std::string, double>* profile = nullptr;
+  const int32_t* ids = nullptr;  // device int32 [rows]: the call's token ids (V4 hash-routed MoE)
 
   template <typename T>
   StatusOr<T*> alloc(int64_t n, std::string_view what) {

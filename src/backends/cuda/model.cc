@@ -37,6 +37,8 @@ size_t bytes_of(const cpu::AttentionWeights& a) {
        bytes_bf16(a.comp_wgate) + bytes_bf16(a.idx_wk) + bytes_bf16(a.idx_weights_proj);
   n += bytes_vec(a.q_norm.size()) + bytes_vec(a.kv_norm.size()) + bytes_vec(a.sink.size()) +
        bytes_vec(a.comp_norm.size()) + bytes_vec(a.idx_k_norm.size()) + bytes_vec(256);
+  n += bytes_f32(a.idx_comp_wkv) + bytes_f32(a.idx_comp_wgate) + bytes_vec(a.comp_ape.size()) +
+       bytes_vec(a.idx_comp_ape.size()) + bytes_vec(a.idx_comp_norm.size());  // V4
   return n + (64 << 10);
 }
 
@@ -45,7 +47,7 @@ size_t bytes_of(const cpu::HcParams& h) { return bytes_f32(h.fn) + bytes_vec(h.b
 size_t bytes_of(const cpu::MoeWeights& m) {
   size_t n = bytes_f32(m.gate) + bytes_vec(m.bias.size()) + bytes_vec(m.bias_vl.size());
   for (const cpu::ExpertWeights& e : m.experts) n += bytes_of(e.w1) + bytes_of(e.w2) + bytes_of(e.w3);
-  n += 3 * (m.experts.size() * sizeof(Fp4View) + kPad);
+  n += 3 * (m.experts.size() * sizeof(Fp4View) + kPad) + m.tid2eid.size() * 4 + kPad;
   return n + bytes_of(m.shared.w1) + bytes_of(m.shared.w2) + bytes_of(m.shared.w3);
 }
 
@@ -113,6 +115,16 @@ class ModelUploader {
     DSV4_ASSIGN_OR_RETURN(d.shared_w2, upload(w.shared.w2, A_, name + ".shared.w2"));
     DSV4_ASSIGN_OR_RETURN(d.shared_w3, upload(w.shared.w3, A_, name + ".shared.w3"));
     d.n_active = w.n_active;
+    if (!w.tid2eid.empty()) {  // V4 hash-routed layer
+      if (static_cast<int64_t>(w.tid2eid.size()) != cfg_.vocab * w.n_active)
+        return error(StatusCode::invalid_argument, "{}.tid2eid holds {} ids, not vocab x {}", name, w.tid2eid.size(),
+                     w.n_active);
+      for (int32_t e : w.tid2eid)
+        if (e < 0 || e >= static_cast<int64_t>(w.experts.size()))
+          return error(StatusCode::invalid_argument, "{}.tid2eid names expert {} of {}", name, e, w.experts.size());
+      DSV4_ASSIGN_OR_RETURN(void* t, upload_bytes(w.tid2eid.data(), w.tid2eid.size() * 4, A_, name + ".tid2eid"));
+      d.tid2eid = static_cast<const int32_t*>(t);
+    }
     d.n_experts = static_cast<int64_t>(w.experts.size());
     d.inter = w.experts.empty() ? w.shared.w1.out : w.experts[0].w1.out;
     if (d.n_experts != w.gate.out)
@@ -195,8 +207,7 @@ class ModelUploader {
 StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeights& w, const ModelDeviceOptions& o) {
   const cpu::ModelConfig& cfg = w.config;
   DSV4_RETURN_IF_ERROR(cfg.validate());
-  if (cfg.variant != cpu::Variant::v41)
-    return error(StatusCode::unimplemented, "the CUDA backend runs DeepSeek-V4.1 only; V4-Flash-0731 is not supported on CUDA");
+  if (cfg.v4() && !w.hc_head) return error(StatusCode::invalid_argument, "V4 weights without hc_head");
   if (static_cast<int>(w.layers.size()) != cfg.n_layers)
     return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", w.layers.size(), cfg.n_layers);
   for (const cpu::BlockWeights& b : w.layers)
@@ -213,7 +224,8 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
   // Size the arena from the host weights.
   size_t total = static_cast<size_t>(w.embed.size()) * 2 + kPad + bytes_vec(w.norm.size()) + bytes_f32(w.head) + (1 << 20);
   for (const cpu::BlockWeights& b : w.layers) total += bytes_of(b);
-  const bool drafter = o.dspark && w.dspark;
+  if (w.hc_head) total += bytes_f32(w.hc_head->fn) + bytes_vec(w.hc_head->base.size());
+  const bool drafter = o.dspark && w.dspark && !cfg.v4();  // the 0731 drafter is not run (docs/cpu-oracle.md)
   if (drafter) {
     const cpu::DsparkWeights& S = *w.dspark;
     for (const cpu::BlockWeights& b : S.stages) total += bytes_of(b);
@@ -240,6 +252,16 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
   }
   DSV4_ASSIGN_OR_RETURN(m->norm, cuda::upload(std::span<const float>(w.norm), A, "norm"));
   DSV4_RETURN_IF_ERROR(upload_either(w.head, A, "head", m->head, m->head16));
+  if (cfg.v4()) {
+    auto hh = std::make_unique<HcHeadDevice>();
+    DSV4_ASSIGN_OR_RETURN(hh->fn, upload_f32(w.hc_head->fn, A, "hc_head_fn"));
+    DSV4_ASSIGN_OR_RETURN(hh->base, cuda::upload(std::span<const float>(w.hc_head->base), A, "hc_head_base"));
+    if (static_cast<int>(w.hc_head->base.size()) != cfg.hc_mult || w.hc_head->fn.out != cfg.hc_mult)
+      return error(StatusCode::invalid_argument, "hc_head: {} outputs / {} bases for hc_mult {}", w.hc_head->fn.out,
+                   w.hc_head->base.size(), cfg.hc_mult);
+    hh->scale = w.hc_head->scale;
+    m->hc_head = std::move(hh);
+  }
   if (drafter) {
     const cpu::DsparkWeights& S = *w.dspark;
     auto d = std::make_unique<DsparkDevice>();

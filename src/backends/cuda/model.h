@@ -1,4 +1,4 @@
-// ModelDevice: the whole V4.1 model on one GPU — every weight as a device view in one arena (the
+// ModelDevice: the whole model (V4.1 or V4 / 0731) on one GPU — every weight as a device view in one arena (the
 // formats of weights.h), Engram tables in pinned host memory that kernels read row by row, and
 // the per-layer roles and sizes as plain host data that the forward loops over.
 #pragma once
@@ -39,6 +39,7 @@ struct MoeDevice {
   Fp8View shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I]
   int n_active = 6;
   int64_t n_experts = 0, inter = 0;
+  const int32_t* tid2eid = nullptr;  // V4 hash-routed layers: int32 [V, n_active] expert ids
 };
 
 // One Engram layer (cpu::EngramWeights). The table stays in pinned, mapped host memory: the
@@ -61,6 +62,13 @@ struct LayerDevice {
   const float* ffn_norm = nullptr;   // bf16 [D]
   MoeDevice ffn;
   std::shared_ptr<const EngramDevice> engram;  // Engram layers only
+};
+
+// V4's final collapse (cpu::HcHeadWeights): pre-mix of the head from its own fn / base / scale.
+struct HcHeadDevice {
+  F32View fn;                   // f32 [C, C*D]
+  const float* base = nullptr;  // f32 [C]
+  float scale = 1.0f;
 };
 
 struct DsparkDevice {
@@ -101,6 +109,7 @@ struct ModelDevice {
   F32View head;                            // [V, D] fp32 (used when head16 is absent)
   Bf16View head16;                         // [V, D] bf16-stored head (checkpoint values are bf16)
   std::unique_ptr<DsparkDevice> dspark;    // absent: no drafter
+  std::unique_ptr<HcHeadDevice> hc_head;   // V4 only
   std::vector<int32_t> engram_token_map;   // host: raw id -> compressed id [V]
   std::vector<float> freqs_plain, freqs_yarn;        // host rope frequencies [rope_dim / 2]
   const float* d_freqs_plain = nullptr;              // the same on the device

@@ -146,7 +146,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
 StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device) {
   DSV4_RETURN_IF_ERROR(cfg.validate());
   if (cfg.variant != cpu::Variant::v41)
-    return error(StatusCode::unimplemented, "the CUDA backend runs DeepSeek-V4.1 only; V4-Flash-0731 is not supported on CUDA");
+    return error(StatusCode::unimplemented, "synthetic device weights (dsv4 bench) cover DeepSeek-V4.1 only; V4-Flash-0731 runs from uploaded weights");
   if (!cfg.engram_layers.empty())
     return error(StatusCode::invalid_argument, "synthetic device weights carry no Engram tables; clear engram_layers");
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "selecting the CUDA device"));
