@@ -24,8 +24,6 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
 #ifdef DSV4_WITH_CUDA
   if (oracle.precision == cpu::Precision::ref64)
     return error(StatusCode::invalid_argument, "ref64 (double accumulation) is the CPU oracle's; the CUDA backend is ref32");
-  if (weights->config.variant != cpu::Variant::v41)
-    return error(StatusCode::unimplemented, "DeepSeek-V4-Flash-0731 does not run on the CUDA backend yet; use --backend cpu");
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(*weights, cuda::ModelDeviceOptions{}));
   cuda::ForwardOptions fo;

@@ -189,6 +189,13 @@ struct Model {
   std::shared_ptr<cpu::ModelWeights> w;
   std::vector<int64_t> prompt_pieces;  // then single decode steps
   int decode_steps;
+  // Allowed NRMS(gpu, ref64) / NRMS(ref32, ref64). V4.1: 1.05 (the device equals ref32 bit for bit
+  // here). V4: its compressors pool 8 to 128 exp terms per channel into rows every later row reads,
+  // and the device's exp (rounded once from double) differs from glibc's expf, which ref32 calls, in
+  // 6.3e-4 of arguments (10^7 uniform draws in [-20, 0] on the build host); one flipped bf16 latent
+  // moves a whole compressed row, so a layer lands up to ~1.1x the floor (measured on an H200,
+  // docs/perf.md). 1.25 still catches any real defect, which shows as NRMS near 1.
+  double tol = 1.05;
 };
 
 const std::vector<Model>& models() {
@@ -199,7 +206,7 @@ const std::vector<Model>& models() {
     v.push_back({"tiny", cpu::synthetic_weights(t, 11, false), {7, 30, 2, 40}, 8});
     // V4 / 0731: window 8, ratios 4 (overlapped, indexer, top-4) and 128 (every visible row), two
     // ratio-128 groups completed inside prompt pieces.
-    v.push_back({"v4_small_test", cpu::synthetic_weights(cpu::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6});
+    v.push_back({"v4_small_test", cpu::synthetic_weights(cpu::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6, 1.25});
     return v;
   }();
   return m;
@@ -243,7 +250,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       // a layer whose ref32 happens to equal ref64 has floor 0, and one bf16 flip from a libm
       // difference (cos/sin/exp rounded once from double vs the C library's float functions) is
       // not an accuracy loss.
-      EXPECT_LE(err, std::max(1.05 * floor, 1.0 / 512)) << "layer " << l;
+      EXPECT_LE(err, std::max(m.tol * floor, 1.0 / 512)) << "layer " << l;
       p32.insert(p32.end(), a32[l].begin(), a32[l].end());
       p64.insert(p64.end(), a64[l].begin(), a64[l].end());
       pg.insert(pg.end(), ag[l].begin(), ag[l].end());
@@ -252,7 +259,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
     // ref32's rounding points and summation orders, so its distance to ref64 is ref32's floor.
     const double floor = nrms(p32, p64), err = nrms(pg, p64);
     std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e\n", m.name, err, floor);
-    EXPECT_LE(err, 1.05 * floor);
+    EXPECT_LE(err, m.tol * floor);
     std::printf("[%s] top-k rows equal to ref32's: %ld of %ld\n", m.name, long(topk_same), long(topk_rows));
   }
 }
