@@ -23,12 +23,16 @@ Arena::~Arena() {
 }
 
 Arena::Arena(Arena&& o) noexcept
-    : base_(std::exchange(o.base_, nullptr)), capacity_(std::exchange(o.capacity_, 0)), used_(std::exchange(o.used_, 0)) {}
+    : exl3(std::move(o.exl3)),
+      base_(std::exchange(o.base_, nullptr)),
+      capacity_(std::exchange(o.capacity_, 0)),
+      used_(std::exchange(o.used_, 0)) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   std::swap(base_, o.base_);
   std::swap(capacity_, o.capacity_);
   std::swap(used_, o.used_);
+  std::swap(exl3, o.exl3);
   return *this;
 }
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace dsv4::cuda {
+
+struct Exl3Store;
 
 // Not thread-safe; one owner at a time. Usable from .cu and .cc files (no Status here: a failed
 // allocation is a nullptr / zero capacity the caller turns into an error naming what it wanted).
@@ -30,6 +33,9 @@ class Arena {
   size_t used() const { return used_; }
   size_t capacity() const { return capacity_; }
   void* base() const { return base_; }
+
+  // Host side of the EXL3 views whose tensors live in this arena (exl3_view.h); null without any.
+  std::shared_ptr<Exl3Store> exl3;
 
  private:
   char* base_ = nullptr;

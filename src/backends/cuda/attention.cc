@@ -11,6 +11,7 @@
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/exl3_view.h"
 #include "backends/cuda/forward_v4.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/upload.h"
@@ -244,7 +245,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   DSV4_ASSIGN_OR_RETURN(float* zt, take<float>(ar, R * G * O, "attention wo_a out"));
   DSV4_ASSIGN_OR_RETURN(float* z, take<float>(ar, R * G * O, "attention z"));
   for (int64_t g = 0; g < G; ++g) {
-    Bf16View wg{A.wo_a.w + g * O * gin, O, gin};
+    Bf16View wg{A.wo_a.w + g * O * gin, O, gin, A.wo_a.exl3 ? A.wo_a.exl3->group(g) : nullptr};
     DSV4_CUDA_LAUNCH(bf16_linear(o + g * R * gin, R, wg, zt + g * R * O, s), "wo_a group", shape(O, gin));
   }
   DSV4_CUDA_LAUNCH(ungroup_rows(zt, R, G, O, z, s), "wo_a ungroup", shape(G * O, O));

@@ -57,6 +57,9 @@ StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const
     DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.comp_wkv, arena, n + "compressor.wkv"));
     if (role.ratio > 1) {
       DSV4_ASSIGN_OR_RETURN(a.comp_wgate, upload_bf16(w.comp_wgate, arena, n + "compressor.wgate"));
+      // An EXL3 pack: the fp32 views (unset bf16 pointers select them) carry the linears, unrounded.
+      if (a.comp_wkv.exl3) a.comp_wkv32 = F32View{nullptr, a.comp_wkv.out, a.comp_wkv.in, a.comp_wkv.exl3};
+      if (a.comp_wgate.exl3) a.comp_wgate32 = F32View{nullptr, a.comp_wgate.out, a.comp_wgate.in, a.comp_wgate.exl3};
     }
     DSV4_ASSIGN_OR_RETURN(a.comp_norm, upload(std::span<const float>(w.comp_norm), arena, n + "compressor.norm"));
     DSV4_ASSIGN_OR_RETURN(a.idx_wk, upload_bf16(w.idx_wk, arena, n + "indexer.wk"));

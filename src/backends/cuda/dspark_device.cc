@@ -7,6 +7,7 @@
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/check.h"
 #include "backends/cuda/dspark_ops.cuh"
+#include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
 
 namespace dsv4::cuda {
@@ -112,7 +113,8 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
                        "dspark_attend", shape);
       DSV4_CUDA_LAUNCH(rope_head_tails(o, B, static_cast<int>(H), d, cfg.rope_dim, M.d_freqs_plain, d_pos, true, c.stream),
                        "rope_head_tails(o, inverse)", shape);
-      DSV4_CUDA_LAUNCH(grouped_wo_a(o, A.wo_a.w, B, static_cast<int>(G), O, gin, z, c.stream), "grouped_wo_a(mtp)", shape);
+      DSV4_CUDA_LAUNCH(A.wo_a.exl3 ? exl3_linear(o, B, *A.wo_a.exl3, z, Exl3Out::bf16, c.stream)
+                                   : grouped_wo_a(o, A.wo_a.w, B, static_cast<int>(G), O, gin, z, c.stream), "grouped_wo_a(mtp)", shape);
       DSV4_CUDA_LAUNCH(fp8_linear(z, B, A.wo_b, cfg.act_block, y, c.stream), "fp8_linear(mtp.wo_b)", shape);
       return ok_status();
     };

@@ -108,8 +108,10 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(timed(c, "moe routed experts", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(moe_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.w1, M.w3, M.w2, D, I,
-                                        cfg.act_block, cfg.swiglu_limit, scratch, routed, c.stream),
+    DSV4_CUDA_LAUNCH(M.exl3.n_experts ? exl3_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.exl3, cfg.swiglu_limit,
+                                                            scratch, routed, c.stream)
+                                      : moe_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.w1, M.w3, M.w2, D, I,
+                                                           cfg.act_block, cfg.swiglu_limit, scratch, routed, c.stream),
                      "moe_routed_experts", shape);
     return ok_status();
   }));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/lowp_tile.cuh"
 
@@ -108,12 +109,14 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
 }  // namespace
 
 cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_block, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear (no act_quant)
   if (W.block <= 0 || W.block % 32) return cudaErrorInvalidValue;
   const LowpWeight L{W.w, W.scale, W.out, W.in, W.in, (W.in + W.block - 1) / W.block, W.block, W.block};
   return launch<Fmt::fp8>(x, rows, L, act_block, y, s);
 }
 
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear (no act_quant)
   const LowpWeight L{W.w, W.scale, W.out, W.in, W.in / 2, W.in / 32, 1, 32};
   return launch<Fmt::fp4>(x, rows, L, act_block, y, s);
 }

@@ -1,6 +1,7 @@
 // bf16 and fp32 linears: one warp per output column and up to 4 rows per pass over its weights,
 // lanes over 8-element K chunks in a fixed order.
 #include "backends/cuda/linear.cuh"
+#include "backends/cuda/exl3_view.h"
 #include <algorithm>
 
 #include "core/bf16.h"
@@ -147,14 +148,17 @@ cudaError_t launch(const float* x, int64_t rows, const WT* w, int64_t out, int64
 }  // namespace
 
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear
   return launch<uint16_t, true>(x, rows, W.w, W.out, W.in, y, s);
 }
 
 cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
   return launch<float, false>(x, rows, W.w, W.out, W.in, y, s);
 }
 
 cudaError_t f32_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
   return launch<uint16_t, false>(x, rows, W.w, W.out, W.in, y, s);
 }
 

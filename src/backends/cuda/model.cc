@@ -10,6 +10,7 @@
 #include "backends/cpu/rope.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
+#include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/upload.h"
 
@@ -19,15 +20,25 @@ namespace {
 
 constexpr size_t kPad = 512;  // per tensor: alignment slack
 
+// An EXL3 linear of a pack: its stored tensors (the dense sizes below do not apply).
+size_t bytes_exl3(const cpu::Exl3Weight& w) {
+  size_t n = 0;
+  for (const cpu::Exl3Part& p : w.parts)
+    n += 2 * (p.packed.trellis.size() + p.packed.suh.size() + p.packed.svh.size()) + 4 * p.bias.size() + 4 * kPad;
+  return n;
+}
+
 size_t bytes_of(const cpu::Fp8Weight& w) {
+  if (w.exl3) return bytes_exl3(*w.exl3);
   const size_t sb = static_cast<size_t>((w.out + w.block - 1) / w.block) * ((w.in + w.block - 1) / w.block);
   return static_cast<size_t>(w.out * w.in) + sb + 2 * kPad;
 }
 size_t bytes_of(const cpu::Fp4Weight& w) {
+  if (w.exl3) return bytes_exl3(*w.exl3) + sizeof(Exl3Weights);
   return static_cast<size_t>(w.out * w.in / 2) + static_cast<size_t>(w.out * (w.in / 32)) + 2 * kPad;
 }
-size_t bytes_f32(const cpu::Bf16Weight& w) { return static_cast<size_t>(w.out * w.in) * 4 + kPad; }
-size_t bytes_bf16(const cpu::Bf16Weight& w) { return static_cast<size_t>(w.out * w.in) * 2 + kPad; }
+size_t bytes_f32(const cpu::Bf16Weight& w) { return w.exl3 ? bytes_exl3(*w.exl3) : static_cast<size_t>(w.out * w.in) * 4 + kPad; }
+size_t bytes_bf16(const cpu::Bf16Weight& w) { return w.exl3 ? bytes_exl3(*w.exl3) : static_cast<size_t>(w.out * w.in) * 2 + kPad; }
 size_t bytes_vec(size_t n) { return n * 4 + kPad; }
 
 size_t bytes_of(const cpu::AttentionWeights& a) {
@@ -62,6 +73,10 @@ std::string layer_name(int l, const char* what) { return "layers." + std::to_str
 
 // Uploads an fp32-linear weight as bf16 when every value is a bf16 value, else as fp32.
 Status upload_either(const cpu::F32Weight& w, Arena& A, const std::string& name, F32View& w32, Bf16View& w16) {
+  if (w.exl3) {  // a pack's linear: the fp32 view's call runs it unrounded
+    DSV4_ASSIGN_OR_RETURN(w32, upload_f32(w, A, name));
+    return ok_status();
+  }
   auto b = upload_bf16(w, A, name);
   if (b.ok()) {
     w16 = *b;
@@ -94,23 +109,11 @@ class ModelUploader {
     DSV4_ASSIGN_OR_RETURN(d.bias, upload(std::span<const float>(w.bias), A_, name + ".bias"));
     const std::vector<float>& vl = w.bias_vl.empty() ? w.bias : w.bias_vl;
     DSV4_ASSIGN_OR_RETURN(d.bias_vl, upload(std::span<const float>(vl), A_, name + ".bias_vl"));
-    std::vector<Fp4View> v1, v2, v3;
-    for (size_t e = 0; e < w.experts.size(); ++e) {
-      const std::string en = name + ".experts." + std::to_string(e);
-      DSV4_ASSIGN_OR_RETURN(Fp4View a, upload(w.experts[e].w1, A_, en + ".w1"));
-      DSV4_ASSIGN_OR_RETURN(Fp4View b, upload(w.experts[e].w2, A_, en + ".w2"));
-      DSV4_ASSIGN_OR_RETURN(Fp4View c, upload(w.experts[e].w3, A_, en + ".w3"));
-      v1.push_back(a);
-      v2.push_back(b);
-      v3.push_back(c);
+    if (!w.experts.empty() && w.experts[0].w1.exl3) {
+      DSV4_ASSIGN_OR_RETURN(d.exl3, exl3_experts(w, name));
+    } else {
+      DSV4_RETURN_IF_ERROR(fp4_experts(w, name, d));
     }
-    const size_t vb = v1.size() * sizeof(Fp4View);
-    DSV4_ASSIGN_OR_RETURN(void* p1, upload_bytes(v1.data(), vb, A_, name + ".w1 views"));
-    DSV4_ASSIGN_OR_RETURN(void* p2, upload_bytes(v2.data(), vb, A_, name + ".w2 views"));
-    DSV4_ASSIGN_OR_RETURN(void* p3, upload_bytes(v3.data(), vb, A_, name + ".w3 views"));
-    d.w1 = static_cast<const Fp4View*>(p1);
-    d.w2 = static_cast<const Fp4View*>(p2);
-    d.w3 = static_cast<const Fp4View*>(p3);
     DSV4_ASSIGN_OR_RETURN(d.shared_w1, upload(w.shared.w1, A_, name + ".shared.w1"));
     DSV4_ASSIGN_OR_RETURN(d.shared_w2, upload(w.shared.w2, A_, name + ".shared.w2"));
     DSV4_ASSIGN_OR_RETURN(d.shared_w3, upload(w.shared.w3, A_, name + ".shared.w3"));
@@ -130,6 +133,70 @@ class ModelUploader {
     if (d.n_experts != w.gate.out)
       return error(StatusCode::invalid_argument, "{}: gate has {} rows for {} experts", name, w.gate.out, d.n_experts);
     return d;
+  }
+
+  Status fp4_experts(const cpu::MoeWeights& w, const std::string& name, MoeDevice& d) {
+    std::vector<Fp4View> v1, v2, v3;
+    for (size_t e = 0; e < w.experts.size(); ++e) {
+      const std::string en = name + ".experts." + std::to_string(e);
+      DSV4_ASSIGN_OR_RETURN(Fp4View a, upload(w.experts[e].w1, A_, en + ".w1"));
+      DSV4_ASSIGN_OR_RETURN(Fp4View b, upload(w.experts[e].w2, A_, en + ".w2"));
+      DSV4_ASSIGN_OR_RETURN(Fp4View c, upload(w.experts[e].w3, A_, en + ".w3"));
+      v1.push_back(a);
+      v2.push_back(b);
+      v3.push_back(c);
+    }
+    const size_t vb = v1.size() * sizeof(Fp4View);
+    DSV4_ASSIGN_OR_RETURN(void* p1, upload_bytes(v1.data(), vb, A_, name + ".w1 views"));
+    DSV4_ASSIGN_OR_RETURN(void* p2, upload_bytes(v2.data(), vb, A_, name + ".w2 views"));
+    DSV4_ASSIGN_OR_RETURN(void* p3, upload_bytes(v3.data(), vb, A_, name + ".w3 views"));
+    d.w1 = static_cast<const Fp4View*>(p1);
+    d.w2 = static_cast<const Fp4View*>(p2);
+    d.w3 = static_cast<const Fp4View*>(p3);
+    return ok_status();
+  }
+
+  // A pack's routed experts: each one EXL3 linear per projection, all of one padded shape and with
+  // no bias (what exl3_routed_experts takes); their Exl3Weights in device arrays [E].
+  StatusOr<Exl3ExpertsView> exl3_experts(const cpu::MoeWeights& w, const std::string& name) {
+    Exl3ExpertsView X;
+    std::vector<Exl3Weights> v[3];
+    for (size_t e = 0; e < w.experts.size(); ++e) {
+      const cpu::Fp4Weight* ws[3] = {&w.experts[e].w1, &w.experts[e].w3, &w.experts[e].w2};
+      const char* wn[3] = {".w1", ".w3", ".w2"};
+      for (int k = 0; k < 3; ++k) {
+        const std::string en = name + ".experts." + std::to_string(e) + wn[k];
+        if (!ws[k]->exl3) return error(StatusCode::invalid_argument, "{}: not EXL3 while expert 0 is", en);
+        DSV4_ASSIGN_OR_RETURN(const Exl3View* xv, upload_exl3(*ws[k]->exl3, A_, en));
+        const Exl3ViewPart& P = xv->parts[0];
+        const int64_t want_in = k < 2 ? w.experts[0].w1.in : w.experts[0].w1.out;
+        const int64_t want_out = k < 2 ? w.experts[0].w1.out : w.experts[0].w1.in;
+        if (xv->n_parts != 1 || P.bias || P.in != want_in || P.out != want_out ||
+            (e > 0 && (P.w.in_features != v[k][0].in_features || P.w.out_features != v[k][0].out_features)))
+          return error(StatusCode::invalid_argument,
+                       "{}: routed experts on CUDA need one unbiased part of [{}, {}] and one padded shape per projection",
+                       en, want_in, want_out);
+        v[k].push_back(P.w);
+      }
+    }
+    const Exl3Weights* arrays[3];
+    for (int k = 0; k < 3; ++k) {
+      DSV4_ASSIGN_OR_RETURN(void* p, upload_bytes(v[k].data(), v[k].size() * sizeof(Exl3Weights), A_,
+                                                  name + ".experts EXL3 table"));
+      arrays[k] = static_cast<const Exl3Weights*>(p);
+    }
+    X.w1 = arrays[0];
+    X.w3 = arrays[1];
+    X.w2 = arrays[2];
+    X.n_experts = static_cast<int64_t>(w.experts.size());
+    X.dim = w.experts[0].w1.in;
+    X.inter = w.experts[0].w1.out;
+    X.dim_p = v[0][0].in_features;
+    X.inter_p = v[0][0].out_features;
+    if (v[2][0].in_features != X.inter_p || v[2][0].out_features != X.dim_p)
+      return error(StatusCode::invalid_argument, "{}: w2 is padded to [{}, {}], w1 to [{}, {}]", name,
+                   v[2][0].in_features, v[2][0].out_features, X.dim_p, X.inter_p);
+    return X;
   }
 
   StatusOr<std::shared_ptr<const EngramDevice>> engram(const cpu::EngramWeights& w, const std::string& name) {
@@ -210,9 +277,6 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
   if (cfg.v4() && !w.hc_head) return error(StatusCode::invalid_argument, "V4 weights without hc_head");
   if (static_cast<int>(w.layers.size()) != cfg.n_layers)
     return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", w.layers.size(), cfg.n_layers);
-  for (const cpu::BlockWeights& b : w.layers)
-    if (b.attn.wq_a.exl3 || b.ffn.shared.w1.exl3 || (!b.ffn.experts.empty() && b.ffn.experts[0].w1.exl3))
-      return error(StatusCode::unimplemented, "EXL3 packs do not run on the CUDA forward yet; use the release checkpoint");
   if (!cfg.engram_layers.empty() && static_cast<int64_t>(w.engram_token_map.size()) != cfg.vocab)
     return error(StatusCode::invalid_argument, "Engram needs a token map of {} entries, got {}", cfg.vocab,
                  w.engram_token_map.size());

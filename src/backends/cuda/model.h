@@ -13,6 +13,7 @@
 #include "backends/cpu/model_config.h"
 #include "backends/cpu/weights.h"
 #include "backends/cuda/attention_weights.h"
+#include "backends/cuda/exl3_experts.cuh"
 #include "backends/cuda/weights.h"
 #include "core/status.h"
 
@@ -37,6 +38,7 @@ struct MoeDevice {
   const Fp4View* w3 = nullptr;
   const Fp4View* w2 = nullptr;
   Fp8View shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I]
+  Exl3ExpertsView exl3;             // an EXL3 pack's routed experts (then w1, w3, w2 are null)
   int n_active = 6;
   int64_t n_experts = 0, inter = 0;
   const int32_t* tid2eid = nullptr;  // V4 hash-routed layers: int32 [V, n_active] expert ids

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/exl3_view.h"
 #include "core/bf16.h"
 #include "core/fp4.h"
 #include "core/fp8.h"
@@ -58,7 +59,81 @@ Status check_size(std::string_view name, std::string_view part, size_t have, int
   return ok_status();
 }
 
+// The view of an EXL3 linear standing for a weight of kind View: dims and the EXL3 view only.
+template <typename View, typename W>
+StatusOr<View> exl3_only(const W& w, Arena& arena, std::string_view name) {
+  View v;
+  DSV4_ASSIGN_OR_RETURN(v.exl3, upload_exl3(*w.exl3, arena, name));
+  v.out = w.out;
+  v.in = w.in;
+  // A block-diagonal weight (attn.wo_a) keeps the release's per-group `in`.
+  const int64_t in = v.exl3->n_parts > 1 ? w.in * v.exl3->n_parts : w.in;
+  if (v.exl3->in != in || v.exl3->out != w.out)
+    return error(StatusCode::invalid_argument, "upload of '{}': the EXL3 linear is [{}, {}], the weight [{}, {}]", name,
+                 v.exl3->in, v.exl3->out, in, w.out);
+  return v;
+}
+
 }  // namespace
+
+StatusOr<const Exl3View*> upload_exl3(const cpu::Exl3Weight& w, Arena& arena, std::string_view name) {
+  if (w.parts.empty()) return error(StatusCode::invalid_argument, "upload of '{}': an EXL3 linear with no parts", name);
+  if (!arena.exl3) arena.exl3 = std::make_shared<Exl3Store>();
+  Exl3Store& store = *arena.exl3;
+  std::vector<Exl3ViewPart> parts;
+  int64_t x0 = 0, y0 = 0;
+  for (size_t g = 0; g < w.parts.size(); ++g) {
+    const cpu::Exl3Part& src = w.parts[g];
+    const exl3::Linear& L = src.packed;
+    const std::string pn = w.parts.size() > 1 ? fmt::format("{}.slice.{}", name, g) : std::string(name);
+    DSV4_RETURN_IF_ERROR(exl3::validate(L).with_context(pn));
+    if (L.in_features != src.in_padded || L.out_features != src.out_padded || src.in > src.in_padded ||
+        src.out > src.out_padded)
+      return error(StatusCode::invalid_argument, "upload of '{}': stored [{}, {}] for logical [{}, {}] padded [{}, {}]",
+                   pn, L.in_features, L.out_features, src.in, src.out, src.in_padded, src.out_padded);
+    Exl3ViewPart p;
+    DSV4_ASSIGN_OR_RETURN(p.w.trellis, copy(L.trellis, arena, pn, "trellis"));
+    DSV4_ASSIGN_OR_RETURN(p.w.suh, copy(L.suh, arena, pn, "suh"));
+    DSV4_ASSIGN_OR_RETURN(p.w.svh, copy(L.svh, arena, pn, "svh"));
+    p.w.in_features = L.in_features;
+    p.w.out_features = L.out_features;
+    p.w.bits = L.bits;
+    p.w.codebook = static_cast<int>(L.codebook);
+    if (!src.bias.empty()) {
+      DSV4_RETURN_IF_ERROR(check_size(pn, "bias", src.bias.size(), src.out_padded));
+      DSV4_ASSIGN_OR_RETURN(p.bias, copy(std::vector<float>(src.bias.begin(), src.bias.begin() + src.out), arena, pn, "bias"));
+    }
+    p.in = src.in;
+    p.out = src.out;
+    p.x0 = x0;
+    p.y0 = y0;
+    x0 += src.in;
+    y0 += src.out;
+    parts.push_back(p);
+  }
+  if (x0 != w.in || y0 != w.out)
+    return error(StatusCode::invalid_argument, "upload of '{}': parts cover [{}, {}], the linear is [{}, {}]", name, x0, y0,
+                 w.in, w.out);
+  const std::vector<Exl3ViewPart>& stored = store.parts.emplace_back(std::move(parts));
+  Exl3View& v = store.views.emplace_back();
+  v.parts = stored.data();
+  v.n_parts = static_cast<int32_t>(stored.size());
+  v.in = w.in;
+  v.out = w.out;
+  v.scratch = &store.scratch;
+  if (stored.size() > 1) {
+    std::vector<Exl3View>& groups = store.groups.emplace_back(stored.size());
+    for (size_t g = 0; g < stored.size(); ++g) {
+      std::vector<Exl3ViewPart>& alone = store.parts.emplace_back(1, stored[g]);
+      alone[0].x0 = alone[0].y0 = 0;
+      groups[g] = Exl3View{alone.data(), 1, stored[g].in, stored[g].out, nullptr, &store.scratch};
+    }
+    v.groups = groups.data();
+  }
+  const auto [row, fixed] = exl3_scratch_need(v);
+  store.scratch.require(row, fixed);
+  return &v;
+}
 
 StatusOr<void*> arena_alloc(Arena& arena, size_t bytes, std::string_view what, size_t align) {
   void* p = arena.alloc(bytes, align);
@@ -69,6 +144,7 @@ StatusOr<void*> arena_alloc(Arena& arena, size_t bytes, std::string_view what, s
 }
 
 StatusOr<Fp8View> upload(const cpu::Fp8Weight& w, Arena& arena, std::string_view name) {
+  if (w.exl3) return exl3_only<Fp8View>(w, arena, name);
   if (w.block <= 0) return error(StatusCode::invalid_argument, "upload of '{}': block {}", name, w.block);
   const int64_t sb_out = (w.out + w.block - 1) / w.block, sb_in = (w.in + w.block - 1) / w.block;
   DSV4_RETURN_IF_ERROR(check_size(name, "w", w.w.size(), w.out * w.in));
@@ -89,6 +165,7 @@ StatusOr<Fp8View> upload(const cpu::Fp8Weight& w, Arena& arena, std::string_view
 }
 
 StatusOr<Fp4View> upload(const cpu::Fp4Weight& w, Arena& arena, std::string_view name) {
+  if (w.exl3) return exl3_only<Fp4View>(w, arena, name);
   if (w.in % 32 != 0) return error(StatusCode::invalid_argument, "upload of '{}': in = {} is not a multiple of 32", name, w.in);
   DSV4_RETURN_IF_ERROR(check_size(name, "w", w.w.size(), w.out * w.in));
   DSV4_RETURN_IF_ERROR(check_size(name, "scale", w.scale.size(), w.out * (w.in / 32)));
@@ -110,6 +187,7 @@ StatusOr<Fp4View> upload(const cpu::Fp4Weight& w, Arena& arena, std::string_view
 }
 
 StatusOr<Bf16View> upload_bf16(const cpu::Bf16Weight& w, Arena& arena, std::string_view name) {
+  if (w.exl3) return exl3_only<Bf16View>(w, arena, name);
   DSV4_RETURN_IF_ERROR(check_size(name, "w", w.w.size(), w.out * w.in));
   std::vector<uint16_t> bits(w.w.size());
   for (size_t i = 0; i < w.w.size(); ++i) {
@@ -124,6 +202,7 @@ StatusOr<Bf16View> upload_bf16(const cpu::Bf16Weight& w, Arena& arena, std::stri
 }
 
 StatusOr<F32View> upload_f32(const cpu::F32Weight& w, Arena& arena, std::string_view name) {
+  if (w.exl3) return exl3_only<F32View>(w, arena, name);
   DSV4_RETURN_IF_ERROR(check_size(name, "w", w.w.size(), w.out * w.in));
   F32View v;
   DSV4_ASSIGN_OR_RETURN(v.w, copy(w.w, arena, name, "w"));

@@ -26,6 +26,11 @@ StatusOr<const float*> upload(std::span<const float> v, Arena& arena, std::strin
 // Raw bytes (bf16 tables, int maps), 256-byte aligned.
 StatusOr<void*> upload_bytes(const void* data, size_t bytes, Arena& arena, std::string_view name);
 
+// An oracle weight with `exl3` set (a pack's linear) uploads its parts' stored tensors (trellis, suh,
+// svh, bias) instead: the returned view carries only out, in and `exl3`, whose host objects belong
+// to arena.exl3 (created on first use) and live as long as the arena.
+StatusOr<const Exl3View*> upload_exl3(const cpu::Exl3Weight& w, Arena& arena, std::string_view name);
+
 // arena.alloc or resource_exhausted naming `what` and the arena's fill.
 StatusOr<void*> arena_alloc(Arena& arena, size_t bytes, std::string_view what, size_t align = 256);
 

@@ -1,0 +1,211 @@
+// Grouped EXL3 routed experts: CTA (column block, expert) finds the expert's pairs (sorted), rotates
+// their rows into shared memory, decodes the expert's trellis tiles for its 128 columns and applies
+// them to up to kRows pairs at a time; the output Hadamard, svh, rounding and SwiGLU follow in place.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backends/cuda/exl3_experts.cuh"
+#include "core/bf16.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kHad = 128;
+constexpr int kWarps = 8;  // one warp per 16-column tile: 128 columns per CTA
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 4;   // pairs per pass; a launch detail, never a term of a pair's arithmetic
+
+// Codebook value of a 16-bit state (formats.md §1.7): one fp16 rounding as the reference decoder.
+__device__ __forceinline__ float codebook_value(int cb, uint32_t state) {
+  if (cb == 2) {  // mul1: 1024 + the byte sum of the hash (exact in fp16), then one fp16 fma
+    const uint32_t x = state * 0x83DCD12Du;
+    const uint32_t sum = 1024u + (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24);
+    return __half2float(__hfma(__uint2half_rn(sum), __ushort_as_half(0x1EEE), __ushort_as_half(0xC931)));
+  }
+  uint32_t x = cb == 1 ? state * 0xCBAC1FEDu : state * 89226354u + 64248484u;  // MCG or 3INST
+  x = (x & 0x8FFF8FFFu) ^ 0x3B603B60u;
+  return __half2float(__hadd(__ushort_as_half(static_cast<unsigned short>(x & 0xFFFF)),
+                             __ushort_as_half(static_cast<unsigned short>(x >> 16))));
+}
+
+// In-place unnormalized Walsh-Hadamard transform of `count` consecutive 128-blocks, all threads.
+__device__ void hadamard(float* s, int count) {
+  for (int len = 1; len < kHad; len <<= 1) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < count * kHad / 2; i += blockDim.x) {
+      const int b = i / (kHad / 2), q = i % (kHad / 2);
+      const int lo = b * kHad + (q / len) * (2 * len) + (q % len);
+      const float a = s[lo], c = s[lo + len];
+      s[lo] = a + c;
+      s[lo + len] = a - c;
+    }
+  }
+  __syncthreads();
+}
+
+// [lo, hi) of expert e in the sorted pair_expert.
+__device__ void expert_range(const int32_t* pe, int64_t n, int32_t e, int64_t& lo, int64_t& hi) {
+  int64_t a = 0, b = n;
+  while (a < b) {
+    const int64_t m = (a + b) / 2;
+    if (pe[m] < e) a = m + 1; else b = m;
+  }
+  lo = a;
+  b = n;
+  while (a < b) {
+    const int64_t m = (a + b) / 2;
+    if (pe[m] <= e) a = m + 1; else b = m;
+  }
+  hi = a;
+}
+
+// red[r][c] = H(u_r · Wq[:, cb*128 + c]) / 128 · svh for the CTA's 128 columns; u holds kRows rotated
+// rows [kRows][in_p]. Each lane sums its 2 columns × 4 K-rows per tile in tile order, then 2 shuffles.
+__device__ void columns(const Exl3Weights& W, int cb, const float* u, float* red) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int bits = W.bits, n32 = 8 * bits, total = 256 * bits;
+  const int64_t tiles_n = W.out_features / 16, nt = int64_t(cb) * kWarps + warp, in_p = W.in_features;
+  const uint32_t* t32 = reinterpret_cast<const uint32_t*>(W.trellis);
+  int word[8], next[8], off[8];  // value j of this lane: its 16-bit window in the tile stream
+  for (int j = 0; j < 8; ++j) {
+    const int start = ((8 * lane + j + 1) * bits - 16 + total) % total;
+    word[j] = start / 32;
+    next[j] = (word[j] + 1) % n32;
+    off[j] = start % 32;
+  }
+  const int row_base = 2 * (lane % 4);
+  float acc[kRows][2] = {};
+  for (int64_t kt = 0; kt < in_p / 16; ++kt) {
+    const uint32_t* tile = t32 + (kt * tiles_n + nt) * n32;
+    float v[8];
+    for (int j = 0; j < 8; ++j) {
+      const uint64_t window = (uint64_t(__ldg(tile + word[j])) << 32) | __ldg(tile + next[j]);
+      v[j] = codebook_value(W.codebook, static_cast<uint32_t>(window >> (48 - off[j])) & 0xFFFFu);
+    }
+    const int64_t k0 = kt * 16 + row_base;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float* ur = u + r * in_p + k0;
+      // Value j sits at K row (j&1) + 8·((j>>1)&1), column lane/4 + 8·(j>>2) (trellis.h tile_position).
+      acc[r][0] += ur[0] * v[0];
+      acc[r][0] += ur[1] * v[1];
+      acc[r][0] += ur[8] * v[2];
+      acc[r][0] += ur[9] * v[3];
+      acc[r][1] += ur[0] * v[4];
+      acc[r][1] += ur[1] * v[5];
+      acc[r][1] += ur[8] * v[6];
+      acc[r][1] += ur[9] * v[7];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    for (int h = 0; h < 2; ++h) {
+      float s = acc[r][h];
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+      if (lane % 4 == 0) red[r * kHad + warp * 16 + lane / 4 + 8 * h] = s;
+    }
+  hadamard(red, kRows);
+  for (int i = threadIdx.x; i < kRows * kHad; i += blockDim.x) {
+    const int64_t n = int64_t(cb) * kHad + i % kHad;
+    red[i] = red[i] * (1.0f / 128.0f) * __half2float(__ushort_as_half(W.svh[n]));
+  }
+  __syncthreads();
+}
+
+// u[r][k] = H((src row r)∘suh) per 128-block (unnormalized), zero past `in` and for r >= nr.
+template <typename RowOf>
+__device__ void rotate(const float* src, int64_t in, const Exl3Weights& W, int nr, RowOf row_of, float* u) {
+  const int64_t in_p = W.in_features;
+  for (int64_t i = threadIdx.x; i < kRows * in_p; i += blockDim.x) {
+    const int r = static_cast<int>(i / in_p);
+    const int64_t k = i % in_p;
+    u[i] = r < nr && k < in ? src[row_of(r) * in + k] * __half2float(__ushort_as_half(W.suh[k])) : 0.f;
+  }
+  hadamard(u, static_cast<int>(kRows * in_p / kHad));
+}
+
+// kDown false: h[p] = SwiGLU(w1, w3 on x[pair_row[p]]); true: out[p] = w2(h[p]). grid (col blocks, E).
+template <bool kDown>
+__global__ void __launch_bounds__(kThreads) experts(const float* __restrict__ src, const int32_t* __restrict__ pair_row,
+                                                    const int32_t* __restrict__ pair_expert,
+                                                    const float* __restrict__ pair_weight, int64_t n_pairs,
+                                                    const Exl3Weights* wa, const Exl3Weights* wb, int64_t in,
+                                                    int64_t out, float limit, float* __restrict__ dst) {
+  extern __shared__ float smem[];
+  const int cb = blockIdx.x;
+  const int32_t e = static_cast<int32_t>(blockIdx.y);
+  int64_t q0 = 0, q1 = 0;
+  expert_range(pair_expert, n_pairs, e, q0, q1);
+  if (q0 == q1) return;
+  const Exl3Weights A = wa[e];
+  const int64_t in_p = A.in_features;
+  float* u = smem;                       // [kRows][in_p]
+  float* red0 = u + kRows * in_p;        // [kRows][128]
+  float* red1 = red0 + kRows * kHad;     // [kRows][128] (gate/up: the up projection)
+  for (int64_t p0 = q0; p0 < q1; p0 += kRows) {
+    const int nr = static_cast<int>(min(int64_t(kRows), q1 - p0));
+    if (kDown) {
+      rotate(src, in, A, nr, [p0](int r) { return p0 + r; }, u);
+      columns(A, cb, u, red0);
+    } else {
+      auto row = [p0, pair_row](int r) { return int64_t(pair_row[p0 + r]); };
+      rotate(src, in, A, nr, row, u);
+      columns(A, cb, u, red0);
+      const Exl3Weights B = wb[e];
+      rotate(src, in, B, nr, row, u);
+      columns(B, cb, u, red1);
+    }
+    for (int i = threadIdx.x; i < nr * kHad; i += blockDim.x) {
+      const int r = i / kHad;
+      const int64_t n = int64_t(cb) * kHad + i % kHad;
+      if (n >= out) continue;
+      if (kDown) {
+        dst[(p0 + r) * out + n] = round_bf16(red0[i]);
+      } else {  // cpu::swiglu_clamped<float> on the bf16 outputs of the two linears
+        float g = round_bf16(red0[i]), up = round_bf16(red1[i]);
+        if (limit > 0) {
+          up = fminf(fmaxf(up, -limit), limit);
+          g = fminf(g, limit);
+        }
+        const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        dst[(p0 + r) * out + n] = round_bf16(__fmul_rn(pair_weight[p0 + r], __fmul_rn(sg, up)));
+      }
+    }
+    __syncthreads();  // u and red are rewritten by the next pass
+  }
+}
+
+template <bool kDown>
+cudaError_t launch(const float* src, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
+                   int64_t n_pairs, const Exl3Weights* wa, const Exl3Weights* wb, int64_t in, int64_t in_p, int64_t out,
+                   int64_t out_p, int64_t E, float limit, float* dst, cudaStream_t s) {
+  const size_t smem = sizeof(float) * static_cast<size_t>(kRows * in_p + 2 * kRows * kHad);
+  auto kernel = experts<kDown>;
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  kernel<<<dim3(static_cast<unsigned>(out_p / kHad), static_cast<unsigned>(E)), kThreads, smem, s>>>(
+      src, pair_row, pair_expert, pair_weight, n_pairs, wa, wb, in, out, limit, dst);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
+                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertsView& X,
+                                float swiglu_limit, float* h, float* out, cudaStream_t s) {
+  if (X.n_experts <= 0 || !X.w1 || !X.w2 || !X.w3 || X.dim_p % kHad || X.inter_p % kHad || X.dim > X.dim_p ||
+      X.inter > X.inter_p)
+    return cudaErrorInvalidValue;
+  if (n_pairs <= 0) return cudaSuccess;
+  cudaError_t err = launch<false>(x, pair_row, pair_expert, pair_weight, n_pairs, X.w1, X.w3, X.dim, X.dim_p, X.inter,
+                                  X.inter_p, X.n_experts, swiglu_limit, h, s);
+  if (err != cudaSuccess) return err;
+  return launch<true>(h, pair_row, pair_expert, pair_weight, n_pairs, X.w2, X.w2, X.inter, X.inter_p, X.dim, X.dim_p,
+                      X.n_experts, swiglu_limit, out, s);
+}
+
+}  // namespace dsv4::cuda
