@@ -1,11 +1,17 @@
 // The CUDA forward on a synthetic EXL3 pack (Mia layout; tiny by default, DSV4_GPU_PRESET=small the
 // larger preset) against the CPU oracle on the same pack: a per-layer NRMS table, logits NRMS vs the
 // floor F = NRMS(ref32, ref64) with the gate NRMS(CUDA, ref64) <= 1.05 F (DESIGN.md), and the exact
-// equalities on CUDA — pieces == whole, a k-row verify == k single steps, batched == alone.
+// equalities on CUDA — pieces == whole, a k-row verify == k single steps, batched == alone. Before
+// that, the EXL3 pieces alone against the oracle's formula in double (cpu::exl3_linear_bf16/_acc):
+// the linear kinds through their ordinary calls (FP8, FP4, bf16 block-diagonal wo_a, fp32 head) and
+// the grouped routed experts, each row bit-identical alone and in a batch. Their bounds: bf16 outputs
+// within NRMS 2^-8 of ref64 (a bf16 ulp is at most 2^-7 relative: more is a wrong sum, not
+// rounding), fp32 outputs within 1e-5.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +21,16 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
+#include "backends/cpu/moe.h"
+#include "backends/cuda/arena.h"
+#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/exl3_experts.cuh"
+#include "backends/cuda/exl3_view.h"
 #include "backends/cuda/forward.h"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/upload.h"
+#include "core/bf16.h"
+#include "core/thread_pool.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth_exl3.h"
 
@@ -56,12 +71,13 @@ std::shared_ptr<const cpu::ModelWeights> weights() {
   static std::shared_ptr<const cpu::ModelWeights> w = [] {
     auto r = cpu::load_weights(pack_dir(), cpu::LoadOptions{pack_dir() + "/release-engram"});
     EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!std::getenv("DSV4_EXL3_PACK_DIR")) std::filesystem::remove_all(pack_dir());  // decoded: no longer read
     return r.ok() ? std::shared_ptr<const cpu::ModelWeights>(*r) : nullptr;
   }();
   return w;
 }
 
-std::unique_ptr<Forward> cuda_forward() {
+std::shared_ptr<const ModelDevice> device_model() {
   static std::shared_ptr<const ModelDevice> model = [] {
     if (!weights()) return std::shared_ptr<const ModelDevice>();
     auto m = ModelDevice::upload(*weights(), ModelDeviceOptions{});
@@ -69,6 +85,11 @@ std::unique_ptr<Forward> cuda_forward() {
     if (m.ok()) std::printf("EXL3 model on the device: %.1f MiB of weights\n", (*m)->weight_bytes() / 1048576.0);
     return m.ok() ? std::shared_ptr<const ModelDevice>(std::move(*m)) : nullptr;
   }();
+  return model;
+}
+
+std::unique_ptr<Forward> cuda_forward() {
+  auto model = device_model();
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 4096;
@@ -106,6 +127,148 @@ int64_t argmax(const float* v, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (v[i] > v[b]) b = i;
   return b;
+}
+
+// Deterministic bf16 values in [-2, 2).
+std::vector<float> bf16_rows(int64_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = round_bf16((static_cast<float>(s >> 8) / 16777216.0f) * 4.0f - 2.0f);
+  }
+  return v;
+}
+
+double nrms64(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  EXPECT_EQ(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  return b;
+}
+
+std::vector<float> to_host(const DeviceBuffer& b, size_t n) {
+  std::vector<float> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+// One linear kind: `call(x, rows, y)` on the device against the oracle's formula in double.
+template <typename Call>
+void check_kind(const char* name, const cpu::Exl3Weight& W, bool f32_out, Call&& call) {
+  const int64_t rows = 5;
+  const auto x = bf16_rows(rows * W.in, static_cast<uint32_t>(W.in * 31 + W.out));
+  DeviceBuffer dx = to_device(x), dy(rows * W.out * sizeof(float)), d1(W.out * sizeof(float));
+  ASSERT_EQ(call(dx.as<float>(), rows, dy.as<float>()), cudaSuccess) << name;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
+  const auto y = to_host(dy, rows * W.out);
+  for (int64_t r = 0; r < rows; ++r) {  // each row alone: the same bits
+    ASSERT_EQ(call(dx.as<float>() + r * W.in, 1, d1.as<float>()), cudaSuccess) << name;
+    const auto y1 = to_host(d1, W.out);
+    EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + r * W.out)) << name << ": row " << r << " alone differs";
+  }
+  ThreadPool pool(4);
+  std::vector<double> ref(rows * W.out);
+  if (f32_out) {
+    std::vector<double> xd(x.begin(), x.end());
+    cpu::exl3_linear_acc<double>(pool, xd.data(), rows, W, ref.data());
+  } else {
+    std::vector<float> y64(rows * W.out);
+    cpu::exl3_linear_bf16<double>(pool, x.data(), rows, W, y64.data());
+    ref.assign(y64.begin(), y64.end());
+  }
+  const double n = nrms64(y, ref);
+  std::printf("%-28s [%lld -> %lld], %zu part(s): NRMS(cuda, ref64) = %.3e\n", name, static_cast<long long>(W.in),
+              static_cast<long long>(W.out), W.parts.size(), n);
+  EXPECT_LE(n, f32_out ? 1e-5 : std::ldexp(1.0, -8)) << name;
+}
+
+TEST(CudaExl3Pack, LinearKindsMatchTheFormulaAndAreBatchInvariant) {
+  auto w = weights();
+  ASSERT_TRUE(w);
+  Arena A(size_t(256) << 20);
+  const cpu::BlockWeights& L = w->layers[0];
+  ASSERT_TRUE(L.attn.wq_a.exl3 && L.attn.wo_a.exl3 && w->head.exl3 && L.ffn.experts.at(1).w1.exl3);
+  auto wq_a = upload(L.attn.wq_a, A, "wq_a");
+  auto wo_a = upload_bf16(L.attn.wo_a, A, "wo_a");
+  auto head = upload_f32(w->head, A, "head");
+  auto e1 = upload(L.ffn.experts[1].w1, A, "experts.1.w1");
+  auto shared = upload(L.ffn.shared.w2, A, "shared.w2");
+  ASSERT_TRUE(wq_a.ok() && wo_a.ok() && head.ok() && e1.ok() && shared.ok());
+  check_kind("fp8_linear(wq_a)", *L.attn.wq_a.exl3, false,
+             [&](const float* x, int64_t r, float* y) { return fp8_linear(x, r, *wq_a, 128, y, nullptr); });
+  check_kind("fp8_linear(shared.w2)", *L.ffn.shared.w2.exl3, false,
+             [&](const float* x, int64_t r, float* y) { return fp8_linear(x, r, *shared, 128, y, nullptr); });
+  check_kind("fp4_linear(experts.1.w1)", *L.ffn.experts[1].w1.exl3, false,
+             [&](const float* x, int64_t r, float* y) { return fp4_linear(x, r, *e1, 32, y, nullptr); });
+  check_kind("bf16_linear(wo_a, all groups)", *L.attn.wo_a.exl3, false,
+             [&](const float* x, int64_t r, float* y) { return bf16_linear(x, r, Bf16View{nullptr, 0, 0, wo_a->exl3}, y, nullptr); });
+  check_kind("f32_linear(head)", *w->head.exl3, true,
+             [&](const float* x, int64_t r, float* y) { return f32_linear(x, r, *head, y, nullptr); });
+}
+
+TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
+  auto w = weights();
+  ASSERT_TRUE(w);
+  auto m = device_model();
+  ASSERT_TRUE(m);
+  const MoeDevice& M = m->layers[0].ffn;
+  const cpu::MoeWeights& C = w->layers[0].ffn;
+  ASSERT_GT(M.exl3.n_experts, 0);
+  const int64_t D = M.exl3.dim, I = M.exl3.inter, E = M.exl3.n_experts, rows = 6;
+  const int K = 2;
+  // Pairs sorted by (expert, row): row r takes experts (r + k·3) mod E, weight (k + 1) / 4.
+  struct Pair { int32_t row, expert; float weight; };
+  std::vector<Pair> pairs;
+  for (int32_t e = 0; e < E; ++e)
+    for (int32_t r = 0; r < rows; ++r)
+      for (int k = 0; k < K; ++k)
+        if ((r + k * 3) % E == e) pairs.push_back({r, e, 0.25f * (k + 1)});
+  const int64_t P = static_cast<int64_t>(pairs.size());
+  std::vector<int32_t> prow, pexp;
+  std::vector<float> pw;
+  for (const Pair& p : pairs) {
+    prow.push_back(p.row);
+    pexp.push_back(p.expert);
+    pw.push_back(p.weight);
+  }
+  const auto x = bf16_rows(rows * D, 77);
+  DeviceBuffer dx = to_device(x), dr = to_device(prow), de = to_device(pexp), dw = to_device(pw);
+  DeviceBuffer dh(P * I * sizeof(float)), dout(P * D * sizeof(float)), dh1(I * sizeof(float)), d1(D * sizeof(float));
+  const float limit = w->config.swiglu_limit;
+  ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>(), de.as<int32_t>(), dw.as<float>(), P, M.exl3, limit,
+                                dh.as<float>(), dout.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out = to_host(dout, P * D);
+  ThreadPool pool(4);
+  std::vector<double> ref(P * D);
+  for (int64_t p = 0; p < P; ++p) {
+    ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>() + p, de.as<int32_t>() + p, dw.as<float>() + p, 1,
+                                  M.exl3, limit, dh1.as<float>(), d1.as<float>(), nullptr), cudaSuccess);
+    const auto one = to_host(d1, D);
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + p * D)) << "pair " << p << " alone differs";
+    const cpu::ExpertWeights& X = C.experts[pairs[p].expert];
+    std::vector<float> a(I), u(I), h(I), o(D);
+    cpu::exl3_linear_bf16<double>(pool, &x[pairs[p].row * D], 1, *X.w1.exl3, a.data());
+    cpu::exl3_linear_bf16<double>(pool, &x[pairs[p].row * D], 1, *X.w3.exl3, u.data());
+    cpu::swiglu_clamped<double>(a.data(), u.data(), I, pairs[p].weight, limit, h.data());
+    cpu::exl3_linear_bf16<double>(pool, h.data(), 1, *X.w2.exl3, o.data());
+    for (int64_t d = 0; d < D; ++d) ref[p * D + d] = o[d];
+  }
+  const double n = nrms64(out, ref);
+  std::printf("exl3_routed_experts: %lld pairs over %lld experts [%lld -> %lld -> %lld]: NRMS(cuda, ref64) = %.3e\n",
+              static_cast<long long>(P), static_cast<long long>(E), static_cast<long long>(D),
+              static_cast<long long>(I), static_cast<long long>(D), n);
+  EXPECT_LE(n, std::ldexp(1.0, -8));
 }
 
 struct LogitsRun {
@@ -162,6 +325,12 @@ TEST(CudaExl3Forward, MatchesOracleWithinFloor) {
   std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 vs ref64: cuda %d/%d, "
               "ref32 %d/%d\n", F, N, N / F, agree, n, agree32, n);
   EXPECT_LE(N, 1.05 * F);
+  // Informational: single-row decode steps after the prompt (wall time, synchronized per step).
+  const auto t0 = std::chrono::steady_clock::now();
+  const int steps = 16;
+  for (int i = 0; i < steps; ++i) ASSERT_TRUE(f->forward({Piece{*s, {toks[i]}, {0}}}).ok());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  std::printf("decode on the pack: %.3f ms per single-row step (%d steps, after %d prompt rows)\n", ms, steps, n);
   if (agree32 == n) {
     EXPECT_EQ(agree, n);  // top-1 on every position where the references themselves meet it
   }
