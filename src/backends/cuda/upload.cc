@@ -66,11 +66,9 @@ StatusOr<View> exl3_only(const W& w, Arena& arena, std::string_view name) {
   DSV4_ASSIGN_OR_RETURN(v.exl3, upload_exl3(*w.exl3, arena, name));
   v.out = w.out;
   v.in = w.in;
-  // A block-diagonal weight (attn.wo_a) keeps the release's per-group `in`.
-  const int64_t in = v.exl3->n_parts > 1 ? w.in * v.exl3->n_parts : w.in;
-  if (v.exl3->in != in || v.exl3->out != w.out)
+  if (v.exl3->in != w.in || v.exl3->out != w.out)  // block-diagonal parts (wo_a): totals on both sides
     return error(StatusCode::invalid_argument, "upload of '{}': the EXL3 linear is [{}, {}], the weight [{}, {}]", name,
-                 v.exl3->in, v.exl3->out, in, w.out);
+                 v.exl3->in, v.exl3->out, w.in, w.out);
   return v;
 }
 
