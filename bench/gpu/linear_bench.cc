@@ -1,6 +1,8 @@
 // Speed of the CUDA linears and grouped routed experts on the V4.1 full-width shapes at 1, 8 and
 // 32 rows, against the memory floor: (weight + scale bytes) / the device-to-device copy bandwidth
-// measured in the same run. Weights rotate through copies > 2x the L2 so every call reads HBM.
+// measured in the same run (weights rotate through copies > 2x the L2 so every call reads HBM);
+// and prefill chunks (2K-8K rows) in TFLOP/s against cuBLAS's dense bf16 rate measured in the run.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -123,9 +125,26 @@ void report(const char* kind, const char* name, int rows, double bytes, double u
               bytes / 1e6, us, floor_us, us / floor_us, bytes / us / 1e3);
 }
 
-int copies_for(double bytes) { return std::max(2, static_cast<int>(std::ceil(256e6 / bytes))); }
+// DSV4_BENCH_HOT=1: one weight copy, so every call after the first reads its weights from L2
+// (separates the kernels' own latency from DRAM's).
+bool hot() { return std::getenv("DSV4_BENCH_HOT") != nullptr; }
+int copies_for(double bytes) { return hot() ? 1 : std::max(2, static_cast<int>(std::ceil(256e6 / bytes))); }
+// DSV4_BENCH_ONLY=a,b,...: only the lines whose name contains one of the texts.
+bool wanted(const char* name) {
+  const char* only = std::getenv("DSV4_BENCH_ONLY");
+  if (!only) return true;
+  const std::string list = only, n = name;
+  for (size_t a = 0; a <= list.size();) {
+    size_t b = list.find(',', a);
+    if (b == std::string::npos) b = list.size();
+    if (b > a && n.find(list.substr(a, b - a)) != std::string::npos) return true;
+    a = b + 1;
+  }
+  return false;
+}
 
 void bench_fp8(const char* name, int64_t out, int64_t in) {
+  if (!wanted(name)) return;
   const double bytes = double(out) * in + double((out + 31) / 32) * ((in + 31) / 32);
   const int nc = copies_for(bytes);
   std::vector<Fp8View> w(nc);
@@ -141,6 +160,7 @@ void bench_fp8(const char* name, int64_t out, int64_t in) {
 }
 
 void bench_fp4(const char* name, int64_t out, int64_t in) {
+  if (!wanted(name)) return;
   const double bytes = double(out) * in / 2 + double(out) * (in / 32);
   const int nc = copies_for(bytes);
   std::vector<Fp4View> w(nc);
@@ -155,6 +175,7 @@ void bench_fp4(const char* name, int64_t out, int64_t in) {
 }
 
 void bench_bf16(const char* name, int64_t out, int64_t in, bool f32_out) {
+  if (!wanted(name)) return;
   const double bytes = double(out) * in * 2;
   const int nc = std::min(copies_for(bytes), 8);
   std::vector<Bf16View> w(nc);
@@ -172,6 +193,7 @@ void bench_bf16(const char* name, int64_t out, int64_t in, bool f32_out) {
 
 // Routed experts of one layer: E = 384 experts resident, each row routed to 6 distinct random ones.
 void bench_experts() {
+  if (!wanted("routed experts")) return;
   const int64_t E = 384, D = 5120, I = 2304;
   const double expert_bytes = 3.0 * (double(I) * D / 2 + double(I) * (D / 32));
   std::vector<Fp4View> v1(E), v3(E), v2(E);
@@ -230,6 +252,47 @@ void bench_experts() {
   }
 }
 
+// cuBLAS bf16 GEMM (fp32 accumulate) at n^3: the dense matrix rate, FLOP/s.
+double dense_rate(int n = 8192) {
+  const size_t bytes = size_t(n) * n * 2;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  CHECK_CUDA(cudaMemset(a.get(), 0, bytes));
+  CHECK_CUDA(cudaMemset(b.get(), 0, bytes));
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+  const float one = 1, zero = 0;
+  const double us = time_us([&](int, cudaStream_t s) {
+    cublasSetStream(h, s);
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.get(), CUDA_R_16BF, n, b.get(), CUDA_R_16BF, n, &zero,
+                 c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }, 5);
+  cublasDestroy(h);
+  return 2.0 * n * double(n) * n / (us * 1e-6);
+}
+
+// Prefill chunks through the same linears: rows x out x in multiply-adds per call.
+void bench_prefill(double rate) {
+  struct Shape { const char* name; int64_t out, in; bool fp4; };
+  for (const Shape& sh : {Shape{"wq_b [32768, 1280]", 32768, 1280, false}, Shape{"wo_b [5120, 8192]", 5120, 8192, false},
+                          Shape{"shared w1/w3 [2304, 5120]", 2304, 5120, false},
+                          Shape{"expert w1/w3 [2304, 5120]", 2304, 5120, true}}) {
+    if (!wanted(sh.name)) continue;
+    Fp8View w8{device_random(sh.out * sh.in, 11), device_random(((sh.out + 31) / 32) * ((sh.in + 31) / 32), 5, scale_byte),
+               sh.out, sh.in, 32};
+    Fp4View w4{device_random(sh.out * sh.in / 2, 21), device_random(sh.out * (sh.in / 32), 7, scale_byte), sh.out, sh.in};
+    for (int rows : {2048, 4096, 8192}) {
+      float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * sh.in, 3, bf16_hi));
+      DeviceBuffer yb(sizeof(float) * rows * sh.out);
+      const double us = time_us([&](int, cudaStream_t s) {
+        CHECK_CUDA(sh.fp4 ? fp4_linear(x, rows, w4, 32, yb.as<float>(), s) : fp8_linear(x, rows, w8, 32, yb.as<float>(), s));
+      }, 5);
+      const double flop = 2.0 * rows * double(sh.out) * sh.in, tf = flop / (us * 1e-6);
+      std::printf("%-6s %-26s rows %5d  %10.1f us  %7.1f TFLOP/s  x%.3f of dense bf16\n", sh.fp4 ? "fp4" : "fp8",
+                  sh.name, rows, us, tf / 1e12, tf / rate);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -254,5 +317,10 @@ int main() {
   bench_experts();
   bench_bf16("wo_a [8192, 4096]", 8192, 4096, false);
   bench_bf16("head [129280, 5120]", 129280, 5120, true);
+  if (!std::getenv("DSV4_BENCH_NO_PREFILL")) {
+    const double rate = dense_rate();
+    std::printf("dense bf16 GEMM (cuBLAS, 8192^3): %.0f TFLOP/s\n", rate / 1e12);
+    bench_prefill(rate);
+  }
   return 0;
 }

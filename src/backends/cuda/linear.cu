@@ -1,11 +1,12 @@
-// FP8 / FP4 linears: rows act_quant'ed into shared memory per CTA, one warp per output column,
-// lanes over 16-byte weight units in a fixed K order (lowp_tile.cuh); a persistent grid.
+// FP8 / FP4 linears on tensor cores (lowp_mma.cuh): one CTA per 16 output columns, its warps over
+// the shape's K slices, each staging its slice of up to 8 rows act_quant'ed into shared memory and
+// streaming its weights through mma.m16n8k16; the slices combine in a fixed order.
 #include <algorithm>
 #include <initializer_list>
 
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
-#include "backends/cuda/lowp_tile.cuh"
+#include "backends/cuda/lowp_mma.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -13,96 +14,220 @@ namespace {
 using lowp::Fmt;
 using lowp::LowpWeight;
 
-// Output column n of staged rows [r0, r0 + R): lane r writes row r.
-template <Fmt F, int R>
-__device__ __forceinline__ void emit_column(const LowpWeight& W, int64_t n, int act_block, const float* sx,
-                                            const float* sxs, int64_t r0, float* __restrict__ y) {
-  float acc[R];
-  lowp::column_dot<F, R>(W, n, act_block, sx, sxs, acc);
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (lane == r) y[(r0 + r) * W.out + n] = round_bf16(acc[r]);
+template <Fmt F>
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32) tc_linear_kernel(const float* __restrict__ x, int64_t rows,
+                                                                         LowpWeight W, int act_block,
+                                                                         lowp::TileLayout L, float* __restrict__ y) {
+  extern __shared__ float4 smem4[];
+  lowp::rows_tile<F, 1>(
+      &W, blockIdx.x, rows, [&](int64_t r) { return x + r * W.in; }, act_block, L, smem4,
+      [&](int64_t r, int64_t col, const float (&v)[1]) { y[r * W.out + col] = round_bf16(v[0]); });
 }
 
-// kRowsMax 1 (a single row: fewer registers, more resident warps) or 4; row r's arithmetic is the
-// same code either way.
-template <Fmt F, int kRowsMax>
-__global__ void __launch_bounds__(lowp::kThreads, kRowsMax == 1 ? 3 : 2) lowp_linear_kernel(const float* __restrict__ x, int64_t rows,
-                                                                     LowpWeight W, int act_block, int rt,
-                                                                     float* __restrict__ y) {
+// Prefill: a CTA owns 64 columns x 64 rows; K goes in pieces of 4 chunks (128 k, a multiple of
+// every act block), double-buffered: the piece's weights by cp.async into shared memory, its rows
+// act_quant'ed into shared memory from registers loaded one piece ahead. Warp (wc, wr) computes
+// columns 32 wc .. +32 and rows 16 wr .. +16; each element's arithmetic is rows_tile's (same
+// fragments, the same chunk order, the same slice fold), so a row gives the same bits here as in a
+// launch of 1 row.
+constexpr int kPCols = 64, kPRows = 64, kPChunks = 4, kPK = kPChunks * lowp::kChunk;
+constexpr int kPXStride = kPK + 32;  // f16 per staged row: 320 bytes, rows 2 apart on other banks
+template <Fmt F> constexpr int kPWStride = F == Fmt::fp8 ? 160 : 80;  // bytes per staged column
+template <Fmt F>
+constexpr size_t prefill_smem() {
+  return 2 * (size_t(kPRows) * kPXStride * 2 + size_t(kPRows) * 4 * sizeof(float) + size_t(kPCols) * kPWStride<F>);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+template <Fmt F>
+__global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict__ x, int64_t rows, LowpWeight W,
+                                                         int act_block, int kw, float* __restrict__ y) {
+  using lowp::kChunk;
+  constexpr int kCB = F == Fmt::fp8 ? 32 : 16;  // weight bytes per column per chunk
   extern __shared__ float4 smem4[];
-  float* sx = reinterpret_cast<float*>(smem4);
-  float* sxs = sx + static_cast<int64_t>(rt) * W.in;
-  const int warp = threadIdx.x >> 5;
-  const int64_t n_first = static_cast<int64_t>(blockIdx.x) * lowp::kWarps + warp;
-  lowp::prefetch_column<F>(W, n_first, 16);
-  lowp::prefetch_column<F>(W, n_first + static_cast<int64_t>(gridDim.x) * lowp::kWarps, 16);
-  for (int64_t r0 = 0; r0 < rows; r0 += rt) {
-    const int R = static_cast<int>(std::min<int64_t>(rt, rows - r0));
-    if (r0) __syncthreads();  // every warp is done with the previous tile
-    lowp::stage_rows<F>(x, W.in, R, act_block, [r0](int r) { return r0 + r; }, sx, sxs);
-    for (int64_t n = static_cast<int64_t>(blockIdx.x) * lowp::kWarps + warp; n < W.out;
-         n += static_cast<int64_t>(gridDim.x) * lowp::kWarps) {
-      if constexpr (kRowsMax == 1) {
-        emit_column<F, 1>(W, n, act_block, sx, sxs, r0, y);
-      } else {
-        switch (R) {
-          case 1: emit_column<F, 1>(W, n, act_block, sx, sxs, r0, y); break;
-          case 2: emit_column<F, 2>(W, n, act_block, sx, sxs, r0, y); break;
-          case 3: emit_column<F, 3>(W, n, act_block, sx, sxs, r0, y); break;
-          default: emit_column<F, 4>(W, n, act_block, sx, sxs, r0, y); break;
+  __half* sxq = reinterpret_cast<__half*>(smem4);                                    // [2][64][kPXStride]
+  float* sxs = reinterpret_cast<float*>(sxq + 2 * kPRows * kPXStride);               // [2][64][4]
+  uint8_t* sw = reinterpret_cast<uint8_t*>(sxs + 2 * kPRows * 4);                    // [2][64][kPWStride]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int wc = warp & 1, wr = warp >> 1;
+  const int64_t cta_col = static_cast<int64_t>(blockIdx.x) * kPCols, row0 = static_cast<int64_t>(blockIdx.y) * kPRows;
+  const int units = static_cast<int>(W.in / act_block), uc = act_block / kChunk, ucs = __ffs(uc) - 1;
+  const int group = act_block / 4, gshift = __ffs(group) - 1;
+  const int nchunks = static_cast<int>(W.in / kChunk), npieces = (nchunks + kPChunks - 1) / kPChunks;
+  // scale pointers of this thread's columns (chunk c's bytes at s[c >> sh])
+  lowp::WPtr<F> P[2] = {lowp::WPtr<F>(W, cta_col + 32 * wc + g, q), lowp::WPtr<F>(W, cta_col + 32 * wc + 16 + g, q)};
+
+  // Piece p's weights -> buffer b (16-byte copies; columns past `out` left as they are: their
+  // outputs are never written).
+  auto copy_w = [&](int p, int b) {
+    const int pc = min(kPChunks, nchunks - p * kPChunks), per_col = pc * kCB / 16;
+    for (int i = threadIdx.x; i < kPCols * per_col; i += blockDim.x) {
+      const int col = i / per_col, part = i % per_col;
+      if (cta_col + col < W.out)
+        cp_async16(sw + (b * kPCols + col) * kPWStride<F> + 16 * part,
+                   W.w + (cta_col + col) * W.row_bytes + int64_t(p) * kPChunks * kCB + 16 * part);
+    }
+  };
+  // Rows of piece p: warp w, item j holds row w + 8j, k quad `lane` of the piece.
+  float4 v[8];
+  auto load_x = [&](int p) {
+    const int64_t k = int64_t(p) * kPK + 4 * lane;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t r = row0 + warp + 8 * j;
+      v[j] = (r < rows && k < W.in) ? *reinterpret_cast<const float4*>(x + r * W.in + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  auto quant_x = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int r = warp + 8 * j;
+      float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+      for (int off = group / 2; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      lowp::quant_quad<F>(v[j], amax, lane, gshift, group, sxq + (b * kPRows + r) * kPXStride,
+                          sxs + (b * kPRows + r) * 4);
+    }
+  };
+
+  float acc[2][2][4], tot[2][2][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f, tot[m][n][e] = 0.f;
+  int slice = 0, next_bound = lowp::slice_begin(1, units, kw) * uc;
+  auto fold = [&]() {  // slice `slice` is complete: tot = acc_0, then tot + acc_s
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          tot[m][n][e] = slice == 0 ? acc[m][n][e] : __fadd_rn(tot[m][n][e], acc[m][n][e]);
+          acc[m][n][e] = 0.f;
+        }
+  };
+
+  copy_w(0, 0);
+  load_x(0);
+  quant_x(0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int p = 0; p < npieces; ++p) {
+    const int b = p & 1;
+    if (p + 1 < npieces) {
+      copy_w(p + 1, b ^ 1);
+      load_x(p + 1);
+    }
+    const int pc = min(kPChunks, nchunks - p * kPChunks);
+    for (int cc = 0; cc < pc; ++cc) {
+      const int c = p * kPChunks + cc;
+      if (c == next_bound) {
+        fold();
+        ++slice;
+        next_bound = lowp::slice_begin(slice + 1, units, kw) * uc;
+      }
+      lowp::WFrag<F> f[2];
+      float ws0[2], ws1[2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const uint8_t* wp = sw + (b * kPCols + 32 * wc + 16 * m + g) * kPWStride<F> + cc * kCB + (kCB / 4) * q;
+        if constexpr (F == Fmt::fp8) {
+          f[m].c0 = *reinterpret_cast<const uint2*>(wp);
+          f[m].c1 = *reinterpret_cast<const uint2*>(wp + 8 * kPWStride<F>);
+        } else {
+          f[m].c0 = *reinterpret_cast<const uint32_t*>(wp);
+          f[m].c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kPWStride<F>);
+        }
+        P[m].scales(c, ws0[m], ws1[m]);
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int r = 16 * wr + 8 * n;
+        const uint4 bx = *reinterpret_cast<const uint4*>(sxq + (b * kPRows + r + g) * kPXStride + cc * kChunk + 8 * q);
+        const float xs0 = sxs[(b * kPRows + r + 2 * q) * 4 + (cc >> ucs)];
+        const float xs1 = sxs[(b * kPRows + r + 2 * q + 1) * 4 + (cc >> ucs)];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          float d[4];
+          lowp::chunk_mma<F>(f[m], bx, d);
+          lowp::scale_add<F>(d, ws0[m], ws1[m], xs0, xs1, acc[m][n]);
         }
       }
     }
+    if (p + 1 < npieces) {
+      quant_x(b ^ 1);
+      cp_async_wait_all();
+    }
+    __syncthreads();
   }
+  fold();
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int64_t col = cta_col + 32 * wc + 16 * m + g, r = row0 + 16 * wr + 8 * n + 2 * q;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t cc = col + (e >> 1) * 8, rr = r + (e & 1);
+        if (cc < W.out && rr < rows) y[rr * W.out + cc] = round_bf16(tot[m][n][e]);
+      }
+    }
 }
 
-struct DeviceLimits {
-  int sms = 0;
-  int smem_optin = 0;
-};
-
-// Per-device limits, read once (the engine runs on one device per process).
-const DeviceLimits& limits() {
-  static const DeviceLimits l = [] {
-    DeviceLimits d;
-    int dev = 0;
+// Per-device shared-memory limit, read once (the engine runs on one device per process).
+int smem_optin() {
+  static const int l = [] {
+    int dev = 0, v = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (d.sms <= 0) d.sms = 1;
-    if (d.smem_optin < 48 * 1024) d.smem_optin = 48 * 1024;
-    for (const void* k : {reinterpret_cast<const void*>(lowp_linear_kernel<Fmt::fp8, 1>),
-                          reinterpret_cast<const void*>(lowp_linear_kernel<Fmt::fp8, 4>),
-                          reinterpret_cast<const void*>(lowp_linear_kernel<Fmt::fp4, 1>),
-                          reinterpret_cast<const void*>(lowp_linear_kernel<Fmt::fp4, 4>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
-    return d;
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (v < 48 * 1024) v = 48 * 1024;
+    for (const void* k : {reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
+                          reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
+                          reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
+                          reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)})
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
+    return v;
   }();
   return l;
 }
+
+// Rows above which the 64 x 64 prefill tiles run (weights read once per 64 rows, not per 8).
+constexpr int64_t kPrefillRows = 32;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <Fmt F>
 cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
   if (rows < 0 || W.in % 32 || (act_block != 32 && act_block != 64 && act_block != 128) || W.in % act_block || !aligned16(x) ||
-      !aligned16(W.w) || W.scale_cols <= 0 || W.scale_cols % 32)
+      !aligned16(W.w) || W.scale_cols <= 0 || W.scale_cols % 32 || ((W.scale_cols / 32) & (W.scale_cols / 32 - 1)))
     return cudaErrorInvalidValue;
   if (rows == 0 || W.out == 0) return cudaSuccess;
-  const DeviceLimits& L = limits();
-  // Rows staged per pass: a function of the shape only (and never of how rows are grouped).
-  int rt = lowp::kMaxTileRows;
-  while (rt > 1 && lowp::stage_bytes(rt, W.in, act_block) > static_cast<size_t>(L.smem_optin)) --rt;
-  if (lowp::stage_bytes(rt, W.in, act_block) > static_cast<size_t>(L.smem_optin)) return cudaErrorInvalidValue;
-  rt = static_cast<int>(std::min<int64_t>(rt, rows));
-  const int64_t ctas = std::min<int64_t>((W.out + lowp::kWarps - 1) / lowp::kWarps, int64_t(L.sms) * 8);
-  const size_t smem = lowp::stage_bytes(rt, W.in, act_block);
-  if (rt == 1)
-    lowp_linear_kernel<F, 1><<<static_cast<unsigned>(ctas), lowp::kThreads, smem, s>>>(x, rows, W, act_block, rt, y);
-  else
-    lowp_linear_kernel<F, 4><<<static_cast<unsigned>(ctas), lowp::kThreads, smem, s>>>(x, rows, W, act_block, rt, y);
+  // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
+  const lowp::TileLayout L = lowp::tile_layout(W.out, W.in, act_block, rows, 1);
+  if (rows > kPrefillRows) {  // speed only: both kernels give every row the same bits
+    if (prefill_smem<F>() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>((W.out + kPCols - 1) / kPCols), static_cast<unsigned>((rows + kPRows - 1) / kPRows));
+    tc_prefill_kernel<F><<<grid, 256, prefill_smem<F>(), s>>>(x, rows, W, act_block, L.kw, y);
+    return cudaGetLastError();
+  }
+  if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  const int64_t tiles = (W.out + 15) / 16;
+  tc_linear_kernel<F><<<static_cast<unsigned>(tiles), L.kw * 32, L.bytes(), s>>>(x, rows, W, act_block, L, y);
   return cudaGetLastError();
 }
 

@@ -14,7 +14,7 @@ namespace dsv4::cuda {
 // of exact products, power-of-two block scales applied per 16-byte weight unit, a fixed lane tree)
 // depends only on the weight's shape, never on `rows`, on the other rows, or on the grid.
 // Refused with cudaErrorInvalidValue (nothing launched): FP8/FP4 with act_block not 32, 64 or 128,
-// W.in not a multiple of act_block (FP8 also W.block not a multiple of 32), a
+// W.in not a multiple of act_block (FP8 also W.block not 32 times a power of two), a
 // bf16 / fp32 W.in not a multiple of 8 / 4, x or W.w not 16-byte aligned.
 // rows == 0 launches nothing. All four return the launch's cudaGetLastError().
 

@@ -1,9 +1,9 @@
 // Grouped routed experts: a segment table of the expert-sorted pairs, then gate/up + SwiGLU and
-// down, each a persistent kernel whose CTAs take (expert segment, column slice) work items.
+// down on the tensor-core row tiles of lowp_mma.cuh, CTAs taking (expert segment, 16-column tile).
 #include <algorithm>
 #include <initializer_list>
 
-#include "backends/cuda/lowp_tile.cuh"
+#include "backends/cuda/lowp_mma.cuh"
 #include "backends/cuda/moe_experts.cuh"
 
 namespace dsv4::cuda {
@@ -45,130 +45,55 @@ __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __r
     if (p == 0 || pair_expert[p] != pair_expert[p - 1]) seg[1 + k++] = static_cast<int32_t>(p);
 }
 
-template <int R>
-__device__ __forceinline__ void gate_up_column(const LowpWeight& W1, const LowpWeight& W3, int64_t n, int act_block,
-                                               const float* sx, const float* sxs, int64_t p0,
-                                               const float* __restrict__ pair_weight, float limit,
-                                               float* __restrict__ h, int64_t I) {
-  float a[R], u[R];
-  lowp::column_dot<Fmt::fp4, R>(W1, n, act_block, sx, sxs, a);
-  lowp::column_dot<Fmt::fp4, R>(W3, n, act_block, sx, sxs, u);
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (lane == r) {
-      // cpu::swiglu_clamped<float> on the bf16 outputs of the two linears
-      float g = round_bf16(a[r]), up = round_bf16(u[r]);
-      if (limit > 0) {
-        up = fminf(fmaxf(up, -limit), limit);
-        g = fminf(g, limit);
-      }
-      const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-      h[(p0 + r) * I + n] = round_bf16(__fmul_rn(pair_weight[p0 + r], __fmul_rn(sg, up)));
-    }
-}
-
-template <int R>
-__device__ __forceinline__ void down_column(const LowpWeight& W2, int64_t n, int act_block, const float* sx,
-                                            const float* sxs, int64_t p0, float* __restrict__ out, int64_t D) {
-  float acc[R];
-  lowp::column_dot<Fmt::fp4, R>(W2, n, act_block, sx, sxs, acc);
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (lane == r) out[(p0 + r) * D + n] = round_bf16(acc[r]);
-}
-
-// kDown = false: x rows gathered by pair_row, W1/W3 -> h. kDown = true: h rows -> W2 -> out.
-// kRowsMax 1 takes a segment's rows one at a time (fewer registers: decode, where segments hold
-// one row or few), 4 stages up to 4 rows per pass; row r's arithmetic is the same code either way.
-template <bool kDown, int kRowsMax>
-__global__ void __launch_bounds__(lowp::kThreads, 2) experts_kernel(
+// kDown = false: x rows gathered by pair_row through W1 and W3 -> SwiGLU -> h. kDown = true: h rows
+// through W2 -> out. CTA (i, j) takes column tile j of segments i, i + gridDim.x, ...; each pair's
+// arithmetic is fp4_linear's on its row alone (same K slices, same fragments, same fold).
+template <bool kDown>
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32) experts_kernel(
     const float* __restrict__ x, const int32_t* __restrict__ pair_row, const int32_t* __restrict__ pair_expert,
     const float* __restrict__ pair_weight, const Fp4View* __restrict__ w1, const Fp4View* __restrict__ w3,
-    const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, float limit, int rt,
+    const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, float limit, lowp::TileLayout L,
     const int32_t* __restrict__ seg, float* __restrict__ h, float* __restrict__ out) {
   extern __shared__ float4 smem4[];
-  const int64_t in = kDown ? I : D, ncols = kDown ? D : I;
-  float* sx = reinterpret_cast<float*>(smem4);
-  float* sxs = sx + static_cast<int64_t>(rt) * in;
-  const int warp = threadIdx.x >> 5;
   const int32_t S = seg[0];
-  bool staged_once = false;
   for (int32_t sgi = blockIdx.x; sgi < S; sgi += gridDim.x) {
     const int64_t q0 = seg[1 + sgi], q1 = seg[2 + sgi];
     const int e = pair_expert[q0];
-    const LowpWeight A = as_lowp(kDown ? w2[e] : w1[e]);
-    const LowpWeight B = as_lowp(kDown ? w2[e] : w3[e]);
-    const int64_t n_first = static_cast<int64_t>(blockIdx.y) * lowp::kWarps + warp;
-    lowp::prefetch_column<Fmt::fp4>(A, n_first, 16);
-    if (!kDown) lowp::prefetch_column<Fmt::fp4>(B, n_first, 16);
-    for (int64_t p0 = q0; p0 < q1; p0 += rt) {
-      const int R = static_cast<int>(std::min<int64_t>(rt, q1 - p0));
-      if (staged_once) __syncthreads();
-      staged_once = true;
-      if (kDown)
-        lowp::stage_rows<Fmt::fp4>(h, in, R, act_block, [p0](int r) { return p0 + r; }, sx, sxs);
-      else
-        lowp::stage_rows<Fmt::fp4>(x, in, R, act_block, [p0, pair_row](int r) { return int64_t(pair_row[p0 + r]); },
-                                   sx, sxs);
-      for (int64_t n = static_cast<int64_t>(blockIdx.y) * lowp::kWarps + warp; n < ncols;
-           n += static_cast<int64_t>(gridDim.y) * lowp::kWarps) {
-        if constexpr (kRowsMax == 1) {
-          if constexpr (kDown) down_column<1>(A, n, act_block, sx, sxs, p0, out, D);
-          else gate_up_column<1>(A, B, n, act_block, sx, sxs, p0, pair_weight, limit, h, I);
-        } else if constexpr (kDown) {
-          switch (R) {
-            case 1: down_column<1>(A, n, act_block, sx, sxs, p0, out, D); break;
-            case 2: down_column<2>(A, n, act_block, sx, sxs, p0, out, D); break;
-            case 3: down_column<3>(A, n, act_block, sx, sxs, p0, out, D); break;
-            default: down_column<4>(A, n, act_block, sx, sxs, p0, out, D); break;
-          }
-        } else {
-          switch (R) {
-            case 1: gate_up_column<1>(A, B, n, act_block, sx, sxs, p0, pair_weight, limit, h, I); break;
-            case 2: gate_up_column<2>(A, B, n, act_block, sx, sxs, p0, pair_weight, limit, h, I); break;
-            case 3: gate_up_column<3>(A, B, n, act_block, sx, sxs, p0, pair_weight, limit, h, I); break;
-            default: gate_up_column<4>(A, B, n, act_block, sx, sxs, p0, pair_weight, limit, h, I); break;
-          }
-        }
-      }
+    if constexpr (kDown) {
+      const LowpWeight W[1] = {as_lowp(w2[e])};
+      lowp::rows_tile<Fmt::fp4, 1>(
+          W, blockIdx.y, q1 - q0, [&](int64_t r) { return h + (q0 + r) * I; }, act_block, L, smem4,
+          [&](int64_t r, int64_t col, const float (&v)[1]) { out[(q0 + r) * D + col] = round_bf16(v[0]); });
+    } else {
+      const LowpWeight W[2] = {as_lowp(w1[e]), as_lowp(w3[e])};
+      lowp::rows_tile<Fmt::fp4, 2>(
+          W, blockIdx.y, q1 - q0, [&](int64_t r) { return x + int64_t(pair_row[q0 + r]) * D; }, act_block, L, smem4,
+          [&](int64_t r, int64_t col, const float (&v)[2]) {
+            // cpu::swiglu_clamped<float> on the bf16 outputs of the two linears
+            float g = round_bf16(v[0]), up = round_bf16(v[1]);
+            if (limit > 0) {
+              up = fminf(fmaxf(up, -limit), limit);
+              g = fminf(g, limit);
+            }
+            const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            h[(q0 + r) * I + col] = round_bf16(__fmul_rn(pair_weight[q0 + r], __fmul_rn(sg, up)));
+          });
     }
   }
 }
 
-struct Limits {
-  int sms = 1, smem_optin = 48 * 1024;
-};
-
-const Limits& limits() {
-  static const Limits l = [] {
-    Limits d;
-    int dev = 0;
+int smem_optin() {
+  static const int l = [] {
+    int dev = 0, v = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (d.sms <= 0) d.sms = 1;
-    if (d.smem_optin < 48 * 1024) d.smem_optin = 48 * 1024;
-    for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false, 1>),
-                          reinterpret_cast<const void*>(experts_kernel<false, 4>),
-                          reinterpret_cast<const void*>(experts_kernel<true, 1>),
-                          reinterpret_cast<const void*>(experts_kernel<true, 4>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
-    return d;
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (v < 48 * 1024) v = 48 * 1024;
+    for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false>),
+                          reinterpret_cast<const void*>(experts_kernel<true>)})
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
+    return v;
   }();
   return l;
-}
-
-// Up to kSingleRowPairs pairs (decode: a few rows x 6 experts) segments are taken one row at a
-// time; the choice changes speed only, never a pair's arithmetic.
-constexpr int64_t kSingleRowPairs = 64;
-
-int tile_rows(int64_t in, int act_block, int64_t n_pairs, int smem_optin) {
-  if (n_pairs <= kSingleRowPairs) return 1;
-  int rt = lowp::kMaxTileRows;
-  while (rt > 1 && lowp::stage_bytes(rt, in, act_block) > static_cast<size_t>(smem_optin)) --rt;
-  return static_cast<int>(std::min<int64_t>(rt, n_pairs));
 }
 
 }  // namespace
@@ -181,40 +106,17 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
       (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(scratch) & 15))
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
-  const Limits& L = limits();
-  if (lowp::stage_bytes(1, std::max(D, I), act_block) > static_cast<size_t>(L.smem_optin)) return cudaErrorInvalidValue;
+  const int64_t rows = std::min<int64_t>(n_pairs, lowp::kPassRows);  // sizes the staging only
+  const lowp::TileLayout Lg = lowp::tile_layout(I, D, act_block, rows, 2), Ld = lowp::tile_layout(D, I, act_block, rows, 1);
+  if (std::max(Lg.bytes(), Ld.bytes()) > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   float* h = scratch;  // bf16 values [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + n_pairs * I);  // [n_pairs + 2]
   segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
-  const int64_t seg_ctas = std::min<int64_t>(n_pairs, kMaxSegCtas);
-  // Column slices per segment: about 8 CTAs per SM in all (each CTA stages its rows once per
-  // segment, so fewer, wider slices read less); never more than one column per warp.
-  const auto col_ctas = [&](int64_t ncols) {
-    const int64_t want = (int64_t(L.sms) * 8 + seg_ctas - 1) / seg_ctas;
-    return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, (ncols + lowp::kWarps - 1) / lowp::kWarps)));
-  };
-  {
-    const int rt = tile_rows(D, act_block, n_pairs, L.smem_optin);
-    const dim3 grid(static_cast<unsigned>(seg_ctas), col_ctas(I));
-    const size_t smem = lowp::stage_bytes(rt, D, act_block);
-    if (rt == 1)
-      experts_kernel<false, 1><<<grid, lowp::kThreads, smem, s>>>(x, pair_row, pair_expert, pair_weight, w1, w3, w2, D,
-                                                                  I, act_block, swiglu_limit, rt, seg, h, out);
-    else
-      experts_kernel<false, 4><<<grid, lowp::kThreads, smem, s>>>(x, pair_row, pair_expert, pair_weight, w1, w3, w2, D,
-                                                                  I, act_block, swiglu_limit, rt, seg, h, out);
-  }
-  {
-    const int rt = tile_rows(I, act_block, n_pairs, L.smem_optin);
-    const dim3 grid(static_cast<unsigned>(seg_ctas), col_ctas(D));
-    const size_t smem = lowp::stage_bytes(rt, I, act_block);
-    if (rt == 1)
-      experts_kernel<true, 1><<<grid, lowp::kThreads, smem, s>>>(x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I,
-                                                                 act_block, swiglu_limit, rt, seg, h, out);
-    else
-      experts_kernel<true, 4><<<grid, lowp::kThreads, smem, s>>>(x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I,
-                                                                 act_block, swiglu_limit, rt, seg, h, out);
-  }
+  const unsigned seg_ctas = static_cast<unsigned>(std::min<int64_t>(n_pairs, kMaxSegCtas));
+  experts_kernel<false><<<dim3(seg_ctas, static_cast<unsigned>((I + 15) / 16)), Lg.kw * 32, Lg.bytes(), s>>>(
+      x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Lg, seg, h, out);
+  experts_kernel<true><<<dim3(seg_ctas, static_cast<unsigned>((D + 15) / 16)), Ld.kw * 32, Ld.bytes(), s>>>(
+      x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Ld, seg, h, out);
   return cudaGetLastError();
 }
 

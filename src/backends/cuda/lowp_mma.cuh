@@ -1,0 +1,346 @@
+// Tensor-core building blocks of the FP8 / FP4 linears: "swap AB" mma.m16n8k16 (f16 in, f32
+// accumulate) with weight columns on the M side and activation rows on the N side, K in 32-wide
+// chunks whose power-of-two block scales are applied to each chunk's fp32 partial outside the MMA.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "backends/cuda/lowp_tile.cuh"
+
+namespace dsv4::cuda::lowp {
+
+// The arithmetic of one output element y[row, col] (the definition every kernel reproduces bit for
+// bit, whatever its tiling or row count):
+//   K splits into kw slices of whole act blocks (slice_begin: a function of the shape only);
+//   in slice s, acc_s = 0, then for each 32-wide chunk c in increasing order
+//     d = mma(A1 B1, mma(A0 B0, 0))          (the chunk's 32 exact products; fixed fragment layout)
+//     acc_s = fma(d, xs[row, c] * (ws[col, c] * kFactor), acc_s)   (power-of-two scales: exact)
+//   tot = acc_0, then tot = tot + acc_s for s = 1 .. kw-1;  y = round_bf16(tot).
+// f16 holds every e4m3 value and every e2m1 value times 2^-14 exactly, so the products are exact.
+constexpr int kChunk = 32;
+
+__host__ __device__ inline int slice_begin(int s, int units, int kw) {
+  return static_cast<int>((static_cast<int64_t>(s) * units) / kw);
+}
+
+// K slices for a weight of `out` columns and `units` act blocks along K: more slices for narrow
+// shapes (more warps streaming the weight at once), at most one slice per act block.
+inline int k_slices(int64_t out, int units) {
+  const int64_t tiles = (out + 15) / 16;
+  int kw = 4;
+  while (kw < 16 && tiles * kw * 2 <= 4096) kw *= 2;
+  return kw < units ? kw : units;
+}
+
+// Fragment layout. Lane = 4 g + q. Thread (g, q) owns physical k = 8q .. 8q+7 of a chunk for
+// weight columns g and g+8 (A) and activation row g (B); it receives D for columns g, g+8 and rows
+// 2q, 2q+1. The 8 k's form 4 f16 pairs: MMA 0 takes pairs 0, 1 as its k (2q, 2q+1) and
+// (2q+8, 2q+9), MMA 1 pairs 2, 3. FP8 pairs are (0,1) (2,3) (4,5) (6,7); FP4 pairs are (0,4) (1,5)
+// (2,6) (3,7) (what one shift of a packed nibble word yields). Activations are staged in pair
+// order, so one 16-byte shared load gives both MMAs' B registers.
+template <Fmt F>
+__host__ __device__ constexpr int pair_pos(int e) {
+  if constexpr (F == Fmt::fp8) return e;
+  else return e < 4 ? 2 * e : 2 * (e - 4) + 1;
+}
+
+// One chunk's raw weight bits for columns g and g+8.
+template <Fmt F> struct WFrag;
+template <> struct WFrag<Fmt::fp8> {
+  uint2 c0, c1;  // 8 e4m3 of column g / g+8
+};
+template <> struct WFrag<Fmt::fp4> {
+  uint32_t c0, c1;  // 8 e2m1 nibbles of column g / g+8
+};
+
+// Where one thread's weight bits and scales live: its 8 k's of chunk c for column g at
+// p0 + c * kChunkBytes (column g + 8 at p1 + ...); the scale bytes of chunk c at s0[c >> sh] and
+// s1[c >> sh] (sh = log2 of the chunks per scale block). Missing columns read as zero.
+template <Fmt F>
+struct WPtr {
+  static constexpr int kChunkBytes = F == Fmt::fp8 ? 32 : 16;
+  const uint8_t* p0;
+  const uint8_t* p1;
+  const uint8_t* s0;
+  const uint8_t* s1;
+  int sh;
+  bool ok0, ok1;
+  WPtr() = default;
+  __device__ __forceinline__ WPtr(const LowpWeight& W, int64_t col0, int q) {
+    ok0 = col0 < W.out, ok1 = col0 + 8 < W.out;
+    p0 = W.w + col0 * W.row_bytes + (kChunkBytes / 4) * q;
+    p1 = p0 + 8 * W.row_bytes;
+    s0 = W.scale + (col0 / W.scale_rows) * W.scale_stride;
+    s1 = W.scale + ((col0 + 8) / W.scale_rows) * W.scale_stride;
+    sh = __ffs(W.scale_cols / kChunk) - 1;  // scale_cols / 32 is a power of two (checked at launch)
+  }
+  __device__ __forceinline__ void load(int c, WFrag<F>& f, float& ws0, float& ws1) const {
+    const int off = c * kChunkBytes;
+    if constexpr (F == Fmt::fp8) {
+      f.c0 = ok0 ? __ldg(reinterpret_cast<const uint2*>(p0 + off)) : make_uint2(0, 0);
+      f.c1 = ok1 ? __ldg(reinterpret_cast<const uint2*>(p1 + off)) : make_uint2(0, 0);
+    } else {
+      f.c0 = ok0 ? __ldg(reinterpret_cast<const uint32_t*>(p0 + off)) : 0u;
+      f.c1 = ok1 ? __ldg(reinterpret_cast<const uint32_t*>(p1 + off)) : 0u;
+    }
+    scales(c, ws0, ws1);
+  }
+  __device__ __forceinline__ void scales(int c, float& ws0, float& ws1) const {
+    ws0 = ok0 ? ue8m0_to_f32(__ldg(s0 + (c >> sh))) : 0.f;
+    ws1 = ok1 ? ue8m0_to_f32(__ldg(s1 + (c >> sh))) : 0.f;
+  }
+  // Asks L2 for chunks [ca, cb) of both columns (lanes q = 0 / 1 take column g / g + 8, a 128-byte
+  // line per request), so the weight stream starts before the rows are staged.
+  __device__ __forceinline__ void prefetch_l2(int ca, int cb, int q) const {
+    if (q > 1 || !(q ? ok1 : ok0)) return;
+    const uint8_t* p = q ? p1 : p0;
+    for (int off = ca * kChunkBytes; off < cb * kChunkBytes; off += 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+  }
+};
+
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// Nibbles j and j+4 of an e2m1 word as an f16x2 holding value * 2^-14 (s e1 e0 m placed as f16 bits
+// s<<15 | (e1 e0 m)<<9; e = 0 lands on the f16 subnormal 0.5m * 2^-14).
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t u, int j) {
+  const uint32_t a = j == 3 ? (u >> 3) : (u << (9 - 4 * j));
+  const uint32_t b = u << (12 - 4 * j);
+  return (a & 0x0E000E00u) | (b & 0x80008000u);
+}
+
+// A registers of MMA 0 (a0[4]) and MMA 1 (a1[4]) from one chunk's weight bits.
+template <Fmt F>
+__device__ __forceinline__ void a_regs(const WFrag<F>& f, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  if constexpr (F == Fmt::fp8) {
+    a0[0] = e4m3x2_to_f16x2(f.c0.x), a0[1] = e4m3x2_to_f16x2(f.c1.x);
+    a0[2] = e4m3x2_to_f16x2(f.c0.x >> 16), a0[3] = e4m3x2_to_f16x2(f.c1.x >> 16);
+    a1[0] = e4m3x2_to_f16x2(f.c0.y), a1[1] = e4m3x2_to_f16x2(f.c1.y);
+    a1[2] = e4m3x2_to_f16x2(f.c0.y >> 16), a1[3] = e4m3x2_to_f16x2(f.c1.y >> 16);
+  } else {
+    a0[0] = e2m1_pair(f.c0, 0), a0[1] = e2m1_pair(f.c1, 0), a0[2] = e2m1_pair(f.c0, 1), a0[3] = e2m1_pair(f.c1, 1);
+    a1[0] = e2m1_pair(f.c0, 2), a1[1] = e2m1_pair(f.c1, 2), a1[2] = e2m1_pair(f.c0, 3), a1[3] = e2m1_pair(f.c1, 3);
+  }
+}
+
+// d = A B + c, m16n8k16, f16 inputs, f32 accumulate (sm_80+; every architecture this builds for).
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+  __trap();
+#endif
+}
+
+// One chunk: d = its 32 products for columns (g, g+8) x rows (2q, 2q+1); b = the staged pairs of
+// activation row g (zero for absent rows).
+template <Fmt F>
+__device__ __forceinline__ void chunk_mma(const WFrag<F>& f, uint4 b, float (&d)[4]) {
+  uint32_t a0[4], a1[4];
+  a_regs<F>(f, a0, a1);
+  const float z[4] = {0.f, 0.f, 0.f, 0.f};
+  float t[4];
+  mma16816(t, a0, b.x, b.y, z);
+  mma16816(d, a1, b.z, b.w, t);
+}
+
+// acc = fma(d, xs_row * (ws_col * kFactor), acc) for the thread's four (column, row) elements:
+// d[0], d[1] column g rows 2q, 2q+1; d[2], d[3] column g+8.
+template <Fmt F>
+__device__ __forceinline__ void scale_add(const float (&d)[4], float ws0, float ws1, float xs0, float xs1,
+                                          float (&acc)[4]) {
+  const float w0 = __fmul_rn(ws0, Traits<F>::kFactor), w1 = __fmul_rn(ws1, Traits<F>::kFactor);
+  acc[0] = __fmaf_rn(d[0], __fmul_rn(xs0, w0), acc[0]);
+  acc[1] = __fmaf_rn(d[1], __fmul_rn(xs1, w0), acc[1]);
+  acc[2] = __fmaf_rn(d[2], __fmul_rn(xs0, w1), acc[2]);
+  acc[3] = __fmaf_rn(d[3], __fmul_rn(xs1, w1), acc[3]);
+}
+
+// act_quant (cpu::act_quant_row) of one quad (4 consecutive k, quad index `quad` of a row segment
+// starting on an act block) given its block's amax: e4m3 codes as f16 into xq (the row segment),
+// in pair order; the block's scale into xs[quad / group] by the block's first quad.
+template <Fmt F>
+__device__ __forceinline__ void quant_quad(float4 v, float amax, unsigned quad, int gshift, int group, __half* xq,
+                                           float* xs) {
+  const uint8_t sb = fp8_ue8m0_scale(amax);
+  const float s = ue8m0_to_f32(sb);
+  // 1 / s for s = 2^(sb - 127): the power of two 2^(127 - sb), a normal float for sb <= 253
+  const float inv_s = sb <= 253 ? __uint_as_float(static_cast<uint32_t>(254 - sb) << 23) : __fdiv_rn(1.0f, s);
+  if ((quad & (group - 1)) == 0) xs[quad >> gshift] = s;
+  const __nv_fp8x2_storage_t c01 =
+      __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.x, inv_s), __fmul_rn(v.y, inv_s)), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t c23 =
+      __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv_s), __fmul_rn(v.w, inv_s)), __NV_SATFINITE, __NV_E4M3);
+  const __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2(c01, __NV_E4M3), h23 = __nv_cvt_fp8x2_to_halfraw2(c23, __NV_E4M3);
+  __half* dst = xq + (quad / 2) * 8;  // the 8 k's of this quad's pair group
+  const int e0 = (quad & 1) * 4;
+  if constexpr (F == Fmt::fp8) {
+    *reinterpret_cast<uint2*>(dst + e0) = make_uint2(static_cast<uint32_t>(h01.x) | (static_cast<uint32_t>(h01.y) << 16),
+                                                     static_cast<uint32_t>(h23.x) | (static_cast<uint32_t>(h23.y) << 16));
+  } else {
+    uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+    d16[pair_pos<F>(e0 + 0)] = h01.x, d16[pair_pos<F>(e0 + 1)] = h01.y;
+    d16[pair_pos<F>(e0 + 2)] = h23.x, d16[pair_pos<F>(e0 + 3)] = h23.y;
+  }
+}
+
+// act_quant (cpu::act_quant_row) of K range [k0, k0 + len) of R rows by one warp: codes as f16 in
+// pair order, xq[r * stride + (k - k0)] (k's position within its 8 permuted by pair_pos), scales
+// xs[r * ustride + (k - k0) / act_block]. len and k0 are multiples of act_block. One lane per 4
+// elements; the act_block / 4 lanes of a block take its amax with xor shuffles (exact in any order).
+template <Fmt F, typename RowPtr>
+__device__ __forceinline__ void stage_warp(RowPtr row_ptr, int R, int64_t k0, int len, int act_block, __half* xq,
+                                           int stride, float* xs, int ustride) {
+  const int lane = threadIdx.x & 31;
+  const int group = act_block / 4, gshift = __ffs(group) - 1;  // lanes per act block (8, 16, 32)
+  const unsigned quads = static_cast<unsigned>(len / 4), total = static_cast<unsigned>(R) * quads;
+  // item / quads as a multiply-high: exact for item * quads < 2^32 (item < 2^14, quads < 2^16).
+  const unsigned magic = static_cast<unsigned>((0x100000000ull + quads - 1) / quads);
+  constexpr int kBatch = 4;  // loads in flight per lane before any is used
+  for (unsigned base = 0; base < total; base += 32 * kBatch) {  // warp-uniform trip counts (shuffles below)
+    float4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const unsigned item = base + 32 * j + lane, r = __umulhi(item, magic);
+      v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (item < total) v[j] = *reinterpret_cast<const float4*>(row_ptr(r) + k0 + 4 * (item - r * quads));
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (base + 32 * j >= total) break;  // warp-uniform
+      const unsigned item = base + 32 * j + lane;
+      const bool live = item < total;
+      const unsigned r = live ? __umulhi(item, magic) : 0u, quad = live ? item - r * quads : 0u;
+      float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+      for (int off = group / 2; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      if (live) quant_quad<F>(v[j], amax, quad, gshift, group, xq + r * stride, xs + r * ustride);
+    }
+  }
+  __syncwarp();
+}
+
+
+constexpr int kMaxSlices = 16;  // warps per CTA of the row kernels
+constexpr int kPassRows = 8;    // the MMA's N side: rows per pass over the weights
+// Chunks of weights in flight per warp: a ring refilled as each chunk is used.
+template <int NW> constexpr int kRing = NW == 1 ? 4 : 2;
+
+// Shared memory of one row-kernel CTA: partials float4 [nw][kw][32], then per warp its scales
+// float [rt][ustride] and its codes f16 [rt][stride].
+struct TileLayout {
+  int kw = 1, rt = 1, stride = 0, ustride = 0, nw = 1;
+  __host__ __device__ size_t bytes() const {
+    return sizeof(float4) * size_t(nw) * kw * 32 + sizeof(float) * size_t(kw) * rt * ustride + 2 * size_t(kw) * rt * stride;
+  }
+};
+
+// The layout for weights [out, in] and passes of up to min(rows, 8) rows; nw weights share a CTA.
+inline TileLayout tile_layout(int64_t out, int64_t in, int act_block, int64_t rows, int nw) {
+  TileLayout L;
+  const int units = static_cast<int>(in / act_block);
+  L.kw = k_slices(out, units);
+  const int umax = (units + L.kw - 1) / L.kw;
+  L.ustride = (umax + 3) & ~3;
+  L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);  // rows 2 apart: other banks
+  L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
+  L.nw = nw;
+  return L;
+}
+
+
+// Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
+// row_ptr(r)), in passes of 8 rows; blockDim.x = 32 L.kw, warp s owning K slice s. For each valid
+// (row, column) one thread of warp 0 calls emit(r, col, v) with v[i] the fp32 sum of weight i, the
+// arithmetic defined above. Contains __syncthreads: every thread of the CTA must call it.
+template <Fmt F, int NW, typename RowPtr, typename Emit>
+__device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
+                                          int act_block, const TileLayout& L, float4* smem, Emit emit) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float4* part = smem;
+  float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
+  float* xs = xs_all + warp * L.rt * L.ustride;
+  __half* xq = reinterpret_cast<__half*>(xs_all + L.kw * L.rt * L.ustride) + warp * L.rt * L.stride;
+  const int units = static_cast<int>(W[0].in / act_block), uc = act_block / kChunk, ucs = __ffs(uc) - 1;
+  const int u0 = slice_begin(warp, units, L.kw), u1 = slice_begin(warp + 1, units, L.kw);
+  const int c0 = u0 * uc, c1 = u1 * uc;
+  const int64_t col0 = tile * 16 + g;
+  const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;
+  WPtr<F> P[NW] = {WPtr<F>(W[0], col0, q)};
+  if constexpr (NW == 2) P[1] = WPtr<F>(W[1], col0, q);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPassRows) {
+    const int R = static_cast<int>(rows - r0 < kPassRows ? rows - r0 : kPassRows);
+    constexpr int G = kRing<NW>;
+    WFrag<F> ring[NW][G];
+    float rw0[NW][G], rw1[NW][G];
+#pragma unroll
+    for (int i = 0; i < NW; ++i) P[i].prefetch_l2(c0, c0 + G < c1 ? c0 + G : c1, q);  // in flight while the rows stage
+    stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
+                  act_block, xq, L.stride, xs, L.ustride);
+#pragma unroll
+    for (int t = 0; t < G; ++t)
+#pragma unroll
+      for (int i = 0; i < NW; ++i)
+        if (c0 + t < c1) P[i].load(c0 + t, ring[i][t], rw0[i][t], rw1[i][t]);
+    float acc[NW][4];
+#pragma unroll
+    for (int i = 0; i < NW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int cb = c0; cb < c1; cb += G) {
+#pragma unroll
+      for (int t = 0; t < G; ++t) {
+        const int c = cb + t;
+        if (c < c1) {
+          const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * L.stride + (c - c0) * kChunk + 8 * q)
+                                : make_uint4(0, 0, 0, 0);
+          const int ub = (c - c0) >> ucs;
+          const float xs0 = 2 * q < R ? xs[2 * q * L.ustride + ub] : 0.f;
+          const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * L.ustride + ub] : 0.f;
+#pragma unroll
+          for (int i = 0; i < NW; ++i) {
+            float d[4];
+            chunk_mma<F>(ring[i][t], b, d);
+            scale_add<F>(d, rw0[i][t], rw1[i][t], xs0, xs1, acc[i]);
+            if (c + G < c1) P[i].load(c + G, ring[i][t], rw0[i][t], rw1[i][t]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NW; ++i) part[(i * L.kw + warp) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    __syncthreads();
+    if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
+      float4 t[NW];
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        t[i] = part[i * L.kw * 32 + lane];
+        for (int s = 1; s < L.kw; ++s) {
+          const float4 v = part[(i * L.kw + s) * 32 + lane];
+          t[i].x = __fadd_rn(t[i].x, v.x), t[i].y = __fadd_rn(t[i].y, v.y);
+          t[i].z = __fadd_rn(t[i].z, v.z), t[i].w = __fadd_rn(t[i].w, v.w);
+        }
+      }
+      float v[NW];
+      if (2 * q < R) {
+        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].x; emit(r0 + 2 * q, col0, v); }
+        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].z; emit(r0 + 2 * q, col0 + 8, v); }
+      }
+      if (2 * q + 1 < R) {
+        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].y; emit(r0 + 2 * q + 1, col0, v); }
+        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].w; emit(r0 + 2 * q + 1, col0 + 8, v); }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace dsv4::cuda::lowp
