@@ -276,6 +276,73 @@ TEST(CudaForward, DraftAgreesWithOracle) {
 
 // The lane core's Backend over the CUDA forward: a window's keyed draws and logprobs equal those
 // of single-row windows on another stream, keep rolls back, drafts survive a snapshot.
+// Decode steps, rejected 6-row verify windows and a two-stream batch, each call made twice: with
+// CUDA graphs (a key runs eagerly once, is captured on its second call, replayed after) on one set
+// of streams and fully eager (graphs off, no position bound) on a twin set. Every logit is equal.
+TEST(CudaForward, GraphReplayEqualsEagerBitForBit) {
+  auto f = cuda_forward();
+  ASSERT_TRUE(f);
+  const auto toks = prompt(280, 10);
+  const int start = 244;  // decode crosses the 256-position bucket of the graph keys
+  std::vector<int32_t> head(toks.begin(), toks.begin() + start);
+  int32_t g[2], e[2];
+  for (int i = 0; i < 2; ++i) {
+    g[i] = *f->open_stream();
+    e[i] = *f->open_stream();
+    ASSERT_TRUE(f->forward({Piece{g[i], head, {}}, Piece{e[i], head, {}}}).ok());
+  }
+  auto call = [&](bool graphs, const std::vector<Piece>& p) {
+    f->set_cuda_graphs(graphs);
+    auto r = f->forward(p);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    std::vector<float> out;
+    if (r.ok())
+      for (const auto& pr : *r) out.insert(out.end(), pr.logits.begin(), pr.logits.end());
+    return out;
+  };
+  int compared = 0;
+  for (int i = 0; i < 20; ++i) {  // single-stream decode steps
+    const std::vector<int32_t> t{toks[start + i]};
+    const auto a = call(true, {Piece{g[0], t, {0}}});
+    const auto b = call(false, {Piece{e[0], t, {0}}});
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "decode step " << i << ": graph != eager";
+    ++compared;
+  }
+  const int64_t at = start + 20;
+  const std::vector<int32_t> win(toks.begin() + at, toks.begin() + at + 6);
+  for (int i = 0; i < 4; ++i) {  // the same 6-row verify window, rejected each time
+    const auto a = call(true, {Piece{g[0], win, all_rows(6)}});
+    const auto b = call(false, {Piece{e[0], win, all_rows(6)}});
+    ASSERT_TRUE(f->truncate(g[0], at).ok());
+    ASSERT_TRUE(f->truncate(e[0], at).ok());
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "verify window " << i << ": graph != eager";
+    ++compared;
+  }
+  for (int i = 0; i < 6; ++i) {  // both streams of a set in one call, at different lengths
+    const std::vector<int32_t> t0{toks[at + i]}, t1{toks[start + i]};
+    const auto a = call(true, {Piece{g[0], t0, {0}}, Piece{g[1], t1, {0}}});
+    const auto b = call(false, {Piece{e[0], t0, {0}}, Piece{e[1], t1, {0}}});
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "batch step " << i << ": graph != eager";
+    ++compared;
+  }
+  f->set_cuda_graphs(true);
+  const GraphCache::Stats& st = f->graph_stats();
+  std::printf("graph calls: %d compared, %lld captures, %lld replays, %lld eager, %lld failed captures\n", compared,
+              static_cast<long long>(st.captures), static_cast<long long>(st.replays),
+              static_cast<long long>(st.eager), static_cast<long long>(st.failed_captures));
+  EXPECT_EQ(st.failed_captures, 0);
+  if (weights()->config.v4()) {  // V4 calls run eagerly (forward.cc): nothing is captured
+    EXPECT_EQ(st.captures, 0);
+    EXPECT_EQ(st.replays, 0);
+    return;
+  }
+  EXPECT_GT(st.captures, 0);
+  EXPECT_GE(st.replays, 10);  // 16 by the keys' count (ratio-2 parity, two position buckets)
+}
+
 TEST(CudaForward, LaneBackendWindowsKeepDraftsSnapshots) {
   auto f = cuda_forward();
   ASSERT_TRUE(f);

@@ -185,6 +185,73 @@ TEST(ForwardOps, MoeRoutingPairsAndCombine) {
   }
 }
 
+// The fused launches equal their parts bit for bit: hc_collapse_rmsnorm == hc_collapse then
+// rmsnorm_rows, moe_combine_expand == moe_combine, hc_expand, hc_take_pre, moe_route_pairs ==
+// moe_route then moe_pairs (the parts are checked against the oracle above; fusing must not move
+// a rounding point).
+TEST(ForwardOps, FusedLaunchesEqualTheirParts) {
+  const int64_t rows = 5, D = 640, E = 32;  // D not a multiple of the block width
+  const int C = 4, K = 6, nm = C * (C + 2);
+  const auto h = random_bf16(rows * C * D, 21), w = random_bf16(D, 22, 0.5f);
+  auto mix = random_bf16(rows * nm, 23, 0.7f);
+  auto dh = to_device(h), dw = to_device(w), dmix = to_device(mix);
+  DeviceBuffer x1(rows * D * 4), y1(rows * D * 4), x2(rows * D * 4), y2(rows * D * 4);
+  ASSERT_EQ(hc_collapse(dh.as<float>(), dmix.as<float>(), nm, rows, C, D, x1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(rmsnorm_rows(x1.as<float>(), rows, D, dw.as<float>(), 1e-6f, y1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(hc_collapse_rmsnorm(dh.as<float>(), dmix.as<float>(), nm, rows, C, D, dw.as<float>(), 1e-6f,
+                                x2.as<float>(), y2.as<float>(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(to_host<float>(x1, rows * D) == to_host<float>(x2, rows * D)) << "collapse part";
+  EXPECT_TRUE(to_host<float>(y1, rows * D) == to_host<float>(y2, rows * D)) << "rmsnorm part";
+  // Combine + expand + pre-mix: K distinct experts per row, pairs a fixed permutation.
+  std::vector<int32_t> sel(rows * K), pair_of(rows * K);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < K; ++j) sel[r * K + j] = static_cast<int32_t>((r * 7 + (K - j) * 5) % E);
+  for (int64_t i = 0; i < rows * K; ++i) pair_of[i] = static_cast<int32_t>((i * 11 + 3) % (rows * K));
+  const auto outs = random_bf16(rows * K * D, 24), shared = random_bf16(rows * D, 25);
+  auto dsel = to_device(sel), dpof = to_device(pair_of), dout = to_device(outs), dsh = to_device(shared);
+  auto h1 = to_device(h), h2 = to_device(h);
+  DeviceBuffer y(rows * D * 4), pi1(rows * C * 4), pi2(rows * C * 4);
+  ASSERT_EQ(moe_combine(dout.as<float>(), dsh.as<float>(), dsel.as<int32_t>(), dpof.as<int32_t>(), rows, K, D,
+                        y.as<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(hc_expand(y.as<float>(), dmix.as<float>(), rows, C, D, h1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(hc_take_pre(dmix.as<float>(), rows, C, pi1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(moe_combine_expand(dout.as<float>(), dsh.as<float>(), dsel.as<int32_t>(), dpof.as<int32_t>(), rows, K, D,
+                               dmix.as<float>(), C, h2.as<float>(), pi2.as<float>(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(to_host<float>(h1, rows * C * D) == to_host<float>(h2, rows * C * D)) << "combine + expand";
+  const auto p2 = to_host<float>(pi2, rows * C);
+  EXPECT_TRUE(to_host<float>(pi1, rows * C) == p2) << "pre-mix";
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < C; ++c) EXPECT_EQ(p2[r * C + c], mix[r * nm + c]);  // the pre part, copied
+  // Router selection + pair sort in one launch == moe_route then moe_pairs (with a tie and image rows).
+  const int64_t E2 = 64;
+  auto logits = random_bf16(rows * E2, 26, 2.0f);
+  logits[E2 + 3] = logits[E2 + 40];
+  const auto bias = random_bf16(E2, 27, 0.1f), bias_vl = random_bf16(E2, 28, 0.1f);
+  const std::vector<uint8_t> image = {0, 1, 0, 0, 1};
+  auto dl = to_device(logits), db = to_device(bias), dbv = to_device(bias_vl), dimg = to_device(image);
+  std::vector<DeviceBuffer> one, two;
+  for (int i = 0; i < 6; ++i) {
+    one.emplace_back(rows * K * 4);
+    two.emplace_back(rows * K * 4);
+  }
+  ASSERT_EQ(moe_route(dl.as<float>(), rows, E2, K, db.as<float>(), dbv.as<float>(), dimg.as<uint8_t>(), 2.5f,
+                      one[0].as<int32_t>(), one[1].as<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(moe_pairs(one[0].as<int32_t>(), one[1].as<float>(), rows, K, E2, one[2].as<int32_t>(), one[3].as<int32_t>(),
+                      one[4].as<float>(), one[5].as<int32_t>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(moe_route_pairs(dl.as<float>(), rows, E2, K, db.as<float>(), dbv.as<float>(), dimg.as<uint8_t>(), 2.5f,
+                            two[0].as<int32_t>(), two[1].as<float>(), two[2].as<int32_t>(), two[3].as<int32_t>(),
+                            two[4].as<float>(), two[5].as<int32_t>(), nullptr),
+            cudaSuccess);
+  const char* names[6] = {"sel", "wts", "pair_row", "pair_expert", "pair_weight", "pair_of"};
+  for (int i = 0; i < 6; ++i)  // bytes compared (int and float outputs alike)
+    EXPECT_TRUE(to_host<uint32_t>(one[i], rows * K) == to_host<uint32_t>(two[i], rows * K)) << names[i];
+}
+
 TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
   const int64_t rows = 4, d = 512;
   const int rd = 64;

@@ -1,5 +1,6 @@
 // GraphCache on the device: capture once per key, replays that see new input data, eager fallback
-// for a callable that synchronizes inside capture, and errors passed through.
+// for a callable that synchronizes inside capture, eager-first keys and eviction, and errors passed
+// through.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -91,6 +92,48 @@ TEST(GraphCache, SynchronizingCallableRunsEagerly) {
   EXPECT_EQ(calls, 3);  // failed capture attempt, its eager rerun, then eager only
   EXPECT_EQ(cache.stats().eager, 2);
   EXPECT_EQ(cache.size(), 0u);
+}
+
+// eager_before = 1: a key's first call runs eagerly, its second captures; capacity 1: a new graph
+// drops the least recently launched one, whose key then starts over. Outputs stay right throughout.
+TEST(GraphCache, EagerFirstAndLeastRecentlyUsedEviction) {
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok());
+  const cudaStream_t s = stream->get();
+  LinearRig d;
+  GraphCache cache(GraphCacheOptions{1, 1});
+  int calls = 0;
+  const GraphCache::Fn fn = [&](cudaStream_t st) {
+    ++calls;
+    return f32_linear(d.x.as<float>(), 1, d.view(), d.y.as<float>(), st) == cudaSuccess
+               ? ok_status()
+               : Status(StatusCode::internal, "f32_linear");
+  };
+  const std::vector<float> x0 = {1, 1, 1, 1}, x1 = {0, 0, 0, 1};
+  const std::vector<float> y0 = {10, 1.5f}, y1 = {4, 2};  // by hand, as above
+  const GraphKey a{1, 1, {7, 256}}, b{1, 1, {7, 512}};
+  auto step = [&](const GraphKey& k, const std::vector<float>& x, const std::vector<float>& y) {
+    d.set_x(x, s);
+    ASSERT_TRUE(cache.run(k, s, fn).ok());
+    EXPECT_EQ(d.get_y(s), y);
+  };
+  step(a, x0, y0);  // eager
+  EXPECT_EQ(cache.stats().eager, 1);
+  EXPECT_EQ(cache.size(), 0u);
+  step(a, x1, y1);  // captured
+  step(a, x0, y0);  // replayed
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(cache.stats().captures, 1);
+  EXPECT_EQ(cache.stats().replays, 1);
+  step(b, x1, y1);  // eager
+  step(b, x0, y0);  // captured; drops a's graph
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_EQ(cache.size(), 1u);
+  step(a, x1, y1);  // a starts over: eager
+  EXPECT_EQ(cache.stats().eager, 3);
+  step(b, x1, y1);  // b is still cached
+  EXPECT_EQ(cache.stats().replays, 2);
+  EXPECT_EQ(calls, 5);
 }
 
 TEST(GraphCache, ErrorsOfTheCallableAreReturned) {

@@ -10,6 +10,7 @@
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "backends/cuda/call_meta.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/forward_v4.h"
@@ -77,11 +78,16 @@ Status begin_attention_call(CallCtx& c) {
   if (next_row != c.rows) return error(StatusCode::invalid_argument, "attention call: pieces cover {} of {} rows", next_row, c.rows);
   t->cap = c.pieces.empty() ? cfg.window : c.pieces[0].caches->geometry().ring_capacity;
   std::vector<EmitDev> emit[3];
-  for (int ratio = 1; ratio <= 2; ++ratio)
+  for (int ratio = 1; ratio <= 2; ++ratio) {
+    if (c.pos_bound > 0) t->max_lc[ratio] = c.pos_bound / ratio;
     for (int64_t r = 0; r < c.rows; ++r) {
       t->max_lc[ratio] = std::max(t->max_lc[ratio], (pos[r] + 1) / ratio);
       if ((pos[r] + 1) % ratio == 0) emit[ratio].push_back({static_cast<int32_t>(r), row_piece[r], pos[r] / ratio});
     }
+  }
+  if (c.pos_bound > 0 && c.pos_bound < t->max_lc[1])
+    return error(StatusCode::invalid_argument, "attention call: position bound {} below position {}", c.pos_bound,
+                 t->max_lc[1] - 1);
   // Host image: pieces [L, P], row_piece, emit lists; each part 256-aligned.
   const int L = cfg.n_layers;
   const int64_t P = t->n_pieces;
@@ -113,9 +119,14 @@ Status begin_attention_call(CallCtx& c) {
   std::memcpy(t->staging.data() + off_rows, row_piece.data(), sizeof(int32_t) * c.rows);
   std::memcpy(t->staging.data() + off_emit1, emit[1].data(), sizeof(EmitDev) * emit[1].size());
   std::memcpy(t->staging.data() + off_emit2, emit[2].data(), sizeof(EmitDev) * emit[2].size());
-  DSV4_ASSIGN_OR_RETURN(uint8_t* dev, take<uint8_t>(*c.scratch, total, "attention call tables"));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, t->staging.data(), total, cudaMemcpyHostToDevice, c.stream),
-                                   "attention call tables upload"));
+  uint8_t* dev = nullptr;
+  if (c.meta) {
+    DSV4_ASSIGN_OR_RETURN(dev, c.meta->put_n(t->staging.data(), total, "attention call tables"));
+  } else {
+    DSV4_ASSIGN_OR_RETURN(dev, take<uint8_t>(*c.scratch, total, "attention call tables"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, t->staging.data(), total, cudaMemcpyHostToDevice, c.stream),
+                                     "attention call tables upload"));
+  }
   t->pieces = reinterpret_cast<PieceDev*>(dev);
   t->row_piece = reinterpret_cast<int32_t*>(dev + off_rows);
   t->emit[1] = reinterpret_cast<EmitDev*>(dev + off_emit1);

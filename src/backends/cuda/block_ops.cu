@@ -162,6 +162,31 @@ __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stri
   y[r * D + i] = rbf16(s);
 }
 
+// One block per row: the collapse of collapse_kernel per element, then rmsnorm_kernel on it (each
+// thread re-reads only the elements it wrote, in rmsnorm_kernel's order).
+__global__ void collapse_rmsnorm_kernel(const float* h, const float* pi, int64_t pi_stride, int C, int64_t D,
+                                        const float* w, float eps, float* x, float* y) {
+  __shared__ float red[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float* p = pi + r * pi_stride;
+  float* xr = x + r * D;
+  float* yr = y + r * D;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += kThreads) {
+    float s = 0.0f;
+    for (int c = 0; c < C; ++c) s += p[c] * h[(r * C + c) * D + i];
+    xr[i] = rbf16(s);
+    acc += xr[i] * xr[i];
+  }
+  const float sum = fwd_block_sum<kThreads>(acc, red);
+  const float mean = sum / static_cast<float>(D);
+  const float rs = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < D; i += kThreads) {
+    const float v = xr[i] * rs;
+    yr[i] = rbf16(w ? w[i] * v : v);
+  }
+}
+
 __global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D, float* h) {
   const int64_t r = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -263,6 +288,13 @@ cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int6
                         float* y, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   collapse_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(h, pi, pi_stride, C, D, y);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
+                                const float* w, float eps, float* x, float* y, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  collapse_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(h, pi, pi_stride, C, D, w, eps, x, y);
   return cudaGetLastError();
 }
 

@@ -42,6 +42,11 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
 cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C,
                         int64_t D, float* y, cudaStream_t s);
 
+// hc_collapse then rmsnorm_rows in one launch (one block per row, the same per-element arithmetic and
+// reduction order as the two kernels): x bf16 [rows, D] = collapse, y bf16 [rows, D] = RMSNorm(x; w).
+cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
+                                const float* w, float eps, float* x, float* y, cudaStream_t s);
+
 // In place on h [rows, C, D]: h_k = bf16(post_k * y + sum_j A[j][k] h_j); mix as hc_mix_coefficients.
 cudaError_t hc_expand(const float* y, const float* mix, int64_t rows, int C, int64_t D, float* h,
                       cudaStream_t s);
@@ -84,9 +89,23 @@ cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K,
                       int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of,
                       cudaStream_t s);
 
+// moe_route then moe_pairs in one single-block launch (for few rows; the same device code per row
+// and for the pairs, so the outputs equal the two launches').
+cudaError_t moe_route_pairs(const float* logits, int64_t rows, int64_t E, int K, const float* bias,
+                            const float* bias_vl, const uint8_t* image, float route_scale, int32_t* sel, float* wts,
+                            int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of,
+                            cudaStream_t s);
+
 // y bf16 [rows, D] = bf16( (sum over the row's experts in ascending expert order of out[pair])
 // + shared[r] ); out bf16 [rows*K, D] by pair.
 cudaError_t moe_combine(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
                         int64_t rows, int K, int64_t D, float* y, cudaStream_t s);
+
+// moe_combine, hc_expand and hc_take_pre of the FFN sub-layer in one launch: the combined row y
+// (as moe_combine, never stored) expanded into h [rows, C, D] with mix (as hc_expand), and
+// pi f32 [rows, C] = the pre part of mix.
+cudaError_t moe_combine_expand(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
+                               int64_t rows, int K, int64_t D, const float* mix, int C, float* h, float* pi,
+                               cudaStream_t s);
 
 }  // namespace dsv4::cuda

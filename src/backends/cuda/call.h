@@ -15,6 +15,7 @@
 namespace dsv4::cuda {
 
 class Arena;                // arena.h
+class CallMeta;             // call_meta.h
 struct ModelDevice;         // model.h (the whole model on the device)
 struct AttentionDevice;     // attention_weights.h (one layer's attention weights)
 struct AttentionCallTables; // attention.cc (per-call device tables built by begin_attention_call)
@@ -39,6 +40,13 @@ struct CallCtx {
 
   int64_t rows = 0;
   const int64_t* pos = nullptr;     // device [rows] absolute positions (= piece.start + i)
+  // When set, the per-call device tables are staged there (uploaded by the forward before the
+  // call's launches) instead of taken from scratch and copied at once.
+  CallMeta* meta = nullptr;
+  // When > 0 (>= every pos + 1): the index scores' stride and grid cover positions below this bound
+  // instead of the call's largest position, so a call's launch sizes repeat over many steps (graph
+  // keys); rows still score only their own (pos + 1) / ratio entries.
+  int64_t pos_bound = 0;
   std::vector<DevicePiece> pieces;  // host copy of the call's pieces, rows in order
 
   // Published by index sources / the candidate source for the following layers (allocated from

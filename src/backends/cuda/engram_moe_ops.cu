@@ -50,13 +50,11 @@ __global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int6
 
 __device__ inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// One block per row: scores in shared memory, K rounds of a block argmax (ties to the lower index).
-__global__ void route_kernel(const float* logits, int64_t E, int K, const float* bias, const float* bias_vl,
-                             const uint8_t* image, float route_scale, int32_t* sel, float* wts) {
-  extern __shared__ float sh[];  // score [E], biased [E]
-  __shared__ float best_v[kThreads];
-  __shared__ int best_i[kThreads];
-  const int64_t r = blockIdx.x;
+// Row r's routing by one block of kThreads: scores in shared memory, K rounds of a block argmax
+// (ties to the lower index). sh holds score [E] and biased [E].
+__device__ void route_row(int64_t r, const float* logits, int64_t E, int K, const float* bias, const float* bias_vl,
+                          const uint8_t* image, float route_scale, int32_t* sel, float* wts, float* sh,
+                          float* best_v, int* best_i) {
   float* score = sh;
   float* biased = sh + E;
   const float* b = (image && image[r]) ? bias_vl : bias;
@@ -101,13 +99,22 @@ __global__ void route_kernel(const float* logits, int64_t E, int K, const float*
       wts[r * K + k] = w * route_scale;
     }
   }
+  __syncthreads();
 }
 
-// One block: thread e counts expert e's pairs, a serial prefix gives offsets, thread e writes its
-// pairs in row order. The result depends only on sel.
-__global__ void pairs_kernel(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
-                             int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of) {
-  __shared__ int32_t counts[4096];
+// One block per row.
+__global__ void route_kernel(const float* logits, int64_t E, int K, const float* bias, const float* bias_vl,
+                             const uint8_t* image, float route_scale, int32_t* sel, float* wts) {
+  extern __shared__ float sh[];
+  __shared__ float best_v[kThreads];
+  __shared__ int best_i[kThreads];
+  route_row(blockIdx.x, logits, E, K, bias, bias_vl, image, route_scale, sel, wts, sh, best_v, best_i);
+}
+
+// The pairs of every row by one block: thread e counts expert e's pairs, a serial prefix gives
+// offsets, thread e writes its pairs in row order. The result depends only on sel.
+__device__ void pairs_block(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E, int32_t* pair_row,
+                            int32_t* pair_expert, float* pair_weight, int32_t* pair_of, int32_t* counts) {
   for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
     int32_t n = 0;
     for (int64_t i = 0; i < rows * K; ++i) n += sel[i] == e;
@@ -136,6 +143,29 @@ __global__ void pairs_kernel(const int32_t* sel, const float* wts, int64_t rows,
   }
 }
 
+__global__ void pairs_kernel(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
+                             int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of) {
+  __shared__ int32_t counts[4096];
+  pairs_block(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, counts);
+}
+
+// Routing of every row, then the pairs, in one block (few rows: decode and verify rounds). sel and
+// wts are written to global memory by thread 0 and read back after the block barrier.
+__global__ void route_pairs_kernel(const float* logits, int64_t rows, int64_t E, int K, const float* bias,
+                                   const float* bias_vl, const uint8_t* image, float route_scale, int32_t* sel,
+                                   float* wts, int32_t* pair_row, int32_t* pair_expert, float* pair_weight,
+                                   int32_t* pair_of) {
+  extern __shared__ float sh[];
+  __shared__ float best_v[kThreads];
+  __shared__ int best_i[kThreads];
+  __shared__ int32_t counts[4096];
+  for (int64_t r = 0; r < rows; ++r)
+    route_row(r, logits, E, K, bias, bias_vl, image, route_scale, sel, wts, sh, best_v, best_i);
+  __threadfence_block();
+  __syncthreads();
+  pairs_block(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, counts);
+}
+
 __global__ void combine_kernel(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
                                int K, int64_t D, float* y) {
   const int64_t r = blockIdx.y;
@@ -154,7 +184,48 @@ __global__ void combine_kernel(const float* out, const float* shared, const int3
   y[r * D + i] = dsv4::round_bf16(acc + shared[r * D + i]);
 }
 
+// combine_kernel's y value per element, then expand_kernel's update with it; block (0, r) also
+// takes the row's pre-mix.
+__global__ void combine_expand_kernel(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
+                                      int K, int64_t D, const float* mix, int C, float* h, float* pi) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const float* o = mix + r * static_cast<int64_t>(C) * (C + 2);
+  if (blockIdx.x == 0 && threadIdx.x < C) pi[r * C + threadIdx.x] = o[threadIdx.x];
+  if (i >= D) return;
+  int32_t e[16], p[16];
+  for (int k = 0; k < K; ++k) { e[k] = sel[r * K + k]; p[k] = pair_of[r * K + k]; }
+  for (int a = 1; a < K; ++a)  // ascending expert order (insertion sort of K <= 16)
+    for (int b = a; b > 0 && e[b - 1] > e[b]; --b) {
+      const int32_t te = e[b], tp = p[b];
+      e[b] = e[b - 1]; p[b] = p[b - 1];
+      e[b - 1] = te; p[b - 1] = tp;
+    }
+  float acc = 0.0f;
+  for (int k = 0; k < K; ++k) acc += out[static_cast<int64_t>(p[k]) * D + i];
+  const float yv = dsv4::round_bf16(acc + shared[r * D + i]);
+  const float* post = o + C;
+  const float* A = o + 2 * C;
+  float hv[8];
+  for (int j = 0; j < C; ++j) hv[j] = h[(r * C + j) * D + i];
+  for (int k = 0; k < C; ++k) {
+    float s = 0.0f;
+    for (int j = 0; j < C; ++j) s += A[j * C + k] * hv[j];
+    h[(r * C + k) * D + i] = dsv4::round_bf16(post[k] * yv + s);
+  }
+}
+
 }  // namespace
+
+cudaError_t moe_combine_expand(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
+                               int64_t rows, int K, int64_t D, const float* mix, int C, float* h, float* pi,
+                               cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (K > 16 || C > 8 || C > kThreads) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((D + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+  combine_expand_kernel<<<grid, kThreads, 0, s>>>(out, shared, sel, pair_of, K, D, mix, C, h, pi);
+  return cudaGetLastError();
+}
 
 cudaError_t engram_gather(const uint8_t* codes, const uint8_t* scales, const int64_t* table_rows, int64_t n, int dim,
                           float* u, cudaStream_t s) {
@@ -184,6 +255,17 @@ cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K,
   if (rows == 0) return cudaSuccess;
   if (E > 4096) return cudaErrorInvalidValue;
   pairs_kernel<<<1, 512, 0, s>>>(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_route_pairs(const float* logits, int64_t rows, int64_t E, int K, const float* bias,
+                            const float* bias_vl, const uint8_t* image, float route_scale, int32_t* sel, float* wts,
+                            int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of,
+                            cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (K < 1 || K > 16 || K > E || E > 4096) return cudaErrorInvalidValue;
+  route_pairs_kernel<<<1, kThreads, 2 * E * sizeof(float), s>>>(logits, rows, E, K, bias, bias_vl, image, route_scale,
+                                                                sel, wts, pair_row, pair_expert, pair_weight, pair_of);
   return cudaGetLastError();
 }
 

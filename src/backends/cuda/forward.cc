@@ -7,6 +7,7 @@
 
 #include "backends/cuda/arena.h"
 #include "backends/cuda/attention.h"
+#include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/check.h"
@@ -56,6 +57,8 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
                         attention_scratch_bytes(cfg, rows, options.max_context) +
                         dspark_scratch_bytes(cfg);
   f->scratch_ = std::make_unique<Arena>(static_cast<size_t>(bytes));
+  f->meta_ = std::make_unique<CallMeta>();
+  f->graphs_ = std::make_unique<GraphCache>(GraphCacheOptions{options.graph_capacity, 1});
   if (f->scratch_->capacity() < static_cast<size_t>(bytes))
     return error(StatusCode::resource_exhausted, "cannot allocate {} MiB of forward scratch for {} rows per call",
                  bytes >> 20, rows);
@@ -63,6 +66,7 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
 }
 
 Forward::~Forward() {
+  graphs_.reset();
   streams_.clear();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -159,7 +163,7 @@ StatusOr<std::vector<cpu::PieceResult>> Forward::forward(const std::vector<cpu::
   std::lock_guard<std::mutex> lock(mu_);
   const cpu::ModelConfig& cfg = model_->config;
   std::set<int32_t> seen;
-  int64_t rows = 0;
+  int64_t rows = 0, logit_rows = 0;
   for (const cpu::Piece& pc : pieces) {
     auto it = streams_.find(pc.stream);
     if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", pc.stream);
@@ -174,30 +178,108 @@ StatusOr<std::vector<cpu::PieceResult>> Forward::forward(const std::vector<cpu::
       return error(StatusCode::out_of_range, "stream {}: {} + {} rows exceed the context of {}", pc.stream,
                    it->second.caches->length(), pc.tokens.size(), options_.max_context);
     rows += static_cast<int64_t>(pc.tokens.size());
+    logit_rows += static_cast<int64_t>(pc.logit_rows.size());
   }
   if (rows > options_.max_call_rows)
     return error(StatusCode::invalid_argument, "a call of {} rows exceeds max_call_rows {}", rows, options_.max_call_rows);
-  std::vector<cpu::PieceResult> out(pieces.size());
   std::vector<size_t> hist_len;
   for (const cpu::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(pieces, out);
+  Status st = run(pieces, logit_rows);
+  // The one synchronization of a call: the logits rows are in logits_host_ after it.
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
   scratch_->reset(mark);
   if (st.ok()) st = sync;
+  if (!marks_.empty()) {
+    const Status collected = profile_marks_collect(marks_, profile_);
+    if (st.ok()) st = collected;
+  }
   if (!st.ok()) {
     for (size_t i = 0; i < pieces.size(); ++i) streams_.at(pieces[i].stream).history.resize(hist_len[i]);
     return st;
   }
+  std::vector<cpu::PieceResult> out(pieces.size());
+  const int64_t V = cfg.vocab;
+  const float* host = static_cast<const float*>(logits_host_.data());
+  int64_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(pieces[i].logit_rows.size());
+    if (k) out[i].logits.assign(host + at * V, host + (at + k) * V);
+    at += k;
+  }
   return out;
 }
 
-Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::PieceResult>& out) {
+OpCtx Forward::op_ctx(cudaStream_t s) {
+  OpCtx o{&model_->config, s, scratch_.get()};
+  if (profile_ && profile_sync_) o.profile = profile_;
+  if (profile_ && !profile_sync_) o.marks = &marks_;
+  return o;
+}
+
+struct Forward::DeviceCall {
+  CallCtx* c = nullptr;
+  const int32_t* ids = nullptr;             // device [rows]
+  std::vector<const int64_t*> engram_rows;  // per Engram layer, device [rows, R]
+  float* h = nullptr;                       // bf16 [rows, C, D]
+  float* pi = nullptr;                      // f32 [rows, C]
+  float* taps = nullptr;                    // bf16 [rows, n_taps, D] or null
+  const int64_t* index = nullptr;           // device [n] call rows whose logits are asked for
+  int64_t n_logits = 0;
+  float* logits = nullptr;                  // f32 [n, V]
+  size_t mark = 0;                          // scratch above this is the device work's own
+};
+
+Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
+  const ModelDevice& M = *model_;
+  const cpu::ModelConfig& cfg = M.config;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, rows = d.c->rows;
+  // A failed capture is followed by an eager run of the same work: start from the same scratch.
+  scratch_->reset(d.mark);
+  OpCtx o = op_ctx(s);
+  o.ids = d.ids;
+  DSV4_CUDA_LAUNCH(embed_streams(M.embed, d.ids, rows, C, D, d.h, d.pi, s), "embed_streams",
+                   shape_text({{"rows", rows}, {"D", D}}));
+  const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
+  std::vector<float> probe_host;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const cpu::LayerRole& role = M.roles[l];
+    const LayerDevice& L = M.layers[l];
+    const size_t layer_mark = scratch_->mark();
+    if (role.engram) {
+      DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
+        return engram_forward(o, *L.engram, d.engram_rows[role.engram_index], rows, d.h);
+      }));
+    }
+    if (role.tap_index >= 0 && d.taps)
+      DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.tap_index, d.taps, s), "dspark_tap",
+                       shape_text({{"rows", rows}, {"layer", l}}));
+    AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
+    DSV4_RETURN_IF_ERROR(block_forward(o, L, rows, attn, nullptr, d.h, d.pi));
+    scratch_->reset(layer_mark);
+    if (probe_) {  // never captured: the forward runs eagerly while a probe is set
+      probe_host.resize(rows * C * D);
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(probe_host.data(), d.h, probe_host.size() * 4,
+                                                       cudaMemcpyDeviceToHost, s), "copying the layer probe"));
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "layer probe"));
+      probe_(l, probe_host);
+    }
+  }
+  if (d.n_logits > 0)
+    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
+      return M.hc_head ? head_logits_v4(o, M, d.h, d.index, d.n_logits, d.logits)
+                       : head_logits(o, M.norm, M.head, M.head16, d.h, d.pi, d.index, d.n_logits, d.logits);
+    }));
+  scratch_->reset(d.mark);
+  return ok_status();
+}
+
+Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   const ModelDevice& M = *model_;
   const cpu::ModelConfig& cfg = M.config;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
-  OpCtx o{&cfg, stream_, scratch_.get(), profile_};
   CallCtx c;
   c.model = &M;
   c.cfg = &cfg;
@@ -205,6 +287,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::Piec
   c.attn = M.attention.data();
   c.stream = stream_;
   c.scratch = scratch_.get();
+  // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.
   std::vector<int32_t> ids;
   std::vector<int64_t> pos;
   std::vector<StreamSlot*> slots;
@@ -223,91 +306,91 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::Piec
   }
   const int64_t rows = c.rows;
   if (rows == 0) return ok_status();
-  auto upload_vec = [&](const void* src, size_t bytes, void* dst, const char* what) {
-    return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), what);
-  };
-  DSV4_ASSIGN_OR_RETURN(int32_t* d_ids, o.alloc<int32_t>(rows, "token ids"));
-  DSV4_ASSIGN_OR_RETURN(int64_t* d_pos, o.alloc<int64_t>(rows, "positions"));
-  DSV4_RETURN_IF_ERROR(upload_vec(ids.data(), rows * 4, d_ids, "uploading token ids"));
-  DSV4_RETURN_IF_ERROR(upload_vec(pos.data(), rows * 8, d_pos, "uploading positions"));
-  c.pos = d_pos;
-  o.ids = d_ids;
-  // Engram hash rows of every Engram layer, from the streams' histories (host), before the embedding.
-  std::vector<int64_t*> engram_rows(cfg.engram_layers.size(), nullptr);
-  for (size_t e = 0; e < cfg.engram_layers.size(); ++e) {
+  const size_t n_engram = cfg.engram_layers.size();
+  std::vector<std::vector<int64_t>> engram_host(n_engram);
+  for (size_t e = 0; e < n_engram; ++e) {
     const EngramDevice& E = *M.layers[cfg.engram_layers[e]].engram;
     const int64_t R = static_cast<int64_t>(E.layout.primes.size());
     const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
-    std::vector<int64_t> host(rows * R);
+    engram_host[e].resize(rows * R);
     for (size_t i = 0; i < c.pieces.size(); ++i)
       for (int64_t t = 0; t < c.pieces[i].T; ++t) {
         const int64_t r = c.pieces[i].row0 + t;
-        cpu::engram_hash_rows(E.layout, slots[i]->history.data(), pos[r], pad, &host[r * R]);
+        cpu::engram_hash_rows(E.layout, slots[i]->history.data(), pos[r], pad, &engram_host[e][r * R]);
       }
-    DSV4_ASSIGN_OR_RETURN(engram_rows[e], o.alloc<int64_t>(rows * R, "engram table rows"));
-    DSV4_RETURN_IF_ERROR(upload_vec(host.data(), host.size() * 8, engram_rows[e], "uploading Engram rows"));
   }
-  DSV4_ASSIGN_OR_RETURN(float* h, o.alloc<float>(rows * C * D, "streams h"));
-  DSV4_ASSIGN_OR_RETURN(float* pi, o.alloc<float>(rows * C, "pre-mix pi"));
-  DSV4_CUDA_LAUNCH(embed_streams(M.embed, d_ids, rows, C, D, h, pi, stream_), "embed_streams",
-                   shape_text({{"rows", rows}, {"D", D}}));
-  const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
-  float* taps = nullptr;
-  if (M.dspark) {
-    DSV4_ASSIGN_OR_RETURN(taps, o.alloc<float>(rows * n_taps * D, "DSpark taps"));
-  }
-  DSV4_RETURN_IF_ERROR(begin_attention_call(c));
-  std::vector<float> probe_host;
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const cpu::LayerRole& role = M.roles[l];
-    const LayerDevice& L = M.layers[l];
-    const size_t layer_mark = scratch_->mark();
-    if (role.engram) {
-      DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] { return engram_forward(o, *L.engram, engram_rows[role.engram_index], rows, h); }));
-    }
-    if (role.tap_index >= 0 && taps)
-      DSV4_CUDA_LAUNCH(dspark_tap(h, rows, C, D, n_taps, role.tap_index, taps, stream_), "dspark_tap",
-                       shape_text({{"rows", rows}, {"layer", l}}));
-    AttnFn attn = [&](const float* x, float* y) { return attention_layer(c, l, x, y); };
-    DSV4_RETURN_IF_ERROR(block_forward(o, L, rows, attn, nullptr, h, pi));
-    scratch_->reset(layer_mark);
-    if (probe_) {
-      probe_host.resize(rows * C * D);
-      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(probe_host.data(), h, probe_host.size() * 4,
-                                                       cudaMemcpyDeviceToHost, stream_), "copying the layer probe"));
-      DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "layer probe"));
-      probe_(l, probe_host);
-    }
-  }
-  // Logits of the requested rows of every piece in one head call.
   std::vector<int64_t> index;
   for (size_t i = 0; i < pieces.size(); ++i)
     for (int32_t r : pieces[i].logit_rows) index.push_back(c.pieces[i].row0 + r);
-  if (!index.empty()) {
-    const int64_t n = static_cast<int64_t>(index.size());
-    const size_t head_mark = scratch_->mark();
-    DSV4_ASSIGN_OR_RETURN(int64_t* d_index, o.alloc<int64_t>(n, "logit rows"));
-    DSV4_ASSIGN_OR_RETURN(float* logits, o.alloc<float>(n * V, "logits"));
-    DSV4_RETURN_IF_ERROR(upload_vec(index.data(), n * 8, d_index, "uploading logit rows"));
-    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
-      return M.hc_head ? head_logits_v4(o, M, h, d_index, n, logits)
-                       : head_logits(o, M.norm, M.head, M.head16, h, pi, d_index, n, logits);
-    }));
-    std::vector<float> host(n * V);
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host.data(), logits, host.size() * 4, cudaMemcpyDeviceToHost,
-                                                     stream_), "copying logits"));
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "after the head"));
-    int64_t at = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const int64_t k = static_cast<int64_t>(pieces[i].logit_rows.size());
-      out[i].logits.assign(host.begin() + at * V, host.begin() + (at + k) * V);
-      at += k;
-    }
-    scratch_->reset(head_mark);
+  // Upper bound of the metadata image: the parts above plus the attention tables (pieces per layer,
+  // row pieces, groups completed per ratio).
+  const int64_t P = static_cast<int64_t>(c.pieces.size());
+  size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
+                      CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
+                      2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
+  for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
+  bool moved = false;
+  DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
+  if (moved) graphs_->clear();  // captured graphs read the old metadata buffer
+  DeviceCall d;
+  d.c = &c;
+  d.n_logits = n_logits;
+  DSV4_ASSIGN_OR_RETURN(d.ids, meta_->put_n(ids.data(), ids.size(), "token ids"));
+  DSV4_ASSIGN_OR_RETURN(int64_t* d_pos, meta_->put_n(pos.data(), pos.size(), "positions"));
+  for (const auto& e : engram_host) {
+    DSV4_ASSIGN_OR_RETURN(int64_t* p, meta_->put_n(e.data(), e.size(), "Engram table rows"));
+    d.engram_rows.push_back(p);
   }
-  // DSpark rings receive one row per main position.
+  DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(index.data(), index.size(), "logit rows"));
+  c.pos = d_pos;
+  c.meta = meta_.get();
+  // Graph key: every host-side size the launches depend on.
+  // V4 attention (attention_v4.cc) builds per-layer tables on the host inside the layer and sizes
+  // its launches by the call's exact positions: V4 calls run eagerly.
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !profile_ && !cfg.v4() &&
+                     rows <= options_.graph_max_rows;
+  int64_t max_pos = 0;
+  for (int64_t p : pos) max_pos = std::max(max_pos, p);
+  // Groups completed per compression ratio above 1 (the compressor's launch sizes).
+  std::vector<int64_t> dims{P};
+  for (int ratio : std::set<int>(cfg.compress_ratios.begin(), cfg.compress_ratios.end())) {
+    if (ratio <= 1) continue;
+    int64_t ends = 0;
+    for (int64_t p : pos) ends += (p + 1) % ratio == 0;
+    dims.push_back(ends);
+  }
+  if (graph) {
+    const int64_t g = std::max<int64_t>(options_.graph_pos_granule, 1);
+    c.pos_bound = std::min((max_pos + 1 + g - 1) / g * g, std::max(options_.max_context, max_pos + 1));
+  }
+  OpCtx o = op_ctx(stream_);
+  DSV4_ASSIGN_OR_RETURN(d.h, o.alloc<float>(rows * C * D, "streams h"));
+  DSV4_ASSIGN_OR_RETURN(d.pi, o.alloc<float>(rows * C, "pre-mix pi"));
+  const int64_t n_taps = static_cast<int64_t>(cfg.dspark_target_layers.size());
   if (M.dspark) {
-    DSV4_RETURN_IF_ERROR(timed(o, "dspark rings", [&] { return dspark_write_rings(o, M, c.pieces, d_pos, rows, taps); }));
+    DSV4_ASSIGN_OR_RETURN(d.taps, o.alloc<float>(rows * n_taps * D, "DSpark taps"));
+  }
+  DSV4_ASSIGN_OR_RETURN(d.logits, o.alloc<float>(n_logits * V, "logits"));
+  DSV4_RETURN_IF_ERROR(begin_attention_call(c));
+  DSV4_RETURN_IF_ERROR(meta_->upload(stream_));
+  d.mark = scratch_->mark();
+  auto work = [&](cudaStream_t s) { return device_call(d, s); };
+  if (graph) {
+    dims.push_back(c.pos_bound);
+    dims.push_back(n_logits);
+    const GraphKey key{1, rows, std::move(dims)};
+    DSV4_RETURN_IF_ERROR(graphs_->run(key, stream_, work));
+  } else {
+    DSV4_RETURN_IF_ERROR(work(stream_));
+  }
+  // DSpark rings receive one row per main position (per-stream ring pointers: not in the graph).
+  if (M.dspark) {
+    DSV4_RETURN_IF_ERROR(timed(o, "dspark rings", [&] { return dspark_write_rings(o, M, c.pieces, d_pos, rows, d.taps); }));
+  }
+  if (n_logits > 0) {
+    DSV4_RETURN_IF_ERROR(logits_host_.reserve(static_cast<size_t>(n_logits * V) * 4));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(logits_host_.data(), d.logits, n_logits * V * 4,
+                                                     cudaMemcpyDeviceToHost, stream_), "copying logits"));
   }
   for (const DevicePiece& p : c.pieces) DSV4_RETURN_IF_ERROR(p.caches->commit(p.start + p.T));
   return ok_status();

@@ -16,6 +16,9 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/stream_forward.h"
+#include "backends/cuda/call_meta.h"
+#include "backends/cuda/forward_block.h"
+#include "backends/cuda/graph_cache.h"
 #include "backends/cuda/model.h"
 #include "core/status.h"
 
@@ -29,6 +32,14 @@ struct ForwardOptions {
   int64_t max_context = 65536;   // positions one stream may hold
   int64_t max_rollback = 128;    // rows a stream can be truncated back by
   int64_t max_call_rows = 2048;  // rows of one forward call, all pieces together (sizes the scratch)
+  // Calls of at most graph_max_rows rows (decode and verify rounds) run as CUDA graphs keyed by
+  // their launch sizes: rows, pieces, groups completed per compression ratio, logit rows and the
+  // position bound (the largest position rounded up to graph_pos_granule). A key runs eagerly once
+  // before it is captured (one-off shapes are never captured).
+  bool cuda_graphs = true;
+  int64_t graph_max_rows = 256;
+  int64_t graph_pos_granule = 256;
+  size_t graph_capacity = 64;     // graphs kept (least recently used dropped)
 };
 
 // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (tests compare
@@ -62,9 +73,18 @@ class Forward {
   Status assume_length(int32_t stream, int64_t length);
 
   void set_layer_probe(LayerProbe probe) { probe_ = std::move(probe); }
-  // Per-op milliseconds accumulate into *profile while set (each op synchronized; benchmarks only).
-  void set_profile(std::map<std::string, double>* profile) { profile_ = profile; }
+  // Per-op milliseconds accumulate into *profile while set (benchmarks and tests; calls run
+  // eagerly). synchronized: each op is synchronized around (host wall time, a device fault names its
+  // op); otherwise each op is bracketed by events with no synchronization (device time per op).
+  void set_profile(std::map<std::string, double>* profile, bool synchronized = true) {
+    profile_ = profile;
+    profile_sync_ = synchronized;
+  }
   cudaStream_t stream() const { return stream_; }
+  // Graph replays, captures and eager runs of the forward's calls so far (tests, benchmarks).
+  const GraphCache::Stats& graph_stats() const { return graphs_->stats(); }
+  // Off: every call runs eagerly (tests compare both ways); the captured graphs are kept.
+  void set_cuda_graphs(bool on) { graphs_on_ = on; }
 
  private:
   struct StreamSlot {
@@ -72,17 +92,29 @@ class Forward {
     std::vector<int64_t> history;  // Engram compressed ids per position (-1 = DEAD)
   };
   Forward() = default;
-  Status run(const std::vector<cpu::Piece>& pieces, std::vector<cpu::PieceResult>& out);
+  // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings
+  // and the copy of the requested logits rows into logits_host_; the caller synchronizes.
+  Status run(const std::vector<cpu::Piece>& pieces, int64_t logit_rows);
+  // Embedding, every layer and the head on `s` from metadata already staged (see run()).
+  struct DeviceCall;
+  OpCtx op_ctx(cudaStream_t s);  // with the profile mode set
+  Status device_call(const DeviceCall& d, cudaStream_t s);
 
   std::shared_ptr<const ModelDevice> model_;
   ForwardOptions options_;
   std::unique_ptr<AttnGeometry> geo_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Arena> scratch_;
+  std::unique_ptr<CallMeta> meta_;
+  std::unique_ptr<GraphCache> graphs_;
+  PinnedBuffer logits_host_;  // f32 [logit rows, V] of the last call
+  bool graphs_on_ = true;
   std::map<int32_t, StreamSlot> streams_;
   int32_t next_id_ = 0;
   LayerProbe probe_;
   std::map<std::string, double>* profile_ = nullptr;
+  bool profile_sync_ = true;
+  std::vector<ProfileMark> marks_;  // event-mode sections of the call in flight
   mutable std::mutex mu_;
 };
 

@@ -11,6 +11,11 @@ namespace dsv4::cuda {
 
 namespace {
 
+// Up to this many (row, expert) pairs (decode and verify rounds of a few streams) the router's
+// selection and pair sort run as one single-block launch; above, one block per row then the sort.
+// Either way the same device code computes every value.
+constexpr int64_t kFusedRoutePairs = 96;
+
 // Mixing coefficients of one sub-layer: m = fp32-linear(h; fn) and the row statistics (fused in
 // fixed K-slices for C <= 4), then the per-row Sinkhorn.
 Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* mix) {
@@ -37,6 +42,20 @@ Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* m
 
 }  // namespace
 
+Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::string, double>* profile) {
+  Status st = ok_status();
+  for (ProfileMark& m : marks) {
+    float ms = 0;
+    const Status e = cuda_status(cudaEventElapsedTime(&ms, m.start, m.end), m.name);
+    if (e.ok() && profile) (*profile)[m.name] += ms;
+    if (!e.ok() && st.ok()) st = e;
+    cudaEventDestroy(m.start);
+    cudaEventDestroy(m.end);
+  }
+  marks.clear();
+  return st;
+}
+
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image, float* h,
                      float* pi) {
   const cpu::ModelConfig& cfg = *c.cfg;
@@ -52,8 +71,9 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_attn, h, rows, amix); }));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
-    DSV4_CUDA_LAUNCH(hc_collapse(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, x, c.stream), "hc_collapse", shape);
-    DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.attn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(attn_norm)", shape);
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, L.attn_norm,
+                                         cfg.norm_eps, x, xn, c.stream),
+                     "hc_collapse_rmsnorm(attn_norm)", shape);
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
@@ -64,19 +84,22 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   // FFN sub-layer, collapsed with the attention pre-mix.
   DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_collapse(h, cfg.v4() ? fmix : amix, nm, rows, C, D, x, c.stream), "hc_collapse(ffn)", shape);
-    DSV4_CUDA_LAUNCH(rmsnorm_rows(x, rows, D, L.ffn_norm, cfg.norm_eps, xn, c.stream), "rmsnorm(ffn_norm)", shape);
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
+                                         c.stream),
+                     "hc_collapse_rmsnorm(ffn_norm)", shape);
     return ok_status();
   }));
-  DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, y));
-  return timed(c, "hc expand", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_expand(y, fmix, rows, C, D, h, c.stream), "hc_expand(ffn)", shape);
-    DSV4_CUDA_LAUNCH(hc_take_pre(fmix, rows, C, pi, c.stream), "hc_take_pre", shape);
+  MoeOut m;
+  DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, m));
+  // The MoE's combine, the FFN expand and the next pre-mix in one launch.
+  return timed(c, "moe combine + hc expand", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(moe_combine_expand(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, fmix, C, h, pi, c.stream),
+                     "moe_combine_expand", shape);
     return ok_status();
   });
 }
 
-Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, float* y) {
+Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, MoeOut& out) {
   const cpu::ModelConfig& cfg = *c.cfg;
   const int64_t D = cfg.dim, E = M.n_experts, I = M.inter;
   const int K = M.n_active;
@@ -100,6 +123,12 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
     } else {
       // V4 normalises without +1e-20: the same float for K > 1 (sum >= K * sqrt(softplus) > 1e-13).
       if (cfg.v4() && K == 1) return error(StatusCode::unimplemented, "V4 top-1 routing on CUDA");
+      if (P <= kFusedRoutePairs) {
+        DSV4_CUDA_LAUNCH(moe_route_pairs(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts,
+                                         pair_row, pair_expert, pair_weight, pair_of, c.stream),
+                         "moe_route_pairs", shape);
+        return ok_status();
+      }
       DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
                        "moe_route", shape);
     }
@@ -130,10 +159,8 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
     DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, c.stream), "fp8_linear(shared.w2)", sshape);
     return ok_status();
   }));
-  return timed(c, "moe combine", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(moe_combine(routed, so, sel, pair_of, rows, K, D, y, c.stream), "moe_combine", shape);
-    return ok_status();
-  });
+  out = MoeOut{routed, so, sel, pair_of, K};
+  return ok_status();
 }
 
 Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows, int64_t rows, float* h) {
@@ -161,8 +188,8 @@ Status head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16V
   DSV4_ASSIGN_OR_RETURN(float* xn, c.alloc<float>(n * D, "head xn"));
   DSV4_CUDA_LAUNCH(gather_rows(h, index, n, C * D, hs, c.stream), "gather_rows(h)", shape);
   DSV4_CUDA_LAUNCH(gather_rows(pi, index, n, C, ps, c.stream), "gather_rows(pi)", shape);
-  DSV4_CUDA_LAUNCH(hc_collapse(hs, ps, C, n, C, D, x, c.stream), "hc_collapse(head)", shape);
-  DSV4_CUDA_LAUNCH(rmsnorm_rows(x, n, D, norm, cfg.norm_eps, xn, c.stream), "rmsnorm(norm)", shape);
+  DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(hs, ps, C, n, C, D, norm, cfg.norm_eps, x, xn, c.stream),
+                   "hc_collapse_rmsnorm(head)", shape);
   DSV4_CUDA_LAUNCH(f32_linear_either(xn, n, head, head16, logits, c.stream), "f32_linear(head)", shape);
   if (collapsed)
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(collapsed, x, n * D * sizeof(float), cudaMemcpyDeviceToDevice,

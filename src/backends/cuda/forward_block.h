@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/cpu/model_config.h"
 #include "backends/cuda/arena.h"
@@ -20,6 +21,15 @@
 #include "core/status.h"
 
 namespace dsv4::cuda {
+
+// A timed section in event mode: name and its start/end events (owned by the list's owner).
+struct ProfileMark {
+  const char* name = nullptr;
+  cudaEvent_t start = nullptr, end = nullptr;
+};
+
+// Adds every mark's elapsed milliseconds to *profile under its name and destroys the events.
+Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::string, double>* profile);
 
 // What every sub-layer needs: sizes, the stream, scratch (released by the caller).
 struct OpCtx {
@@ -31,6 +41,10 @@ struct OpCtx {
   // is then reported with the section that raised it.
   std::map<std::string, double>* profile = nullptr;
   const int32_t* ids = nullptr;  // device int32 [rows]: the call's token ids (V4 hash-routed MoE)
+  // When set instead of profile: every timed() section is bracketed by two events on the stream,
+  // appended here, with no synchronization (device time per op at full queue depth); the owner
+  // reads them after the call's synchronization (profile_marks_collect).
+  std::vector<ProfileMark>* marks = nullptr;
 
   template <typename T>
   StatusOr<T*> alloc(int64_t n, std::string_view what) {
@@ -45,6 +59,15 @@ struct OpCtx {
 // Runs f (returning Status); with c.profile set, its device time lands under `name`.
 template <typename F>
 Status timed(OpCtx& c, const char* name, F&& f) {
+  if (c.marks) {
+    ProfileMark m{name};
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&m.start), "profile event"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&m.end), "profile event"));
+    c.marks->push_back(m);
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(m.start, c.stream), name));
+    DSV4_RETURN_IF_ERROR(f());
+    return cuda_status(cudaEventRecord(m.end, c.stream), name);
+  }
   if (!c.profile) return f();
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(c.stream), std::string("before ") + name));
   const auto t0 = std::chrono::steady_clock::now();
@@ -63,8 +86,19 @@ using AttnFn = std::function<Status(const float* x, float* y)>;
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image,
                      float* h, float* pi);
 
-// y bf16 [rows, D] = MoE(x bf16 [rows, D]).
-Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, float* y);
+// What the MoE leaves for its combine (moe_combine / moe_combine_expand), in the call's scratch:
+// routed expert outputs bf16 [rows*K, D] by pair, the shared expert bf16 [rows, D], the selection
+// int32 [rows, K] and each (row, slot)'s pair index int32 [rows, K].
+struct MoeOut {
+  const float* routed = nullptr;
+  const float* shared = nullptr;
+  const int32_t* sel = nullptr;
+  const int32_t* pair_of = nullptr;
+  int K = 0;
+};
+
+// MoE(x bf16 [rows, D]) up to its combine: router, routed and shared experts.
+Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, MoeOut& out);
 
 // Engram of one layer on h bf16 [rows, C, D]; table_rows device int64 [rows, R].
 Status engram_forward(OpCtx& c, const EngramDevice& E, const int64_t* table_rows, int64_t rows, float* h);

@@ -77,9 +77,12 @@ double copy_bandwidth() {
   return 5.0 * 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
+// Mean wall time of `iters` steps after `warmups` (decode and verify take two: a graph key runs
+// eagerly once, then is captured on its second call).
 template <typename F>
-double time_ms(int iters, F&& step) {
-  if (!step()) return -1;  // warm-up
+double time_ms(int iters, int warmups, F&& step) {
+  for (int i = 0; i < warmups; ++i)
+    if (!step()) return -1;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i)
     if (!step()) return -1;
@@ -153,7 +156,8 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   auto fail = [](const Status& s) { return s; };
   // Decode (1 row per stream) and verify windows at each context, batch.
-  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | floor ms | x floor |\n|---|---|---|---|---|---|---|\n");
+  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | floor ms | x floor | eager ms/step | graph replays |\n"
+                    "|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t L : f.contexts) {
     for (int rows_per : {1, f.verify_rows}) {
       for (int b : f.batches) {
@@ -173,18 +177,24 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
           call.push_back(cpu::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
         }
         Status last = ok_status();
-        const double ms = time_ms(f.iters, [&] {
+        auto step = [&] {
           auto r = F.forward(call);
           if (!r.ok()) { last = r.status(); return false; }
           for (const cpu::Piece& p : call) (void)F.truncate(p.stream, L);
           return true;
-        });
+        };
+        const double ms = time_ms(f.iters, 2, step);
         if (ms < 0) return fail(last);
+        const int64_t replays = F.graph_stats().replays;
+        F.set_cuda_graphs(false);
+        const double eager_ms = time_ms(f.iters, 1, step);
+        if (eager_ms < 0) return fail(last);
         const double floor_ms = b == 1 && rows_per == 1 ? decode_bytes(cfg, L) / bw * 1e3 : 0;
-        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s |\n", rows_per == 1 ? "decode" : "verify-6", b,
-                    static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
+        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s | %.3f | %lld |\n", rows_per == 1 ? "decode" : "verify-6",
+                    b, static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
                     floor_ms > 0 ? std::to_string(floor_ms).c_str() : "-",
-                    floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-");
+                    floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-", eager_ms,
+                    static_cast<long long>(replays));
         std::fflush(out);
       }
     }
@@ -203,7 +213,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     if (!s.ok()) return s.status();
     DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
     std::map<std::string, double> prof;
-    F.set_profile(&prof);
+    F.set_profile(&prof, false);  // events around each op, no synchronization
     const int n = std::max(1, f.iters);
     for (int i = 0; i < n; ++i) {
       auto r = F.forward({cpu::Piece{*s, {1000}, {0}}});
@@ -212,9 +222,11 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     }
     double total = 0;
     for (const auto& [k, v] : prof) total += v;
-    std::fprintf(out, "\nper-op time of a batch-1 decode step at context %lld (ops synchronized; %d layers)\n\n"
+    std::fprintf(out, "\nper-op device time of a batch-1 decode step at context %lld (events around each op, eager "
+                      "launches, no synchronization; %d layers)\n\n"
                       "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), f.layers);
     for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
+    std::fprintf(out, "| sum of the ops | %.3f | |\n", total / n);
     std::fflush(out);
   }
   // Prefill chunks of one stream from position 0.
@@ -235,7 +247,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     std::vector<int32_t> toks(T);
     for (int64_t i = 0; i < T; ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
     Status last = ok_status();
-    const double ms = time_ms(std::max(1, f.iters / 2), [&] {
+    const double ms = time_ms(std::max(1, f.iters / 2), 1, [&] {
       auto r = F.forward({cpu::Piece{*s, toks, {}}});
       if (!r.ok()) { last = r.status(); return false; }
       return F.truncate(*s, 0).ok();
@@ -247,7 +259,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     std::fflush(out);
     if (T == f.prefill.front()) {  // where a prefill chunk's time goes
       std::map<std::string, double> prof;
-      F.set_profile(&prof);
+      F.set_profile(&prof, false);
       auto r = F.forward({cpu::Piece{*s, toks, {}}});
       F.set_profile(nullptr);
       if (!r.ok()) return r.status();
