@@ -89,7 +89,6 @@ constexpr int kMaxMix = 24;  // C*(C+2) for C <= 4
 
 // Block (slice, row): partial GEMV of all nm outputs and the partial sum of squares over one slice.
 __global__ void hc_partials_kernel(const float* h, const float* fn, int nm, int64_t n, float* partials) {
-  __shared__ float red[kThreads / 32];
   const int64_t r = blockIdx.y, sl = blockIdx.x;
   const int64_t len = n / kHcSplits, i0 = sl * len;
   const float* hr = h + r * n;
@@ -103,13 +102,26 @@ __global__ void hc_partials_kernel(const float* h, const float* fn, int nm, int6
     for (int j = 0; j < kMaxMix; ++j)
       if (j < nm) acc[j] += hv * fn[j * n + i];
   }
-  float* out = partials + (r * kHcSplits + sl) * (nm + 1);
-  for (int j = 0; j < nm; ++j) {
-    const float v = fwd_block_sum<kThreads>(acc[j], red);
-    if (threadIdx.x == 0) out[j] = v;
+  // The nm + 1 block sums, each with fwd_block_sum's tree (warp xor tree, then the warp partials
+  // by an xor tree over a zero-padded warp), all behind one barrier.
+  __shared__ float wsum[kMaxMix + 1][kThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j <= kMaxMix; ++j) {
+    if (j < nm || j == kMaxMix) {
+      float v = acc[j];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) wsum[j][warp] = v;
+    }
   }
-  const float sq = fwd_block_sum<kThreads>(acc[kMaxMix], red);
-  if (threadIdx.x == 0) out[nm] = sq;
+  __syncthreads();
+  float* out = partials + (r * kHcSplits + sl) * (nm + 1);
+  for (int j = warp; j <= nm; j += kThreads / 32) {
+    const int src = j < nm ? j : kMaxMix;
+    float t = lane < kThreads / 32 ? wsum[src][lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (lane == 0) out[j] = t;
+  }
 }
 
 // One warp per row: lane j sums m[j] over the slices in slice order; lane l < C*C holds A[l]
@@ -162,26 +174,59 @@ __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stri
   y[r * D + i] = rbf16(s);
 }
 
-// One block per row: the collapse of collapse_kernel per element, then rmsnorm_kernel on it (each
-// thread re-reads only the elements it wrote, in rmsnorm_kernel's order).
-__global__ void collapse_rmsnorm_kernel(const float* h, const float* pi, int64_t pi_stride, int C, int64_t D,
-                                        const float* w, float eps, float* x, float* y) {
+// One block per row: the collapse of collapse_kernel per element, then rmsnorm_kernel on it, with
+// the same per-element expressions and the same per-thread accumulation order (elements t, t + 256,
+// ... in turn) and block tree. The row's pre-mix sits in registers; up to kRegs elements per
+// thread stay in registers for the second pass (longer rows re-read what the thread wrote).
+constexpr int kCollapseRegs = 24;
+
+__global__ void collapse_rmsnorm_kernel(const float* __restrict__ h, const float* __restrict__ pi, int64_t pi_stride,
+                                        int C, int64_t D, const float* __restrict__ w, float eps, float* __restrict__ x,
+                                        float* __restrict__ y) {
   __shared__ float red[kThreads / 32];
   const int64_t r = blockIdx.x;
-  const float* p = pi + r * pi_stride;
+  float p[8];
+  for (int c = 0; c < C; ++c) p[c] = pi[r * pi_stride + c];
+  const float* hr = h + r * C * D;
   float* xr = x + r * D;
   float* yr = y + r * D;
+  float xv[kCollapseRegs];
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += kThreads) {
+#pragma unroll
+  for (int k = 0; k < kCollapseRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < D) {
+      float s = 0.0f;
+      for (int c = 0; c < C; ++c) s += p[c] * hr[c * D + i];
+      xv[k] = rbf16(s);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCollapseRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < D) {
+      xr[i] = xv[k];
+      acc += xv[k] * xv[k];
+    }
+  }
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(kCollapseRegs) * kThreads; i < D; i += kThreads) {
     float s = 0.0f;
-    for (int c = 0; c < C; ++c) s += p[c] * h[(r * C + c) * D + i];
+    for (int c = 0; c < C; ++c) s += p[c] * hr[c * D + i];
     xr[i] = rbf16(s);
     acc += xr[i] * xr[i];
   }
   const float sum = fwd_block_sum<kThreads>(acc, red);
   const float mean = sum / static_cast<float>(D);
   const float rs = 1.0f / sqrtf(mean + eps);
-  for (int64_t i = threadIdx.x; i < D; i += kThreads) {
+#pragma unroll
+  for (int k = 0; k < kCollapseRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < D) {
+      const float v = xv[k] * rs;
+      yr[i] = rbf16(w ? w[i] * v : v);
+    }
+  }
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(kCollapseRegs) * kThreads; i < D; i += kThreads) {
     const float v = xr[i] * rs;
     yr[i] = rbf16(w ? w[i] * v : v);
   }
