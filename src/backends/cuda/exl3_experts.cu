@@ -1,6 +1,7 @@
 // Grouped EXL3 routed experts: CTA (column block, expert) finds the expert's pairs (sorted), rotates
-// their rows into shared memory, decodes the expert's trellis tiles for its 128 columns and applies
-// them to up to kRows pairs at a time; the output Hadamard, svh, rounding and SwiGLU follow in place.
+// their rows into shared memory, decodes the expert's trellis tiles for its 128 columns (K split over
+// 4 warp groups) and applies them to up to kRows pairs at a time; the output Hadamard, svh, rounding
+// and SwiGLU follow in place.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -12,8 +13,9 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kHad = 128;
-constexpr int kWarps = 8;  // one warp per 16-column tile: 128 columns per CTA
-constexpr int kThreads = 32 * kWarps;
+constexpr int kWarps = 8;   // tile columns: 128 columns per CTA
+constexpr int kGroups = 4;  // K groups: warps per tile column, partial sums added in group order
+constexpr int kThreads = 32 * kWarps * kGroups;
 constexpr int kRows = 4;   // pairs per pass; a launch detail, never a term of a pair's arithmetic
 
 // Codebook value of a 16-bit state (formats.md §1.7): one fp16 rounding as the reference decoder.
@@ -61,27 +63,39 @@ __device__ void expert_range(const int32_t* pe, int64_t n, int32_t e, int64_t& l
 }
 
 // red[r][c] = H(u_r · Wq[:, cb*128 + c]) / 128 · svh for the CTA's 128 columns; u holds kRows rotated
-// rows [kRows][in_p]. Each lane sums its 2 columns × 4 K-rows per tile in tile order, then 2 shuffles.
-__device__ void columns(const Exl3Weights& W, int cb, const float* u, float* red) {
+// rows [kRows][in_p]. Warp (tile column tc, K group g) sums tiles [g·T/kGroups, (g+1)·T/kGroups):
+// each lane its 2 columns × 4 K-rows per tile in tile order, then 2 shuffles; the kGroups partial
+// sums are added in group order. `part` is scratch [kGroups][kRows][128].
+__device__ void columns(const Exl3Weights& W, int cb, const float* u, float* part, float* red) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tc = warp % kWarps, g = warp / kWarps;
   const int bits = W.bits, n32 = 8 * bits, total = 256 * bits;
-  const int64_t tiles_n = W.out_features / 16, nt = int64_t(cb) * kWarps + warp, in_p = W.in_features;
+  const int64_t tiles_n = W.out_features / 16, nt = int64_t(cb) * kWarps + tc, in_p = W.in_features;
+  const int64_t tiles_k = in_p / 16, kt0 = tiles_k * g / kGroups, kt1 = tiles_k * (g + 1) / kGroups;
   const uint32_t* t32 = reinterpret_cast<const uint32_t*>(W.trellis);
-  int word[8], next[8], off[8];  // value j of this lane: its 16-bit window in the tile stream
-  for (int j = 0; j < 8; ++j) {
-    const int start = ((8 * lane + j + 1) * bits - 16 + total) % total;
-    word[j] = start / 32;
-    next[j] = (word[j] + 1) % n32;
-    off[j] = start % 32;
-  }
+  // The lane's 8 states lie in 4 consecutive words of the circular tile stream: value j's 16 bits
+  // start at bit o0 + j·bits of them (first bit most significant, formats.md §1.6).
+  const int first = ((8 * lane + 1) * bits - 16 + total) % total;
+  const int o0 = first % 32;
+  int widx[4];
+  for (int i = 0; i < 4; ++i) widx[i] = (first / 32 + i) % n32;
   const int row_base = 2 * (lane % 4);
   float acc[kRows][2] = {};
-  for (int64_t kt = 0; kt < in_p / 16; ++kt) {
-    const uint32_t* tile = t32 + (kt * tiles_n + nt) * n32;
+  uint32_t next[4] = {};
+  if (kt0 < kt1)
+    for (int i = 0; i < 4; ++i) next[i] = __ldg(t32 + (kt0 * tiles_n + nt) * n32 + widx[i]);
+  for (int64_t kt = kt0; kt < kt1; ++kt) {
+    uint32_t w[4];
+    for (int i = 0; i < 4; ++i) w[i] = next[i];
+    if (kt + 1 < kt1)  // the next tile's words load while this one decodes
+      for (int i = 0; i < 4; ++i) next[i] = __ldg(t32 + ((kt + 1) * tiles_n + nt) * n32 + widx[i]);
     float v[8];
+#pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint64_t window = (uint64_t(__ldg(tile + word[j])) << 32) | __ldg(tile + next[j]);
-      v[j] = codebook_value(W.codebook, static_cast<uint32_t>(window >> (48 - off[j])) & 0xFFFFu);
+      const int b = o0 + j * bits, q = b / 32, r = b % 32;  // q <= 2: b <= 31 + 7·8
+      const uint32_t hi = q == 0 ? w[0] : (q == 1 ? w[1] : w[2]), lo = q == 0 ? w[1] : (q == 1 ? w[2] : w[3]);
+      const uint64_t window = (uint64_t(hi) << 32) | lo;
+      v[j] = codebook_value(W.codebook, static_cast<uint32_t>(window >> (48 - r)) & 0xFFFFu);
     }
     const int64_t k0 = kt * 16 + row_base;
 #pragma unroll
@@ -101,11 +115,17 @@ __device__ void columns(const Exl3Weights& W, int cb, const float* u, float* red
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
     for (int h = 0; h < 2; ++h) {
-      float s = acc[r][h];
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
-      if (lane % 4 == 0) red[r * kHad + warp * 16 + lane / 4 + 8 * h] = s;
+      float sum = acc[r][h];
+      sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+      sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+      if (lane % 4 == 0) part[(g * kRows + r) * kHad + tc * 16 + lane / 4 + 8 * h] = sum;
     }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * kHad; i += blockDim.x) {
+    float sum = part[i];
+    for (int q = 1; q < kGroups; ++q) sum += part[q * kRows * kHad + i];
+    red[i] = sum;
+  }
   hadamard(red, kRows);
   for (int i = threadIdx.x; i < kRows * kHad; i += blockDim.x) {
     const int64_t n = int64_t(cb) * kHad + i % kHad;
@@ -144,18 +164,19 @@ __global__ void __launch_bounds__(kThreads) experts(const float* __restrict__ sr
   float* u = smem;                       // [kRows][in_p]
   float* red0 = u + kRows * in_p;        // [kRows][128]
   float* red1 = red0 + kRows * kHad;     // [kRows][128] (gate/up: the up projection)
+  float* part = red1 + kRows * kHad;     // [kGroups][kRows][128]
   for (int64_t p0 = q0; p0 < q1; p0 += kRows) {
     const int nr = static_cast<int>(min(int64_t(kRows), q1 - p0));
     if (kDown) {
       rotate(src, in, A, nr, [p0](int r) { return p0 + r; }, u);
-      columns(A, cb, u, red0);
+      columns(A, cb, u, part, red0);
     } else {
       auto row = [p0, pair_row](int r) { return int64_t(pair_row[p0 + r]); };
       rotate(src, in, A, nr, row, u);
-      columns(A, cb, u, red0);
+      columns(A, cb, u, part, red0);
       const Exl3Weights B = wb[e];
       rotate(src, in, B, nr, row, u);
-      columns(B, cb, u, red1);
+      columns(B, cb, u, part, red1);
     }
     for (int i = threadIdx.x; i < nr * kHad; i += blockDim.x) {
       const int r = i / kHad;
@@ -181,7 +202,7 @@ template <bool kDown>
 cudaError_t launch(const float* src, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
                    int64_t n_pairs, const Exl3Weights* wa, const Exl3Weights* wb, int64_t in, int64_t in_p, int64_t out,
                    int64_t out_p, int64_t E, float limit, float* dst, cudaStream_t s) {
-  const size_t smem = sizeof(float) * static_cast<size_t>(kRows * in_p + 2 * kRows * kHad);
+  const size_t smem = sizeof(float) * static_cast<size_t>(kRows * in_p + (2 + kGroups) * kRows * kHad);
   auto kernel = experts<kDown>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
