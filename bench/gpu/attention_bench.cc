@@ -4,6 +4,7 @@
 // valid packed rows, so no prefill is needed. Usage: attention_bench [context ...]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "backends/cpu/synthetic.h"
+#include "core/fp4.h"
+#include "core/quant.h"
+#include "core/ue8m0.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_kernels.cuh"
@@ -118,7 +122,14 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   std::vector<float> hq(H * d), hk(d), hqi(IH * ihd), hw(IH), freqs(cfg.rope_dim / 2, 0.01f), sink(H, 0.0f);
   for (auto& v : hq) v = cpu::round_bf16(nd(rng));
   for (auto& v : hk) v = cpu::round_bf16(nd(rng));
+  // Indexer queries as the layer feeds them: FP4 (E2M1) values with a UE8M0 scale per 32.
   for (auto& v : hqi) v = cpu::round_bf16(nd(rng));
+  for (int64_t g = 0; g < IH * ihd / 32; ++g) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(hqi[g * 32 + i]));
+    const float sv = ue8m0_to_f32(fp4_ue8m0_scale(amax));
+    for (int i = 0; i < 32; ++i) hqi[g * 32 + i] = e2m1_to_f32(fp4_ue8m0_code(hqi[g * 32 + i], 1.0f / sv)) * sv;
+  }
   for (auto& v : hw) v = cpu::round_bf16(nd(rng));
   std::vector<int32_t> top(K);
   for (int64_t i = 0; i < K; ++i) top[i] = static_cast<int32_t>(i * (lc / K));
@@ -130,19 +141,40 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   auto* dsink = static_cast<float*>(up(sink.data(), 4 * sink.size()));
   auto* dtop = static_cast<int32_t*>(up(top.data(), 4 * K));
   auto* dtop2 = ar.alloc_n<int32_t>(K);
+  auto* sw = ar.alloc_n<float>(sparse_attention_work_floats(1, H, cfg.window, K));
+  auto* tw = ar.alloc_n<int32_t>(std::max<int64_t>(1, topk_work_ints(1, lc, K)));
   auto* o = ar.alloc_n<float>(H * d);
   auto* score = ar.alloc_n<float>(lc);
   auto* cand = ar.alloc_n<uint8_t>(lc);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int nf = cfg.rope_dim / 2;
-  const double t_win = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, s); });
-  const double t_sp = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, s); });
+  const double t_win = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
+  const double t_sp = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
   const double t_sc = time_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
   const double t_ca = time_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, s); });
-  const double t_tk = time_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, K, dtop2, s); });
+  const double t_ap = time_us(s, [&] { apply_candidates(score, lc, dpos, 1, 1, cand, lc, lc, s); });
+  const double t_tk = time_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, K, dtop2, tw, s); });
   std::printf("kernels at L_c %ld: sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
-              "(%.1f MB keys); candidate blocks %.1f us; top-%ld %.1f us\n", long(lc), t_win, long(K), t_sp, t_sc,
-              lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, long(K), t_tk);
+              "(%.1f MB keys); candidate blocks %.1f us; candidate mask %.1f us; top-%ld %.1f us\n", long(lc), t_win,
+              long(K), t_sp, t_sc, lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, t_ap, long(K), t_tk);
+  // The same kernels as one CUDA graph (a ratio-1 candidate source's attention kernels, no linears).
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s);
+    candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, s);
+    topk_rows(score, lc, dpos, 1, 1, K, dtop2, tw, s);
+    sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16,
+                     dsink, scale, df, nf, cfg.o_groups, o, sw, s);
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      const double t_g = time_us(s, [&] { cudaGraphLaunch(exec, s); });
+      std::printf("kernels at L_c %ld as one graph (index scores, candidate blocks, top-%ld, sparse attention): %.1f us\n",
+                  long(lc), long(K), t_g);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();
+  }
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) std::printf("CUDA error: %s\n", cudaGetErrorString(e));
   ar.reset(mark);
 }

@@ -5,6 +5,7 @@
 // V4 / 0731 layers (cpu::small_v4_test_config) against the oracle in the same way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/linear.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/arena.h"
@@ -19,6 +21,9 @@
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "core/fp4.h"
+#include "core/quant.h"
+#include "core/ue8m0.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -251,6 +256,9 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       // difference (cos/sin/exp rounded once from double vs the C library's float functions) is
       // not an accuracy loss.
       EXPECT_LE(err, std::max(m.tol * floor, 1.0 / 512)) << "layer " << l;
+      // V4.1: the device follows the oracle's float operations in order (scores, online softmax
+      // blocks, accumulators, selection ties): equal to ref32 bit for bit.
+      if (!m.w->config.v4()) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
       p32.insert(p32.end(), a32[l].begin(), a32[l].end());
       p64.insert(p64.end(), a64[l].begin(), a64[l].end());
       pg.insert(pg.end(), ag[l].begin(), ag[l].end());
@@ -261,6 +269,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
     std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e\n", m.name, err, floor);
     EXPECT_LE(err, m.tol * floor);
     std::printf("[%s] top-k rows equal to ref32's: %ld of %ld\n", m.name, long(topk_same), long(topk_rows));
+    if (!m.w->config.v4()) EXPECT_EQ(topk_same, topk_rows);
   }
 }
 
@@ -336,27 +345,30 @@ TEST(AttentionCuda, ExactEqualitiesOnDevice) {
 }
 
 // Selection kernels against the oracle's select_topk_rows / select_candidate_rows on scores with
-// many exact ties (values from a small bf16 set, -inf included).
+// many exact ties (values from a small bf16 set, -inf included). Rows past 8192 scores take the
+// two-level top-k (per-chunk selections, then the row's), past 12288 candidate blocks the tiled
+// select; 140000 scores make chunks of two tiles.
 TEST(AttentionCuda, TopkAndCandidatesEqualOracleSelection) {
-  const int64_t rows = 6, K = 16, B = 4, kb = 5;
-  const int64_t lens[rows] = {1, 7, 16, 40, 300, 2500};
-  const int64_t stride = 2500;
+  const int64_t rows = 9, K = 16, B = 4, kb = 5;
+  const int64_t lens[rows] = {1, 7, 16, 40, 300, 2500, 9000, 70000, 140000};
+  const int64_t stride = 140000;
   std::vector<float> sc(rows * stride, 0.0f);
   std::mt19937 g(3);
   const float vals[] = {-1.0f, 0.0f, 0.5f, 0.5f, 1.0f, 2.0f, -std::numeric_limits<float>::infinity(), 0.25f};
   for (auto& v : sc) v = vals[g() % 8];
   std::vector<int64_t> pos(rows);
   for (int r = 0; r < rows; ++r) pos[r] = lens[r] - 1;  // ratio 1: L_c = pos + 1
-  Arena a(size_t{64} << 20);
+  Arena a(size_t{128} << 20);
   float* dsc = a.alloc_n<float>(sc.size());
   int64_t* dpos = a.alloc_n<int64_t>(rows);
   int32_t* dtop = a.alloc_n<int32_t>(rows * K);
+  int32_t* dwork = a.alloc_n<int32_t>(std::max<int64_t>(1, topk_work_ints(rows, stride, K)));
   uint8_t* dcand = a.alloc_n<uint8_t>(rows * stride);
   CUDA_OK(cudaMemcpy(dsc, sc.data(), 4 * sc.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dpos, pos.data(), 8 * rows, cudaMemcpyHostToDevice));
   CUDA_OK(candidate_rows(dsc, stride, dpos, rows, 1, kb, B, dcand, stride, nullptr));
   CUDA_OK(apply_candidates(dsc, stride, dpos, rows, 1, dcand, stride, stride, nullptr));
-  CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, K, dtop, nullptr));
+  CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, K, dtop, dwork, nullptr));
   std::vector<int32_t> top(rows * K);
   std::vector<uint8_t> cand(rows * stride);
   CUDA_OK(cudaMemcpy(top.data(), dtop, 4 * top.size(), cudaMemcpyDeviceToHost));
@@ -369,6 +381,100 @@ TEST(AttentionCuda, TopkAndCandidatesEqualOracleSelection) {
     auto want = cpu::select_topk_rows(s, std::min<int64_t>(K, lens[r]));
     want.resize(K, -1);
     EXPECT_EQ(std::vector<int32_t>(top.begin() + r * K, top.begin() + (r + 1) * K), want) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
+
+namespace dsv4::cuda {
+namespace {
+
+uint32_t bits_of(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// Index scores against the oracle's formula (cpu::index_layer: bf16(dot) with cpu::dot's order,
+// relu, x bf16 weight -> bf16, head sum -> bf16), bit for bit, for every index head dim. The keys
+// and queries cover the integer path (FP4 queries, key scales within a few binades), the float
+// path (key rows whose group scales span more than 9 binades or sit at the UE8M0 extremes; a head
+// of raw bf16 queries) and all-zero query groups.
+TEST(AttentionCuda, IndexScoresEqualOracleFormula) {
+  const int64_t IH = 4, rows = 2, n = 300;
+  const int64_t pos[rows] = {n - 1, 150};
+  for (int64_t ihd : {32, 64, 128}) {
+    SCOPED_TRACE(ihd);
+    const int64_t G = ihd / 32, row_bytes = ihd / 2 + G;
+    std::mt19937 g(11 + static_cast<unsigned>(ihd));
+    std::vector<uint8_t> keys(n * row_bytes);
+    std::vector<float> kf(n * ihd);
+    for (int64_t t = 0; t < n; ++t) {
+      uint8_t* row = &keys[t * row_bytes];
+      for (int64_t i = 0; i < ihd / 2; ++i) row[i] = static_cast<uint8_t>(g());
+      for (int64_t j = 0; j < G; ++j) row[ihd / 2 + j] = static_cast<uint8_t>(119 + g() % 5);
+      if (t % 7 == 3) row[ihd / 2 + (t / 7) % G] = static_cast<uint8_t>(140 + g() % 10);  // spread > 9 binades
+      if (t % 11 == 5) row[ihd / 2] = 0;                                              // 2^-127
+      if (t % 13 == 6) row[ihd / 2 + G - 1] = 250;                                    // 2^123
+      for (int64_t i = 0; i < ihd; ++i)
+        kf[t * ihd + i] = e2m1_to_f32((row[i >> 1] >> (4 * (i & 1))) & 15) * ue8m0_to_f32(row[ihd / 2 + i / 32]);
+    }
+    std::vector<float> q(rows * IH * ihd), wt(rows * IH);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < IH; ++h)
+        for (int64_t j = 0; j < G; ++j) {
+          float* x = &q[((r * IH + h) * ihd) + 32 * j];
+          const float mult = std::ldexp(1.0f, static_cast<int>(g() % 9) - 4);
+          for (int i = 0; i < 32; ++i) x[i] = cpu::round_bf16(nd(g) * mult);
+          if (r == 0 && h == 3) continue;  // raw bf16 queries: the float path
+          if (h == 1 && j == 0) {           // an all-zero group
+            std::fill(x, x + 32, 0.0f);
+            continue;
+          }
+          float amax = 0;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+          const float sv = ue8m0_to_f32(fp4_ue8m0_scale(amax));
+          for (int i = 0; i < 32; ++i) x[i] = e2m1_to_f32(fp4_ue8m0_code(x[i], 1.0f / sv)) * sv;
+        }
+    for (auto& v : wt) v = cpu::round_bf16(nd(g));
+    const float wscale = 0.125f;
+    Arena a(size_t{16} << 20);
+    uint8_t* dkeys = a.alloc_n<uint8_t>(keys.size());
+    float* dq = a.alloc_n<float>(q.size());
+    float* dwt = a.alloc_n<float>(wt.size());
+    float* dsc = a.alloc_n<float>(rows * n);
+    int64_t* dpos = a.alloc_n<int64_t>(rows);
+    int32_t* drp = a.alloc_n<int32_t>(rows);
+    PieceDev* dpc = a.alloc_n<PieceDev>(1);
+    PieceDev pc;
+    pc.start = 0; pc.T = n; pc.ikeys = dkeys;
+    const int32_t rp[rows] = {0, 0};
+    CUDA_OK(cudaMemcpy(dkeys, keys.data(), keys.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dq, q.data(), 4 * q.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dwt, wt.data(), 4 * wt.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(drp, rp, sizeof rp, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpc, &pc, sizeof pc, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dsc, 0, 4 * rows * n));
+    CUDA_OK(index_scores(dq, dwt, wscale, dpc, drp, dpos, rows, IH, ihd, 1, dsc, n, n, nullptr));
+    std::vector<float> got(rows * n);
+    CUDA_OK(cudaMemcpy(got.data(), dsc, 4 * got.size(), cudaMemcpyDeviceToHost));
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t <= pos[r]; ++t) {
+        float s = 0;
+        for (int64_t h = 0; h < IH; ++h) {
+          float v = cpu::round_bf16(cpu::dot<float>(&q[(r * IH + h) * ihd], &kf[t * ihd], ihd));
+          v = std::max(v, 0.0f);
+          s += cpu::round_bf16(v * cpu::round_bf16(wt[r * IH + h] * wscale));
+        }
+        const float want = cpu::round_bf16(s);
+        if (bits_of(got[r * n + t]) != bits_of(want) && ++mismatches <= 5)
+          ADD_FAILURE() << "row " << r << " t " << t << ": " << got[r * n + t] << " want " << want;
+      }
+    EXPECT_EQ(mismatches, 0);
   }
 }
 

@@ -149,7 +149,9 @@ int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64
                  f(rows * cfg.index_topk) + align256(rows * lc);
   int64_t layer = 2 * f(rows * Q) + 2 * f(rows * H * d) + 2 * f(rows * d) + align256(rows * (d + d / 32)) +
                   2 * f(rows * GO) + 2 * f(rows * d) + f(rows * d) + f(rows * ihd) + f(rows * IH * ihd) +
-                  f(rows * IH) + f(rows * lc) + 20 * 256;
+                  f(rows * IH) + f(rows * lc) + f(sparse_attention_work_floats(rows, H, cfg.window, cfg.index_topk)) +
+                  f(topk_work_ints(rows, lc, cfg.index_topk)) +
+                  20 * 256;
   return call + layer + (cfg.v4() ? attention_v4_extra_scratch_bytes(cfg, rows, max_pos) : 0);
 }
 
@@ -238,16 +240,19 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
                                       c.cand, c.cand_stride, s), "candidate blocks", shape(lc, cfg.candidate_block_size));
     if (role.uses_candidates)
       DSV4_CUDA_LAUNCH(apply_candidates(sc, lc, c.pos, R, ratio, c.cand, c.cand_stride, lc, s), "candidate mask", shape(lc, 1));
-    DSV4_CUDA_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, cfg.index_topk, c.topk, s), "top-k", shape(cfg.index_topk, lc));
+    DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, cfg.index_topk), "top-k chunks"));
+    DSV4_CUDA_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, cfg.index_topk, c.topk, tw, s), "top-k", shape(cfg.index_topk, lc));
   }
 
   // d. sparse attention over [window ; selected compressed rows], inverse RoPE; grouped o.
   const int64_t G = cfg.o_groups, O = cfg.o_lora, gin = H * d / G;
   const int64_t cap = t.cap;
   DSV4_ASSIGN_OR_RETURN(float* o, take<float>(ar, R * H * d, "attention o"));
+  const int64_t n_sel = role.ratio > 0 ? cfg.index_topk : 0;
+  DSV4_ASSIGN_OR_RETURN(float* aw, take<float>(ar, sparse_attention_work_floats(R, H, cfg.window, n_sel), "attention scores"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   DSV4_CUDA_LAUNCH(sparse_attention(q, kvn, pieces, t.row_piece, c.pos, R, H, d, cfg.window, cap, c.topk,
-                                    role.ratio > 0 ? cfg.index_topk : 0, fmt, A.sink, scale, A.freqs, nf, G, o, s),
+                                    n_sel, fmt, A.sink, scale, A.freqs, nf, G, o, aw, s),
                    "sparse attention", shape(H * d, cfg.window + (role.ratio > 0 ? cfg.index_topk : 0)));
   // The rings receive this call's rows after every row has read them.
   DSV4_CUDA_LAUNCH(ring_write(pieces, t.row_piece, R, cap, kvp, wrow, kp, gp, d, s), "ring write", shape(wrow, d));

@@ -84,18 +84,23 @@ cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, i
                              const uint8_t* cand, int64_t cand_stride, int64_t max_lc, cudaStream_t s);
 
 // topk[r] = the min(k, L_c) rows of highest score (ties to the lower row), ascending, then -1 up to k.
+// stride >= every row's L_c; work: topk_work_ints(rows, stride, k) ints (none for short rows).
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
-                      int64_t k, int32_t* topk, cudaStream_t s);
+                      int64_t k, int32_t* topk, int32_t* work, cudaStream_t s);
+int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k);
 
 // Sparse attention with sinks of every (row, head): key list = [window part of width W: positions
 // max(0,p-W+1)..p from entry 0 (this call's keys kvn [rows, d] or the ring), -1 after ;
 // n_sel compressed rows topk[r] (-1 = none)], online softmax in blocks of 64 as
-// cpu::sparse_attend_head, then the inverse RoPE of o's tail at p.
-// q [rows, H, d]; o written grouped: o[g][r][hh*d + i] for head h = g*(H/G) + hh.
+// cpu::sparse_attend_head (same operations in the same order), then the inverse RoPE of o's tail
+// at p. q [rows, H, d]; o written grouped: o[g][r][hh*d + i] for head h = g*(H/G) + hh.
+// work: sparse_attention_work_floats(rows, H, W, n_sel) floats (the scores of a chunk of rows).
+// H a multiple of 4, d in {64, 128, 256, 512}.
 cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
                              const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
                              const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
-                             const float* freqs, int n_freq, int64_t G, float* o, cudaStream_t s);
+                             const float* freqs, int n_freq, int64_t G, float* o, float* work, cudaStream_t s);
+int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel);
 
 // z [rows, G*O] from zt [G, rows, O].
 cudaError_t ungroup_rows(const float* zt, int64_t rows, int64_t G, int64_t O, float* z, cudaStream_t s);

@@ -1,6 +1,6 @@
 // The lightning indexer's device side (model-spec.md §3.6): bf16 index scores against packed
 // FP4 index keys, layer-20-style candidate blocks, and deterministic top-k (ties to the lower row)
-// by a two-pass radix select on the scores' 16-bit bf16 keys.
+// by two-pass radix selects on the scores' 16-bit bf16 keys (two levels for long rows).
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/attention_kernels.cuh"
@@ -11,42 +11,123 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace attn;
-constexpr int kSelThreads = 512;
-constexpr int64_t kMaxStaged = 96 * 1024;  // 16-bit keys staged in shared memory (192 KiB)
 
-// One thread per (row, t): the key row decoded into registers once, then 32-ish head dots in the
-// oracle's order (8 interleaved partial sums combined pairwise, no contraction), heads in order.
+// Index scores, one thread per (row, t), heads in order: v_h = bf16(qi_h . k_t) with the oracle's
+// dot (8 interleaved fp32 partial sums combined pairwise), s += bf16(relu(v_h) * w_h).
+// Both operands are FP4 with power-of-two group scales: qi_h = n * 2^Eq and k_t = m * 2^Ek per
+// 32-element group g (n, m small integers; a group of qi that is not of that form sends the head
+// to the float path). Every product is then exactly n*m * 2^(Eq+Ek), and while the group exponents
+// E_g = Eq_g + Ek_g of the nonzero groups span at most 9 binades (inside [-149, 100]) every partial
+// sum of the oracle's order is exact too (|sum| < 23040 * 2^Emax < 2^24 * 2^Emin), so the oracle's
+// dot equals the exact sum_g D_g * 2^E_g with D_g the group's integer dot (dp4a). Otherwise the
+// (key, head) takes the float path in the oracle's order.
+constexpr int kScoreThreads = 256;
+constexpr int kExcluded = 100000;   // exponent sentinel: an all-zero group of qi (contributes 0)
+constexpr int kNotFp4 = -100000;    // exponent sentinel: a group of qi not of the integer form
+
+__device__ __forceinline__ float pow2_exact(int e) {  // 2^e for -149 <= e <= 127
+  return e >= -126 ? __int_as_float((e + 127) << 23) : __int_as_float(1 << (e + 149));
+}
+
+// Four FP4 codes (16 bits, element order) -> four int8 of 2*e2m1 in {0, +-1, +-2, +-3, +-4, +-6, +-8, +-12}.
+__device__ __forceinline__ uint32_t e2m1x4_to_i8x4(uint32_t c16) {
+  const uint32_t mag = __byte_perm(0x03020100u, 0x0c080604u, c16 & 0x7777u);
+  const uint32_t neg = __byte_perm(0u, 0xffffffffu, ((c16 >> 3) & 0x1111u) << 2);
+  return __vsub4(mag ^ neg, neg);
+}
+
 template <int IHD>
-__global__ void index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceDev* pieces,
-                                    const int32_t* row_piece, const int64_t* pos, int64_t IH, int ratio,
-                                    float* score, int64_t stride) {
-  extern __shared__ __align__(16) float sh[];  // qi row [IH * IHD], then weights [IH]
+__global__ void __launch_bounds__(kScoreThreads)
+index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceDev* pieces, const int32_t* row_piece,
+                    const int64_t* pos, int64_t IH, int ratio, float* score, int64_t stride) {
+  constexpr int G = IHD / 32, W = IHD / 4;  // groups, int8x4 words per head
+  extern __shared__ __align__(16) float sh[];
+  float* q = sh;                                                   // [IH, IHD] floats
+  float* w = q + IH * IHD;                                         // [IH]
+  uint32_t* qw = reinterpret_cast<uint32_t*>(w + ((IH + 3) & ~int64_t{3}));  // [IH, W] int8x4, 16 B aligned
+  int* qe = reinterpret_cast<int*>(qw + IH * W);                   // [IH, G] exponents / sentinels
   const int64_t r = blockIdx.y;
-  float* q = sh;
-  float* w = sh + IH * IHD;
   for (int64_t i = threadIdx.x; i < IH * IHD; i += blockDim.x) q[i] = qi[r * IH * IHD + i];
   for (int64_t h = threadIdx.x; h < IH; h += blockDim.x) w[h] = rb(__fmul_rn(wt[r * IH + h], wscale));
+  __syncthreads();
+  // Integer form of every 32-element group of qi: one warp per group, lane = element.
+  const int lane = threadIdx.x & 31;
+  for (int64_t task = threadIdx.x >> 5; task < IH * G; task += blockDim.x >> 5) {
+    const float x = q[task * 32 + lane];
+    const float amax = warp_max(fabsf(x));
+    const int ex = static_cast<int>((__float_as_uint(amax) >> 23) & 255u) - 127;
+    int e = ex - 3;  // |x| / 2^e < 16
+    bool ok = amax == 0.0f || (ex > -127 && ex < 128);
+    float n = 0.0f;
+    if (ok && amax != 0.0f) {
+      n = ldexpf(x, -e);
+      ok = n == rintf(n);
+    }
+    ok = __all_sync(0xffffffffu, ok);
+    uint32_t b = (static_cast<uint32_t>(static_cast<int>(n)) & 255u) << (8 * (lane & 3));
+    b |= __shfl_xor_sync(0xffffffffu, b, 1);
+    b |= __shfl_xor_sync(0xffffffffu, b, 2);
+    if ((lane & 3) == 0) qw[task * 8 + (lane >> 2)] = b;
+    if (lane == 0) qe[task] = !ok ? kNotFp4 : amax == 0.0f ? kExcluded : e;
+  }
   __syncthreads();
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= lc) return;
   const uint8_t* row = pieces[row_piece[r]].ikeys + t * (IHD / 2 + IHD / 32);
-  float k[IHD];
+  uint32_t kw[W];
+  int ek[G];
 #pragma unroll
-  for (int i = 0; i < IHD; ++i) k[i] = fp4ue8m0_row_at(row, IHD, i);
+  for (int i = 0; i < IHD / 8; ++i) {
+    uint32_t c;
+    if constexpr (IHD == 128) {
+      c = reinterpret_cast<const uint32_t*>(row)[i];  // 68 B rows: 4-byte aligned
+    } else {
+      c = row[4 * i] | (uint32_t{row[4 * i + 1]} << 8) | (uint32_t{row[4 * i + 2]} << 16) | (uint32_t{row[4 * i + 3]} << 24);
+    }
+    kw[2 * i] = e2m1x4_to_i8x4(c & 0xffffu);
+    kw[2 * i + 1] = e2m1x4_to_i8x4(c >> 16);
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) ek[g] = static_cast<int>(row[IHD / 2 + g]) - 128;  // ue8m0 byte b: 2^(b-127) = 2 * 2^(b-128)
   float s = 0.0f;
   for (int64_t h = 0; h < IH; ++h) {
-    const float4* qh = reinterpret_cast<const float4*>(q + h * IHD);
-    float l[8] = {};
+    int emin = 1 << 20, emax = -(1 << 20);
+    bool fp4 = true;
 #pragma unroll
-    for (int i = 0; i < IHD; i += 8) {
-      const float4 a = qh[i / 4], b = qh[i / 4 + 1];
-      const float qv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) l[j] = __fadd_rn(l[j], __fmul_rn(qv[j], k[i + j]));
+    for (int g = 0; g < G; ++g) {
+      const int e = qe[h * G + g];
+      fp4 = fp4 && e != kNotFp4;
+      if (e == kExcluded) continue;
+      emin = min(emin, e + ek[g]);
+      emax = max(emax, e + ek[g]);
     }
-    const float dot = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[1]), __fadd_rn(l[2], l[3])),
-                                __fadd_rn(__fadd_rn(l[4], l[5]), __fadd_rn(l[6], l[7])));
+    float dot;
+    if (fp4 && (emax < emin || (emax - emin <= 9 && emin >= -149 && emax <= 100))) {
+      dot = 0.0f;
+      const uint4* qh = reinterpret_cast<const uint4*>(qw + h * W);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const uint4 a = qh[2 * g], b = qh[2 * g + 1];
+        int acc = 0;
+        acc = __dp4a(static_cast<int>(kw[8 * g + 0]), static_cast<int>(a.x), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 1]), static_cast<int>(a.y), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 2]), static_cast<int>(a.z), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 3]), static_cast<int>(a.w), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 4]), static_cast<int>(b.x), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 5]), static_cast<int>(b.y), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 6]), static_cast<int>(b.z), acc);
+        acc = __dp4a(static_cast<int>(kw[8 * g + 7]), static_cast<int>(b.w), acc);
+        const int e = qe[h * G + g];
+        if (e != kExcluded) dot = __fadd_rn(dot, __fmul_rn(static_cast<float>(acc), pow2_exact(e + ek[g])));
+      }
+    } else {
+      const float* qh = q + h * IHD;
+      float l[8] = {};
+      for (int i = 0; i < IHD; ++i) l[i & 7] = __fadd_rn(l[i & 7], __fmul_rn(qh[i], fp4ue8m0_row_at(row, IHD, i)));
+      dot = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[1]), __fadd_rn(l[2], l[3])),
+                      __fadd_rn(__fadd_rn(l[4], l[5]), __fadd_rn(l[6], l[7])));
+    }
     float v = rb(dot);
     v = v < 0.0f ? 0.0f : v;
     s = __fadd_rn(s, rb(__fmul_rn(v, w[h])));
@@ -61,8 +142,6 @@ __device__ __forceinline__ uint32_t key16(float v) {
   return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
 }
 
-using Scan = cub::BlockScan<int, kSelThreads>;
-
 // Adds one to hist[bin] for every lane with bin >= 0, one shared atomic per distinct bin of the warp
 // (scores share few high bytes, so plain per-lane atomics would serialize).
 __device__ __forceinline__ void warp_hist_add(int* hist, int bin) {
@@ -70,126 +149,202 @@ __device__ __forceinline__ void warp_hist_add(int* hist, int bin) {
   if (bin >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
 }
 
-// The k largest of key(0..n-1) (ties to the lower index), reported in ascending index order as
-// emit(index, output slot). Every thread of the block calls it. Two histogram passes find the k-th
-// largest key; then each thread scans its contiguous segment: counts, one block scan for the rank
-// among equal keys, one for the output slots.
-template <class KeyFn, class EmitFn>
-__device__ void block_select(int64_t n, int64_t k, KeyFn key, EmitFn emit) {
-  __shared__ int hist[256];
-  __shared__ uint32_t s_thr;
-  __shared__ int s_gt;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  if (k <= 0) return;
-  const int64_t n_pad = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
+template <int NT>
+struct SelectShared {
+  int hist[256];
+  uint32_t thr;
+  int above;
+  typename cub::BlockScan<long long, NT>::TempStorage scan;
+};
+
+// The k largest of key(0..n-1) (16-bit keys; ties to the lower index), by a block of NT threads
+// over tiles of NT*EPT elements, thread t owning elements [tile + t*EPT, +EPT). Two histogram
+// passes (high byte, then low byte under the chosen high byte) find the k-th largest key `thr`
+// and the count `above` of larger keys; then one block scan of (greater, equal) counts per tile
+// gives every selected element its output slot in index order: slot = greater before it +
+// min(equal before it, k - above). out(i, selected, slot) is called once for every element.
+// With a single tile the keys stay in registers between the passes.
+template <int NT, int EPT, class KeyFn, class OutFn>
+__device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT>& sh) {
+  constexpr int kTile = NT * EPT;
+  const int ntiles = (n + kTile - 1) / kTile;
+  if (k >= n || k <= 0) {  // everything or nothing
+    for (int i = threadIdx.x; i < n; i += NT) out(i, k > 0, i);
+    return;
+  }
+  uint32_t kv[EPT];
+  const int own = static_cast<int>(threadIdx.x) * EPT;
+  auto load = [&](int tile) {
+#pragma unroll
+    for (int j = 0; j < EPT; ++j) {
+      const int i = tile * kTile + own + j;
+      kv[j] = i < n ? key(i) : 0u;
+    }
+  };
+  if (ntiles == 1) load(0);
   uint32_t prefix = 0;
   int above = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    for (int i = threadIdx.x; i < 256; i += NT) sh.hist[i] = 0;
     __syncthreads();
-    for (int64_t t = threadIdx.x; t < n_pad; t += blockDim.x) {
-      int bin = -1;
-      if (t < n) {
-        const uint32_t kv = key(t);
-        if (pass == 0) bin = static_cast<int>(kv >> 8);
-        else if ((kv >> 8) == prefix) bin = static_cast<int>(kv & 255);
+    for (int tile = 0; tile < ntiles; ++tile) {
+      if (ntiles > 1) load(tile);
+#pragma unroll
+      for (int j = 0; j < EPT; ++j) {
+        int bin = -1;
+        if (tile * kTile + own + j < n) {
+          if (pass == 0) bin = static_cast<int>(kv[j] >> 8);
+          else if ((kv[j] >> 8) == prefix) bin = static_cast<int>(kv[j] & 255u);
+        }
+        warp_hist_add(sh.hist, bin);
       }
-      warp_hist_add(hist, bin);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int cum = above;
-      int b = 255;
-      for (; b > 0; --b) {
-        if (cum + hist[b] >= k) break;
-        cum += hist[b];
+    if (threadIdx.x < 32) {
+      // Lane l holds bins 8l..8l+7; suffix sums over lanes find the bin holding the k-th largest.
+      const int lane = threadIdx.x;
+      int c = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) c += sh.hist[8 * lane + b];
+      int suf = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_down_sync(0xffffffffu, suf, o);
+        if (lane + o < 32) suf += v;
       }
-      s_thr = pass == 0 ? static_cast<uint32_t>(b) : ((prefix << 8) | static_cast<uint32_t>(b));
-      s_gt = cum;
+      const unsigned enough = __ballot_sync(0xffffffffu, above + suf >= k);
+      if (lane == 31 - __clz(enough)) {
+        int cum = above + suf - c;
+        int b = 8 * lane + 7;
+        for (; b > 8 * lane; --b) {
+          if (cum + sh.hist[b] >= k) break;
+          cum += sh.hist[b];
+        }
+        sh.thr = pass == 0 ? static_cast<uint32_t>(b) : ((prefix << 8) | static_cast<uint32_t>(b));
+        sh.above = cum;
+      }
     }
     __syncthreads();
-    prefix = s_thr;
-    above = s_gt;
+    prefix = sh.thr;
+    above = sh.above;
     __syncthreads();
   }
   const uint32_t thr = prefix;
-  const int need_eq = static_cast<int>(k) - above;
-  const int64_t seg = n_pad / blockDim.x;
-  const int64_t t0 = threadIdx.x * seg, t1 = t0 + seg < n ? t0 + seg : n;
-  int n_eq = 0;
-  for (int64_t t = t0; t < t1; ++t) n_eq += key(t) == thr;
-  int eq_rank;
-  Scan(scan_tmp).ExclusiveSum(n_eq, eq_rank);
-  __syncthreads();
-  int n_sel = 0;
-  for (int64_t t = t0, e = eq_rank; t < t1; ++t) {
-    const uint32_t kv = key(t);
-    if (kv > thr) ++n_sel;
-    else if (kv == thr) n_sel += (e++ < need_eq);
-  }
-  int slot;
-  Scan(scan_tmp).ExclusiveSum(n_sel, slot);
-  __syncthreads();
-  for (int64_t t = t0, e = eq_rank; t < t1; ++t) {
-    const uint32_t kv = key(t);
-    bool sel = kv > thr;
-    if (kv == thr) sel = e++ < need_eq;
-    if (sel) emit(t, slot++);
+  const int need_eq = k - above;
+  long long carry = 0;  // (greater << 32) | equal, over the previous tiles
+  for (int tile = 0; tile < ntiles; ++tile) {
+    if (ntiles > 1) load(tile);
+    int gt = 0, eq = 0;
+#pragma unroll
+    for (int j = 0; j < EPT; ++j) {
+      if (tile * kTile + own + j < n) {
+        gt += kv[j] > thr;
+        eq += kv[j] == thr;
+      }
+    }
+    long long before, total;
+    cub::BlockScan<long long, NT>(sh.scan).ExclusiveSum((static_cast<long long>(gt) << 32) | eq, before, total);
+    before += carry;
+    carry += total;
+    int eq_rank = static_cast<int>(before & 0xffffffffll);
+    int slot = static_cast<int>(before >> 32) + (eq_rank < need_eq ? eq_rank : need_eq);
+#pragma unroll
+    for (int j = 0; j < EPT; ++j) {
+      const int i = tile * kTile + own + j;
+      if (i >= n) continue;
+      bool sel = kv[j] > thr;
+      if (kv[j] == thr) sel = eq_rank++ < need_eq;
+      out(i, sel, slot);
+      slot += sel;
+    }
+    __syncthreads();  // scan storage reuse
   }
 }
 
-// Scores are staged as 16-bit keys in shared memory when the row fits (`staged` keys), so the
-// select's passes read shared memory; longer rows read the scores from global memory.
-__global__ void topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K,
-                                 int32_t* topk, int64_t staged) {
-  extern __shared__ uint16_t keys[];
+// Top-k in two levels for long rows: the first level keeps each chunk's own top k (every element
+// of the row's top k is in its chunk's top k under the same order), written in index order at
+// work[r, c*K ...]; the second selects the row's top k from that index-ordered list.
+constexpr int kChunkThreads = 512, kChunkEpt = 16;    // first level: 8192-element tiles
+constexpr int kRowThreads = 512, kRowEpt = 16;        // second level / direct: 8192-element tiles
+constexpr int kCandEpt = 24;                          // candidate blocks: 12288-element tiles
+constexpr int64_t kDirectMax = int64_t{kRowThreads} * kRowEpt;
+constexpr int64_t kMaxChunks = 16;                    // kMaxChunks * K <= kDirectMax for K <= 512
+
+// Chunk length of a row of lc scores (a multiple of the first level's tile, >= K, <= kMaxChunks chunks).
+__host__ __device__ __forceinline__ int64_t topk_chunk(int64_t lc, int64_t K) {
+  constexpr int64_t tile = int64_t{kChunkThreads} * kChunkEpt;
+  int64_t ch = tile * ((lc + kMaxChunks * tile - 1) / (kMaxChunks * tile));
+  const int64_t kmin = (K + tile - 1) / tile * tile;
+  return ch > kmin ? ch : kmin;
+}
+
+__global__ void __launch_bounds__(kChunkThreads)
+topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* work) {
+  __shared__ SelectShared<kChunkThreads> sh;
+  const int64_t r = blockIdx.y, c = blockIdx.x;
+  const int64_t lc = (pos[r] + 1) / ratio;
+  if (lc <= kDirectMax) return;
+  const int64_t ch = topk_chunk(lc, K), t0 = c * ch;
+  if (t0 >= lc) return;
+  const int64_t n = lc - t0 < ch ? lc - t0 : ch;
+  const float* sc = score + r * stride + t0;
+  int32_t* out = work + (r * kMaxChunks + c) * K;
+  tile_select<kChunkThreads, kChunkEpt>(
+      static_cast<int>(n), static_cast<int>(n < K ? n : K), [&](int i) { return key16(sc[i]); },
+      [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* topk,
+                 const int32_t* work) {
+  __shared__ SelectShared<kRowThreads> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
   const float* sc = score + r * stride;
   int32_t* out = topk + r * K;
-  auto emit = [&](int64_t t, int slot) { out[slot] = static_cast<int32_t>(t); };
-  if (lc <= staged) {
-    for (int64_t t = threadIdx.x; t < lc; t += blockDim.x) keys[t] = static_cast<uint16_t>(key16(sc[t]));
-    __syncthreads();
-    block_select(lc, k, [&](int64_t t) { return static_cast<uint32_t>(keys[t]); }, emit);
+  if (lc <= kDirectMax) {
+    tile_select<kRowThreads, kRowEpt>(
+        static_cast<int>(lc), static_cast<int>(k), [&](int i) { return key16(sc[i]); },
+        [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = static_cast<int32_t>(i); }, sh);
   } else {
-    block_select(lc, k, [&](int64_t t) { return key16(sc[t]); }, emit);
+    const int64_t ch = topk_chunk(lc, K), nc = (lc + ch - 1) / ch;
+    const int64_t n = (nc - 1) * K + (lc - (nc - 1) * ch < K ? lc - (nc - 1) * ch : K);
+    const int32_t* cand = work + r * kMaxChunks * K;
+    tile_select<kRowThreads, kRowEpt>(
+        static_cast<int>(n), static_cast<int>(k), [&](int i) { return key16(sc[cand[i]]); },
+        [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = cand[i]; }, sh);
   }
   for (int64_t i = k + threadIdx.x; i < K; i += blockDim.x) out[i] = -1;
 }
 
-__global__ void candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio,
-                                      int64_t topk_blocks, int64_t B, uint8_t* cand, int64_t cand_stride,
-                                      int64_t staged) {
-  extern __shared__ uint16_t keys[];
+// Candidate blocks of one row: block b's key is the max of its scores (the block of row lc-1 forced
+// to +inf); the top min(topk_blocks, nb) blocks whose value is above -inf are kept; every row of
+// [0, lc) gets its block's verdict.
+__global__ void __launch_bounds__(kRowThreads)
+candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t topk_blocks,
+                      int64_t B, uint8_t* cand, int64_t cand_stride) {
+  __shared__ SelectShared<kRowThreads> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t nb = (lc + B - 1) / B;
   const float* sc = score + r * stride;
   uint8_t* m = cand + r * cand_stride;
-  for (int64_t t = threadIdx.x; t < lc; t += blockDim.x) m[t] = 0;
+  const uint32_t neg_inf_key = key16(__int_as_float(0xff800000));
   auto block_key = [&](int64_t b) {
-    if (b == nb - 1) return key16(__int_as_float(0x7f800000));  // the block of row lc-1 is forced in
+    if (b == nb - 1) return key16(__int_as_float(0x7f800000));
     float v = __int_as_float(0xff800000);
-    for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
+    for (int64_t t = b * B; t < (b + 1) * B; ++t) v = fmaxf(v, sc[t]);
     return key16(v);
   };
-  const uint32_t neg_inf_key = key16(__int_as_float(0xff800000));
-  const int64_t k = nb < topk_blocks ? nb : topk_blocks;
-  auto keep = [&](int64_t b, uint32_t key) {
-    if (key <= neg_inf_key) return;  // blocks at -inf are dropped
-    for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = 1;
-  };
-  if (nb <= staged) {
-    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) keys[b] = static_cast<uint16_t>(block_key(b));
-    __syncthreads();
-    block_select(nb, k, [&](int64_t b) { return static_cast<uint32_t>(keys[b]); },
-                 [&](int64_t b, int) { keep(b, keys[b]); });
-  } else {
-    __syncthreads();
-    block_select(nb, k, block_key, [&](int64_t b, int) { keep(b, block_key(b)); });
-  }
+  tile_select<kRowThreads, kCandEpt>(
+      static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks), [&](int b) { return block_key(b); },
+      [&](int64_t b, bool sel, int) {
+        // A block at -inf is dropped even when selected (its key is recomputed only then).
+        const uint8_t keep = sel && block_key(b) > neg_inf_key;
+        for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = keep;
+      },
+      sh);
 }
 
 __global__ void apply_candidates_kernel(float* score, int64_t stride, const int64_t* pos, int ratio,
@@ -206,29 +361,28 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
                          const int32_t* row_piece, const int64_t* pos, int64_t rows, int64_t IH, int64_t ihd,
                          int ratio, float* score, int64_t stride, int64_t max_lc, cudaStream_t s) {
   if (rows == 0 || max_lc == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((max_lc + 127) / 128), static_cast<unsigned>(rows));
-  const size_t shm = (IH * ihd + IH) * sizeof(float);
-  if (shm > 48 * 1024) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((max_lc + kScoreThreads - 1) / kScoreThreads), static_cast<unsigned>(rows));
+  const size_t shm = (IH * ihd + ((IH + 3) & ~int64_t{3})) * sizeof(float) + IH * (ihd / 4) * 4 + IH * (ihd / 32) * 4;
+  auto launch = [&](auto kernel) -> cudaError_t {
+    if (shm > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
+      if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, kScoreThreads, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride);
+    return cudaGetLastError();
+  };
   switch (ihd) {
-    case 32: index_scores_kernel<32><<<grid, 128, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride); break;
-    case 64: index_scores_kernel<64><<<grid, 128, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride); break;
-    case 128: index_scores_kernel<128><<<grid, 128, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride); break;
+    case 32: return launch(index_scores_kernel<32>);
+    case 64: return launch(index_scores_kernel<64>);
+    case 128: return launch(index_scores_kernel<128>);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 cudaError_t candidate_rows(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                            int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  const int64_t staged = (stride + block - 1) / block <= kMaxStaged ? (stride + block - 1) / block : 0;
-  if (staged * 2 > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(candidate_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(staged * 2));
-    if (e != cudaSuccess) return e;
-  }
-  candidate_rows_kernel<<<rows, kSelThreads, staged * 2, s>>>(score, stride, pos, ratio, topk_blocks, block, cand,
-                                                              cand_stride, staged);
+  candidate_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, topk_blocks, block, cand, cand_stride);
   return cudaGetLastError();
 }
 
@@ -240,16 +394,20 @@ cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, i
   return cudaGetLastError();
 }
 
+int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k) {
+  return max_lc > kDirectMax ? rows * kMaxChunks * k : 0;
+}
+
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
-                      int32_t* topk, cudaStream_t s) {
+                      int32_t* topk, int32_t* work, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  const int64_t staged = stride <= kMaxStaged ? stride : 0;
-  if (staged * 2 > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(topk_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(staged * 2));
-    if (e != cudaSuccess) return e;
+  if (stride > kDirectMax) {
+    if (!work) return cudaErrorInvalidValue;
+    topk_chunks_kernel<<<dim3(static_cast<unsigned>(kMaxChunks), static_cast<unsigned>(rows)), kChunkThreads, 0, s>>>(
+        score, stride, pos, ratio, k, work);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  topk_rows_kernel<<<rows, kSelThreads, staged * 2, s>>>(score, stride, pos, ratio, k, topk, staged);
+  topk_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, k, topk, work);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,10 @@
 // Sparse attention with sinks over [window part ; selected compressed rows] (model-spec.md §3.6,
-// K41 sparse_attn): one block per (row, head), the reference kernel's online softmax over blocks
-// of 64 entries (bf16 P against the running max, fp32 denominator), then the inverse RoPE.
+// K41 sparse_attn) in two kernels, the reference kernel's arithmetic unchanged: (1) every entry's
+// score for every head, blocks of (64 entries x 4 heads) sharing the staged keys; (2) per (channel
+// slice, 4 heads): the online softmax's running maxima, bf16 P and fp32 denominator, then each
+// channel's accumulator over the entries in list order. Only the work is parallel; every
+// floating-point operation and its order are those of cpu::sparse_attend_head, so the output is a
+// function of the row alone (any row count, any row chunking).
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attn_device.cuh"
 
@@ -9,13 +13,59 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace attn;
-constexpr int kThreads = 256;
+constexpr int kScoreHeads = 4;   // heads per score block: 64 entries x 4 heads = 256 threads
+constexpr int kAccHeads = 4;     // heads per accumulation block, one warp each
+constexpr int kSlice = 64;       // channels per accumulation block (two per lane)
+constexpr int64_t kRowChunk = 64;  // rows per kernel pair (bounds the score buffer)
 
 enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
 
-// Eight consecutive decoded elements k..k+7 (k a multiple of 8) of an entry's key. Row strides of
-// small test shapes (66 or 132 B FP8 rows) are not 8-byte multiples, hence the aligned-load check.
-__device__ __forceinline__ void load8(int kind, const void* p, int64_t d, int64_t k, float* v) {
+struct SparseArgs {
+  const float* q;
+  const float* kvn;
+  const PieceDev* pieces;
+  const int32_t* row_piece;
+  const int64_t* pos;
+  const int32_t* topk;
+  const float* sink;
+  const float* freqs;
+  float* o;
+  int64_t rows, H, d, W, cap, n_sel, G;
+  float scale;
+  int n_freq;
+  CompFormat fmt;
+};
+
+// Entry idx of row r's key list: its kind and the address of its key row.
+__device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t r, int64_t p, int64_t idx,
+                                          const void*& ptr) {
+  ptr = nullptr;
+  if (idx < a.W) {
+    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+    const int64_t qp = first + idx;
+    if (qp > p) return kInvalid;
+    if (qp >= pc.start) {
+      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
+      return kFresh;
+    }
+    ptr = pc.window + (qp % a.cap) * (a.d + a.d / 32);
+    return kFp8;
+  }
+  const int32_t t = a.topk[r * a.n_sel + (idx - a.W)];
+  if (t < 0) return kInvalid;
+  if (a.fmt == CompFormat::fp8_ue8m0_32) {
+    ptr = pc.comp + static_cast<int64_t>(t) * (a.d + a.d / 32);
+    return kFp8;
+  }
+  ptr = pc.comp + static_cast<int64_t>(t) * (a.d / 2 + a.d / 16);
+  return kFp4;
+}
+
+// Eight consecutive decoded elements k..k+7 (k a multiple of 8) of an entry's key, as bf16 bits
+// packed in pairs (exact: every cached value is a bf16 value). Row strides of small test shapes
+// (66 or 132 B FP8 rows) are not 8-byte multiples, hence the aligned-load check.
+__device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, int64_t k) {
+  float v[8];
   if (kind == kFresh) {
     const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k);
     const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k + 4);
@@ -36,187 +86,246 @@ __device__ __forceinline__ void load8(int kind, const void* p, int64_t d, int64_
     for (int i = 0; i < 4; ++i) v[i] = e4m3_f((w0 >> (8 * i)) & 255u) * s;
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((w1 >> (8 * i)) & 255u) * s;
-  } else {
+  } else if (kind == kFp4) {
     const uint8_t* row = static_cast<const uint8_t*>(p);
     const uint32_t c = *reinterpret_cast<const uint32_t*>(row + (k >> 1));
     const float s = e4m3_f(row[d / 2 + (k >> 4)]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = e2m1_f((c >> (4 * i)) & 15u) * s;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
   }
+  uint4 r;
+  r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
+  r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
+  r.z = (f32_bits(v[4]) >> 16) | (f32_bits(v[5]) & 0xffff0000u);
+  r.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
+  return r;
 }
 
-// Block per (row, head), the oracle's blocks of 64 entries in order. Per block: the entries' keys
-// decoded into shared memory as bf16 (exact: every cached value is a bf16 value), the scores with
-// the oracle's 8 partial sums (8 lanes per entry), the block max / alpha / bf16 P / fp32 P sum in
-// entry order by warp 0, then each thread's two channels accumulated over the entries in order
-// (acc * alpha, then + bf16(P) * k, no contraction).
-// D: the head dim as a compile-time constant, so the fixed-order loops unroll and their shared
-// memory loads pipeline (the arithmetic order is the same for every D).
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Scores of 64 entries for kScoreHeads heads: score[(r - r0), h, idx] = (q_h . k_idx) * scale with
+// the oracle's dot (8 interleaved partial sums, combined pairwise), -inf for invalid entries.
+// Grid (entry block, head group, row - r0); one thread per (head, entry).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
-sparse_attention_kernel(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
-                        const int64_t* pos, int64_t rows, int64_t H, int64_t W, int64_t cap,
-                        const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
-                        const float* freqs, int n_freq, int64_t G, float* o) {
-  constexpr int64_t d = D;
+__global__ void __launch_bounds__(64 * kScoreHeads) sparse_scores_kernel(SparseArgs a, int64_t r0, float* score) {
+  constexpr int ks = D + 8;  // key row stride in bf16 elements (16 B pad: conflict-free 16 B loads)
   extern __shared__ __align__(16) float smem[];
-  const int64_t ks = d + 8;            // key row stride in bf16 elements (16 B pad against bank conflicts)
-  float* qs = smem;                    // [d]
-  uint16_t* keys = reinterpret_cast<uint16_t*>(qs + d);  // [64, ks] bf16 bits
-  __shared__ float s_blk[64], p_blk[64];
+  float* qs = smem;                                                // [kScoreHeads, D]
+  uint16_t* keys = reinterpret_cast<uint16_t*>(qs + kScoreHeads * D);  // [64, ks] bf16 bits
   __shared__ int kind[64];
   __shared__ const void* kptr[64];
-  __shared__ float s_stat[3];
-  const int64_t h = blockIdx.x, r = blockIdx.y;
-  const PieceDev pc = pieces[row_piece[r]];
-  const int64_t p = pos[r];
-  const int lane = threadIdx.x & 31;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[(r * H + h) * d + i];
-  const int64_t first = p - W + 1 > 0 ? p - W + 1 : 0;
-  const int comp_kind = fmt == CompFormat::fp8_ue8m0_32 ? kFp8 : kFp4;
-  const int64_t comp_row = fmt == CompFormat::fp8_ue8m0_32 ? d + d / 32 : d / 2 + d / 16;
-  const int64_t win_row = d + d / 32, n = W + n_sel, d8 = d / 8;
-  const int64_t c = 2 * threadIdx.x;
-  float a0 = 0.0f, a1 = 0.0f, m = -1e30f, sum = 0.0f;
-  for (int64_t b0 = 0; b0 < n; b0 += 64) {
-    const int len = static_cast<int>(n - b0 < 64 ? n - b0 : 64);
-    for (int e = threadIdx.x; e < len; e += blockDim.x) {
-      const int64_t idx = b0 + e;
-      int kd = kInvalid;
-      const void* ptr = nullptr;
-      if (idx < W) {
-        const int64_t qp = first + idx;
-        if (qp <= p) {
-          if (qp >= pc.start) { kd = kFresh; ptr = kvn + (pc.row0 + qp - pc.start) * d; }
-          else { kd = kFp8; ptr = pc.window + (qp % cap) * win_row; }
-        }
-      } else {
-        const int32_t t = topk[r * n_sel + (idx - W)];
-        if (t >= 0) { kd = comp_kind; ptr = pc.comp + static_cast<int64_t>(t) * comp_row; }
-      }
-      kind[e] = kd;
-      kptr[e] = ptr;
-    }
-    __syncthreads();
-    // Stage: 8-element chunks of every valid entry, decoded to bf16 bits.
+  const int64_t r = r0 + blockIdx.z, h0 = static_cast<int64_t>(blockIdx.y) * kScoreHeads;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * 64, n = a.W + a.n_sel;
+  const PieceDev& pc = a.pieces[a.row_piece[r]];
+  const int64_t p = a.pos[r];
+  for (int i = threadIdx.x; i < kScoreHeads * D / 4; i += blockDim.x)
+    reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(a.q + (r * a.H + h0) * D)[i];
+  if (threadIdx.x < 64) {
+    const void* ptr = nullptr;
+    const int64_t idx = b0 + threadIdx.x;
+    kind[threadIdx.x] = idx < n ? list_entry(a, pc, r, p, idx, ptr) : kInvalid;
+    kptr[threadIdx.x] = ptr;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 64 * (D / 8); i += blockDim.x) {
+    const int e = i / (D / 8), k = (i % (D / 8)) * 8;
+    if (kind[e] != kInvalid) *reinterpret_cast<uint4*>(keys + e * ks + k) = load8_bf16(kind[e], kptr[e], D, k);
+  }
+  __syncthreads();
+  const int hl = threadIdx.x / 64, e = threadIdx.x % 64;
+  const int64_t idx = b0 + e;
+  if (idx >= n) return;
+  float s = __int_as_float(0xff800000);
+  if (kind[e] != kInvalid) {
+    const uint16_t* kr = keys + e * ks;
+    const float* qh = qs + hl * D;
+    float l[8] = {};
 #pragma unroll 4
-    for (int i = threadIdx.x; i < len * static_cast<int>(d8); i += kThreads) {
-      const int e = i / static_cast<int>(d8);
-      const int64_t k = (i % static_cast<int>(d8)) * 8;
-      if (kind[e] == kInvalid) continue;
-      float v[8];
-      load8(kind[e], kptr[e], d, k, v);
-      uint4 packed;
-      packed.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
-      packed.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
-      packed.z = (f32_bits(v[4]) >> 16) | (f32_bits(v[5]) & 0xffff0000u);
-      packed.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
-      *reinterpret_cast<uint4*>(keys + e * ks + k) = packed;
+    for (int i = 0; i < D; i += 8) {
+      const uint4 kk = *reinterpret_cast<const uint4*>(kr + i);
+      const float4 qa = *reinterpret_cast<const float4*>(qh + i), qb = *reinterpret_cast<const float4*>(qh + i + 4);
+      l[0] = __fadd_rn(l[0], __fmul_rn(qa.x, lo_bf16(kk.x)));
+      l[1] = __fadd_rn(l[1], __fmul_rn(qa.y, hi_bf16(kk.x)));
+      l[2] = __fadd_rn(l[2], __fmul_rn(qa.z, lo_bf16(kk.y)));
+      l[3] = __fadd_rn(l[3], __fmul_rn(qa.w, hi_bf16(kk.y)));
+      l[4] = __fadd_rn(l[4], __fmul_rn(qb.x, lo_bf16(kk.z)));
+      l[5] = __fadd_rn(l[5], __fmul_rn(qb.y, hi_bf16(kk.z)));
+      l[6] = __fadd_rn(l[6], __fmul_rn(qb.z, lo_bf16(kk.w)));
+      l[7] = __fadd_rn(l[7], __fmul_rn(qb.w, hi_bf16(kk.w)));
     }
-    __syncthreads();
-    // Scores: 8 lanes per entry, lane j the oracle's partial j.
-    const int grp = threadIdx.x >> 3, j = threadIdx.x & 7, ngrp = blockDim.x >> 3;
-    for (int e0 = 0; e0 < len; e0 += ngrp) {
-      const int e = e0 + grp;
-      const bool valid = e < len && kind[e] != kInvalid;
-      float l = 0.0f;
-      if (valid) {
-        const uint16_t* kr = keys + e * ks + j;
-        const float* qj = qs + j;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) l = __fadd_rn(l, __fmul_rn(qj[8 * i], __uint_as_float(uint32_t{kr[8 * i]} << 16)));
-      }
-      l = combine8(l);
-      if (j == 0 && e < len) s_blk[e] = valid ? __fmul_rn(l, scale) : __int_as_float(0xff800000);
+    const float dot = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[1]), __fadd_rn(l[2], l[3])),
+                                __fadd_rn(__fadd_rn(l[4], l[5]), __fadd_rn(l[6], l[7])));
+    s = __fmul_rn(dot, a.scale);
+  }
+  score[((r - r0) * a.H + h0 + hl) * n + idx] = s;
+}
+
+// Byte offset of the staged keys in the accumulation kernel's shared memory (after the entry
+// pointers, P and the per-block statistics), rounded up to 16 B.
+__host__ __device__ __forceinline__ int64_t keys_offset(int64_t n) {
+  const int64_t nb = (n + 63) / 64;
+  const int64_t b = n * 8 + (kAccHeads * n + 3 * kAccHeads * nb + kAccHeads) * 4;
+  return (b + 15) / 16 * 16;
+}
+
+// Grid (channel slice, head group, row - r0); warp w is head h0 + w, lane l owns channels
+// c0 + 2l, c0 + 2l + 1 of the slice (cs channels, cs/2 <= 32 lanes).
+// Per head, in the oracle's terms: block maxima -> running max m_b (from -1e30) -> alpha_b =
+// exp(m_{b-1} - m_b); P = exp(s - m_b) (fp32), psum_b = P summed in entry order, sum = sum*alpha + psum
+// block by block, + exp(sink - m); then per channel acc = acc*alpha_b, + bf16(P)*k over the valid
+// entries in order; o = bf16(acc / sum), the tail rotated back at p.
+__global__ void __launch_bounds__(32 * kAccHeads) sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score) {
+  extern __shared__ __align__(16) unsigned char sm[];
+  const int64_t n = a.W + a.n_sel, nb = (n + 63) / 64;
+  const int cs = a.d < kSlice ? static_cast<int>(a.d) : kSlice;
+  const void** kptr = reinterpret_cast<const void**>(sm);           // [n]
+  float* P = reinterpret_cast<float*>(kptr + n);                     // [kAccHeads, n]
+  float* mrun = P + kAccHeads * n;                                   // [kAccHeads, nb]
+  float* alpha = mrun + kAccHeads * nb;                              // [kAccHeads, nb]
+  float* psum = alpha + kAccHeads * nb;                              // [kAccHeads, nb]
+  float* sums = psum + kAccHeads * nb;                               // [kAccHeads]
+  uint32_t* keys = reinterpret_cast<uint32_t*>(sm + keys_offset(n));  // [n, cs/2] bf16 pairs, 16 B aligned
+  uint8_t* kind = reinterpret_cast<uint8_t*>(keys + n * (cs / 2));   // [n]
+  const int64_t r = r0 + blockIdx.z, c0 = static_cast<int64_t>(blockIdx.x) * cs;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAccHeads + w;
+  const PieceDev& pc = a.pieces[a.row_piece[r]];
+  const int64_t p = a.pos[r];
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    const void* ptr = nullptr;
+    kind[e] = static_cast<uint8_t>(list_entry(a, pc, r, p, e, ptr));
+    kptr[e] = ptr;
+  }
+  // Softmax statistics of head h (warp w), independent of the keys.
+  float* Pw = P + w * n;
+  float* mw = mrun + w * nb;
+  float* aw = alpha + w * nb;
+  float* pw = psum + w * nb;
+  const float* sw = score + ((r - r0) * a.H + h) * n;
+  for (int64_t e = lane; e < n; e += 32) Pw[e] = sw[e];
+  __syncwarp();
+  for (int64_t b = lane; b < nb; b += 32) {
+    float mx = __int_as_float(0xff800000);
+    for (int64_t t = b * 64; t < n && t < b * 64 + 64; ++t) mx = fmaxf(mx, Pw[t]);
+    pw[b] = mx;
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float m = -1e30f;
+    for (int64_t b = 0; b < nb; ++b) {
+      m = fmaxf(m, pw[b]);
+      mw[b] = m;
     }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      const float s0 = lane < len ? s_blk[lane] : __int_as_float(0xff800000);
-      const float s1 = lane + 32 < len ? s_blk[lane + 32] : __int_as_float(0xff800000);
-      const float mb = warp_max(fmaxf(m, fmaxf(s0, s1)));
-      const float p0 = exp_f(__fsub_rn(s0, mb)), p1 = exp_f(__fsub_rn(s1, mb));
-      float psum = 0.0f;
-#pragma unroll
-      for (int t = 0; t < 32; ++t) {
-        const float v = __shfl_sync(0xffffffffu, p0, t);
-        if (t < len) psum = __fadd_rn(psum, v);
-      }
-#pragma unroll
-      for (int t = 0; t < 32; ++t) {
-        const float v = __shfl_sync(0xffffffffu, p1, t);
-        if (32 + t < len) psum = __fadd_rn(psum, v);
-      }
-      p_blk[lane] = rb(p0);
-      p_blk[lane + 32] = rb(p1);
-      if (lane == 0) {
-        const float alpha = exp_f(__fsub_rn(m, mb));
-        s_stat[0] = alpha;
-        s_stat[1] = __fadd_rn(__fmul_rn(sum, alpha), psum);
-        s_stat[2] = mb;
-      }
-    }
-    __syncthreads();
-    const float alpha = s_stat[0];
-    sum = s_stat[1];
-    m = s_stat[2];
-    if (c < d) {
-      a0 = __fmul_rn(a0, alpha);
-      a1 = __fmul_rn(a1, alpha);
+  }
+  __syncwarp();
+  for (int64_t b = lane; b < nb; b += 32) aw[b] = exp_f(__fsub_rn(b > 0 ? mw[b - 1] : -1e30f, mw[b]));
+  for (int64_t e = lane; e < n; e += 32) Pw[e] = exp_f(__fsub_rn(Pw[e], mw[e >> 6]));
+  __syncwarp();
+  for (int64_t b = lane; b < nb; b += 32) {
+    float s = 0.0f;
+    for (int64_t t = b * 64; t < n && t < b * 64 + 64; ++t) s = __fadd_rn(s, Pw[t]);
+    pw[b] = s;
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) sum = __fadd_rn(__fmul_rn(sum, aw[b]), pw[b]);
+    sums[w] = __fadd_rn(sum, exp_f(__fsub_rn(a.sink[h], mw[nb - 1])));
+  }
+  for (int64_t e = lane; e < n; e += 32) Pw[e] = rb(Pw[e]);
+  __syncthreads();  // kind / kptr of every entry
+  // The slice of every valid entry's key, as bf16 pairs.
+  const int per = cs / 8;
+  for (int64_t i = threadIdx.x; i < n * per; i += blockDim.x) {
+    const int64_t e = i / per;
+    const int j = static_cast<int>(i % per);
+    if (kind[e] == kInvalid) continue;
+    *reinterpret_cast<uint4*>(keys + e * (cs / 2) + 4 * j) = load8_bf16(kind[e], kptr[e], a.d, c0 + 8 * j);
+  }
+  __syncthreads();
+  if (2 * lane >= cs) return;
+  float a0 = 0.0f, a1 = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float al = aw[b];
+    a0 = __fmul_rn(a0, al);
+    a1 = __fmul_rn(a1, al);
+    const int64_t end = n < b * 64 + 64 ? n : b * 64 + 64;
 #pragma unroll 8
-      for (int e = 0; e < len; ++e) {
-        if (kind[e] == kInvalid) continue;
-        const uint32_t k2 = *reinterpret_cast<const uint32_t*>(keys + e * ks + c);
-        a0 = __fadd_rn(a0, __fmul_rn(p_blk[e], __uint_as_float(k2 << 16)));
-        a1 = __fadd_rn(a1, __fmul_rn(p_blk[e], __uint_as_float(k2 & 0xffff0000u)));
-      }
+    for (int64_t e = b * 64; e < end; ++e) {
+      if (kind[e] == kInvalid) continue;
+      const uint32_t k2 = keys[e * (cs / 2) + lane];
+      const float pe = Pw[e];
+      a0 = __fadd_rn(a0, __fmul_rn(pe, lo_bf16(k2)));
+      a1 = __fadd_rn(a1, __fmul_rn(pe, hi_bf16(k2)));
     }
-    __syncthreads();
   }
-  sum = __fadd_rn(sum, exp_f(__fsub_rn(sink[h], m)));
-  // o = bf16(acc / sum), then the inverse RoPE of the tail at p (qs reused as the output row).
-  if (c < d) {
-    qs[c] = rb(a0 / sum);
-    qs[c + 1] = rb(a1 / sum);
+  const float sum = sums[w];
+  float o0 = rb(a0 / sum), o1 = rb(a1 / sum);
+  const int64_t c = c0 + 2 * lane, tail = a.d - 2 * a.n_freq;
+  if (c >= tail) {
+    float cs_, sn;
+    rope_cs(p, a.freqs[(c - tail) / 2], cs_, sn);
+    rope_pair(o0, o1, cs_, -sn);
   }
-  __syncthreads();
-  for (int jf = threadIdx.x; jf < n_freq; jf += blockDim.x) {
-    float cs, sn;
-    rope_cs(p, freqs[jf], cs, sn);
-    float* pr = qs + d - 2 * n_freq + 2 * jf;
-    rope_pair(pr[0], pr[1], cs, -sn);
+  const int64_t hpg = a.H / a.G, g = h / hpg, hh = h % hpg;
+  float* out = a.o + (g * a.rows + r) * hpg * a.d + hh * a.d + c;
+  out[0] = o0;
+  out[1] = o1;
+}
+
+size_t accum_smem(int64_t n, int64_t d) {
+  const int64_t cs = d < kSlice ? d : kSlice;
+  return static_cast<size_t>(keys_offset(n) + n * cs * 2 + n);
+}
+
+template <typename K>
+cudaError_t launch(K kernel, dim3 grid, int threads, size_t shm, cudaStream_t s, const SparseArgs& a, int64_t r0,
+                   float* score) {
+  if (shm > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
+    if (e != cudaSuccess) return e;
   }
-  __syncthreads();
-  const int64_t hpg = H / G, g = h / hpg, hh = h % hpg;
-  float* out = o + (g * rows + r) * hpg * d + hh * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] = qs[i];
+  kernel<<<grid, threads, shm, s>>>(a, r0, score);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
+int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel) {
+  return (rows < kRowChunk ? rows : kRowChunk) * H * (W + n_sel);
+}
+
 cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
                              const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
                              const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
-                             const float* freqs, int n_freq, int64_t G, float* o, cudaStream_t s) {
+                             const float* freqs, int n_freq, int64_t G, float* o, float* work, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (d > 2 * kThreads || d % 32 || H % G) return cudaErrorInvalidValue;
-  const size_t shm = d * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
-  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
-  auto launch = [&](auto kernel) -> cudaError_t {
-    if (shm > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
-      if (e != cudaSuccess) return e;
+  if (d % 32 || H % kScoreHeads || H % kAccHeads || H % G || !work || W + n_sel == 0) return cudaErrorInvalidValue;
+  const SparseArgs a{q, kvn, pieces, row_piece, pos, topk, sink, freqs, o, rows, H, d, W, cap, n_sel, G, scale, n_freq, fmt};
+  const int64_t n = W + n_sel, nb = (n + 63) / 64, cs = d < kSlice ? d : kSlice;
+  const size_t shm1 = (kScoreHeads * d) * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
+  const size_t shm2 = accum_smem(n, d);
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
+    const unsigned rc = static_cast<unsigned>(rows - r0 < kRowChunk ? rows - r0 : kRowChunk);
+    const dim3 g1(static_cast<unsigned>(nb), static_cast<unsigned>(H / kScoreHeads), rc);
+    cudaError_t e;
+    switch (d) {
+      case 64: e = launch(sparse_scores_kernel<64>, g1, 64 * kScoreHeads, shm1, s, a, r0, work); break;
+      case 128: e = launch(sparse_scores_kernel<128>, g1, 64 * kScoreHeads, shm1, s, a, r0, work); break;
+      case 256: e = launch(sparse_scores_kernel<256>, g1, 64 * kScoreHeads, shm1, s, a, r0, work); break;
+      case 512: e = launch(sparse_scores_kernel<512>, g1, 64 * kScoreHeads, shm1, s, a, r0, work); break;
+      default: return cudaErrorInvalidValue;
     }
-    kernel<<<grid, kThreads, shm, s>>>(q, kvn, pieces, row_piece, pos, rows, H, W, cap, topk, n_sel, fmt, sink, scale,
-                                       freqs, n_freq, G, o);
-    return cudaGetLastError();
-  };
-  switch (d) {
-    case 64: return launch(sparse_attention_kernel<64>);
-    case 128: return launch(sparse_attention_kernel<128>);
-    case 256: return launch(sparse_attention_kernel<256>);
-    case 512: return launch(sparse_attention_kernel<512>);
-    default: return cudaErrorInvalidValue;
+    if (e != cudaSuccess) return e;
+    const dim3 g2(static_cast<unsigned>(d / cs), static_cast<unsigned>(H / kAccHeads), rc);
+    e = launch(sparse_accum_kernel, g2, 32 * kAccHeads, shm2, s, a, r0, work);
+    if (e != cudaSuccess) return e;
   }
+  return cudaSuccess;
 }
 
 }  // namespace dsv4::cuda
