@@ -149,8 +149,9 @@ __device__ __forceinline__ void warp_hist_add(int* hist, int bin) {
   if (bin >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
 }
 
-template <int NT>
+template <int NT, int EPT>
 struct SelectShared {
+  alignas(16) uint16_t keys[NT * EPT];  // one tile's keys, staged in index order
   int hist[256];
   uint32_t thr;
   int above;
@@ -162,24 +163,38 @@ struct SelectShared {
 // passes (high byte, then low byte under the chosen high byte) find the k-th largest key `thr`
 // and the count `above` of larger keys; then one block scan of (greater, equal) counts per tile
 // gives every selected element its output slot in index order: slot = greater before it +
-// min(equal before it, k - above). out(i, selected, slot) is called once for every element.
-// With a single tile the keys stay in registers between the passes.
+// min(equal before it, k - above). out(i, selected, slot, key) is called once for every element
+// (key 0xffff when everything is selected). key(i) is called by whole warps, consecutive lanes on
+// consecutive i, also for i >= n (its value is then ignored); with a single tile the keys stay in
+// registers between the passes.
 template <int NT, int EPT, class KeyFn, class OutFn>
-__device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT>& sh) {
+__device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT, EPT>& sh) {
+  static_assert(EPT % 8 == 0, "whole 16-byte key groups per thread");
   constexpr int kTile = NT * EPT;
   const int ntiles = (n + kTile - 1) / kTile;
   if (k >= n || k <= 0) {  // everything or nothing
-    for (int i = threadIdx.x; i < n; i += NT) out(i, k > 0, i);
+    for (int i = threadIdx.x; i < n; i += NT) out(i, k > 0, i, 0xffffu);
     return;
   }
   uint32_t kv[EPT];
   const int own = static_cast<int>(threadIdx.x) * EPT;
+  // A tile's keys: computed with consecutive threads on consecutive elements (coalesced reads),
+  // then each thread takes its own EPT from shared memory.
   auto load = [&](int tile) {
-#pragma unroll
-    for (int j = 0; j < EPT; ++j) {
-      const int i = tile * kTile + own + j;
-      kv[j] = i < n ? key(i) : 0u;
+    for (int m = threadIdx.x; m < kTile; m += NT) {  // whole warps: key may be warp-cooperative
+      const int i = tile * kTile + m;
+      const uint32_t kk = key(i);
+      sh.keys[m] = static_cast<uint16_t>(i < n ? kk : 0u);
     }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < EPT; j += 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sh.keys + own + j);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int u = 0; u < 8 && j + u < EPT; ++u) kv[j + u] = (w[u >> 1] >> (16 * (u & 1))) & 0xffffu;
+    }
+    __syncthreads();
   };
   if (ntiles == 1) load(0);
   uint32_t prefix = 0;
@@ -254,7 +269,7 @@ __device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT>
       if (i >= n) continue;
       bool sel = kv[j] > thr;
       if (kv[j] == thr) sel = eq_rank++ < need_eq;
-      out(i, sel, slot);
+      out(i, sel, slot, kv[j]);
       slot += sel;
     }
     __syncthreads();  // scan storage reuse
@@ -280,7 +295,7 @@ __host__ __device__ __forceinline__ int64_t topk_chunk(int64_t lc, int64_t K) {
 
 __global__ void __launch_bounds__(kChunkThreads)
 topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* work) {
-  __shared__ SelectShared<kChunkThreads> sh;
+  __shared__ SelectShared<kChunkThreads, kChunkEpt> sh;
   const int64_t r = blockIdx.y, c = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   if (lc <= kDirectMax) return;
@@ -290,14 +305,14 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
   const float* sc = score + r * stride + t0;
   int32_t* out = work + (r * kMaxChunks + c) * K;
   tile_select<kChunkThreads, kChunkEpt>(
-      static_cast<int>(n), static_cast<int>(n < K ? n : K), [&](int i) { return key16(sc[i]); },
-      [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
+      static_cast<int>(n), static_cast<int>(n < K ? n : K), [&](int i) { return i < n ? key16(sc[i]) : 0u; },
+      [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
 topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* topk,
                  const int32_t* work) {
-  __shared__ SelectShared<kRowThreads> sh;
+  __shared__ SelectShared<kRowThreads, kRowEpt> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
@@ -305,43 +320,64 @@ topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int rat
   int32_t* out = topk + r * K;
   if (lc <= kDirectMax) {
     tile_select<kRowThreads, kRowEpt>(
-        static_cast<int>(lc), static_cast<int>(k), [&](int i) { return key16(sc[i]); },
-        [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = static_cast<int32_t>(i); }, sh);
+        static_cast<int>(lc), static_cast<int>(k), [&](int i) { return i < lc ? key16(sc[i]) : 0u; },
+        [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(i); }, sh);
   } else {
     const int64_t ch = topk_chunk(lc, K), nc = (lc + ch - 1) / ch;
     const int64_t n = (nc - 1) * K + (lc - (nc - 1) * ch < K ? lc - (nc - 1) * ch : K);
     const int32_t* cand = work + r * kMaxChunks * K;
     tile_select<kRowThreads, kRowEpt>(
-        static_cast<int>(n), static_cast<int>(k), [&](int i) { return key16(sc[cand[i]]); },
-        [&](int64_t i, bool sel, int slot) { if (sel) out[slot] = cand[i]; }, sh);
+        static_cast<int>(n), static_cast<int>(k), [&](int i) { return i < n ? key16(sc[cand[i]]) : 0u; },
+        [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = cand[i]; }, sh);
   }
   for (int64_t i = k + threadIdx.x; i < K; i += blockDim.x) out[i] = -1;
 }
 
 // Candidate blocks of one row: block b's key is the max of its scores (the block of row lc-1 forced
 // to +inf); the top min(topk_blocks, nb) blocks whose value is above -inf are kept; every row of
-// [0, lc) gets its block's verdict.
+// [0, lc) gets its block's verdict. For B a power of two up to 32 a warp reads its 32 blocks'
+// scores coalesced and reduces them with shuffles (max is exact in any order).
 __global__ void __launch_bounds__(kRowThreads)
 candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t topk_blocks,
                       int64_t B, uint8_t* cand, int64_t cand_stride) {
-  __shared__ SelectShared<kRowThreads> sh;
+  __shared__ SelectShared<kRowThreads, kCandEpt> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t nb = (lc + B - 1) / B;
   const float* sc = score + r * stride;
   uint8_t* m = cand + r * cand_stride;
-  const uint32_t neg_inf_key = key16(__int_as_float(0xff800000));
-  auto block_key = [&](int64_t b) {
-    if (b == nb - 1) return key16(__int_as_float(0x7f800000));
-    float v = __int_as_float(0xff800000);
-    for (int64_t t = b * B; t < (b + 1) * B; ++t) v = fmaxf(v, sc[t]);
-    return key16(v);
+  const float neg_inf = __int_as_float(0xff800000);
+  const bool coop = B <= 32 && (B & (B - 1)) == 0;
+  const int lane = threadIdx.x & 31;
+  auto block_key = [&](int b) -> uint32_t {
+    float v = neg_inf;
+    if (coop) {  // the warp's blocks b - lane .. b - lane + 31, B rounds of 32 consecutive scores
+      const int per = 32 / static_cast<int>(B);
+      const int64_t base = static_cast<int64_t>(b - lane) * B;
+      for (int j = 0; j < B; ++j) {
+        const int64_t t = base + j * 32 + lane;
+        float x = t < lc ? sc[t] : neg_inf;
+        for (int o = 1; o < B; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+        const float got = __shfl_sync(0xffffffffu, x, (lane % per) * static_cast<int>(B));
+        if (lane / per == j) v = got;
+      }
+    } else if (b < nb) {
+      for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
+    }
+    if (b >= nb) return 0u;
+    return b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
   };
+  const uint32_t neg_inf_key = key16(neg_inf);
   tile_select<kRowThreads, kCandEpt>(
-      static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks), [&](int b) { return block_key(b); },
-      [&](int64_t b, bool sel, int) {
-        // A block at -inf is dropped even when selected (its key is recomputed only then).
-        const uint8_t keep = sel && block_key(b) > neg_inf_key;
+      static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks), block_key,
+      [&](int64_t b, bool sel, int, uint32_t key) {
+        // A selected block at -inf is dropped (when everything is selected the key is recomputed).
+        if (sel && key == 0xffffu) {
+          float v = neg_inf;
+          for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
+          key = b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
+        }
+        const uint8_t keep = sel && key > neg_inf_key;
         for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = keep;
       },
       sh);
