@@ -367,11 +367,15 @@ TEST(AttentionCuda, TopkAndCandidatesEqualOracleSelection) {
   CUDA_OK(cudaMemcpy(dsc, sc.data(), 4 * sc.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dpos, pos.data(), 8 * rows, cudaMemcpyHostToDevice));
   CUDA_OK(candidate_rows(dsc, stride, dpos, rows, 1, kb, B, dcand, stride, nullptr));
-  CUDA_OK(apply_candidates(dsc, stride, dpos, rows, 1, dcand, stride, stride, nullptr));
-  CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, K, dtop, dwork, nullptr));
-  std::vector<int32_t> top(rows * K);
-  std::vector<uint8_t> cand(rows * stride);
+  // The mask applied inside the top-k, and the same after apply_candidates wrote -inf into the scores.
+  CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, dcand, stride, K, dtop, dwork, nullptr));
+  std::vector<int32_t> top(rows * K), top2(rows * K);
   CUDA_OK(cudaMemcpy(top.data(), dtop, 4 * top.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(apply_candidates(dsc, stride, dpos, rows, 1, dcand, stride, stride, nullptr));
+  CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, nullptr, stride, K, dtop, dwork, nullptr));
+  CUDA_OK(cudaMemcpy(top2.data(), dtop, 4 * top2.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(top2, top) << "mask inside the top-k != mask written into the scores";
+  std::vector<uint8_t> cand(rows * stride);
   CUDA_OK(cudaMemcpy(cand.data(), dcand, cand.size(), cudaMemcpyDeviceToHost));
   for (int r = 0; r < rows; ++r) {
     std::vector<float> s(sc.begin() + r * stride, sc.begin() + r * stride + lens[r]);

@@ -238,10 +238,10 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     if (role.candidate_source)
       DSV4_CUDA_LAUNCH(candidate_rows(sc, lc, c.pos, R, ratio, cfg.candidate_topk_blocks, cfg.candidate_block_size,
                                       c.cand, c.cand_stride, s), "candidate blocks", shape(lc, cfg.candidate_block_size));
-    if (role.uses_candidates)
-      DSV4_CUDA_LAUNCH(apply_candidates(sc, lc, c.pos, R, ratio, c.cand, c.cand_stride, lc, s), "candidate mask", shape(lc, 1));
+    // Candidate users: the published mask applies inside the top-k (rows outside it count as -inf).
     DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, cfg.index_topk), "top-k chunks"));
-    DSV4_CUDA_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, cfg.index_topk, c.topk, tw, s), "top-k", shape(cfg.index_topk, lc));
+    DSV4_CUDA_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, role.uses_candidates ? c.cand : nullptr, c.cand_stride,
+                               cfg.index_topk, c.topk, tw, s), "top-k", shape(cfg.index_topk, lc));
   }
 
   // d. sparse attention over [window ; selected compressed rows], inverse RoPE; grouped o.

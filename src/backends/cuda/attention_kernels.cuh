@@ -84,9 +84,12 @@ cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, i
                              const uint8_t* cand, int64_t cand_stride, int64_t max_lc, cudaStream_t s);
 
 // topk[r] = the min(k, L_c) rows of highest score (ties to the lower row), ascending, then -1 up to k.
-// stride >= every row's L_c; work: topk_work_ints(rows, stride, k) ints (none for short rows).
+// With mask (candidate users), rows t with !mask[r * mask_stride + t] count as -inf (the scores are
+// not modified). stride >= every row's L_c; work: topk_work_ints(rows, stride, k) ints (none for
+// short rows).
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
-                      int64_t k, int32_t* topk, int32_t* work, cudaStream_t s);
+                      const uint8_t* mask, int64_t mask_stride, int64_t k, int32_t* topk, int32_t* work,
+                      cudaStream_t s);
 int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k);
 
 // Sparse attention with sinks of every (row, head): key list = [window part of width W: positions

@@ -276,6 +276,11 @@ __device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT,
   }
 }
 
+// Key of score t of a row, -inf where a candidate mask excludes it.
+__device__ __forceinline__ uint32_t masked_key(const float* sc, const uint8_t* mask, int64_t t) {
+  return mask && !mask[t] ? key16(__int_as_float(0xff800000)) : key16(sc[t]);
+}
+
 // Top-k in two levels for long rows: the first level keeps each chunk's own top k (every element
 // of the row's top k is in its chunk's top k under the same order), written in index order at
 // work[r, c*K ...]; the second selects the row's top k from that index-ordered list.
@@ -294,7 +299,8 @@ __host__ __device__ __forceinline__ int64_t topk_chunk(int64_t lc, int64_t K) {
 }
 
 __global__ void __launch_bounds__(kChunkThreads)
-topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* work) {
+topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, const uint8_t* mask,
+                   int64_t mask_stride, int64_t K, int32_t* work) {
   __shared__ SelectShared<kChunkThreads, kChunkEpt> sh;
   const int64_t r = blockIdx.y, c = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
@@ -305,29 +311,31 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
   const float* sc = score + r * stride + t0;
   int32_t* out = work + (r * kMaxChunks + c) * K;
   tile_select<kChunkThreads, kChunkEpt>(
-      static_cast<int>(n), static_cast<int>(n < K ? n : K), [&](int i) { return i < n ? key16(sc[i]) : 0u; },
+      static_cast<int>(n), static_cast<int>(n < K ? n : K),
+      [&](int i) { return i < n ? masked_key(sc, mask ? mask + r * mask_stride : nullptr, t0 + i) : 0u; },
       [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t K, int32_t* topk,
-                 const int32_t* work) {
+topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, const uint8_t* mask,
+                 int64_t mask_stride, int64_t K, int32_t* topk, const int32_t* work) {
   __shared__ SelectShared<kRowThreads, kRowEpt> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
   const float* sc = score + r * stride;
+  const uint8_t* mr = mask ? mask + r * mask_stride : nullptr;
   int32_t* out = topk + r * K;
   if (lc <= kDirectMax) {
     tile_select<kRowThreads, kRowEpt>(
-        static_cast<int>(lc), static_cast<int>(k), [&](int i) { return i < lc ? key16(sc[i]) : 0u; },
+        static_cast<int>(lc), static_cast<int>(k), [&](int i) { return i < lc ? masked_key(sc, mr, i) : 0u; },
         [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(i); }, sh);
   } else {
     const int64_t ch = topk_chunk(lc, K), nc = (lc + ch - 1) / ch;
     const int64_t n = (nc - 1) * K + (lc - (nc - 1) * ch < K ? lc - (nc - 1) * ch : K);
     const int32_t* cand = work + r * kMaxChunks * K;
     tile_select<kRowThreads, kRowEpt>(
-        static_cast<int>(n), static_cast<int>(k), [&](int i) { return i < n ? key16(sc[cand[i]]) : 0u; },
+        static_cast<int>(n), static_cast<int>(k), [&](int i) { return i < n ? masked_key(sc, mr, cand[i]) : 0u; },
         [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = cand[i]; }, sh);
   }
   for (int64_t i = k + threadIdx.x; i < K; i += blockDim.x) out[i] = -1;
@@ -434,16 +442,17 @@ int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k) {
   return max_lc > kDirectMax ? rows * kMaxChunks * k : 0;
 }
 
-cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
-                      int32_t* topk, int32_t* work, cudaStream_t s) {
+cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
+                      const uint8_t* mask, int64_t mask_stride, int64_t k, int32_t* topk, int32_t* work,
+                      cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (stride > kDirectMax) {
     if (!work) return cudaErrorInvalidValue;
     topk_chunks_kernel<<<dim3(static_cast<unsigned>(kMaxChunks), static_cast<unsigned>(rows)), kChunkThreads, 0, s>>>(
-        score, stride, pos, ratio, k, work);
+        score, stride, pos, ratio, mask, mask_stride, k, work);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  topk_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, k, topk, work);
+  topk_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
   return cudaGetLastError();
 }
 
