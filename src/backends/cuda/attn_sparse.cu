@@ -17,6 +17,7 @@ constexpr int kScoreHeads = 4;   // heads per score block: 64 entries x 4 heads 
 constexpr int kAccHeads = 4;     // heads per accumulation block, one warp each
 constexpr int kSlice = 64;       // channels per accumulation block (two per lane)
 constexpr int64_t kRowChunk = 64;  // rows per kernel pair (bounds the score buffer)
+constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_90 / sm_100)
 
 enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
 
@@ -61,11 +62,10 @@ __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& p
   return kFp4;
 }
 
-// Eight consecutive decoded elements k..k+7 (k a multiple of 8) of an entry's key, as bf16 bits
-// packed in pairs (exact: every cached value is a bf16 value). Row strides of small test shapes
-// (66 or 132 B FP8 rows) are not 8-byte multiples, hence the aligned-load check.
-__device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, int64_t k) {
-  float v[8];
+// Eight consecutive decoded elements k..k+7 (k a multiple of 8) of an entry's key (zeros for an
+// invalid entry). Row strides of small test shapes (66 or 132 B FP8 rows) are not 8-byte
+// multiples, hence the aligned-load check.
+__device__ __forceinline__ void load8(int kind, const void* p, int64_t d, int64_t k, float* v) {
   if (kind == kFresh) {
     const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k);
     const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k + 4);
@@ -96,6 +96,12 @@ __device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, 
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
   }
+}
+
+// The same as bf16 bits packed in pairs (exact: every cached value is a bf16 value).
+__device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, int64_t k) {
+  float v[8];
+  load8(kind, p, d, k, v);
   uint4 r;
   r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
   r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
@@ -164,32 +170,49 @@ __global__ void __launch_bounds__(64 * kScoreHeads) sparse_scores_kernel(SparseA
   score[((r - r0) * a.H + h0 + hl) * n + idx] = s;
 }
 
-// Byte offset of the staged keys in the accumulation kernel's shared memory (after the entry
-// pointers, P and the per-block statistics), rounded up to 16 B.
-__host__ __device__ __forceinline__ int64_t keys_offset(int64_t n) {
-  const int64_t nb = (n + 63) / 64;
-  const int64_t b = n * 8 + (kAccHeads * n + 3 * kAccHeads * nb + kAccHeads) * 4;
-  return (b + 15) / 16 * 16;
-}
+// Shared memory of the accumulation kernel for n entries and a slice of cs channels: entry
+// pointers [n], P [kAccHeads, n], per-block statistics, the compacted entry list [n] and block
+// offsets [nb + 1], then the keys [n, cs] fp32 (16 B aligned) and the entry kinds [n].
+struct AccumLayout {
+  int64_t ptr, P, mrun, alpha, psum, sums, vidx, boff, keys, kind, total;
+  __host__ __device__ AccumLayout(int64_t n, int64_t cs) {
+    const int64_t nb = (n + 63) / 64;
+    ptr = 0;
+    P = ptr + 8 * n;
+    mrun = P + 4 * kAccHeads * n;
+    alpha = mrun + 4 * kAccHeads * nb;
+    psum = alpha + 4 * kAccHeads * nb;
+    sums = psum + 4 * kAccHeads * nb;
+    vidx = sums + 4 * kAccHeads;
+    boff = vidx + 4 * n;
+    keys = (boff + 4 * (nb + 1) + 15) / 16 * 16;
+    kind = keys + 4 * n * cs;
+    total = kind + n;
+  }
+};
 
 // Grid (channel slice, head group, row - r0); warp w is head h0 + w, lane l owns channels
 // c0 + 2l, c0 + 2l + 1 of the slice (cs channels, cs/2 <= 32 lanes).
 // Per head, in the oracle's terms: block maxima -> running max m_b (from -1e30) -> alpha_b =
 // exp(m_{b-1} - m_b); P = exp(s - m_b) (fp32), psum_b = P summed in entry order, sum = sum*alpha + psum
 // block by block, + exp(sink - m); then per channel acc = acc*alpha_b, + bf16(P)*k over the valid
-// entries in order; o = bf16(acc / sum), the tail rotated back at p.
-__global__ void __launch_bounds__(32 * kAccHeads) sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score) {
+// entries in order; o = bf16(acc / sum), the tail rotated back at p. The valid entries are compacted
+// (order kept) so the accumulation loop reads only them.
+__global__ void __launch_bounds__(32 * kAccHeads)
+sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   extern __shared__ __align__(16) unsigned char sm[];
   const int64_t n = a.W + a.n_sel, nb = (n + 63) / 64;
-  const int cs = a.d < kSlice ? static_cast<int>(a.d) : kSlice;
-  const void** kptr = reinterpret_cast<const void**>(sm);           // [n]
-  float* P = reinterpret_cast<float*>(kptr + n);                     // [kAccHeads, n]
-  float* mrun = P + kAccHeads * n;                                   // [kAccHeads, nb]
-  float* alpha = mrun + kAccHeads * nb;                              // [kAccHeads, nb]
-  float* psum = alpha + kAccHeads * nb;                              // [kAccHeads, nb]
-  float* sums = psum + kAccHeads * nb;                               // [kAccHeads]
-  uint32_t* keys = reinterpret_cast<uint32_t*>(sm + keys_offset(n));  // [n, cs/2] bf16 pairs, 16 B aligned
-  uint8_t* kind = reinterpret_cast<uint8_t*>(keys + n * (cs / 2));   // [n]
+  const AccumLayout L(n, cs);
+  const void** kptr = reinterpret_cast<const void**>(sm + L.ptr);
+  float* P = reinterpret_cast<float*>(sm + L.P);
+  float* mrun = reinterpret_cast<float*>(sm + L.mrun);
+  float* alpha = reinterpret_cast<float*>(sm + L.alpha);
+  float* psum = reinterpret_cast<float*>(sm + L.psum);
+  float* sums = reinterpret_cast<float*>(sm + L.sums);
+  int* vidx = reinterpret_cast<int*>(sm + L.vidx);
+  int* boff = reinterpret_cast<int*>(sm + L.boff);
+  float* keys = reinterpret_cast<float*>(sm + L.keys);
+  uint8_t* kind = sm + L.kind;
   const int64_t r = r0 + blockIdx.z, c0 = static_cast<int64_t>(blockIdx.x) * cs;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAccHeads + w;
@@ -236,31 +259,66 @@ __global__ void __launch_bounds__(32 * kAccHeads) sparse_accum_kernel(SparseArgs
     for (int64_t b = 0; b < nb; ++b) sum = __fadd_rn(__fmul_rn(sum, aw[b]), pw[b]);
     sums[w] = __fadd_rn(sum, exp_f(__fsub_rn(a.sink[h], mw[nb - 1])));
   }
-  for (int64_t e = lane; e < n; e += 32) Pw[e] = rb(Pw[e]);
   __syncthreads();  // kind / kptr of every entry
-  // The slice of every valid entry's key, as bf16 pairs.
+  // Compaction: block b's valid entries get slots boff[b] .. boff[b+1]-1 in entry order.
+  for (int64_t b = w; b < nb; b += kAccHeads) {  // block b's count in boff[b + 1]
+    const int64_t e0 = b * 64 + lane, e1 = e0 + 32;
+    const unsigned b0 = __ballot_sync(0xffffffffu, e0 < n && kind[e0] != kInvalid);
+    const unsigned b1 = __ballot_sync(0xffffffffu, e1 < n && kind[e1] != kInvalid);
+    if (lane == 0) boff[b + 1] = __popc(b0) + __popc(b1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    boff[0] = 0;
+    for (int64_t b = 1; b <= nb; ++b) boff[b] += boff[b - 1];
+  }
+  __syncthreads();
+  for (int64_t b = w; b < nb; b += kAccHeads) {
+    int base = boff[b];
+    for (int half = 0; half < 2; ++half) {
+      const int64_t e = b * 64 + 32 * half + lane;
+      const bool v = e < n && kind[e] != kInvalid;
+      const unsigned bal = __ballot_sync(0xffffffffu, v);
+      if (v) vidx[base + __popc(bal & ((1u << lane) - 1u))] = static_cast<int>(e);
+      base += __popc(bal);
+    }
+  }
+  __syncthreads();
+  const int nv = boff[nb];
+  // P of the valid entries, bf16, moved to their slots (slot <= entry: reads stay ahead of writes).
+  for (int base = 0; base < nv; base += 32) {
+    const int ci = base + lane;
+    const float v = ci < nv ? rb(Pw[vidx[ci]]) : 0.0f;
+    __syncwarp();
+    if (ci < nv) Pw[ci] = v;
+    __syncwarp();
+  }
+  // The slice of every valid entry's key, fp32, at its slot.
   const int per = cs / 8;
-  for (int64_t i = threadIdx.x; i < n * per; i += blockDim.x) {
-    const int64_t e = i / per;
-    const int j = static_cast<int>(i % per);
-    if (kind[e] == kInvalid) continue;
-    *reinterpret_cast<uint4*>(keys + e * (cs / 2) + 4 * j) = load8_bf16(kind[e], kptr[e], a.d, c0 + 8 * j);
+  for (int i = threadIdx.x; i < nv * per; i += blockDim.x) {
+    const int ci = i / per, j = i % per;
+    const int e = vidx[ci];
+    float v[8];
+    load8(kind[e], kptr[e], a.d, c0 + 8 * j, v);
+    float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
+    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
   __syncthreads();
   if (2 * lane >= cs) return;
   float a0 = 0.0f, a1 = 0.0f;
+  const float* kl = keys + 2 * lane;
   for (int64_t b = 0; b < nb; ++b) {
     const float al = aw[b];
     a0 = __fmul_rn(a0, al);
     a1 = __fmul_rn(a1, al);
-    const int64_t end = n < b * 64 + 64 ? n : b * 64 + 64;
+    const int end = boff[b + 1];
 #pragma unroll 8
-    for (int64_t e = b * 64; e < end; ++e) {
-      if (kind[e] == kInvalid) continue;
-      const uint32_t k2 = keys[e * (cs / 2) + lane];
-      const float pe = Pw[e];
-      a0 = __fadd_rn(a0, __fmul_rn(pe, lo_bf16(k2)));
-      a1 = __fadd_rn(a1, __fmul_rn(pe, hi_bf16(k2)));
+    for (int ci = boff[b]; ci < end; ++ci) {
+      const float2 k2 = *reinterpret_cast<const float2*>(kl + static_cast<int64_t>(ci) * cs);
+      const float pe = Pw[ci];
+      a0 = __fadd_rn(a0, __fmul_rn(pe, k2.x));
+      a1 = __fadd_rn(a1, __fmul_rn(pe, k2.y));
     }
   }
   const float sum = sums[w];
@@ -277,19 +335,13 @@ __global__ void __launch_bounds__(32 * kAccHeads) sparse_accum_kernel(SparseArgs
   out[1] = o1;
 }
 
-size_t accum_smem(int64_t n, int64_t d) {
-  const int64_t cs = d < kSlice ? d : kSlice;
-  return static_cast<size_t>(keys_offset(n) + n * cs * 2 + n);
-}
-
-template <typename K>
-cudaError_t launch(K kernel, dim3 grid, int threads, size_t shm, cudaStream_t s, const SparseArgs& a, int64_t r0,
-                   float* score) {
+template <typename K, typename... Args>
+cudaError_t launch(K kernel, dim3 grid, int threads, size_t shm, cudaStream_t s, Args... args) {
   if (shm > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
     if (e != cudaSuccess) return e;
   }
-  kernel<<<grid, threads, shm, s>>>(a, r0, score);
+  kernel<<<grid, threads, shm, s>>>(args...);
   return cudaGetLastError();
 }
 
@@ -306,9 +358,13 @@ cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* p
   if (rows == 0) return cudaSuccess;
   if (d % 32 || H % kScoreHeads || H % kAccHeads || H % G || !work || W + n_sel == 0) return cudaErrorInvalidValue;
   const SparseArgs a{q, kvn, pieces, row_piece, pos, topk, sink, freqs, o, rows, H, d, W, cap, n_sel, G, scale, n_freq, fmt};
-  const int64_t n = W + n_sel, nb = (n + 63) / 64, cs = d < kSlice ? d : kSlice;
+  const int64_t n = W + n_sel, nb = (n + 63) / 64;
   const size_t shm1 = (kScoreHeads * d) * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
-  const size_t shm2 = accum_smem(n, d);
+  // Channel slice of the accumulation: 64, or 32 when the staged keys would not fit.
+  int cs = d < kSlice ? static_cast<int>(d) : kSlice;
+  if (AccumLayout(n, cs).total > kMaxSmem) cs = 32;
+  const size_t shm2 = static_cast<size_t>(AccumLayout(n, cs).total);
+  if (shm2 > kMaxSmem) return cudaErrorInvalidValue;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
     const unsigned rc = static_cast<unsigned>(rows - r0 < kRowChunk ? rows - r0 : kRowChunk);
     const dim3 g1(static_cast<unsigned>(nb), static_cast<unsigned>(H / kScoreHeads), rc);
@@ -322,7 +378,7 @@ cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* p
     }
     if (e != cudaSuccess) return e;
     const dim3 g2(static_cast<unsigned>(d / cs), static_cast<unsigned>(H / kAccHeads), rc);
-    e = launch(sparse_accum_kernel, g2, 32 * kAccHeads, shm2, s, a, r0, work);
+    e = launch(sparse_accum_kernel, g2, 32 * kAccHeads, shm2, s, a, r0, static_cast<const float*>(work), cs);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
