@@ -47,7 +47,14 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
   uint32_t* qw = reinterpret_cast<uint32_t*>(w + ((IH + 3) & ~int64_t{3}));  // [IH, W] int8x4, 16 B aligned
   int* qe = reinterpret_cast<int*>(qw + IH * W);                   // [IH, G] exponents / sentinels
   const int64_t r = blockIdx.y;
-  for (int64_t i = threadIdx.x; i < IH * IHD; i += blockDim.x) q[i] = qi[r * IH * IHD + i];
+  for (int64_t i0 = threadIdx.x; i0 < IH * IHD; i0 += 8 * kScoreThreads) {  // 8 loads in flight
+    float t[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) t[u] = i0 + u * kScoreThreads < IH * IHD ? __ldg(qi + r * IH * IHD + i0 + u * kScoreThreads) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (i0 + u * kScoreThreads < IH * IHD) q[i0 + u * kScoreThreads] = t[u];
+  }
   for (int64_t h = threadIdx.x; h < IH; h += blockDim.x) w[h] = rb(__fmul_rn(wt[r * IH + h], wscale));
   __syncthreads();
   // Integer form of every 32-element group of qi: one warp per group, lane = element.
@@ -181,10 +188,13 @@ __device__ void tile_select(int n, int k, KeyFn key, OutFn out, SelectShared<NT,
   // A tile's keys: computed with consecutive threads on consecutive elements (coalesced reads),
   // then each thread takes its own EPT from shared memory.
   auto load = [&](int tile) {
-    for (int m = threadIdx.x; m < kTile; m += NT) {  // whole warps: key may be warp-cooperative
-      const int i = tile * kTile + m;
-      const uint32_t kk = key(i);
-      sh.keys[m] = static_cast<uint16_t>(i < n ? kk : 0u);
+    uint32_t t[EPT];  // all of the thread's reads in flight before the shared stores
+#pragma unroll
+    for (int u = 0; u < EPT; ++u) t[u] = key(tile * kTile + u * NT + static_cast<int>(threadIdx.x));  // whole warps
+#pragma unroll
+    for (int u = 0; u < EPT; ++u) {
+      const int m = u * NT + static_cast<int>(threadIdx.x);
+      sh.keys[m] = static_cast<uint16_t>(tile * kTile + m < n ? t[u] : 0u);
     }
     __syncthreads();
 #pragma unroll
@@ -308,7 +318,7 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
   const int64_t ch = topk_chunk(lc, K), t0 = c * ch;
   if (t0 >= lc) return;
   const int64_t n = lc - t0 < ch ? lc - t0 : ch;
-  const float* sc = score + r * stride + t0;
+  const float* sc = score + r * stride;
   int32_t* out = work + (r * kMaxChunks + c) * K;
   tile_select<kChunkThreads, kChunkEpt>(
       static_cast<int>(n), static_cast<int>(n < K ? n : K),
@@ -376,6 +386,9 @@ candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, in
     return b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
   };
   const uint32_t neg_inf_key = key16(neg_inf);
+  // Verdicts of a single tile go through shared memory (then one coalesced pass writes the rows).
+  __shared__ uint8_t verdict[kRowThreads * kCandEpt];
+  const bool staged = nb <= kRowThreads * kCandEpt;
   tile_select<kRowThreads, kCandEpt>(
       static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks), block_key,
       [&](int64_t b, bool sel, int, uint32_t key) {
@@ -386,9 +399,14 @@ candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, in
           key = b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
         }
         const uint8_t keep = sel && key > neg_inf_key;
-        for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = keep;
+        if (staged) verdict[b] = keep;
+        else
+          for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) m[t] = keep;
       },
       sh);
+  if (!staged) return;
+  __syncthreads();
+  for (int64_t t = threadIdx.x; t < lc; t += kRowThreads) m[t] = verdict[t / B];
 }
 
 __global__ void apply_candidates_kernel(float* score, int64_t stride, const int64_t* pos, int ratio,

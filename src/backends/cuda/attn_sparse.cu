@@ -37,9 +37,10 @@ struct SparseArgs {
   CompFormat fmt;
 };
 
-// Entry idx of row r's key list: its kind and the address of its key row.
-__device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t r, int64_t p, int64_t idx,
-                                          const void*& ptr) {
+// Entry idx of row r's key list: its kind and the address of its key row. sel: topk[r, idx - W]
+// for a compressed entry (loaded by the caller).
+__device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t p, int64_t idx,
+                                          int32_t sel, const void*& ptr) {
   ptr = nullptr;
   if (idx < a.W) {
     const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
@@ -52,7 +53,7 @@ __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& p
     ptr = pc.window + (qp % a.cap) * (a.d + a.d / 32);
     return kFp8;
   }
-  const int32_t t = a.topk[r * a.n_sel + (idx - a.W)];
+  const int32_t t = sel;
   if (t < 0) return kInvalid;
   if (a.fmt == CompFormat::fp8_ue8m0_32) {
     ptr = pc.comp + static_cast<int64_t>(t) * (a.d + a.d / 32);
@@ -62,46 +63,62 @@ __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& p
   return kFp4;
 }
 
-// Eight consecutive decoded elements k..k+7 (k a multiple of 8) of an entry's key (zeros for an
-// invalid entry). Row strides of small test shapes (66 or 132 B FP8 rows) are not 8-byte
+// The raw bytes of eight consecutive elements k..k+7 (k a multiple of 8) of an entry's key, loaded
+// apart from their decoding so that a thread can keep several loads in flight: fresh rows as
+// 8 floats (a, b), FP8 as 8 codes (a.x, a.y) and the scale byte (a.z), FP4 as 8 nibbles (a.x) and
+// the scale byte (a.z). Row strides of small test shapes (66 or 132 B FP8 rows) are not 8-byte
 // multiples, hence the aligned-load check.
-__device__ __forceinline__ void load8(int kind, const void* p, int64_t d, int64_t k, float* v) {
+struct Raw8 {
+  uint4 a, b;
+};
+
+__device__ __forceinline__ Raw8 raw8(int kind, const void* p, int64_t d, int64_t k) {
+  Raw8 r{};
   if (kind == kFresh) {
-    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k);
-    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + k + 4);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    r.a = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k));
+    r.b = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k + 4));
   } else if (kind == kFp8) {
     const uint8_t* row = static_cast<const uint8_t*>(p);
-    uint32_t w0, w1;
     if ((reinterpret_cast<uintptr_t>(row + k) & 7) == 0) {
-      const uint2 c = *reinterpret_cast<const uint2*>(row + k);
-      w0 = c.x; w1 = c.y;
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(row + k));
+      r.a.x = c.x; r.a.y = c.y;
     } else {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(row + k);  // rows are 2-byte aligned
-      w0 = h[0] | (uint32_t{h[1]} << 16);
-      w1 = h[2] | (uint32_t{h[3]} << 16);
+      r.a.x = __ldg(h) | (uint32_t{__ldg(h + 1)} << 16);
+      r.a.y = __ldg(h + 2) | (uint32_t{__ldg(h + 3)} << 16);
     }
-    const float s = ue8m0_f(row[d + (k >> 5)]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = e4m3_f((w0 >> (8 * i)) & 255u) * s;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((w1 >> (8 * i)) & 255u) * s;
+    r.a.z = __ldg(row + d + (k >> 5));
   } else if (kind == kFp4) {
     const uint8_t* row = static_cast<const uint8_t*>(p);
-    const uint32_t c = *reinterpret_cast<const uint32_t*>(row + (k >> 1));
-    const float s = e4m3_f(row[d / 2 + (k >> 4)]);
+    r.a.x = __ldg(reinterpret_cast<const uint32_t*>(row + (k >> 1)));
+    r.a.z = __ldg(row + d / 2 + (k >> 4));
+  }
+  return r;
+}
+
+// Decoded values of raw8 (zeros for an invalid entry).
+__device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
+  if (kind == kFresh) {
+    v[0] = __uint_as_float(r.a.x); v[1] = __uint_as_float(r.a.y); v[2] = __uint_as_float(r.a.z);
+    v[3] = __uint_as_float(r.a.w); v[4] = __uint_as_float(r.b.x); v[5] = __uint_as_float(r.b.y);
+    v[6] = __uint_as_float(r.b.z); v[7] = __uint_as_float(r.b.w);
+  } else if (kind == kFp8) {
+    const float s = ue8m0_f(r.a.z);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = e2m1_f((c >> (4 * i)) & 15u) * s;
+    for (int i = 0; i < 4; ++i) v[i] = e4m3_f((r.a.x >> (8 * i)) & 255u) * s;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((r.a.y >> (8 * i)) & 255u) * s;
+  } else if (kind == kFp4) {
+    const float s = e4m3_f(r.a.z);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = e2m1_f((r.a.x >> (4 * i)) & 15u) * s;
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
   }
 }
 
-// The same as bf16 bits packed in pairs (exact: every cached value is a bf16 value).
-__device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, int64_t k) {
-  float v[8];
-  load8(kind, p, d, k, v);
+__device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
   uint4 r;
   r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
   r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
@@ -109,6 +126,8 @@ __device__ __forceinline__ uint4 load8_bf16(int kind, const void* p, int64_t d, 
   r.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
   return r;
 }
+
+constexpr int kBatch = 8;  // loads a thread keeps in flight while staging
 
 __device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -128,18 +147,44 @@ __global__ void __launch_bounds__(64 * kScoreHeads) sparse_scores_kernel(SparseA
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * 64, n = a.W + a.n_sel;
   const PieceDev& pc = a.pieces[a.row_piece[r]];
   const int64_t p = a.pos[r];
-  for (int i = threadIdx.x; i < kScoreHeads * D / 4; i += blockDim.x)
-    reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(a.q + (r * a.H + h0) * D)[i];
+  {
+    constexpr int n4 = kScoreHeads * D / 4, nq = (n4 + 64 * kScoreHeads - 1) / (64 * kScoreHeads);  // float4 per thread
+    const float4* src = reinterpret_cast<const float4*>(a.q + (r * a.H + h0) * D);
+    float4 t[nq];
+#pragma unroll
+    for (int u = 0; u < nq; ++u) {
+      const int i = threadIdx.x + u * 64 * kScoreHeads;
+      t[u] = i < n4 ? __ldg(src + i) : float4{};
+    }
+#pragma unroll
+    for (int u = 0; u < nq; ++u) {
+      const int i = threadIdx.x + u * 64 * kScoreHeads;
+      if (i < n4) reinterpret_cast<float4*>(qs)[i] = t[u];
+    }
+  }
   if (threadIdx.x < 64) {
     const void* ptr = nullptr;
     const int64_t idx = b0 + threadIdx.x;
-    kind[threadIdx.x] = idx < n ? list_entry(a, pc, r, p, idx, ptr) : kInvalid;
+    const int32_t sel = idx >= a.W && idx < n ? __ldg(a.topk + r * a.n_sel + (idx - a.W)) : -1;
+    kind[threadIdx.x] = idx < n ? list_entry(a, pc, p, idx, sel, ptr) : kInvalid;
     kptr[threadIdx.x] = ptr;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 64 * (D / 8); i += blockDim.x) {
-    const int e = i / (D / 8), k = (i % (D / 8)) * 8;
-    if (kind[e] != kInvalid) *reinterpret_cast<uint4*>(keys + e * ks + k) = load8_bf16(kind[e], kptr[e], D, k);
+  for (int i0 = threadIdx.x; i0 < 64 * (D / 8); i0 += kBatch * 64 * kScoreHeads) {
+    Raw8 raw[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * 64 * kScoreHeads, e = i / (D / 8), k = (i % (D / 8)) * 8;
+      raw[u] = i < 64 * (D / 8) ? raw8(kind[e], kptr[e], D, k) : Raw8{};
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * 64 * kScoreHeads, e = i / (D / 8), k = (i % (D / 8)) * 8;
+      if (i >= 64 * (D / 8) || kind[e] == kInvalid) continue;
+      float v[8];
+      decode8(kind[e], raw[u], v);
+      *reinterpret_cast<uint4*>(keys + e * ks + k) = pack_bf16x8(v);
+    }
   }
   __syncthreads();
   const int hl = threadIdx.x / 64, e = threadIdx.x % 64;
@@ -218,10 +263,21 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAccHeads + w;
   const PieceDev& pc = a.pieces[a.row_piece[r]];
   const int64_t p = a.pos[r];
-  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
-    const void* ptr = nullptr;
-    kind[e] = static_cast<uint8_t>(list_entry(a, pc, r, p, e, ptr));
-    kptr[e] = ptr;
+  for (int64_t e0 = threadIdx.x; e0 < n; e0 += kBatch * 32 * kAccHeads) {
+    int32_t sel[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t e = e0 + u * 32 * kAccHeads;
+      sel[u] = e >= a.W && e < n ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t e = e0 + u * 32 * kAccHeads;
+      if (e >= n) continue;
+      const void* ptr = nullptr;
+      kind[e] = static_cast<uint8_t>(list_entry(a, pc, p, e, sel[u], ptr));
+      kptr[e] = ptr;
+    }
   }
   // Softmax statistics of head h (warp w), independent of the keys.
   float* Pw = P + w * n;
@@ -229,7 +285,14 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   float* aw = alpha + w * nb;
   float* pw = psum + w * nb;
   const float* sw = score + ((r - r0) * a.H + h) * n;
-  for (int64_t e = lane; e < n; e += 32) Pw[e] = sw[e];
+  for (int64_t e0 = lane; e0 < n; e0 += 32 * kBatch) {
+    float t[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) t[u] = e0 + 32 * u < n ? __ldg(sw + e0 + 32 * u) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (e0 + 32 * u < n) Pw[e0 + 32 * u] = t[u];
+  }
   __syncwarp();
   for (int64_t b = lane; b < nb; b += 32) {
     float mx = __int_as_float(0xff800000);
@@ -295,14 +358,25 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   }
   // The slice of every valid entry's key, fp32, at its slot.
   const int per = cs / 8;
-  for (int i = threadIdx.x; i < nv * per; i += blockDim.x) {
-    const int ci = i / per, j = i % per;
-    const int e = vidx[ci];
-    float v[8];
-    load8(kind[e], kptr[e], a.d, c0 + 8 * j, v);
-    float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
-    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+  for (int i0 = threadIdx.x; i0 < nv * per; i0 += kBatch * 32 * kAccHeads) {
+    Raw8 raw[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * 32 * kAccHeads;
+      const int e = i < nv * per ? vidx[i / per] : 0;
+      raw[u] = i < nv * per ? raw8(kind[e], kptr[e], a.d, c0 + 8 * (i % per)) : Raw8{};
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * 32 * kAccHeads;
+      if (i >= nv * per) continue;
+      const int ci = i / per, j = i % per;
+      float v[8];
+      decode8(kind[vidx[ci]], raw[u], v);
+      float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
+      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
   }
   __syncthreads();
   if (2 * lane >= cs) return;
