@@ -1,5 +1,6 @@
-// EXL3 GEMV/GEMM speed on the V4.1 expert and attention shapes against the memory floor of the
-// layer's own bytes (trellis + suh + svh) at the device-to-device copy bandwidth measured in the run.
+// EXL3 GEMV/GEMM speed on the V4.1 expert and attention shapes, and the grouped routed experts of
+// one MoE layer, against the memory floor of the weights' own bytes (trellis + suh + svh) at the
+// device-to-device copy bandwidth measured in the same run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "backends/cuda/exl3_device.h"
 #include "formats/exl3/half.h"
+#include "graph_timing.h"
 
 namespace {
 
@@ -70,6 +72,79 @@ exl3::Linear random_layer(const Shape& s, uint64_t seed) {
   return layer;
 }
 
+// Routed experts of one MoE layer (6 of them per row, V4.1-Flash: D 5120, I 2304; gate/up 2-bit,
+// down 3-bit, mul1): calls rotate over 8 disjoint sets of 6 experts (48 expert copies, about 0.5 GB)
+// so no call finds its experts in L2. Rows either share their 6 experts or each take 6 of their own.
+void moe_bench(double bandwidth) {
+  const int64_t D = 5120, I = 2304;
+  constexpr int kSets = 8, kTopK = 6, kExperts = kSets * kTopK;
+  const exl3::Linear p1 = random_layer({"w1", D, I, 2, 2}, 7), p3 = random_layer({"w3", D, I, 2, 2}, 8),
+                     p2 = random_layer({"w2", I, D, 3, 2}, 9);
+  auto bytes_of = [](const exl3::Linear& l) { return 2 * (l.trellis.size() + l.suh.size() + l.svh.size()); };
+  const size_t expert_bytes = bytes_of(p1) + bytes_of(p3) + bytes_of(p2);
+  std::vector<Exl3DeviceLinear> keep;
+  std::vector<Exl3Weights> h1, h3, h2;
+  for (int e = 0; e < kExperts; ++e) {
+    for (const exl3::Linear* p : {&p1, &p3, &p2}) {
+      auto up = upload(*p);
+      if (!up.ok()) {
+        std::fprintf(stderr, "%s\n", up.status().to_string().c_str());
+        std::exit(1);
+      }
+      keep.push_back(std::move(*up));
+    }
+    h1.push_back(keep[keep.size() - 3].weights);
+    h3.push_back(keep[keep.size() - 2].weights);
+    h2.push_back(keep[keep.size() - 1].weights);
+  }
+  DeviceBuffer d1(sizeof(Exl3Weights) * kExperts), d3(sizeof(Exl3Weights) * kExperts), d2(sizeof(Exl3Weights) * kExperts);
+  CHECK_CUDA(cudaMemcpy(d1.get(), h1.data(), d1.bytes(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d3.get(), h3.data(), d3.bytes(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d2.get(), h2.data(), d2.bytes(), cudaMemcpyHostToDevice));
+  Exl3ExpertGroup group{d1.as<Exl3Weights>(), d3.as<Exl3Weights>(), d2.as<Exl3Weights>(), h1[0], h3[0], h2[0]};
+  struct Case {
+    const char* name;
+    int rows;
+    bool distinct;  // each row its own 6 experts
+  };
+  for (const Case c : {Case{"moe 1 row", 1, false}, Case{"moe 8 rows shared", 8, false},
+                       Case{"moe 8 rows distinct", 8, true}}) {
+    const int64_t pairs = int64_t(c.rows) * kTopK;
+    const int distinct_experts = c.distinct ? c.rows * kTopK : kTopK;
+    if (distinct_experts > kExperts) continue;
+    std::vector<DeviceBuffer> route_row, route_expert;
+    for (int set = 0; set < kSets; ++set) {
+      std::vector<std::pair<int32_t, int32_t>> t;  // (expert, row), sorted
+      for (int r = 0; r < c.rows; ++r)
+        for (int j = 0; j < kTopK; ++j)
+          t.emplace_back(c.distinct ? (set * kTopK + r * kTopK + j) % kExperts : set * kTopK + j, r);
+      std::sort(t.begin(), t.end());
+      std::vector<int32_t> pe, pr;
+      for (auto& [e, r] : t) pe.push_back(e), pr.push_back(r);
+      route_row.emplace_back(sizeof(int32_t) * pairs);
+      route_expert.emplace_back(sizeof(int32_t) * pairs);
+      CHECK_CUDA(cudaMemcpy(route_row.back().get(), pr.data(), sizeof(int32_t) * pairs, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(route_expert.back().get(), pe.data(), sizeof(int32_t) * pairs, cudaMemcpyHostToDevice));
+    }
+    std::vector<float> weights(pairs, 0.25f);
+    DeviceBuffer w(sizeof(float) * pairs), x(sizeof(float) * c.rows * D), out(sizeof(float) * pairs * D);
+    DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(pairs, I));
+    CHECK_CUDA(cudaMemcpy(w.get(), weights.data(), w.bytes(), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemset(x.get(), 0x3C, x.bytes()));
+    const double us = bench::graph_median_us(
+        [&](int i, cudaStream_t st) {
+          CHECK_CUDA(exl3_routed_experts(x.as<float>(), route_row[i % kSets].as<int32_t>(),
+                                         route_expert[i % kSets].as<int32_t>(), w.as<float>(), pairs, group, 10.f,
+                                         scratch.get(), out.as<float>(), st));
+        },
+        4 * kSets, 15);
+    const double bytes = double(expert_bytes) * distinct_experts;
+    const double floor_us = bytes / bandwidth * 1e6;
+    std::printf("%-20s %5d %10.0f %10.2f %10.2f %8.2f %8.0f\n", c.name, c.rows, bytes, us, floor_us, us / floor_us,
+                bytes / (us * 1e-6) / 1e9);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,39 +191,17 @@ int main(int argc, char** argv) {
       DeviceBuffer ws(exl3_workspace_bytes(layers[0].weights, rows));
       CHECK_CUDA(cudaMemset(x.get(), 0x3C, x.bytes()));
       CHECK_CUDA(exl3_workspace_init(layers[0].weights, ws.get(), nullptr));
-      cudaStream_t stream;
-      CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       // One graph holding one launch per copy: replay time / copies = time per layer.
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      for (const auto& layer : layers)
-        CHECK_CUDA(exl3_gemm(layer.weights, x.as<float>(), rows, y.as<float>(), ws.get(), stream));
-      CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-      CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      cudaEvent_t t0, t1;
-      cudaEventCreate(&t0);
-      cudaEventCreate(&t1);
-      for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-      std::vector<float> ms;
-      for (int i = 0; i < 15; ++i) {
-        cudaEventRecord(t0, stream);
-        CHECK_CUDA(cudaGraphLaunch(exec, stream));
-        cudaEventRecord(t1, stream);
-        CHECK_CUDA(cudaEventSynchronize(t1));
-        float m;
-        cudaEventElapsedTime(&m, t0, t1);
-        ms.push_back(m);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double us = ms[ms.size() / 2] * 1e3 / copies;
+      const double us = bench::graph_median_us(
+          [&](int i, cudaStream_t st) {
+            CHECK_CUDA(exl3_gemm(layers[i % copies].weights, x.as<float>(), rows, y.as<float>(), ws.get(), st));
+          },
+          copies, 15);
       const double floor_us = layer_bytes / bandwidth * 1e6;
       std::printf("%-20s %5lld %10zu %10.2f %10.2f %8.2f %8.0f\n", s.name, (long long)rows, layer_bytes, us,
                   floor_us, us / floor_us, layer_bytes / (us * 1e-6) / 1e9);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
     }
   }
+  if (only.empty() || only == "moe") moe_bench(bandwidth);
   return 0;
 }

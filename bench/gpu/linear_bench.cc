@@ -17,6 +17,7 @@
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe_experts.cuh"
+#include "graph_timing.h"
 
 namespace {
 
@@ -86,35 +87,7 @@ double copy_bandwidth() {
 // Median microseconds per call of fn(i) (i = call index, for rotating weight copies), timed as a
 // CUDA graph of `calls` launches so launch overhead is not counted.
 double time_us(const std::function<void(int, cudaStream_t)>& fn, int calls = 40) {
-  cudaStream_t s;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 3; ++i) fn(i, s);
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) fn(i, s);
-  CHECK_CUDA(cudaStreamEndCapture(s, &g));
-  CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t t0, t1;
-  cudaEventCreate(&t0);
-  cudaEventCreate(&t1);
-  CHECK_CUDA(cudaGraphLaunch(ge, s));
-  std::vector<float> v;
-  for (int rep = 0; rep < 5; ++rep) {
-    cudaEventRecord(t0, s);
-    CHECK_CUDA(cudaGraphLaunch(ge, s));
-    cudaEventRecord(t1, s);
-    CHECK_CUDA(cudaEventSynchronize(t1));
-    float ms;
-    cudaEventElapsedTime(&ms, t0, t1);
-    v.push_back(ms);
-  }
-  std::sort(v.begin(), v.end());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
-  return v[v.size() / 2] * 1e3 / calls;
+  return dsv4::bench::graph_median_us(fn, calls, 5);
 }
 
 double g_bw = 0;

@@ -1,5 +1,6 @@
-// EXL3 GEMM on CUDA: every ExLlamaV3 fixture within the fp32 tolerance of y_ref, and bit-identical
-// rows whatever the number of rows in the launch (batch invariance).
+// EXL3 GEMM on CUDA: every ExLlamaV3 fixture within the fp32 tolerance of y_ref, bit-identical rows
+// whatever the number of rows in the launch (batch invariance), and the grouped routed experts equal
+// to their per-expert products and the CPU SwiGLU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,9 @@
 #include <filesystem>
 #include <random>
 
+#include "backends/cpu/moe.h"
 #include "backends/cuda/exl3_device.h"
+#include "core/bf16.h"
 #include "formats/exl3/half.h"
 #include "formats/exl3/pack.h"
 
@@ -81,22 +84,27 @@ TEST(Exl3Cuda, FixturesMatchReferenceAndRowsAreBatchInvariant) {
 
 // A full-width V4.1 expert shape with random trellis words (any word pattern is a valid code):
 // rows bit-identical across launch sizes, and close to the CPU double-precision path.
+exl3::Linear random_layer(int64_t in, int64_t out, int bits, int codebook, uint64_t seed) {
+  exl3::Linear layer;
+  layer.name = "synthetic";
+  layer.in_features = in;
+  layer.out_features = out;
+  layer.bits = bits;
+  layer.codebook = static_cast<exl3::Codebook>(codebook);
+  std::mt19937_64 rng(seed);
+  layer.trellis.resize(in / 16 * (out / 16) * 16 * bits);
+  for (auto& w : layer.trellis) w = static_cast<uint16_t>(rng());
+  std::uniform_real_distribution<double> scale(0.005, 0.02);
+  for (int64_t i = 0; i < in; ++i) layer.suh.push_back(exl3::double_to_half_bits((rng() & 1 ? -1 : 1) * scale(rng)));
+  for (int64_t i = 0; i < out; ++i)
+    layer.svh.push_back(exl3::double_to_half_bits((rng() & 1 ? -1 : 1) * scale(rng) * 50));
+  return layer;
+}
+
 TEST(Exl3Cuda, ExpertShapeBatchInvariantAndCloseToCpu) {
   for (int codebook = 0; codebook < 3; ++codebook) {
-    exl3::Linear layer;
-    layer.name = "synthetic.w1";
-    layer.in_features = 5120;
-    layer.out_features = 2304;
-    layer.bits = 3;
-    layer.codebook = static_cast<exl3::Codebook>(codebook);
-    std::mt19937_64 rng(1234 + codebook);
-    layer.trellis.resize(layer.in_features / 16 * (layer.out_features / 16) * 16 * layer.bits);
-    for (auto& w : layer.trellis) w = static_cast<uint16_t>(rng());
-    std::uniform_real_distribution<double> scale(0.005, 0.02);
-    for (int64_t i = 0; i < layer.in_features; ++i)
-      layer.suh.push_back(exl3::double_to_half_bits((rng() & 1 ? -1 : 1) * scale(rng)));
-    for (int64_t i = 0; i < layer.out_features; ++i)
-      layer.svh.push_back(exl3::double_to_half_bits((rng() & 1 ? -1 : 1) * scale(rng) * 50));
+    exl3::Linear layer = random_layer(5120, 2304, 3, codebook, 1234 + codebook);
+    std::mt19937_64 rng(99 + codebook);
     auto device = upload(layer);
     ASSERT_TRUE(device.ok()) << device.status().to_string();
     const int64_t rows = 32;
@@ -104,7 +112,7 @@ TEST(Exl3Cuda, ExpertShapeBatchInvariantAndCloseToCpu) {
     std::normal_distribution<float> normal(0.f, 1.f);
     for (auto& v : x) v = normal(rng);
     const std::vector<float> y_all = run_gemm(*device, x, rows);
-    for (int64_t r : {1, 5, 9}) {
+    for (int64_t r : {1, 3, 8, 16}) {
       const std::vector<float> y = run_gemm(*device, x, r);
       EXPECT_EQ(std::memcmp(y.data(), y_all.data(), sizeof(float) * r * layer.out_features), 0) << r;
     }
@@ -117,6 +125,109 @@ TEST(Exl3Cuda, ExpertShapeBatchInvariantAndCloseToCpu) {
     }
     // fp32 sums of 5120 products: relative rounding error ~ sqrt(5120)·2^-24 ≈ 4e-6; 2e-5 leaves margin.
     EXPECT_LE(std::sqrt(num / den), 2e-5) << "codebook " << codebook;
+  }
+}
+
+// Grouped routed experts against the composition of tested pieces: a and u (read back from the
+// scratch) bit-identical to bf16(exl3_gemm) of each pair's row; out against exl3_gemm of the CPU
+// SwiGLU of those a, u; and each pair's output independent of the other pairs in the launch.
+TEST(Exl3Cuda, RoutedExpertsMatchPerExpertProducts) {
+  const int64_t D = 1024, I = 512, E = 5, rows = 7;
+  const float limit = 3.f;
+  for (const bool same_width : {true, false}) {
+    SCOPED_TRACE(same_width ? "w1 and w3 alike: one gate/up launch" : "w3 wider: two launches");
+    std::vector<exl3::Linear> h1, h3, h2;
+    std::vector<Exl3DeviceLinear> d1, d3, d2;
+    for (int e = 0; e < E; ++e) {
+      h1.push_back(random_layer(D, I, 2, 2, 10 + e));
+      h3.push_back(random_layer(D, I, same_width ? 2 : 3, same_width ? 2 : 0, 20 + e));
+      h2.push_back(random_layer(I, D, 3, 2, 30 + e));
+      for (auto [h, d] : {std::pair{&h1, &d1}, std::pair{&h3, &d3}, std::pair{&h2, &d2}}) {
+        auto up = upload(h->back());
+        ASSERT_TRUE(up.ok()) << up.status().to_string();
+        d->push_back(std::move(*up));
+      }
+    }
+    auto table = [&](const std::vector<Exl3DeviceLinear>& d) {
+      std::vector<Exl3Weights> w;
+      for (const auto& l : d) w.push_back(l.weights);
+      DeviceBuffer buf(sizeof(Exl3Weights) * w.size());
+      cudaMemcpy(buf.get(), w.data(), buf.bytes(), cudaMemcpyHostToDevice);
+      return buf;
+    };
+    DeviceBuffer t1 = table(d1), t3 = table(d3), t2 = table(d2);
+    const Exl3ExpertGroup group{t1.as<Exl3Weights>(), t3.as<Exl3Weights>(), t2.as<Exl3Weights>(),
+                                d1[0].weights,        d3[0].weights,        d2[0].weights};
+
+    // Each row picks 2 distinct experts; pairs sorted by (expert, row).
+    std::mt19937_64 rng(5);
+    std::vector<std::pair<int32_t, int32_t>> pairs;
+    for (int32_t r = 0; r < rows; ++r) {
+      const int32_t e0 = int32_t(rng() % E), e1 = int32_t((e0 + 1 + rng() % (E - 1)) % E);
+      pairs.emplace_back(e0, r);
+      pairs.emplace_back(e1, r);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    const int64_t P = int64_t(pairs.size());
+    std::vector<int32_t> pe, pr;
+    std::vector<float> pw;
+    for (auto [e, r] : pairs) pe.push_back(e), pr.push_back(r), pw.push_back(0.25f + 0.125f * float(rng() % 4));
+    std::vector<float> x(rows * D);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (auto& v : x) v = round_bf16(normal(rng) * 4.f);
+
+    auto run_grouped = [&](int64_t first, int64_t count, std::vector<float>& a, std::vector<float>& u) {
+      DeviceBuffer dx(sizeof(float) * x.size()), dpe(4 * count), dpr(4 * count), dpw(4 * count);
+      DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(count, I)), out(sizeof(float) * count * D);
+      cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice);
+      cudaMemcpy(dpe.get(), pe.data() + first, 4 * count, cudaMemcpyHostToDevice);
+      cudaMemcpy(dpr.get(), pr.data() + first, 4 * count, cudaMemcpyHostToDevice);
+      cudaMemcpy(dpw.get(), pw.data() + first, 4 * count, cudaMemcpyHostToDevice);
+      cudaMemset(out.get(), 0xFF, out.bytes());
+      EXPECT_EQ(exl3_routed_experts(dx.as<float>(), dpr.as<int32_t>(), dpe.as<int32_t>(), dpw.as<float>(), count, group,
+                                    limit, scratch.get(), out.as<float>(), nullptr),
+                cudaSuccess);
+      std::vector<float> o(count * D);
+      a.resize(count * I);
+      u.resize(count * I);
+      EXPECT_EQ(cudaMemcpy(o.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+      cudaMemcpy(a.data(), scratch.get(), sizeof(float) * count * I, cudaMemcpyDeviceToHost);
+      cudaMemcpy(u.data(), static_cast<char*>(scratch.get()) + sizeof(float) * count * I, sizeof(float) * count * I,
+                 cudaMemcpyDeviceToHost);
+      return o;
+    };
+    std::vector<float> a, u;
+    const std::vector<float> out = run_grouped(0, P, a, u);
+
+    double num = 0, den = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      const int e = pe[p], r = pr[p];
+      const std::vector<float> xr(x.begin() + r * D, x.begin() + (r + 1) * D);
+      std::vector<float> ar = run_gemm(d1[e], xr, 1), ur = run_gemm(d3[e], xr, 1);
+      for (auto& v : ar) v = round_bf16(v);
+      for (auto& v : ur) v = round_bf16(v);
+      EXPECT_EQ(std::memcmp(ar.data(), a.data() + p * I, sizeof(float) * I), 0) << "a of pair " << p;
+      EXPECT_EQ(std::memcmp(ur.data(), u.data() + p * I, sizeof(float) * I), 0) << "u of pair " << p;
+      std::vector<float> h(I);
+      cpu::swiglu_clamped<float>(ar.data(), ur.data(), I, pw[p], limit, h.data());
+      const std::vector<float> y = run_gemm(d2[e], h, 1);
+      for (int64_t n = 0; n < D; ++n) {
+        const double ref = round_bf16(y[n]), got = out[p * D + n];
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+      }
+    }
+    // The device SwiGLU uses expf where the CPU uses std::exp: an h element may land one bf16 step
+    // apart (2^-8 relative) where the two round differently, moving out far below 1e-3 NRMS.
+    EXPECT_LE(std::sqrt(num / den), 1e-3);
+    EXPECT_GT(den, 0.0);
+
+    // The pairs of the middle expert alone give the same bits as inside the full launch.
+    const int64_t first = std::find(pe.begin(), pe.end(), pe[P / 2]) - pe.begin();
+    const int64_t count = std::count(pe.begin(), pe.end(), pe[P / 2]);
+    std::vector<float> a2, u2;
+    const std::vector<float> part = run_grouped(first, count, a2, u2);
+    EXPECT_EQ(std::memcmp(part.data(), out.data() + first * D, sizeof(float) * count * D), 0);
   }
 }
 

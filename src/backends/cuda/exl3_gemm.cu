@@ -1,264 +1,358 @@
-// EXL3 GEMV/GEMM in one launch: each block rotates its K-slice of the input (Hadamard ∘ suh), decodes
-// its trellis tiles on the fly, and the last block of a column block to finish adds the slices in
-// index order and applies the output Hadamard ∘ svh. The row count never changes the arithmetic.
+// EXL3 GEMV/GEMM on tensor cores, one launch per product: a cluster of blocks shares one 128-column
+// block, each block rotates its K-slice of the input into fp16 hi/lo A fragments, decodes its trellis
+// tiles straight into mma.m16n8k16 B fragments, and the cluster adds its slices in index order
+// through distributed shared memory before the output Hadamard ∘ svh. Rows never interact.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "backends/cuda/exl3_gemm.cuh"
+#include "backends/cuda/exl3_tile.cuh"
+#include "core/bf16.h"
 
 namespace dsv4::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+using namespace exl3_tile;
+
 constexpr int kHad = 128;           // Hadamard block
 constexpr int kWarps = 8;           // one warp per 16-column tile column: 8 warps = 128 columns
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMaxRowGroup = 8;     // rows accumulated in registers at once
-constexpr int kTargetBlocks = 528;  // 4 waves of 132 SMs; a constant, so the split is shape-only
-constexpr int kMaxSliceK = 1024;    // K per slice is bounded so the rotated input fits shared memory
+constexpr int kTargetBlocks = 528;  // 4 per SM on 132 SMs; a constant, so the split is shape-only
+constexpr int kMaxCluster = 8;      // portable cluster size: at most 8 K-slices per column block
+constexpr int kMaxSliceHad = 8;     // 128-blocks per slice, unless that would need > 8 slices
+constexpr int kMaxSegSlots = 256;   // grouped launches: segment slots along z; each loops over segments
+
+enum class Mode : int { plain = 0, gate_up = 1, down = 2 };
 
 struct Split {
-  int splits;          // K-slices
-  int had_per_split;   // 128-wide Hadamard blocks per slice
+  int splits;          // K-slices = cluster size
+  int had_per_split;   // 128-wide Hadamard blocks per slice (the last slice may have fewer)
 };
 
-__host__ __device__ Split choose_split(int64_t in_features, int64_t out_features) {
+Split choose_split(int64_t in_features, int64_t out_features) {
   const int64_t column_blocks = out_features / kHad;
   const int64_t had_blocks = in_features / kHad;
   int64_t splits = (kTargetBlocks + column_blocks - 1) / column_blocks;
-  splits = splits < 1 ? 1 : (splits > had_blocks ? had_blocks : splits);
+  splits = std::max<int64_t>(1, std::min<int64_t>({splits, had_blocks, kMaxCluster}));
   int64_t per = (had_blocks + splits - 1) / splits;
-  if (per * kHad > kMaxSliceK) per = kMaxSliceK / kHad;
+  per = std::max<int64_t>(std::min<int64_t>(per, kMaxSliceHad), (had_blocks + kMaxCluster - 1) / kMaxCluster);
   return {static_cast<int>((had_blocks + per - 1) / per), static_cast<int>(per)};
 }
 
-// Two codebook values (fp16, rounded exactly as the reference decoder: one fp16 rounding each) for
-// states a and b, as floats; pairs share the half2 add / fused multiply-add.
-template <int CB>
-__device__ __forceinline__ float2 codebook_pair(uint32_t a, uint32_t b) {
-  if constexpr (CB == 2) {  // mul1: h = 1024 + unsigned byte sum (dp4a), value = fma(h, 0x1EEE, 0xC931)
-    const uint32_t ha = __dp4a(a * 0x83DCD12Du, 0x01010101u, 0x6400u);
-    const uint32_t hb = __dp4a(b * 0x83DCD12Du, 0x01010101u, 0x6400u);
-    const uint32_t packed = __byte_perm(ha, hb, 0x5410);  // low halves of ha, hb
-    const __half2 h = *reinterpret_cast<const __half2*>(&packed);
-    return __half22float2(__hfma2(h, __half2half2(__ushort_as_half(0x1EEE)), __half2half2(__ushort_as_half(0xC931))));
-  } else {  // 3INST / MCG: hash, mask/xor, then the sum of the two halves
-    uint32_t xa = CB == 1 ? a * 0xCBAC1FEDu : a * 89226354u + 64248484u;
-    uint32_t xb = CB == 1 ? b * 0xCBAC1FEDu : b * 89226354u + 64248484u;
-    xa = (xa & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    xb = (xb & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    const uint32_t lo = __byte_perm(xa, xb, 0x5410);  // (xa.lo, xb.lo)
-    const uint32_t hi = __byte_perm(xa, xb, 0x7632);  // (xa.hi, xb.hi)
-    return __half22float2(__hadd2(*reinterpret_cast<const __half2*>(&lo), *reinterpret_cast<const __half2*>(&hi)));
-  }
-}
+// What one launch computes; the mode decides where rows come from and where they go.
+struct Job {
+  Mode mode = Mode::plain;
+  Exl3Weights w;                       // shape, bits, codebook (and the pointers in plain mode)
+  const Exl3Weights* group = nullptr;  // grouped: per-expert weights [E] (device)
+  int column_blocks = 0;               // of one product; gate_up launches cover w1 then w3
+  const Exl3Weights* group_b = nullptr;  // gate_up: w3 [E] for column blocks >= column_blocks
+  Split split{};
+  const float* x = nullptr;            // plain / gate_up input rows
+  int64_t rows = 0;                    // plain: rows; grouped: pairs
+  float* y = nullptr;                  // plain: y [rows, out]; down: out [pairs, out]
+  const int32_t* pair_row = nullptr;   // gate_up: input row of each pair
+  const int32_t* pair_expert = nullptr;  // grouped: expert of each pair (sorted)
+  const int32_t* seg = nullptr;        // grouped: seg[0] = S, seg[1..S] segment starts, seg[S+1] = pairs
+  const float* pair_weight = nullptr;  // down: routing weight of each pair
+  float swiglu_limit = 0.f;
+  float* a = nullptr;                  // gate_up out / down in: bf16 values [pairs, I]
+  float* u = nullptr;
+};
 
-// 16 bits at compile-time offset O of the big-endian bit string n0 n1 n2.
-template <int O>
-__device__ __forceinline__ uint32_t bits16(uint32_t n0, uint32_t n1, uint32_t n2) {
-  constexpr int word = O / 32, shift = O % 32;
-  const uint32_t hi = word == 0 ? n0 : (word == 1 ? n1 : n2);
-  const uint32_t lo = word == 0 ? n1 : n2;
-  if constexpr (shift <= 16) return (hi << shift) >> 16;
-  else return __funnelshift_l(lo, hi, shift) >> 16;
-}
-
-// The 8 values of the lane in one tile. The lane's states are the 16-bit windows ending at bits
-// (8l+j+1)·K of the circular tile stream: after shifting its 4 words left by o0 (the window start
-// inside the first word), value j starts at the compile-time offset j·K.
-template <int BITS, int CB>
-__device__ __forceinline__ void decode_lane(const uint32_t (&w)[4], int o0, float (&value)[8]) {
-  const uint32_t n0 = __funnelshift_l(w[1], w[0], o0);
-  const uint32_t n1 = __funnelshift_l(w[2], w[1], o0);
-  const uint32_t n2 = __funnelshift_l(w[3], w[2], o0);
-  uint32_t st[8];
-  st[0] = bits16<0 * BITS>(n0, n1, n2);
-  st[1] = bits16<1 * BITS>(n0, n1, n2);
-  st[2] = bits16<2 * BITS>(n0, n1, n2);
-  st[3] = bits16<3 * BITS>(n0, n1, n2);
-  st[4] = bits16<4 * BITS>(n0, n1, n2);
-  st[5] = bits16<5 * BITS>(n0, n1, n2);
-  st[6] = bits16<6 * BITS>(n0, n1, n2);
-  st[7] = bits16<7 * BITS>(n0, n1, n2);
+// Input values k..k+3 of pair/row `p` (grouped: the pair index; plain: the row).
+__device__ __forceinline__ float4 load_input(const Job& job, int64_t p, int64_t k, int64_t in) {
+  if (job.mode == Mode::down) {  // h = swiglu_clamped(a, u) · weight, bf16 (cpu::swiglu_clamped<float>)
+    const float4 a4 = *reinterpret_cast<const float4*>(job.a + p * in + k);
+    const float4 u4 = *reinterpret_cast<const float4*>(job.u + p * in + k);
+    const float wt = job.pair_weight[p], L = job.swiglu_limit;
+    float av[4] = {a4.x, a4.y, a4.z, a4.w}, uv[4] = {u4.x, u4.y, u4.z, u4.w}, h[4];
 #pragma unroll
-  for (int j = 0; j < 8; j += 2) {
-    const float2 v = codebook_pair<CB>(st[j], st[j + 1]);
-    value[j] = v.x;
-    value[j + 1] = v.y;
-  }
-}
-
-// In-place unnormalized Walsh–Hadamard transform of `count` 128-blocks in shared memory, natural
-// order, with all block threads; the pairing (a+b, a−b) matches the CPU butterflies.
-__device__ void hadamard_blocks(float* s, int count) {
-  const int total = count * kHad;
-  for (int len = 1; len < kHad; len <<= 1) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < total / 2; i += blockDim.x) {
-      // i enumerates pairs: block-local index with bit `len` cleared.
-      const int block = i / (kHad / 2);
-      const int q = i % (kHad / 2);
-      const int lo = (q / len) * (2 * len) + (q % len);
-      float* base = s + block * kHad;
-      const float a = base[lo], b = base[lo + len];
-      base[lo] = a + b;
-      base[lo + len] = a - b;
+    for (int i = 0; i < 4; ++i) {
+      float g = av[i], up = uv[i];
+      if (L > 0) {
+        up = fminf(fmaxf(up, -L), L);
+        g = fminf(g, L);
+      }
+      const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+      h[i] = ::dsv4::round_bf16(__fmul_rn(wt, __fmul_rn(sg, up)));
     }
+    return make_float4(h[0], h[1], h[2], h[3]);
   }
-  __syncthreads();
+  const int64_t r = job.mode == Mode::gate_up ? job.pair_row[p] : p;
+  return *reinterpret_cast<const float4*>(job.x + r * in + k);
 }
 
-template <int BITS, int CB, int RG>
-__global__ void __launch_bounds__(kThreads) exl3_fused(Exl3Weights w, const float* __restrict__ x, int64_t rows,
-                                                       Split split, float* __restrict__ partial,
-                                                       unsigned int* __restrict__ tickets, float* __restrict__ y) {
-  extern __shared__ float smem[];  // u [RG][slice_k], then the reduction buffer [kHad]
-  __shared__ bool is_last;
-  constexpr int n32 = 8 * BITS;
-  constexpr int total_bits = 256 * BITS;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t in = w.in_features, out = w.out_features;
+// Block (column block, slice, segment slot) in a cluster of `splits` blocks along y. Shared memory:
+// A fragments [MT][slice tiles][32 lanes][4], inverse scales [8·MT rows][had_per_split], partial
+// sums [8·MT rows][128]. MT m-tiles of 8 rows each (hi in fragment rows 0–7, lo in rows 8–15).
+template <int BITS, int CB, int MT>
+__global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
+  extern __shared__ __align__(16) uint32_t smem[];
+  constexpr int n32 = 8 * BITS;      // uint32 words per tile
+  constexpr int kRing = BITS <= 4 ? 8 : 4;  // tiles in flight per warp
+  constexpr int kPassRows = 8 * MT;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int per = job.split.had_per_split;
+  const int slice_tiles = per * 8;
+  uint4* frag = reinterpret_cast<uint4*>(smem);                       // [MT][slice_tiles][32]
+  float* scl = reinterpret_cast<float*>(smem + MT * slice_tiles * 128);  // [kPassRows][per]
+  float* partial = scl + kPassRows * per;                              // [kPassRows][128]
+
+  const bool grouped = job.mode != Mode::plain;
+  int cb = blockIdx.x;
+  const Exl3Weights* warr = job.group;
+  if (job.mode == Mode::gate_up && cb >= job.column_blocks) {
+    cb -= job.column_blocks;
+    warr = job.group_b;
+  }
+  const int64_t in = job.w.in_features, out = job.w.out_features;
   const int64_t tiles_n = out / 16;
-  const int cb = blockIdx.x;
   const int ks = blockIdx.y;
+  const int64_t k_begin = int64_t(ks) * per * kHad;
+  const int nhb = static_cast<int>(std::min<int64_t>(per, in / kHad - int64_t(ks) * per));
+  const int ntiles = nhb * 8;
   const int64_t nt = int64_t(cb) * kWarps + warp;
-  const int64_t k_begin = int64_t(ks) * split.had_per_split * kHad;
-  const int64_t k_end = std::min<int64_t>(k_begin + int64_t(split.had_per_split) * kHad, in);
-  const int slice_k = static_cast<int>(k_end - k_begin);
-  const uint32_t* trellis32 = reinterpret_cast<const uint32_t*>(w.trellis);
-  float* u = smem;
-  float* red = smem + RG * split.had_per_split * kHad;
 
-  // Per lane: where its bit window starts in the tile stream, and its 4 rows.
-  const int first_bit = ((8 * lane + 1) * BITS - 16 + total_bits) % total_bits;
-  const int first_word = first_bit >> 5;
+  // Per lane: where its bit window starts in the tile stream.
+  const int first_bit = ((8 * lane + 1) * BITS - 16 + 256 * BITS) % (256 * BITS);
   const int o0 = first_bit & 31;
-  int widx[4];  // the lane's 4 consecutive words of every tile (mod the tile's word count)
+  int widx[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) widx[i] = (first_word + i) % n32;
-  const int row_base = 2 * (lane % 4);
+  for (int i = 0; i < 4; ++i) widx[i] = ((first_bit >> 5) + i) % n32;
 
-  for (int64_t r0 = 0; r0 < rows; r0 += RG) {
-    const int nrows = static_cast<int>(std::min<int64_t>(RG, rows - r0));
-    // u = H(x ∘ suh) over this slice, unnormalized (1/128 is applied once at the output).
-    for (int i = threadIdx.x; i < RG * slice_k; i += kThreads) {
-      const int r = i / slice_k, k = i % slice_k;
-      u[r * slice_k + k] = r < nrows ? x[(r0 + r) * in + k_begin + k] * __half2float(__ushort_as_half(w.suh[k_begin + k]))
-                                     : 0.f;
+  const int32_t n_seg = grouped ? job.seg[0] : 1;
+  for (int sgi = blockIdx.z; sgi < n_seg; sgi += gridDim.z) {  // uniform over the cluster
+    int64_t p_begin = 0, p_end = job.rows;
+    Exl3Weights w = job.w;
+    if (grouped) {
+      p_begin = job.seg[1 + sgi];
+      p_end = job.seg[2 + sgi];
+      w = warr[job.pair_expert[p_begin]];
     }
-    hadamard_blocks(u, RG * slice_k / kHad);
+    const uint32_t* base = reinterpret_cast<const uint32_t*>(w.trellis) + ((k_begin / 16) * tiles_n + nt) * n32;
+    const int64_t tile_stride = tiles_n * n32;
 
-    float acc[RG][2];
+    for (int64_t r0 = p_begin; r0 < p_end; r0 += kPassRows) {
+      const int nrows = static_cast<int>(std::min<int64_t>(kPassRows, p_end - r0));
+      // The first tiles' words load while the input is rotated.
+      uint32_t ring[kRing][4];
 #pragma unroll
-    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = 0.f;
-    const int64_t kt_begin = k_begin / 16, kt_end = k_end / 16;
-    uint32_t next[4];
-    const uint32_t* tile = trellis32 + (kt_begin * tiles_n + nt) * n32;
+      for (int d = 0; d < kRing; ++d)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) next[i] = __ldg(tile + widx[i]);
-    for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
-      uint32_t cur[4];
+        for (int i = 0; i < 4; ++i) ring[d][i] = d < ntiles ? __ldg(base + d * tile_stride + widx[i]) : 0u;
+
+      // A fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two scale.
+      for (int task = warp; task < kPassRows * nhb; task += kWarps) {
+        const int r = task / nhb, hb = task % nhb;
+        const int64_t k = k_begin + int64_t(hb) * kHad + 4 * lane;
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        if (r < nrows) {
+          const float4 xv = load_input(job, r0 + r, k, in);
+          const uint2 s2 = *reinterpret_cast<const uint2*>(w.suh + k);
+          const __half2 s01 = *reinterpret_cast<const __half2*>(&s2.x), s23 = *reinterpret_cast<const __half2*>(&s2.y);
+          v[0] = xv.x * __low2float(s01);
+          v[1] = xv.y * __high2float(s01);
+          v[2] = xv.z * __low2float(s23);
+          v[3] = xv.w * __high2float(s23);
+        }
+        hadamard128(v);
+        uint32_t hi[2], lo[2];
+        const float inv = split_hi_lo(v, hi, lo);
+        if (lane == 0) scl[r * per + hb] = inv;
+        // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pairs at fragment column t' = 2(l%2) + p,
+        // register half (l%4)/2 (a0/a1 for k < 8, a2/a3 for k ≥ 8); hi in row r%8, lo in row r%8 + 8.
+        uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
+        const int reg = 2 * ((lane % 4) / 2);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) cur[i] = next[i];
-      if (kt + 1 < kt_end) {  // the next tile's words load while this one decodes
-        tile += tiles_n * n32;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) next[i] = __ldg(tile + widx[i]);
+        for (int p = 0; p < 2; ++p) {
+          const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
+          dst[dl * 4 + reg] = hi[p];
+          dst[dl * 4 + reg + 1] = lo[p];
+        }
       }
-      float value[8];
-      decode_lane<BITS, CB>(cur, o0, value);
-      const int k0 = static_cast<int>(kt * 16 - k_begin) + row_base;
+      __syncthreads();
+
+      float acc[MT][2][2];
 #pragma unroll
-      for (int r = 0; r < RG; ++r) {
-        const float* ur = u + r * slice_k + k0;
-        const float u0 = ur[0], u1 = ur[1], u8 = ur[8], u9 = ur[9];
-        // Value j sits at row offset (j&1) + 8·((j>>1)&1), column half j>>2.
-        acc[r][0] += u0 * value[0];
-        acc[r][0] += u1 * value[1];
-        acc[r][0] += u8 * value[2];
-        acc[r][0] += u9 * value[3];
-        acc[r][1] += u0 * value[4];
-        acc[r][1] += u1 * value[5];
-        acc[r][1] += u8 * value[6];
-        acc[r][1] += u9 * value[7];
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) acc[m][h][0] = acc[m][h][1] = 0.f;
+      for (int hb = 0; hb < nhb; ++hb) {
+        // One 128-block: 8 tiles into fresh accumulators, then added in fp32 at the block's scale.
+        float d[MT][2][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) d[m][h][0] = d[m][h][1] = d[m][h][2] = d[m][h][3] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int tile = hb * 8 + i;
+          uint32_t cur[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) cur[j] = ring[i % kRing][j];
+          if (tile + kRing < ntiles) {
+            const uint32_t* src = base + (tile + kRing) * tile_stride;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) ring[i % kRing][j] = __ldg(src + widx[j]);
+          }
+          uint32_t b[4];
+          decode_fragments<BITS, CB>(cur, o0, b);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            const uint4 a = frag[(m * slice_tiles + tile) * 32 + lane];
+            mma16816(d[m][0], a, b[0], b[1]);
+            mma16816(d[m][1], a, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const float sc = scl[(m * 8 + g) * per + hb];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc[m][h][0] += (d[m][h][0] + d[m][h][2]) * sc;
+            acc[m][h][1] += (d[m][h][1] + d[m][h][3]) * sc;
+          }
+        }
       }
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(partial + (m * 8 + g) * kHad + warp * 16 + h * 8 + 2 * t) =
+              make_float2(acc[m][h][0], acc[m][h][1]);
+      cluster.sync();
+
+      // Rank s finishes rows s, s + splits, ...: slices added in index order, then H(·)/128 ∘ svh.
+      const int splits = job.split.splits;
+      for (int r = ks + warp * splits; r < nrows; r += kWarps * splits) {
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < splits; ++c) {
+          const float* remote = cluster.map_shared_rank(partial, c);
+          const float4 q = *reinterpret_cast<const float4*>(remote + r * kHad + 4 * lane);
+          v[0] += q.x;
+          v[1] += q.y;
+          v[2] += q.z;
+          v[3] += q.w;
+        }
+        hadamard128(v);
+        const int64_t n = int64_t(cb) * kHad + 4 * lane;
+        const uint2 s2 = *reinterpret_cast<const uint2*>(w.svh + n);
+        const __half2 s01 = *reinterpret_cast<const __half2*>(&s2.x), s23 = *reinterpret_cast<const __half2*>(&s2.y);
+        float4 o = make_float4(v[0] * (1.0f / 128.0f) * __low2float(s01), v[1] * (1.0f / 128.0f) * __high2float(s01),
+                               v[2] * (1.0f / 128.0f) * __low2float(s23), v[3] * (1.0f / 128.0f) * __high2float(s23));
+        const int64_t p = r0 + r;
+        if (job.mode == Mode::plain) {
+          *reinterpret_cast<float4*>(job.y + p * out + n) = o;
+        } else {
+          o = make_float4(::dsv4::round_bf16(o.x), ::dsv4::round_bf16(o.y), ::dsv4::round_bf16(o.z), ::dsv4::round_bf16(o.w));
+          float* dst = job.mode == Mode::down ? job.y : (warr == job.group ? job.a : job.u);
+          *reinterpret_cast<float4*>(dst + p * out + n) = o;
+        }
+      }
+      cluster.sync();  // partials and fragments are rewritten by the next pass
     }
-#pragma unroll
-    for (int r = 0; r < RG; ++r) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v = acc[r][h];
-        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-        v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-        if (lane % 4 == 0 && r < nrows)
-          partial[(int64_t(ks) * rows + r0 + r) * out + nt * 16 + lane / 4 + 8 * h] = v;
-      }
-    }
-    __syncthreads();  // u is rewritten by the next row group
   }
-
-  // The last slice of this column block to finish reduces all slices in index order.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(&tickets[cb], 1u) == static_cast<unsigned>(split.splits - 1);
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  for (int64_t r = 0; r < rows; ++r) {
-    if (threadIdx.x < kHad) {
-      const int64_t n = int64_t(cb) * kHad + threadIdx.x;
-      float v = 0.f;
-      for (int s = 0; s < split.splits; ++s) v += __ldcg(partial + (int64_t(s) * rows + r) * out + n);
-      red[threadIdx.x] = v;
-    }
-    hadamard_blocks(red, 1);
-    if (threadIdx.x < kHad) {
-      const int64_t n = int64_t(cb) * kHad + threadIdx.x;
-      y[r * out + n] = red[threadIdx.x] * (1.0f / 128.0f) * __half2float(__ushort_as_half(w.svh[n]));
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) tickets[cb] = 0;  // ready for the next launch (and graph replays)
 }
 
-template <int BITS, int CB, int RG>
-cudaError_t launch(const Exl3Weights& w, const float* x, int64_t rows, Split split, float* partial,
-                   unsigned int* tickets, float* y, cudaStream_t stream) {
-  const size_t smem = sizeof(float) * (size_t(RG) * split.had_per_split * kHad + kHad);
-  auto kernel = exl3_fused<BITS, CB, RG>;
+// seg[0] = S, seg[1..S] = the first pair of each run of equal experts, seg[S+1] = n_pairs.
+__global__ void __launch_bounds__(256) segment_kernel(const int32_t* __restrict__ pair_expert, int64_t n_pairs,
+                                                      int32_t* __restrict__ seg) {
+  __shared__ int warp_counts[8];
+  __shared__ int total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t base = 0; base < n_pairs; base += 256) {
+    const int64_t p = base + threadIdx.x;
+    const bool start = p < n_pairs && (p == 0 || pair_expert[p] != pair_expert[p - 1]);
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, start);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = total;
+    for (int i = 0; i < warp; ++i) before += warp_counts[i];
+    if (start) seg[1 + before + __popc(ballot & ((1u << lane) - 1u))] = static_cast<int32_t>(p);
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int i = 0; i < 8; ++i) total += warp_counts[i];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    seg[0] = total;
+    seg[1 + total] = static_cast<int32_t>(n_pairs);
+  }
+}
+
+size_t smem_bytes(int mt, const Split& split) {
+  const size_t rows = 8 * size_t(mt);
+  return 16 * size_t(mt) * split.had_per_split * 8 * 32 + sizeof(float) * rows * (split.had_per_split + kHad);
+}
+
+template <int BITS, int CB, int MT>
+cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
+  const size_t smem = smem_bytes(MT, job.split);
+  auto kernel = exl3_mma<BITS, CB, MT>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err != cudaSuccess) return err;
   }
-  kernel<<<dim3(unsigned(w.out_features / kHad), unsigned(split.splits)), kThreads, smem, stream>>>(
-      w, x, rows, split, partial, tickets, y);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid_x, unsigned(job.split.splits), grid_z);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = unsigned(job.split.splits);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, job);
 }
 
 template <int BITS, int CB>
-cudaError_t dispatch_rows(const Exl3Weights& w, const float* x, int64_t rows, Split split, float* partial,
-                          unsigned int* tickets, float* y, cudaStream_t stream) {
-  // The register row group is a launch detail only: each row's sums are the same for any group.
-  // Two groups keep the instantiations (and the build) small.
-  if (rows == 1) return launch<BITS, CB, 1>(w, x, rows, split, partial, tickets, y, stream);
-  return launch<BITS, CB, kMaxRowGroup>(w, x, rows, split, partial, tickets, y, stream);
+cudaError_t dispatch_rows(const Job& job, bool wide, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
+  // The m-tiles per pass are a launch detail only: each row's sums are the same for any choice.
+  if (!wide) return launch<BITS, CB, 1>(job, grid_x, grid_z, stream);
+  return launch<BITS, CB, 2>(job, grid_x, grid_z, stream);
 }
 
 template <int BITS>
-cudaError_t dispatch_codebook(const Exl3Weights& w, const float* x, int64_t rows, Split split, float* partial,
-                              unsigned int* tickets, float* y, cudaStream_t stream) {
-  switch (w.codebook) {
-    case 0: return dispatch_rows<BITS, 0>(w, x, rows, split, partial, tickets, y, stream);
-    case 1: return dispatch_rows<BITS, 1>(w, x, rows, split, partial, tickets, y, stream);
-    case 2: return dispatch_rows<BITS, 2>(w, x, rows, split, partial, tickets, y, stream);
+cudaError_t dispatch_codebook(const Job& job, bool wide, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
+  switch (job.w.codebook) {
+    case 0: return dispatch_rows<BITS, 0>(job, wide, grid_x, grid_z, stream);
+    case 1: return dispatch_rows<BITS, 1>(job, wide, grid_x, grid_z, stream);
+    case 2: return dispatch_rows<BITS, 2>(job, wide, grid_x, grid_z, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-size_t ticket_bytes(const Exl3Weights& w) {
-  return (sizeof(unsigned int) * size_t(w.out_features / kHad) + 255) / 256 * 256;
+cudaError_t dispatch(const Job& job, bool wide, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
+  switch (job.w.bits) {
+    case 1: return dispatch_codebook<1>(job, wide, grid_x, grid_z, stream);
+    case 2: return dispatch_codebook<2>(job, wide, grid_x, grid_z, stream);
+    case 3: return dispatch_codebook<3>(job, wide, grid_x, grid_z, stream);
+    case 4: return dispatch_codebook<4>(job, wide, grid_x, grid_z, stream);
+    case 5: return dispatch_codebook<5>(job, wide, grid_x, grid_z, stream);
+    case 6: return dispatch_codebook<6>(job, wide, grid_x, grid_z, stream);
+    case 7: return dispatch_codebook<7>(job, wide, grid_x, grid_z, stream);
+    case 8: return dispatch_codebook<8>(job, wide, grid_x, grid_z, stream);
+  }
+  return cudaErrorInvalidValue;
 }
+
+bool valid_shape(const Exl3Weights& w) {
+  return w.in_features > 0 && w.out_features > 0 && w.in_features % kHad == 0 && w.out_features % kHad == 0 &&
+         w.bits >= 1 && w.bits <= 8 && w.codebook >= 0 && w.codebook <= 2 &&
+         choose_split(w.in_features, w.out_features).splits <= kMaxCluster;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
@@ -266,33 +360,87 @@ int exl3_k_splits(int64_t in_features, int64_t out_features) {
   return choose_split(in_features, out_features).splits;
 }
 
-size_t exl3_workspace_bytes(const Exl3Weights& w, int64_t rows) {
-  const int64_t splits = exl3_k_splits(w.in_features, w.out_features);
-  return ticket_bytes(w) + sizeof(float) * static_cast<size_t>(splits * rows * w.out_features);
+size_t exl3_workspace_bytes(const Exl3Weights&, int64_t) { return 256; }
+
+cudaError_t exl3_workspace_init(const Exl3Weights&, void* workspace, cudaStream_t stream) {
+  return cudaMemsetAsync(workspace, 0, 256, stream);
 }
 
-cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStream_t stream) {
-  return cudaMemsetAsync(workspace, 0, ticket_bytes(w), stream);
-}
-
-cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
-                      cudaStream_t stream) {
+cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void*, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  if (w.in_features % kHad || w.out_features % kHad || w.bits < 1 || w.bits > 8) return cudaErrorInvalidValue;
-  const Split split = choose_split(w.in_features, w.out_features);
-  unsigned int* tickets = static_cast<unsigned int*>(workspace);
-  float* partial = reinterpret_cast<float*>(static_cast<char*>(workspace) + ticket_bytes(w));
-  switch (w.bits) {
-    case 1: return dispatch_codebook<1>(w, x, rows, split, partial, tickets, y, stream);
-    case 2: return dispatch_codebook<2>(w, x, rows, split, partial, tickets, y, stream);
-    case 3: return dispatch_codebook<3>(w, x, rows, split, partial, tickets, y, stream);
-    case 4: return dispatch_codebook<4>(w, x, rows, split, partial, tickets, y, stream);
-    case 5: return dispatch_codebook<5>(w, x, rows, split, partial, tickets, y, stream);
-    case 6: return dispatch_codebook<6>(w, x, rows, split, partial, tickets, y, stream);
-    case 7: return dispatch_codebook<7>(w, x, rows, split, partial, tickets, y, stream);
-    case 8: return dispatch_codebook<8>(w, x, rows, split, partial, tickets, y, stream);
+  if (!valid_shape(w) || !aligned16(x) || !aligned16(y)) return cudaErrorInvalidValue;
+  Job job;
+  job.w = w;
+  job.split = choose_split(w.in_features, w.out_features);
+  job.x = x;
+  job.rows = rows;
+  job.y = y;
+  return dispatch(job, rows > 8, unsigned(w.out_features / kHad), 1, stream);
+}
+
+size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter) {
+  return sizeof(float) * size_t(2 * n_pairs * inter) + sizeof(int32_t) * size_t(n_pairs + 2) + 16;
+}
+
+cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
+                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertGroup& group,
+                                float swiglu_limit, void* scratch, float* out, cudaStream_t stream) {
+  if (n_pairs < 0) return cudaErrorInvalidValue;
+  if (n_pairs == 0) return cudaSuccess;
+  const Exl3Weights &w1 = group.w1_shape, &w3 = group.w3_shape, &w2 = group.w2_shape;
+  const int64_t D = w1.in_features, I = w1.out_features;
+  if (!valid_shape(w1) || !valid_shape(w3) || !valid_shape(w2) || w3.in_features != D || w3.out_features != I ||
+      w2.in_features != I || w2.out_features != D || !aligned16(x) || !aligned16(scratch) || !aligned16(out) ||
+      !group.w1 || !group.w3 || !group.w2)
+    return cudaErrorInvalidValue;
+  float* a = static_cast<float*>(scratch);
+  float* u = a + n_pairs * I;
+  int32_t* seg = reinterpret_cast<int32_t*>(u + n_pairs * I);
+  segment_kernel<<<1, 256, 0, stream>>>(pair_expert, n_pairs, seg);
+  const unsigned slots = unsigned(std::min<int64_t>(n_pairs, kMaxSegSlots));
+  const bool wide = n_pairs > 64;  // decode: a few rows per expert
+  Job job;
+  job.mode = Mode::gate_up;
+  job.w = w1;
+  job.split = choose_split(D, I);
+  job.column_blocks = int(I / kHad);
+  job.x = x;
+  job.rows = n_pairs;
+  job.pair_row = pair_row;
+  job.pair_expert = pair_expert;
+  job.seg = seg;
+  job.a = a;
+  job.u = u;
+  cudaError_t err;
+  if (w1.bits == w3.bits && w1.codebook == w3.codebook) {  // gate and up in one launch
+    job.group = group.w1;
+    job.group_b = group.w3;
+    err = dispatch(job, wide, unsigned(2 * job.column_blocks), slots, stream);
+  } else {
+    job.group = group.w1;
+    job.group_b = nullptr;
+    err = dispatch(job, wide, unsigned(job.column_blocks), slots, stream);
+    if (err == cudaSuccess) {
+      job.w = w3;
+      job.group = group.w3;  // writes u: the destination follows the array
+      job.a = u;
+      err = dispatch(job, wide, unsigned(job.column_blocks), slots, stream);
+    }
   }
-  return cudaErrorInvalidValue;
+  if (err != cudaSuccess) return err;
+  Job down = job;
+  down.mode = Mode::down;
+  down.w = w2;
+  down.group = group.w2;
+  down.group_b = nullptr;
+  down.split = choose_split(I, D);
+  down.column_blocks = int(D / kHad);
+  down.a = a;
+  down.u = u;
+  down.pair_weight = pair_weight;
+  down.swiglu_limit = swiglu_limit;
+  down.y = out;
+  return dispatch(down, wide, unsigned(down.column_blocks), slots, stream);
 }
 
 }  // namespace dsv4::cuda

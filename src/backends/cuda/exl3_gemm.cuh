@@ -1,4 +1,5 @@
-// EXL3 linear layers on CUDA: y = x·W for a trellis-coded W, decoded on the fly, batch-invariant.
+// EXL3 linear layers on CUDA: y = x·W for a trellis-coded W, decoded on the fly into tensor-core
+// fragments, batch-invariant; and the routed experts of one MoE layer in grouped launches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,20 +20,46 @@ struct Exl3Weights {
   int codebook = 0;                   // 0 = 3INST, 1 = MCG, 2 = mul1 (exl3::Codebook order)
 };
 
-// The number of K-slices whose partial sums are reduced in a fixed order: a function of the
-// weight's shape only, never of the row count, so every output row's arithmetic is the same
-// whatever the number of rows in the launch.
+// The number of K-slices whose partial sums are added in a fixed order (at most 8, one cluster):
+// a function of the weight's shape only, never of the row count, so every output row's arithmetic
+// is the same whatever the number of rows in the launch.
 int exl3_k_splits(int64_t in_features, int64_t out_features);
 
-// Device scratch bytes exl3_gemm needs for `rows` rows: completion tickets, then slice partials.
+// The GEMM keeps its slice partials in shared memory; the workspace is kept in the interface
+// (a few bytes, no state between calls) so callers need not change.
 size_t exl3_workspace_bytes(const Exl3Weights& w, int64_t rows);
-// Zeroes the tickets of a freshly allocated workspace; exl3_gemm leaves them zero after each call.
 cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStream_t stream);
 
-// y[rows, out] (fp32) = x[rows, in] (fp32) · W. `workspace` holds exl3_workspace_bytes(w, rows).
-// Per row: u = H(x∘suh) per 128-block; v = u·Wq over fixed K-slices, each summed in tile order;
-// slices added in index order; y = H(v)/128 ∘ svh. One launch; calls on one workspace must not overlap.
+// y[rows, out] (fp32) = x[rows, in] (fp32) · W. Per row: per 128-block, u = H(x∘suh) split exactly
+// into fp16 hi + lo at a power-of-two scale; v = u·Wq on tensor cores (fp32 accumulation, one fresh
+// accumulator per 128-block, added in fp32), over fixed K-slices added in index order;
+// y = H(v)/128 ∘ svh. x and y 16-byte aligned; at most 8 slices, so in ≤ ~27648 (the slice
+// fragments of 16 rows must fit one block's shared memory).
+// One launch; refused with cudaErrorInvalidValue for bad shapes or alignment.
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
                       cudaStream_t stream);
+
+// The routed experts of one MoE layer: device arrays [E] of per-expert weights, every entry with
+// the shape, bits and codebook of the host-side *_shape descriptor (w1, w3: [D, I]; w2: [I, D]).
+// Layers whose experts mix widths within one projection are not for this launch.
+struct Exl3ExpertGroup {
+  const Exl3Weights* w1 = nullptr;  // gate, device [E]
+  const Exl3Weights* w3 = nullptr;  // up, device [E]
+  const Exl3Weights* w2 = nullptr;  // down, device [E]
+  Exl3Weights w1_shape, w3_shape, w2_shape;  // host copies of the common shape/bits/codebook
+};
+
+// Scratch bytes for exl3_routed_experts: a, u [n_pairs, I] and the segment table.
+size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter);
+
+// Pairs sorted by expert (then row); for pair p with r = pair_row[p], e = pair_expert[p]:
+//   a = bf16(x[r]·W1[e]), u = bf16(x[r]·W3[e])                    (each exactly exl3_gemm's row)
+//   h = swiglu_clamped(a, u, pair_weight[p], swiglu_limit)           (bf16, cpu::swiglu_clamped<float>)
+//   out[p] = bf16(h·W2[e])                                           (float [n_pairs, D])
+// Three launches (segment table, gate+up, down); each pair's arithmetic is that of exl3_gemm on its
+// row alone, independent of the other pairs. x, scratch, out 16-byte aligned.
+cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
+                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertGroup& group,
+                                float swiglu_limit, void* scratch, float* out, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
