@@ -25,6 +25,17 @@ constexpr int kMaxCluster = 8;      // portable cluster size: at most 8 K-slices
 constexpr int kMaxSliceHad = 8;     // 128-blocks per slice, unless that would need > 8 slices
 constexpr int kMaxSegSlots = 256;   // grouped launches: segment slots along z; each loops over segments
 
+// Tiles each warp keeps in flight (a power of two): about 1–2 KB per warp whatever the width.
+constexpr int ring_depth(int bits) { return bits <= 4 ? 16 : 8; }
+
+__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
 enum class Mode : int { plain = 0, gate_up = 1, down = 2 };
 
 struct Split {
@@ -92,15 +103,17 @@ template <int BITS, int CB, int MT>
 __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int n32 = 8 * BITS;      // uint32 words per tile
-  constexpr int kRing = BITS <= 4 ? 8 : 4;  // tiles in flight per warp
+  constexpr int kDepth = ring_depth(BITS);  // tiles in flight per warp
+  constexpr int kChunks = 2 * BITS;         // 16-byte chunks per tile
   constexpr int kPassRows = 8 * MT;
   cg::cluster_group cluster = cg::this_cluster();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int per = job.split.had_per_split;
   const int slice_tiles = per * 8;
-  uint4* frag = reinterpret_cast<uint4*>(smem);                       // [MT][slice_tiles][32]
-  float* scl = reinterpret_cast<float*>(smem + MT * slice_tiles * 128);  // [kPassRows][per]
+  uint4* frag = reinterpret_cast<uint4*>(smem);  // [MT][slice_tiles][32]
+  uint4* ring = frag + MT * slice_tiles * 32 + warp * kDepth * kChunks;  // this warp's [kDepth][kChunks]
+  float* scl = reinterpret_cast<float*>(frag + MT * slice_tiles * 32 + kWarps * kDepth * kChunks);  // [kPassRows][per]
   float* partial = scl + kPassRows * per;                              // [kPassRows][128]
 
   const bool grouped = job.mode != Mode::plain;
@@ -139,19 +152,33 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 
     for (int64_t r0 = p_begin; r0 < p_end; r0 += kPassRows) {
       const int nrows = static_cast<int>(std::min<int64_t>(kPassRows, p_end - r0));
-      // The first tiles' words load while the input is rotated.
-      uint32_t ring[kRing][4];
-#pragma unroll
-      for (int d = 0; d < kRing; ++d)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ring[d][i] = d < ntiles ? __ldg(base + d * tile_stride + widx[i]) : 0u;
+      // Each warp streams its tiles into its own shared-memory ring, kDepth − 1 tiles ahead; the
+      // first ones load while the input is rotated.
+      const auto issue = [&](int tile) {
+        if (lane < kChunks && tile < ntiles)
+          cp_async16(ring + (tile & (kDepth - 1)) * kChunks + lane,
+                     reinterpret_cast<const uint4*>(base + tile * tile_stride) + lane);
+        cp_async_commit();
+      };
+      for (int d = 0; d < kDepth - 1; ++d) issue(d);
 
       // A fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two scale.
       for (int task = warp; task < kPassRows * nhb; task += kWarps) {
         const int r = task / nhb, hb = task % nhb;
         const int64_t k = k_begin + int64_t(hb) * kHad + 4 * lane;
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        if (r < nrows) {
+        uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
+        const int reg = 2 * ((lane % 4) / 2);
+        if (r >= nrows) {  // padding rows of the m-tile: zero fragments
+#pragma unroll
+          for (int p = 0; p < 2; ++p) {
+            const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
+            dst[dl * 4 + reg] = dst[dl * 4 + reg + 1] = 0u;
+          }
+          if (lane == 0) scl[r * per + hb] = 0.f;
+          continue;
+        }
+        float v[4];
+        {
           const float4 xv = load_input(job, r0 + r, k, in);
           const uint2 s2 = *reinterpret_cast<const uint2*>(w.suh + k);
           const __half2 s01 = *reinterpret_cast<const __half2*>(&s2.x), s23 = *reinterpret_cast<const __half2*>(&s2.y);
@@ -166,8 +193,6 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
         if (lane == 0) scl[r * per + hb] = inv;
         // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pairs at fragment column t' = 2(l%2) + p,
         // register half (l%4)/2 (a0/a1 for k < 8, a2/a3 for k ≥ 8); hi in row r%8, lo in row r%8 + 8.
-        uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
-        const int reg = 2 * ((lane % 4) / 2);
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
           const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
@@ -192,14 +217,14 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int tile = hb * 8 + i;
+          __syncwarp();  // every lane has read the slot this issue overwrites
+          issue(tile + kDepth - 1);
+          cp_async_wait<kDepth - 1>();  // this tile's group has landed
+          __syncwarp();
+          const uint32_t* words = reinterpret_cast<const uint32_t*>(ring + (tile & (kDepth - 1)) * kChunks);
           uint32_t cur[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) cur[j] = ring[i % kRing][j];
-          if (tile + kRing < ntiles) {
-            const uint32_t* src = base + (tile + kRing) * tile_stride;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) ring[i % kRing][j] = __ldg(src + widx[j]);
-          }
+          for (int j = 0; j < 4; ++j) cur[j] = words[widx[j]];
           uint32_t b[4];
           decode_fragments<BITS, CB>(cur, o0, b);
 #pragma unroll
@@ -219,6 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
           }
         }
       }
+      cp_async_wait<0>();  // only empty groups remain; the ring is reused by the next pass
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -287,14 +313,15 @@ __global__ void __launch_bounds__(256) segment_kernel(const int32_t* __restrict_
   }
 }
 
-size_t smem_bytes(int mt, const Split& split) {
+size_t smem_bytes(int mt, int bits, const Split& split) {
   const size_t rows = 8 * size_t(mt);
-  return 16 * size_t(mt) * split.had_per_split * 8 * 32 + sizeof(float) * rows * (split.had_per_split + kHad);
+  return 16 * (size_t(mt) * split.had_per_split * 8 * 32 + size_t(kWarps) * ring_depth(bits) * 2 * bits) +
+         sizeof(float) * rows * (split.had_per_split + kHad);
 }
 
 template <int BITS, int CB, int MT>
 cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
-  const size_t smem = smem_bytes(MT, job.split);
+  const size_t smem = smem_bytes(MT, BITS, job.split);
   auto kernel = exl3_mma<BITS, CB, MT>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -368,7 +395,7 @@ cudaError_t exl3_workspace_init(const Exl3Weights&, void* workspace, cudaStream_
 
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void*, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  if (!valid_shape(w) || !aligned16(x) || !aligned16(y)) return cudaErrorInvalidValue;
+  if (!valid_shape(w) || !aligned16(x) || !aligned16(y) || !aligned16(w.trellis)) return cudaErrorInvalidValue;
   Job job;
   job.w = w;
   job.split = choose_split(w.in_features, w.out_features);

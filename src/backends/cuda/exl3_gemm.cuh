@@ -33,7 +33,7 @@ cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStrea
 // y[rows, out] (fp32) = x[rows, in] (fp32) · W. Per row: per 128-block, u = H(x∘suh) split exactly
 // into fp16 hi + lo at a power-of-two scale; v = u·Wq on tensor cores (fp32 accumulation, one fresh
 // accumulator per 128-block, added in fp32), over fixed K-slices added in index order;
-// y = H(v)/128 ∘ svh. x and y 16-byte aligned; at most 8 slices, so in ≤ ~27648 (the slice
+// y = H(v)/128 ∘ svh. x, y and w.trellis 16-byte aligned; at most 8 slices, so in ≤ ~27648 (the slice
 // fragments of 16 rows must fit one block's shared memory).
 // One launch; refused with cudaErrorInvalidValue for bad shapes or alignment.
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
@@ -57,7 +57,7 @@ size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter);
 //   h = swiglu_clamped(a, u, pair_weight[p], swiglu_limit)           (bf16, cpu::swiglu_clamped<float>)
 //   out[p] = bf16(h·W2[e])                                           (float [n_pairs, D])
 // Three launches (segment table, gate+up, down); each pair's arithmetic is that of exl3_gemm on its
-// row alone, independent of the other pairs. x, scratch, out 16-byte aligned.
+// row alone, independent of the other pairs. x, scratch, out and every trellis 16-byte aligned.
 cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
                                 const float* pair_weight, int64_t n_pairs, const Exl3ExpertGroup& group,
                                 float swiglu_limit, void* scratch, float* out, cudaStream_t stream);
