@@ -20,13 +20,14 @@ using namespace exl3_tile;
 constexpr int kHad = 128;           // Hadamard block
 constexpr int kWarps = 8;           // one warp per 16-column tile column: 8 warps = 128 columns
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTargetBlocks = 528;  // 4 per SM on 132 SMs; a constant, so the split is shape-only
-constexpr int kMaxCluster = 8;      // portable cluster size: at most 8 K-slices per column block
-constexpr int kMaxSliceHad = 8;     // 128-blocks per slice, unless that would need > 8 slices
+constexpr int kTargetBlocks = 264;  // 2 per SM on 132 SMs; a constant, so the split is shape-only
+constexpr int kMaxSliceHad = 16;    // 128-blocks per slice, unless that would need too many slices
 constexpr int kMaxSegSlots = 256;   // grouped launches: segment slots along z; each loops over segments
 
-// Tiles each warp keeps in flight (a power of two): about 1–2 KB per warp whatever the width.
-constexpr int ring_depth(int bits) { return bits <= 4 ? 16 : 8; }
+// Each warp streams its tiles in batches of one 128-block (8 tiles) through a ring of 3 batches:
+// two batches load while the third is decoded.
+constexpr int kRingBatches = 3;
+constexpr int ring_chunks(int bits) { return kRingBatches * 8 * 2 * bits; }  // 16-byte chunks per warp
 
 __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -43,13 +44,25 @@ struct Split {
   int had_per_split;   // 128-wide Hadamard blocks per slice (the last slice may have fewer)
 };
 
+// Slices per column block are one cluster: 16 on Hopper and datacenter Blackwell (non-portable
+// size), 8 elsewhere. A property of the device, never of the launch.
+int max_cluster() {
+  static const int value = [] {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9 || major == 10 ? 16 : 8;
+  }();
+  return value;
+}
+
 Split choose_split(int64_t in_features, int64_t out_features) {
   const int64_t column_blocks = out_features / kHad;
   const int64_t had_blocks = in_features / kHad;
-  int64_t splits = (kTargetBlocks + column_blocks - 1) / column_blocks;
-  splits = std::max<int64_t>(1, std::min<int64_t>({splits, had_blocks, kMaxCluster}));
+  const int64_t cluster = max_cluster();
+  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>({kTargetBlocks / column_blocks, had_blocks, cluster}));
   int64_t per = (had_blocks + splits - 1) / splits;
-  per = std::max<int64_t>(std::min<int64_t>(per, kMaxSliceHad), (had_blocks + kMaxCluster - 1) / kMaxCluster);
+  if (per > kMaxSliceHad) per = std::max<int64_t>(kMaxSliceHad, (had_blocks + cluster - 1) / cluster);
   return {static_cast<int>((had_blocks + per - 1) / per), static_cast<int>(per)};
 }
 
@@ -103,8 +116,7 @@ template <int BITS, int CB, int MT>
 __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int n32 = 8 * BITS;      // uint32 words per tile
-  constexpr int kDepth = ring_depth(BITS);  // tiles in flight per warp
-  constexpr int kChunks = 2 * BITS;         // 16-byte chunks per tile
+  constexpr int kChunks = 2 * BITS;  // 16-byte chunks per tile
   constexpr int kPassRows = 8 * MT;
   cg::cluster_group cluster = cg::this_cluster();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -112,8 +124,8 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
   const int per = job.split.had_per_split;
   const int slice_tiles = per * 8;
   uint4* frag = reinterpret_cast<uint4*>(smem);  // [MT][slice_tiles][32]
-  uint4* ring = frag + MT * slice_tiles * 32 + warp * kDepth * kChunks;  // this warp's [kDepth][kChunks]
-  float* scl = reinterpret_cast<float*>(frag + MT * slice_tiles * 32 + kWarps * kDepth * kChunks);  // [kPassRows][per]
+  uint4* ring = frag + MT * slice_tiles * 32 + warp * ring_chunks(BITS);  // this warp's [3][8][kChunks]
+  float* scl = reinterpret_cast<float*>(frag + MT * slice_tiles * 32 + kWarps * ring_chunks(BITS));  // [kPassRows][per]
   float* partial = scl + kPassRows * per;                              // [kPassRows][128]
 
   const bool grouped = job.mode != Mode::plain;
@@ -152,52 +164,65 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 
     for (int64_t r0 = p_begin; r0 < p_end; r0 += kPassRows) {
       const int nrows = static_cast<int>(std::min<int64_t>(kPassRows, p_end - r0));
-      // Each warp streams its tiles into its own shared-memory ring, kDepth − 1 tiles ahead; the
-      // first ones load while the input is rotated.
-      const auto issue = [&](int tile) {
-        if (lane < kChunks && tile < ntiles)
-          cp_async16(ring + (tile & (kDepth - 1)) * kChunks + lane,
-                     reinterpret_cast<const uint4*>(base + tile * tile_stride) + lane);
+      // Each warp streams the tiles of 128-block hb into ring slot hb % 3 (one commit group per
+      // batch, empty past the slice); the first two batches load while the input is rotated.
+      const auto issue = [&](int hb) {
+        if (hb < nhb) {
+          uint4* slot = ring + (hb % kRingBatches) * 8 * kChunks;
+#pragma unroll
+          for (int c = lane; c < 8 * kChunks; c += 32) {
+            const int tile = c / kChunks, chunk = c % kChunks;
+            cp_async16(slot + c, reinterpret_cast<const uint4*>(base + (hb * 8 + tile) * tile_stride) + chunk);
+          }
+        }
         cp_async_commit();
       };
-      for (int d = 0; d < kDepth - 1; ++d) issue(d);
+      issue(0);
+      issue(1);
 
-      // A fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two scale.
-      for (int task = warp; task < kPassRows * nhb; task += kWarps) {
-        const int r = task / nhb, hb = task % nhb;
-        const int64_t k = k_begin + int64_t(hb) * kHad + 4 * lane;
-        uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
-        const int reg = 2 * ((lane % 4) / 2);
-        if (r >= nrows) {  // padding rows of the m-tile: zero fragments
+      // A fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two
+      // scale. A warp takes up to kTaskBatch (row, block) tasks at once so their loads overlap.
+      constexpr int kTaskBatch = 4;
+      const int tasks = nrows * nhb;  // real rows; padding rows get zero fragments
+      for (int t0 = warp; t0 < kPassRows * nhb; t0 += kWarps * kTaskBatch) {
+        float4 xv[kTaskBatch];
+        uint2 sv[kTaskBatch];
+#pragma unroll
+        for (int j = 0; j < kTaskBatch; ++j) {
+          const int task = t0 + j * kWarps;
+          if (task < tasks) {
+            const int64_t k = k_begin + int64_t(task % nhb) * kHad + 4 * lane;
+            xv[j] = load_input(job, r0 + task / nhb, k, in);
+            sv[j] = *reinterpret_cast<const uint2*>(w.suh + k);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kTaskBatch; ++j) {
+          const int task = t0 + j * kWarps;
+          if (task >= kPassRows * nhb) break;
+          const int r = task / nhb, hb = task % nhb;
+          uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
+          const int reg = 2 * ((lane % 4) / 2);
+          uint32_t hi[2] = {0u, 0u}, lo[2] = {0u, 0u};
+          float inv = 0.f;
+          if (task < tasks) {
+            const __half2 s01 = *reinterpret_cast<const __half2*>(&sv[j].x);
+            const __half2 s23 = *reinterpret_cast<const __half2*>(&sv[j].y);
+            float v[4] = {xv[j].x * __low2float(s01), xv[j].y * __high2float(s01), xv[j].z * __low2float(s23),
+                          xv[j].w * __high2float(s23)};
+            hadamard128(v);
+            inv = split_hi_lo(v, hi, lo);
+          }
+          if (lane == 0) scl[r * per + hb] = inv;
+          // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pairs at fragment column
+          // 2(l%2) + p, register half (l%4)/2 (a0/a1 for k < 8, a2/a3 for k ≥ 8); hi in row r%8,
+          // lo in row r%8 + 8.
 #pragma unroll
           for (int p = 0; p < 2; ++p) {
             const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
-            dst[dl * 4 + reg] = dst[dl * 4 + reg + 1] = 0u;
+            dst[dl * 4 + reg] = hi[p];
+            dst[dl * 4 + reg + 1] = lo[p];
           }
-          if (lane == 0) scl[r * per + hb] = 0.f;
-          continue;
-        }
-        float v[4];
-        {
-          const float4 xv = load_input(job, r0 + r, k, in);
-          const uint2 s2 = *reinterpret_cast<const uint2*>(w.suh + k);
-          const __half2 s01 = *reinterpret_cast<const __half2*>(&s2.x), s23 = *reinterpret_cast<const __half2*>(&s2.y);
-          v[0] = xv.x * __low2float(s01);
-          v[1] = xv.y * __high2float(s01);
-          v[2] = xv.z * __low2float(s23);
-          v[3] = xv.w * __high2float(s23);
-        }
-        hadamard128(v);
-        uint32_t hi[2], lo[2];
-        const float inv = split_hi_lo(v, hi, lo);
-        if (lane == 0) scl[r * per + hb] = inv;
-        // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pairs at fragment column t' = 2(l%2) + p,
-        // register half (l%4)/2 (a0/a1 for k < 8, a2/a3 for k ≥ 8); hi in row r%8, lo in row r%8 + 8.
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
-          dst[dl * 4 + reg] = hi[p];
-          dst[dl * 4 + reg + 1] = lo[p];
         }
       }
       __syncthreads();
@@ -208,6 +233,11 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) acc[m][h][0] = acc[m][h][1] = 0.f;
       for (int hb = 0; hb < nhb; ++hb) {
+        __syncwarp();  // every lane is done with the slot batch hb + 2 overwrites
+        issue(hb + 2);
+        cp_async_wait<2>();  // batch hb has landed
+        __syncwarp();
+        const uint32_t* slot = reinterpret_cast<const uint32_t*>(ring + (hb % kRingBatches) * 8 * kChunks);
         // One 128-block: 8 tiles into fresh accumulators, then added in fp32 at the block's scale.
         float d[MT][2][4];
 #pragma unroll
@@ -217,14 +247,9 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int tile = hb * 8 + i;
-          __syncwarp();  // every lane has read the slot this issue overwrites
-          issue(tile + kDepth - 1);
-          cp_async_wait<kDepth - 1>();  // this tile's group has landed
-          __syncwarp();
-          const uint32_t* words = reinterpret_cast<const uint32_t*>(ring + (tile & (kDepth - 1)) * kChunks);
           uint32_t cur[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) cur[j] = words[widx[j]];
+          for (int j = 0; j < 4; ++j) cur[j] = slot[i * n32 + widx[j]];
           uint32_t b[4];
           decode_fragments<BITS, CB>(cur, o0, b);
 #pragma unroll
@@ -315,7 +340,7 @@ __global__ void __launch_bounds__(256) segment_kernel(const int32_t* __restrict_
 
 size_t smem_bytes(int mt, int bits, const Split& split) {
   const size_t rows = 8 * size_t(mt);
-  return 16 * (size_t(mt) * split.had_per_split * 8 * 32 + size_t(kWarps) * ring_depth(bits) * 2 * bits) +
+  return 16 * (size_t(mt) * split.had_per_split * 8 * 32 + size_t(kWarps) * ring_chunks(bits)) +
          sizeof(float) * rows * (split.had_per_split + kHad);
 }
 
@@ -325,6 +350,10 @@ cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_
   auto kernel = exl3_mma<BITS, CB, MT>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  if (job.split.splits > 8) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err != cudaSuccess) return err;
   }
   cudaLaunchConfig_t cfg = {};
@@ -376,7 +405,7 @@ cudaError_t dispatch(const Job& job, bool wide, unsigned grid_x, unsigned grid_z
 bool valid_shape(const Exl3Weights& w) {
   return w.in_features > 0 && w.out_features > 0 && w.in_features % kHad == 0 && w.out_features % kHad == 0 &&
          w.bits >= 1 && w.bits <= 8 && w.codebook >= 0 && w.codebook <= 2 &&
-         choose_split(w.in_features, w.out_features).splits <= kMaxCluster;
+         choose_split(w.in_features, w.out_features).splits <= max_cluster();
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
