@@ -109,24 +109,28 @@ __device__ __forceinline__ float4 load_input(const Job& job, int64_t p, int64_t 
   return *reinterpret_cast<const float4*>(job.x + r * in + k);
 }
 
-// Block (column block, slice, segment slot) in a cluster of `splits` blocks along y. Shared memory:
-// A fragments [MT][slice tiles][32 lanes][4], inverse scales [8·MT rows][had_per_split], partial
-// sums [8·MT rows][128]. MT m-tiles of 8 rows each (hi in fragment rows 0–7, lo in rows 8–15).
-template <int BITS, int CB, int MT>
+// Block (column block, slice, segment slot) in a cluster of `splits` blocks along y. The decoded
+// tile is the A operand (16 output columns × 16 k); the activations are B (16 k × 8 columns: 4 rows,
+// each as hi and lo). Shared memory: B fragments [NT][slice tiles][32 lanes][2], the per-warp tile
+// ring, inverse scales [4·NT rows][had_per_split], and the slice partials of the rows this block
+// finishes, [rows owned][splits][128] (row r is finished by cluster rank r % splits).
+template <int BITS, int CB, int NT>
 __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int n32 = 8 * BITS;      // uint32 words per tile
   constexpr int kChunks = 2 * BITS;  // 16-byte chunks per tile
-  constexpr int kPassRows = 8 * MT;
+  constexpr int kPassRows = 4 * NT;
   cg::cluster_group cluster = cg::this_cluster();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int per = job.split.had_per_split;
   const int slice_tiles = per * 8;
-  uint4* frag = reinterpret_cast<uint4*>(smem);  // [MT][slice_tiles][32]
-  uint4* ring = frag + MT * slice_tiles * 32 + warp * ring_chunks(BITS);  // this warp's [3][8][kChunks]
-  float* scl = reinterpret_cast<float*>(frag + MT * slice_tiles * 32 + kWarps * ring_chunks(BITS));  // [kPassRows][per]
-  float* partial = scl + kPassRows * per;                              // [kPassRows][128]
+  uint2* frag = reinterpret_cast<uint2*>(smem);  // [NT][slice_tiles][32]
+  uint4* ring = reinterpret_cast<uint4*>(frag + NT * slice_tiles * 32) + warp * ring_chunks(BITS);  // [3][8][kChunks]
+  float* scl = reinterpret_cast<float*>(reinterpret_cast<uint4*>(frag + NT * slice_tiles * 32) +
+                                        kWarps * ring_chunks(BITS));  // [kPassRows][per]
+  float* partial = scl + kPassRows * per;
+  const int splits = job.split.splits;
 
   const bool grouped = job.mode != Mode::plain;
   int cb = blockIdx.x;
@@ -150,6 +154,10 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) widx[i] = ((first_bit >> 5) + i) % n32;
 
+  // Distributed shared memory may be written only once every block of the cluster runs: arrive now,
+  // wait before the first push.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  bool started = false;
   const int32_t n_seg = grouped ? job.seg[0] : 1;
   for (int sgi = blockIdx.z; sgi < n_seg; sgi += gridDim.z) {  // uniform over the cluster
     int64_t p_begin = 0, p_end = job.rows;
@@ -159,6 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
       p_end = job.seg[2 + sgi];
       w = warr[job.pair_expert[p_begin]];
     }
+    const uint2 s2 = *reinterpret_cast<const uint2*>(w.svh + int64_t(cb) * kHad + 4 * lane);  // this lane's svh
     const uint32_t* base = reinterpret_cast<const uint32_t*>(w.trellis) + ((k_begin / 16) * tiles_n + nt) * n32;
     const int64_t tile_stride = tiles_n * n32;
 
@@ -201,8 +210,8 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
           const int task = t0 + j * kWarps;
           if (task >= kPassRows * nhb) break;
           const int r = task / nhb, hb = task % nhb;
-          uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 8) * slice_tiles + hb * 8 + lane / 4) * 32);
-          const int reg = 2 * ((lane % 4) / 2);
+          uint32_t* dst = reinterpret_cast<uint32_t*>(frag + ((r / 4) * slice_tiles + hb * 8 + lane / 4) * 32);
+          const int reg = (lane % 4) / 2;
           uint32_t hi[2] = {0u, 0u}, lo[2] = {0u, 0u};
           float inv = 0.f;
           if (task < tasks) {
@@ -214,24 +223,22 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
             inv = split_hi_lo(v, hi, lo);
           }
           if (lane == 0) scl[r * per + hb] = inv;
-          // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pairs at fragment column
-          // 2(l%2) + p, register half (l%4)/2 (a0/a1 for k < 8, a2/a3 for k ≥ 8); hi in row r%8,
-          // lo in row r%8 + 8.
+          // Lane l holds k-offsets 4(l%4)+0..3 of tile hb·8 + l/4: pair p (k = 4(l%4) + 2p) goes to
+          // B register (l%4)/2 (b0b1 for k < 8, b2b3 for k ≥ 8) of the fragment lane with
+          // t = 2(l%2) + p and column g = 2(r%4) (hi) or 2(r%4) + 1 (lo).
 #pragma unroll
           for (int p = 0; p < 2; ++p) {
-            const int dl = (r % 8) * 4 + 2 * (lane % 2) + p;
-            dst[dl * 4 + reg] = hi[p];
-            dst[dl * 4 + reg + 1] = lo[p];
+            const int dl = 2 * (r % 4) * 4 + 2 * (lane % 2) + p;
+            dst[dl * 2 + reg] = hi[p];
+            dst[(dl + 4) * 2 + reg] = lo[p];
           }
         }
       }
       __syncthreads();
 
-      float acc[MT][2][2];
+      float acc[NT][2];  // row 4·nt + t: columns g and g + 8 of the warp's tile column
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) acc[m][h][0] = acc[m][h][1] = 0.f;
+      for (int m = 0; m < NT; ++m) acc[m][0] = acc[m][1] = 0.f;
       for (int hb = 0; hb < nhb; ++hb) {
         __syncwarp();  // every lane is done with the slot batch hb + 2 overwrites
         issue(hb + 2);
@@ -239,11 +246,9 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
         __syncwarp();
         const uint32_t* slot = reinterpret_cast<const uint32_t*>(ring + (hb % kRingBatches) * 8 * kChunks);
         // One 128-block: 8 tiles into fresh accumulators, then added in fp32 at the block's scale.
-        float d[MT][2][4];
+        float d[NT][4];
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) d[m][h][0] = d[m][h][1] = d[m][h][2] = d[m][h][3] = 0.f;
+        for (int m = 0; m < NT; ++m) d[m][0] = d[m][1] = d[m][2] = d[m][3] = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int tile = hb * 8 + i;
@@ -252,39 +257,44 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
           for (int j = 0; j < 4; ++j) cur[j] = slot[i * n32 + widx[j]];
           uint32_t b[4];
           decode_fragments<BITS, CB>(cur, o0, b);
+          // As the A operand (row = output column): (n g, k 2t), (n g+8, k 2t), (n g, k 2t+8), (n g+8, k 2t+8).
+          const uint4 a = make_uint4(b[0], b[2], b[1], b[3]);
 #pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            const uint4 a = frag[(m * slice_tiles + tile) * 32 + lane];
-            mma16816(d[m][0], a, b[0], b[1]);
-            mma16816(d[m][1], a, b[2], b[3]);
+          for (int m = 0; m < NT; ++m) {
+            const uint2 x2 = frag[(m * slice_tiles + tile) * 32 + lane];
+            mma16816(d[m], a, x2.x, x2.y);
           }
         }
+        // d: (n g, hi of row t), (n g, lo of row t), (n g+8, hi), (n g+8, lo).
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          const float sc = scl[(m * 8 + g) * per + hb];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            acc[m][h][0] += (d[m][h][0] + d[m][h][2]) * sc;
-            acc[m][h][1] += (d[m][h][1] + d[m][h][3]) * sc;
-          }
+        for (int m = 0; m < NT; ++m) {
+          const float sc = scl[(m * 4 + t) * per + hb];
+          acc[m][0] += (d[m][0] + d[m][1]) * sc;
+          acc[m][1] += (d[m][2] + d[m][3]) * sc;
         }
       }
       cp_async_wait<0>();  // only empty groups remain; the ring is reused by the next pass
+      // Each slice pushes its partial of row r into the finishing rank's slot [r / splits][ks]
+      // (stores into distributed shared memory, no round trip); the barrier publishes them.
+      if (!started) {
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+        started = true;
+      }
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(partial + (m * 8 + g) * kHad + warp * 16 + h * 8 + 2 * t) =
-              make_float2(acc[m][h][0], acc[m][h][1]);
+      for (int m = 0; m < NT; ++m) {
+        const int r = m * 4 + t;
+        float* dst = cluster.map_shared_rank(partial, r % splits) + ((r / splits) * splits + ks) * kHad + warp * 16 + g;
+        dst[0] = acc[m][0];
+        dst[8] = acc[m][1];
+      }
       cluster.sync();
 
       // Rank s finishes rows s, s + splits, ...: slices added in index order, then H(·)/128 ∘ svh.
-      const int splits = job.split.splits;
       for (int r = ks + warp * splits; r < nrows; r += kWarps * splits) {
         float v[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int c = 0; c < splits; ++c) {
-          const float* remote = cluster.map_shared_rank(partial, c);
-          const float4 q = *reinterpret_cast<const float4*>(remote + r * kHad + 4 * lane);
+        const float* mine = partial + (r / splits) * splits * kHad + 4 * lane;
+        for (int c = 0; c < splits; ++c) {  // slices in index order
+          const float4 q = *reinterpret_cast<const float4*>(mine + c * kHad);
           v[0] += q.x;
           v[1] += q.y;
           v[2] += q.z;
@@ -292,7 +302,6 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
         }
         hadamard128(v);
         const int64_t n = int64_t(cb) * kHad + 4 * lane;
-        const uint2 s2 = *reinterpret_cast<const uint2*>(w.svh + n);
         const __half2 s01 = *reinterpret_cast<const __half2*>(&s2.x), s23 = *reinterpret_cast<const __half2*>(&s2.y);
         float4 o = make_float4(v[0] * (1.0f / 128.0f) * __low2float(s01), v[1] * (1.0f / 128.0f) * __high2float(s01),
                                v[2] * (1.0f / 128.0f) * __low2float(s23), v[3] * (1.0f / 128.0f) * __high2float(s23));
@@ -305,9 +314,13 @@ __global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
           *reinterpret_cast<float4*>(dst + p * out + n) = o;
         }
       }
-      cluster.sync();  // partials and fragments are rewritten by the next pass
+      // Partials are rewritten by the next pass (or segment); after the last one nothing touches
+      // another block's shared memory, so blocks may leave.
+      if (r0 + kPassRows < p_end || sgi + int(gridDim.z) < n_seg) cluster.sync();
+      else __syncthreads();
     }
   }
+  if (!started) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 // seg[0] = S, seg[1..S] = the first pair of each run of equal experts, seg[S+1] = n_pairs.
@@ -338,16 +351,17 @@ __global__ void __launch_bounds__(256) segment_kernel(const int32_t* __restrict_
   }
 }
 
-size_t smem_bytes(int mt, int bits, const Split& split) {
-  const size_t rows = 8 * size_t(mt);
-  return 16 * (size_t(mt) * split.had_per_split * 8 * 32 + size_t(kWarps) * ring_chunks(bits)) +
-         sizeof(float) * rows * (split.had_per_split + kHad);
+size_t smem_bytes(int nt, int bits, const Split& split) {
+  const size_t rows = 4 * size_t(nt);
+  const size_t owned = (rows + split.splits - 1) / split.splits;
+  return 8 * size_t(nt) * split.had_per_split * 8 * 32 + 16 * size_t(kWarps) * ring_chunks(bits) +
+         sizeof(float) * (rows * split.had_per_split + owned * split.splits * kHad);
 }
 
-template <int BITS, int CB, int MT>
+template <int BITS, int CB, int NT>
 cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
-  const size_t smem = smem_bytes(MT, BITS, job.split);
-  auto kernel = exl3_mma<BITS, CB, MT>;
+  const size_t smem = smem_bytes(NT, BITS, job.split);
+  auto kernel = exl3_mma<BITS, CB, NT>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err != cudaSuccess) return err;
@@ -373,7 +387,7 @@ cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_
 
 template <int BITS, int CB>
 cudaError_t dispatch_rows(const Job& job, bool wide, unsigned grid_x, unsigned grid_z, cudaStream_t stream) {
-  // The m-tiles per pass are a launch detail only: each row's sums are the same for any choice.
+  // The row tiles per pass (4 or 8 rows) are a launch detail only: each row's sums are the same.
   if (!wide) return launch<BITS, CB, 1>(job, grid_x, grid_z, stream);
   return launch<BITS, CB, 2>(job, grid_x, grid_z, stream);
 }
@@ -431,7 +445,7 @@ cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float*
   job.x = x;
   job.rows = rows;
   job.y = y;
-  return dispatch(job, rows > 8, unsigned(w.out_features / kHad), 1, stream);
+  return dispatch(job, rows > 4, unsigned(w.out_features / kHad), 1, stream);
 }
 
 size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter) {

@@ -20,9 +20,10 @@ struct Exl3Weights {
   int codebook = 0;                   // 0 = 3INST, 1 = MCG, 2 = mul1 (exl3::Codebook order)
 };
 
-// The number of K-slices whose partial sums are added in a fixed order (at most 8, one cluster):
-// a function of the weight's shape only, never of the row count, so every output row's arithmetic
-// is the same whatever the number of rows in the launch.
+// The number of K-slices whose partial sums are added in a fixed order (one thread-block cluster:
+// at most 16 on compute capability 9.x/10.x, 8 elsewhere): a function of the weight's shape (and
+// the device kind) only, never of the row count, so every output row's arithmetic is the same
+// whatever the number of rows in the launch.
 int exl3_k_splits(int64_t in_features, int64_t out_features);
 
 // The GEMM keeps its slice partials in shared memory; the workspace is kept in the interface
@@ -33,8 +34,8 @@ cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStrea
 // y[rows, out] (fp32) = x[rows, in] (fp32) · W. Per row: per 128-block, u = H(x∘suh) split exactly
 // into fp16 hi + lo at a power-of-two scale; v = u·Wq on tensor cores (fp32 accumulation, one fresh
 // accumulator per 128-block, added in fp32), over fixed K-slices added in index order;
-// y = H(v)/128 ∘ svh. x, y and w.trellis 16-byte aligned; at most 8 slices, so in ≤ ~27648 (the slice
-// fragments of 16 rows must fit one block's shared memory).
+// y = H(v)/128 ∘ svh. x, y and w.trellis 16-byte aligned; the slices' fragments of 16 rows must
+// fit one block's shared memory (in ≤ 16·128·16 = 32768 on Hopper).
 // One launch; refused with cudaErrorInvalidValue for bad shapes or alignment.
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
                       cudaStream_t stream);
