@@ -25,8 +25,12 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (oracle.precision == cpu::Precision::ref64)
     return error(StatusCode::invalid_argument, "ref64 (double accumulation) is the CPU oracle's; the CUDA backend is ref32");
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(*weights, cuda::ModelDeviceOptions{}));
+  cuda::ModelDeviceOptions mo;
+  mo.device = choice.device;
+  mo.dspark = choice.collective == nullptr;  // the drafter does not run tensor-parallel yet
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(*weights, mo));
   cuda::ForwardOptions fo;
+  fo.collective = choice.collective;
   fo.max_context = choice.max_context;
   fo.max_rollback = choice.max_rollback;
   fo.max_call_rows = choice.max_call_rows;

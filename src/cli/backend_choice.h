@@ -9,6 +9,10 @@
 #include "backends/cpu/weights.h"
 #include "core/status.h"
 
+namespace dsv4::cuda {
+class Collective;  // backends/cuda/collective.h
+}
+
 namespace dsv4::cli {
 
 struct BackendChoice {
@@ -16,6 +20,10 @@ struct BackendChoice {
   int64_t max_context = 65536;    // positions one stream may hold
   int64_t max_rollback = 128;
   int64_t max_call_rows = 4096;   // rows of one forward call (CUDA scratch)
+  // CUDA tensor parallelism (cli/tp_cuda.h): this rank's GPU and the collectives joining the ranks;
+  // the weights passed to make_stream_forward are then the rank's slice.
+  int device = 0;
+  std::shared_ptr<cuda::Collective> collective;
 };
 
 // The chosen forward on `weights`; `oracle` configures the CPU oracle (its precision, threads).

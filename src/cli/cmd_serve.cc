@@ -15,6 +15,7 @@
 #include "cache/prompt_cache.h"
 #include "cli/command.h"
 #include "cli/fabric_serve.h"
+#include "cli/tp_cuda.h"
 #include "backends/cpu/lane_backend.h"
 #include "cli/backend_choice.h"
 #include "cli/v41_text_side.h"
@@ -128,7 +129,8 @@ void add_flags(CLI::App& app, ServeFlags& f) {
 // Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
 // printing progress and a one-line summary on stderr.
 Status load_model(const ServeFlags& flags, server::TextSide& text,
-                  std::unique_ptr<lanes::Backend>& backend, std::string* resolved_dir = nullptr) {
+                  std::unique_ptr<lanes::Backend>& backend, std::string* resolved_dir = nullptr,
+                  fabric::Control* control = nullptr) {
   namespace fs = std::filesystem;
   std::string dir = flags.model_dir;
   if (dir.empty()) {
@@ -178,6 +180,9 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bc.name = flags.backend;
   bc.max_context = flags.context;
   bc.max_call_rows = std::max(bo.max_prefill_rows, bo.max_verify_rows);
+  // --tp N --backend cuda: this rank's slice on its GPU, joined over NCCL (the CPU oracle runs replicated).
+  if (control != nullptr && control->world() > 1 && bc.name == "cuda")
+    DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, dir, *weights, bc));
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::StreamForward> fwd, make_stream_forward(bc, weights, cpu::OracleOptions{}));
   DSV4_ASSIGN_OR_RETURN(backend, cpu::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
   std::fprintf(stderr,
@@ -200,7 +205,7 @@ int serve_follower(const ServeFlags& flags, fabric::Control& control) {
   server::TextSide text;
   std::unique_ptr<lanes::Backend> backend;
   std::string dir;
-  if (Status st = load_model(flags, text, backend, &dir); !st.ok()) {
+  if (Status st = load_model(flags, text, backend, &dir, &control); !st.ok()) {
     control.fail(fabric::kExitStartup, fmt::format("rank {} could not load the model: {}", control.rank(), st.to_string()));
     return fabric::kExitStartup;
   }
@@ -280,7 +285,7 @@ int run_serve(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.fake_load_ms));
   if (!flags.fake_engine && !flags.lanes_fake_backend) {
     std::string dir;
-    Status st = load_model(flags, text, backend, &dir);
+    Status st = load_model(flags, text, backend, &dir, control.get());
     if (!st.ok()) {
       std::fprintf(stderr, "dsv4 serve: %s\n", st.to_string().c_str());
       if (control) control->fail(fabric::kExitStartup, "rank 0 could not load the model");

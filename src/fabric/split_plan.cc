@@ -89,8 +89,6 @@ StatusOr<SplitPlan> make_split_plan(const family::Config& c, const family::Tenso
       ts = b.even(t, 0, SplitReason::heads, 1, "heads");
     } else if (in_dspark_or_layer && ends_with(s, ".attn.wo_a")) {
       ts = b.even(t, 0, SplitReason::out_groups, scale ? c.o_lora_rank / bo : c.o_lora_rank, "group rows");
-    } else if (in_dspark_or_layer && ends_with(s, ".attn.wo_b")) {
-      ts = b.even(t, 1, SplitReason::out_groups, scale ? c.o_lora_rank / bi : c.o_lora_rank, "group columns");
     } else if (std::regex_search(t.name, m, expert_re)) {
       const int64_t e = std::stoll(m[1].str());
       const std::string w = m[2].str();
@@ -107,13 +105,11 @@ StatusOr<SplitPlan> make_split_plan(const family::Config& c, const family::Tenso
       } else {
         ts = b.even(t, 0, SplitReason::intermediate, 1, "the intermediate width");
       }
-    } else if (in_dspark_or_layer && contains(s, ".ffn.shared_experts.")) {
-      // FP8 [I, D] (w1, w3) / [D, I] (w2) with 32x32 (V4.1) or 128x128 (V4) scale tiles.
-      const bool w2 = ends_with(s, ".w2");
-      const int64_t block = w2 ? bi : bo;
-      ts = b.even(t, w2 ? 1 : 0, SplitReason::intermediate, scale ? 1 : block, "the shared intermediate width");
     }
+    // wo_b and the shared expert stay whole (replicated): wo_b reads the gathered groups of every rank and the
+    // shared expert runs whole, so each sums its whole K in one order, as on one GPU (split_plan.h).
     (void)fp8;
+    (void)bi;
     if (!ts.ok()) return ts.status();
     plan.tensors.push_back(std::move(ts).value());
   }

@@ -1,16 +1,19 @@
 // The tensor-parallel split of a DeepSeek-V4 family checkpoint as data: which slice of each tensor a rank holds.
 //
 // The plan (docs/fabric.md "The split"):
-// - Attention: the H query heads split evenly (wq_b rows, attn_sink); the grouped output projection splits by
-//   group (wo_a rows, wo_b columns) so a rank's groups read exactly its heads; wo_b's partial outputs are
-//   summed over ranks in rank order. The MQA latent (wkv, kv_norm), wq_a/q_norm, the compressor and the
+// - Attention: the H query heads split evenly (wq_b rows, attn_sink); the grouped low-rank projection wo_a
+//   splits by group (rows) so a rank's groups read exactly its heads. The groups' outputs are gathered in rank
+//   order (= group order) and wo_b stays whole on every rank, so wo_b sums its whole K in one order exactly as on
+//   one GPU (a column cut of wo_b would round each rank's partial to bf16 before a rank sum: measured outside
+//   the whole-model gate, docs/fabric.md). The MQA latent (wkv, kv_norm), wq_a/q_norm, the compressor and the
 //   indexer are replicated: every rank computes the same KV rows and index scores with the same kernels,
 //   so every rank selects identical top-k rows with no exchange.
-// - Routed experts: either tp_intermediate (every expert's intermediate width split: w1/w3 rows, w2 columns,
-//   partial outputs summed in rank order) or expert_parallel (whole experts per rank, outputs summed in rank
-//   order). The default is tp_intermediate (even bytes per rank at batch 1, where 6 of 384 experts run); the
-//   choice is decided by measured decode step time at batch 1, 8 and 64 on 4xH200 for both.
-//   Shared expert: intermediate split like tp_intermediate. Router: replicated.
+// - Routed experts: either expert_parallel (whole experts per rank; every (row, expert) output is gathered to
+//   every rank and combined in ascending expert order as on one GPU) or tp_intermediate (every expert's
+//   intermediate width split: w1/w3 rows, w2 columns; partial outputs summed in rank order, which rounds each
+//   partial first). The tensor-parallel forward runs expert_parallel (exact; measured docs/fabric.md
+//   "Choosing the expert split"); tp_intermediate stays as data for the measurement.
+//   Shared expert and router: replicated.
 // - Embedding and head split by vocabulary rows: a token's embedding row comes from its owner (a copy);
 //   head logits are all-gathered in rank order (= vocabulary order), so every rank samples the same full
 //   row with the keyed sampler and draws the same token.

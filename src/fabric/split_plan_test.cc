@@ -112,11 +112,11 @@ TEST(SplitPlan, HeadsAndOutputGroupsLineUpAtTp4) {
   EXPECT_EQ(find("layers.3.attn.wq_b.weight").ranks[1].begin, 16 * 512);
   EXPECT_EQ(find("layers.3.attn.wq_b.weight").ranks[1].end, 32 * 512);
   EXPECT_EQ(find("layers.3.attn.attn_sink").ranks[1].begin, 16);
-  // ...and groups 2..3 (8 heads per group): wo_a rows 2*1024 .. 4*1024, wo_b columns the same.
+  // ...and groups 2..3 (8 heads per group): wo_a rows 2*1024 .. 4*1024; wo_b reads every group (whole).
   EXPECT_EQ(find("layers.3.attn.wo_a.weight").ranks[1].begin, 2 * 1024);
   EXPECT_EQ(find("layers.3.attn.wo_a.weight").ranks[1].end, 4 * 1024);
-  EXPECT_EQ(find("layers.3.attn.wo_b.weight").dim, 1);
-  EXPECT_EQ(find("layers.3.attn.wo_b.weight").ranks[1].begin, 2 * 1024);
+  EXPECT_EQ(find("layers.3.attn.wo_b.weight").kind, SplitKind::replicated);
+  EXPECT_EQ(find("layers.3.ffn.shared_experts.w2.weight").kind, SplitKind::replicated);
   // Expert intermediate 2304 / 4 = 576 rows of w1; w2 columns 576 / 2 = 288 packed bytes.
   EXPECT_EQ(find("layers.3.ffn.experts.7.w1.weight").ranks[3].begin, 3 * 576);
   EXPECT_EQ(find("layers.3.ffn.experts.7.w2.weight").ranks[1].begin, 288);

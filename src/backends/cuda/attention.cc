@@ -15,6 +15,7 @@
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/forward_v4.h"
 #include "backends/cuda/linear.cuh"
+#include "backends/cuda/tp_forward.h"
 #include "backends/cuda/upload.h"
 
 namespace dsv4::cuda {
@@ -265,7 +266,10 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     DSV4_CUDA_LAUNCH(bf16_linear(o + g * R * gin, R, wg, zt + g * R * O, s), "wo_a group", shape(O, gin));
   }
   DSV4_CUDA_LAUNCH(ungroup_rows(zt, R, G, O, z, s), "wo_a ungroup", shape(G * O, O));
-  DSV4_CUDA_LAUNCH(fp8_linear(z, R, A.wo_b, ab, y, s), "wo_b", shape(cfg.dim, G * O));
+  if (c.collective) {  // tensor-parallel: every rank's groups side by side for the whole wo_b (tp_forward.h)
+    DSV4_ASSIGN_OR_RETURN(z, tp_gather_groups(c, z, R, G * O));
+  }
+  DSV4_CUDA_LAUNCH(fp8_linear(z, R, A.wo_b, ab, y, s), "wo_b", shape(cfg.dim, A.wo_b.in));
   ar.reset(mark);
   return ok_status();
 }

@@ -20,6 +20,7 @@ struct ModelDevice;         // model.h (the whole model on the device)
 struct AttentionDevice;     // attention_weights.h (one layer's attention weights)
 struct AttentionCallTables; // attention.cc (per-call device tables built by begin_attention_call)
 class StreamCaches;         // attention_state.h
+class Collective;           // collective.h
 
 // One piece of the call: T rows of one stream starting at absolute position `start`, occupying
 // rows [row0, row0 + T) of the call's batch. start must equal the stream's cached length.
@@ -37,6 +38,9 @@ struct CallCtx {
 
   cudaStream_t stream = nullptr;
   Arena* scratch = nullptr;  // per-call scratch; reset by the forward after the call
+  // Tensor-parallel rank (tp_forward.h): this rank's heads and output groups; the groups' wo_a outputs are
+  // gathered from every rank before the whole wo_b. Null on one GPU.
+  Collective* collective = nullptr;
 
   int64_t rows = 0;
   const int64_t* pos = nullptr;     // device [rows] absolute positions (= piece.start + i)

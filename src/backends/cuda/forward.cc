@@ -11,9 +11,11 @@
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/check.h"
+#include "backends/cuda/collective.h"
 #include "backends/cuda/dspark_device.h"
 #include "backends/cuda/forward_block.h"
 #include "backends/cuda/forward_v4.h"
+#include "backends/cuda/tp_forward.h"
 
 namespace dsv4::cuda {
 
@@ -52,8 +54,16 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   if (!f->model_->dspark) g.dspark_stages = 0;
   f->geo_ = std::make_unique<AttnGeometry>(g);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
+  if (options.collective && options.collective->world() > 1 && f->model_->dspark)
+    return error(StatusCode::unimplemented, "the DSpark drafter does not run tensor-parallel yet: upload the rank without it");
   const int64_t rows = options.max_call_rows;
-  const int64_t bytes = forward_scratch_bytes(cfg, rows) +
+  int64_t tp_bytes = 0;  // tensor-parallel gathers (tp_forward.h): head rows, expert outputs, output groups
+  if (options.collective) {
+    const int64_t world = options.collective->world(), P = rows * std::max(cfg.n_active, cfg.dspark_active);
+    tp_bytes = 4 * (rows * cfg.vocab + (world + 1) * P * cfg.dim + P + 2 * world * rows * cfg.o_groups * cfg.o_lora) +
+               (4 << 20);
+  }
+  const int64_t bytes = forward_scratch_bytes(cfg, rows) + tp_bytes +
                         attention_scratch_bytes(cfg, rows, options.max_context) +
                         dspark_scratch_bytes(cfg);
   f->scratch_ = std::make_unique<Arena>(static_cast<size_t>(bytes));
@@ -212,6 +222,7 @@ StatusOr<std::vector<cpu::PieceResult>> Forward::forward(const std::vector<cpu::
 
 OpCtx Forward::op_ctx(cudaStream_t s) {
   OpCtx o{&model_->config, s, scratch_.get()};
+  o.collective = options_.collective.get();
   if (profile_ && profile_sync_) o.profile = profile_;
   if (profile_ && !profile_sync_) o.marks = &marks_;
   return o;
@@ -268,6 +279,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   }
   if (d.n_logits > 0)
     DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
+      if (o.collective) return tp_head_logits(o, M, d.h, d.pi, d.index, d.n_logits, d.logits);  // vocabulary rows, gathered
       return M.hc_head ? head_logits_v4(o, M, d.h, d.index, d.n_logits, d.logits)
                        : head_logits(o, M.norm, M.head, M.head16, d.h, d.pi, d.index, d.n_logits, d.logits);
     }));
@@ -287,6 +299,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   c.attn = M.attention.data();
   c.stream = stream_;
   c.scratch = scratch_.get();
+  c.collective = options_.collective.get();
   // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.
   std::vector<int32_t> ids;
   std::vector<int64_t> pos;
@@ -347,7 +360,8 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   // Graph key: every host-side size the launches depend on.
   // V4 attention (attention_v4.cc) builds per-layer tables on the host inside the layer and sizes
   // its launches by the call's exact positions: V4 calls run eagerly.
-  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !profile_ && !cfg.v4() &&
+  // Tensor-parallel ranks run eagerly too (capturing their NCCL gathers is not yet tested).
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !profile_ && !cfg.v4() && !options_.collective &&
                      rows <= options_.graph_max_rows;
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);

@@ -25,6 +25,7 @@
 namespace dsv4::cuda {
 
 class Arena;
+class Collective;
 class StreamCaches;
 struct AttnGeometry;
 
@@ -40,6 +41,9 @@ struct ForwardOptions {
   int64_t graph_max_rows = 256;
   int64_t graph_pos_granule = 256;
   size_t graph_capacity = 64;     // graphs kept (least recently used dropped)
+  // A tensor-parallel rank (model cut by fabric/rank_weights.h): the collectives joining the ranks'
+  // partial results (tp_forward.h); every rank must make the same calls in the same order. Unset: one GPU.
+  std::shared_ptr<Collective> collective;
 };
 
 // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (tests compare

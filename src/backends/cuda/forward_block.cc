@@ -5,6 +5,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe_experts.cuh"
+#include "backends/cuda/tp_forward.h"
 #include "backends/cuda/v4_ops.cuh"
 
 namespace dsv4::cuda {
@@ -137,6 +138,8 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(timed(c, "moe routed experts", [&]() -> Status {
+    if (c.collective)  // tensor-parallel: this rank's experts, then every pair's output gathered (tp_forward.h)
+      return tp_routed_experts(c, M, x, pair_row, pair_expert, pair_weight, P, scratch, routed);
     DSV4_CUDA_LAUNCH(M.exl3.n_experts ? exl3_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.exl3, cfg.swiglu_limit,
                                                             scratch, routed, c.stream)
                                       : moe_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.w1, M.w3, M.w2, D, I,

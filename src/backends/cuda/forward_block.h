@@ -30,6 +30,7 @@ struct ProfileMark {
 
 // Adds every mark's elapsed milliseconds to *profile under its name and destroys the events.
 Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::string, double>* profile);
+class Collective;  // collective.h
 
 // What every sub-layer needs: sizes, the stream, scratch (released by the caller).
 struct OpCtx {
@@ -45,6 +46,9 @@ struct OpCtx {
   // appended here, with no synchronization (device time per op at full queue depth); the owner
   // reads them after the call's synchronization (profile_marks_collect).
   std::vector<ProfileMark>* marks = nullptr;
+  // Set on a tensor-parallel rank: the routed experts and the head run this rank's share and gather the
+  // rest (tp_forward.h).
+  Collective* collective = nullptr;
 
   template <typename T>
   StatusOr<T*> alloc(int64_t n, std::string_view what) {

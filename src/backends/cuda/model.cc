@@ -129,7 +129,12 @@ class ModelUploader {
       d.tid2eid = static_cast<const int32_t*>(t);
     }
     d.n_experts = static_cast<int64_t>(w.experts.size());
-    d.inter = w.experts.empty() ? w.shared.w1.out : w.experts[0].w1.out;
+    d.inter = w.shared.w1.out;  // the routed width: of the first expert held here (a tensor-parallel rank holds some)
+    for (const cpu::ExpertWeights& x : w.experts)
+      if (x.w1.out > 0) {
+        d.inter = x.w1.out;
+        break;
+      }
     if (d.n_experts != w.gate.out)
       return error(StatusCode::invalid_argument, "{}: gate has {} rows for {} experts", name, w.gate.out, d.n_experts);
     return d;

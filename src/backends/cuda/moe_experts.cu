@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(lowp::kMaxSlices * 32) experts_kernel(
   for (int32_t sgi = blockIdx.x; sgi < S; sgi += gridDim.x) {
     const int64_t q0 = seg[1 + sgi], q1 = seg[2 + sgi];
     const int e = pair_expert[q0];
+    if (e < 0) continue;  // pairs of experts another tensor-parallel rank holds (tp_forward.h)
     if constexpr (kDown) {
       const LowpWeight W[1] = {as_lowp(w2[e])};
       lowp::rows_tile<Fmt::fp4, 1>(

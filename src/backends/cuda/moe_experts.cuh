@@ -18,6 +18,8 @@ namespace dsv4::cuda {
 // is the caller's). x: float [rows, D] (bf16 values); w1/w3/w2: device arrays [E] of views
 // ([I, D], [I, D], [D, I]); scratch: >= n_pairs * 3 * I floats; out: float [n_pairs, D].
 // Each pair's arithmetic is that of fp4_linear on its row alone: independent of the other pairs.
+// Pairs with pair_expert < 0 are skipped (their out rows are left as they were): a tensor-parallel rank
+// marks so the pairs of experts another rank holds (tp_forward.h).
 // Refused with cudaErrorInvalidValue: act_block not 32, 64 or 128, D or I not a multiple of it, x or
 // scratch not 16-byte aligned. Returns the last launch's cudaGetLastError().
 cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,

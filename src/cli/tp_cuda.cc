@@ -1,0 +1,45 @@
+// A rank's share of the model for `serve --tp N --backend cuda` (see tp_cuda.h).
+#include "cli/tp_cuda.h"
+
+#include <fmt/format.h>
+
+#include "fabric/rank_weights.h"
+#include "fabric/split_plan.h"
+#include "family/deepseek_v41/config.h"
+#include "family/deepseek_v41/tensors.h"
+
+#ifdef DSV4_WITH_NCCL
+#include <cuda_runtime.h>
+
+#include "fabric/nccl/nccl_collective.h"
+#include "fabric/nccl/nccl_comm.h"
+#endif
+
+namespace dsv4::cli {
+
+Status prepare_tensor_parallel_cuda(fabric::Control& control, const std::string& dir, cpu::ModelWeights& weights,
+                                    BackendChoice& choice) {
+#ifdef DSV4_WITH_NCCL
+  const int32_t rank = control.rank(), tp = control.world();
+  DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir));
+  DSV4_ASSIGN_OR_RETURN(fabric::SplitPlan plan,
+                        fabric::make_split_plan(fc, family::expected_tensors(fc), tp, fabric::ExpertSplit::expert_parallel));
+  DSV4_RETURN_IF_ERROR(fabric::slice_weights_for_rank(weights, plan, rank).with_context(fmt::format("rank {}", rank)));
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1)
+    return error(StatusCode::unavailable, "rank {}: no CUDA device is visible", rank);
+  const int device = rank % devices;
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<fabric::NcclComm> comm, fabric::NcclComm::create(control, device));
+  const int64_t max_sum = weights.config.dim;  // the forward only gathers; a rank sum's scratch stays one row
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<fabric::NcclCollective> coll,
+                        fabric::NcclCollective::create(std::shared_ptr<fabric::NcclComm>(std::move(comm)), max_sum));
+  choice.collective = std::shared_ptr<cuda::Collective>(std::move(coll));
+  choice.device = device;
+  return ok_status();
+#else
+  (void)control, (void)dir, (void)weights, (void)choice;
+  return error(StatusCode::unimplemented, "--tp {} --backend cuda: this dsv4 was built without NCCL", control.world());
+#endif
+}
+
+}  // namespace dsv4::cli

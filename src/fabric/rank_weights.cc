@@ -1,0 +1,129 @@
+// A rank's slice of the decoded weights, cut where the split plan says (see rank_weights.h).
+#include "fabric/rank_weights.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+
+namespace dsv4::fabric {
+namespace {
+
+// The plan's tensors by name.
+class PlanIndex {
+ public:
+  PlanIndex(const SplitPlan& plan, int32_t rank) : rank_(rank) {
+    for (const TensorSplit& t : plan.tensors) by_name_[t.name] = &t;
+  }
+  // Rank's range along `dim` of tensor `name`, checked: split along `dim` with `extent` stored elements.
+  StatusOr<Slice> cut(const std::string& name, int32_t dim, int64_t extent) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return error(StatusCode::invalid_argument, "the split plan has no tensor {}", name);
+    const TensorSplit& t = *it->second;
+    if (t.kind != SplitKind::split || t.dim != dim)
+      return error(StatusCode::invalid_argument, "{}: the plan {} it (dim {}), the rank slice expects a split of dim {}",
+                   name, split_kind_name(t.kind), t.dim, dim);
+    const Slice s = t.ranks.at(static_cast<size_t>(rank_));
+    const Slice last = t.ranks.back();
+    if (last.end != extent)
+      return error(StatusCode::invalid_argument, "{}: the plan cuts {} stored elements, the weights hold {}", name,
+                   last.end, extent);
+    return s;
+  }
+
+  // Whether this rank holds tensor `name`, which the plan gives whole to one rank (expert_parallel experts).
+  StatusOr<bool> owns(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return error(StatusCode::invalid_argument, "the split plan has no tensor {}", name);
+    if (it->second->kind != SplitKind::owned)
+      return error(StatusCode::invalid_argument, "{}: the plan {} it, the rank slice expects one owner", name,
+                   split_kind_name(it->second->kind));
+    return it->second->ranks.at(static_cast<size_t>(rank_)).holds();
+  }
+
+ private:
+  int32_t rank_;
+  std::map<std::string, const TensorSplit*> by_name_;
+};
+
+// Rows [b, e) of a row-major [rows, cols] float matrix.
+std::vector<float> take_rows(const std::vector<float>& m, int64_t cols, int64_t b, int64_t e) {
+  return std::vector<float>(m.begin() + b * cols, m.begin() + e * cols);
+}
+// Columns [b, e) of a row-major [rows, cols] float matrix.
+std::vector<float> take_cols(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t b, int64_t e) {
+  std::vector<float> out(static_cast<size_t>(rows * (e - b)));
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(m.begin() + r * cols + b, m.begin() + r * cols + e, out.begin() + r * (e - b));
+  return out;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// FP8 [out, in] with block x block scale tiles: rows or columns [b, e), whole tiles only.
+Status cut_fp8(cpu::Fp8Weight& w, int dim, Slice s, const std::string& name) {
+  if (w.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", name);
+  const int64_t blk = w.block;
+  if (s.begin % blk != 0 || s.end % blk != 0)
+    return error(StatusCode::invalid_argument, "{}: cut [{}, {}) is not on {}-wide scale tiles", name, s.begin, s.end, blk);
+  const int64_t srows = ceil_div(w.out, blk), scols = ceil_div(w.in, blk);
+  if (dim == 0) {
+    w.w = take_rows(w.w, w.in, s.begin, s.end);
+    w.scale = take_rows(w.scale, scols, s.begin / blk, s.end / blk);
+    w.out = s.end - s.begin;
+  } else {
+    w.w = take_cols(w.w, w.out, w.in, s.begin, s.end);
+    w.scale = take_cols(w.scale, srows, scols, s.begin / blk, s.end / blk);
+    w.in = s.end - s.begin;
+  }
+  return ok_status();
+}
+
+Status cut_bf16_rows(cpu::Bf16Weight& w, Slice s, const std::string& name) {
+  if (w.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", name);
+  w.w = take_rows(w.w, w.in, s.begin, s.end);
+  w.out = s.end - s.begin;
+  return ok_status();
+}
+
+}  // namespace
+
+Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32_t rank) {
+  const int32_t tp = plan.tp;
+  if (rank < 0 || rank >= tp) return error(StatusCode::invalid_argument, "rank {} outside a plan of {} ranks", rank, tp);
+  if (plan.experts != ExpertSplit::expert_parallel)
+    return error(StatusCode::unimplemented, "the {} expert split is not run by the tensor-parallel forward (expert_parallel is)",
+                 expert_split_name(plan.experts));
+  cpu::ModelConfig& c = w.config;
+  if (c.variant != cpu::Variant::v41)
+    return error(StatusCode::unimplemented, "tensor-parallel weights: only V4.1 checkpoints are cut so far");
+  if (tp == 1) return ok_status();
+  const PlanIndex index(plan, rank);
+  for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
+    cpu::BlockWeights& B = w.layers[static_cast<size_t>(l)];
+    const std::string p = fmt::format("layers.{}.", l);
+    cpu::AttentionWeights& A = B.attn;
+    DSV4_ASSIGN_OR_RETURN(Slice q, index.cut(p + "attn.wq_b.weight", 0, A.wq_b.out));
+    DSV4_RETURN_IF_ERROR(cut_fp8(A.wq_b, 0, q, p + "attn.wq_b"));
+    DSV4_ASSIGN_OR_RETURN(Slice h, index.cut(p + "attn.attn_sink", 0, static_cast<int64_t>(A.sink.size())));
+    A.sink = std::vector<float>(A.sink.begin() + h.begin, A.sink.begin() + h.end);
+    DSV4_ASSIGN_OR_RETURN(Slice ga, index.cut(p + "attn.wo_a.weight", 0, A.wo_a.out));
+    DSV4_RETURN_IF_ERROR(cut_bf16_rows(A.wo_a, ga, p + "attn.wo_a"));
+    // Experts another rank owns are left empty (no values, 0 x 0): the expert index stays global.
+    cpu::MoeWeights& M = B.ffn;
+    for (size_t e = 0; e < M.experts.size(); ++e) {
+      const std::string x = fmt::format("{}ffn.experts.{}.", p, e);
+      DSV4_ASSIGN_OR_RETURN(bool mine, index.owns(x + "w1.weight"));
+      if (M.experts[e].w1.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", x);
+      if (!mine) M.experts[e] = cpu::ExpertWeights{};
+    }
+  }
+  DSV4_ASSIGN_OR_RETURN(Slice v, index.cut("head.weight", 0, w.head.out));
+  DSV4_RETURN_IF_ERROR(cut_bf16_rows(w.head, v, "head.weight"));
+  c.n_heads /= tp;
+  c.o_groups /= tp;
+  w.dspark.reset();
+  return c.validate();
+}
+
+}  // namespace dsv4::fabric

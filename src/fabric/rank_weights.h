@@ -1,0 +1,29 @@
+// One tensor-parallel rank's weights: the decoded checkpoint cut to the slices the split plan gives
+// that rank, so a backend uploads (and holds) only its share.
+//
+// The rank's model is the whole model's equations over fewer heads and groups and fewer experts: its config
+// says n_heads / tp and o_groups / tp; wo_b and the shared expert stay whole (they read gathered inputs, so
+// they sum their whole K as on one GPU); each routed expert is held by its owner (expert_parallel), the others
+// left empty (0 x 0) so expert ids stay global; the head holds vocab / tp rows (vocab stays whole: token ids
+// and the gathered logits are the full vocabulary). The rank's forward gathers the groups' outputs before
+// wo_b, every (row, expert) output before the combine, and the head's rows (backends/cuda/tp_forward.h), so
+// every rank computes bit for bit what one GPU computes.
+// Kept whole on every rank (a documented departure from the plan): the embedding (a lookup of whole
+// rows; cutting it saves 1.2 GiB per rank at full width and needs a copy from the owner per token).
+// Refused: tp_intermediate plans (their partial sums round before the rank sum), EXL3 packs, V4-0731
+// weights (the CUDA forward runs V4.1), and the DSpark drafter is dropped (it does not run split yet).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/weights.h"
+#include "core/status.h"
+#include "fabric/split_plan.h"
+
+namespace dsv4::fabric {
+
+// Cuts `w` (the whole model) in place to rank `rank`'s slice of `plan`. Every cut is checked against
+// the plan's tensor of the same name (its dimension, its extent); a mismatch is refused by name.
+Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32_t rank);
+
+}  // namespace dsv4::fabric

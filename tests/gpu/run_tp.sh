@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The tensor-parallel CUDA forward on a 2-GPU machine: builds tests/gpu/tp_forward_test (CUDA + NCCL) and runs
+#   1. TP 1 through the collectives (one rank) == the plain forward, bit for bit;
+#   2. TP 2 on the small and tiny presets: NRMS(TP 2, ref64) within 1.05 F, top-1 == ref64 and TP 1 on every
+#      position, and bit for bit within TP 2: pieces == whole, verify == steps, batched == alone, rollback,
+#      every rank the same logits;
+#   3. the routed-expert split measurement at full V4.1-Flash width: tp_intermediate vs expert_parallel at
+#      batch 1, 8, 32, 64 (docs/fabric.md "Choosing the expert split").
+# Exit status: 0 all passed, 77 fewer than 2 GPUs, else failed.
+#   DSV4_BUILD_DIR  build directory (default: build-gpu beside the sources)
+#   DSV4_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: native)
+#   DSV4_TEST_BIN   run this prebuilt tp_forward_test instead of building
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="${DSV4_TEST_BIN:-}"
+if [ -z "$bin" ]; then
+  build="${DSV4_BUILD_DIR:-$root/build-gpu}"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES="${DSV4_CUDA_ARCH:-native}" -DDSV4_BENCH=OFF
+  cmake --build "$build" --target tp_forward_test -j"${DSV4_JOBS:-$(nproc)}"
+  bin="$build/tests/gpu/tp_forward_test"
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+if [ "$gpus" -lt 2 ]; then echo "SKIPPED: $gpus GPUs; this script needs 2"; exit 77; fi
+status=0
+echo "== TP 1 through the collectives (small)"; "$bin" --world 1 || status=1
+echo "== TP 2, small preset"; "$bin" --world 2 || status=1
+echo "== TP 2, tiny preset"; DSV4_TP_PRESET=tiny "$bin" --world 2 || status=1
+echo "== routed experts: tp_intermediate vs expert_parallel, 2 GPUs"; "$bin" --world 2 --scenario moe-bench || status=1
+exit "$status"
