@@ -108,12 +108,13 @@ TEST(V4Ops, HadamardFp4EqualsOracle) {
 }
 
 TEST(V4Ops, TopkDescendingEqualsOracle) {
-  const int64_t rows = 5, stride = 40, k = 8;
+  const int64_t rows = 6, stride = 2048, k = 8;
   const int ratio = 4;
   std::mt19937 g(4);
   std::vector<float> score(rows * stride);
   for (auto& v : score) v = static_cast<float>(static_cast<int>(g() % 7));  // many exact ties
-  std::vector<int64_t> pos = {3, 10, 40, 159, 100};  // L_c = 1, 2, 10, 40, 25
+  for (int64_t t = 0; t < stride; t += 3) score[5 * stride + t] = static_cast<float>(g() % 1000) / 8.0f;
+  std::vector<int64_t> pos = {3, 10, 40, 159, 100, 8191};  // L_c = 1, 2, 10, 40, 25, 2048
   auto ds = to_device(score);
   auto dp = to_device(pos);
   DeviceBuffer dt(rows * k * 4);

@@ -210,23 +210,31 @@ __global__ void hadamard_fp4_kernel(float* x, int64_t hd) {
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
 }
 
-__global__ void topk_desc_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t k,
-                                 int32_t* topk) {
+// In place on topk[r] (topk_rows' selection, ascending rows, -1 after): the same rows ordered by
+// (score descending, row ascending), the order cpu::select_topk_desc returns. O(k^2) per row.
+__global__ void order_desc_kernel(const float* score, int64_t stride, int64_t k, int32_t* topk) {
+  extern __shared__ float s_sc[];  // [k] scores, then [k] rows
+  int32_t* s_row = reinterpret_cast<int32_t*>(s_sc + k);
   const int64_t r = blockIdx.x;
-  const int64_t lc = (pos[r] + 1) / ratio, kk = lc < k ? lc : k;
-  const float* s = score + r * stride;
-  int32_t* out = topk + r * k;
-  // Rank of row t in (score descending, row ascending); the kk best land at their rank.
-  for (int64_t t = threadIdx.x; t < lc; t += blockDim.x) {
-    const float st = s[t];
-    int64_t rank = 0;
-    for (int64_t u = 0; u < lc && rank < kk; ++u) {
-      const float su = s[u];
-      rank += (su > st || (su == st && u < t)) ? 1 : 0;
-    }
-    if (rank < kk) out[rank] = static_cast<int32_t>(t);
+  int32_t* sel = topk + r * k;
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+    const int32_t t = sel[i];
+    s_row[i] = t;
+    s_sc[i] = t >= 0 ? score[r * stride + t] : 0.0f;
   }
-  for (int64_t i = kk + threadIdx.x; i < k; i += blockDim.x) out[i] = -1;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+    const int32_t t = s_row[i];
+    if (t < 0) continue;
+    const float st = s_sc[i];
+    int64_t rank = 0;
+    for (int64_t u = 0; u < k; ++u) {
+      const int32_t tu = s_row[u];
+      if (tu < 0) continue;
+      rank += (s_sc[u] > st || (s_sc[u] == st && tu < t)) ? 1 : 0;
+    }
+    sel[rank] = t;  // the valid entries are the first ones, so ranks cover exactly them
+  }
 }
 
 __global__ void all_rows_kernel(const int64_t* pos, int ratio, int64_t width, int32_t* list) {
@@ -398,7 +406,11 @@ cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStr
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
                          int32_t* topk, cudaStream_t s) {
   if (rows == 0 || k == 0) return cudaSuccess;
-  topk_desc_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(score, stride, pos, ratio, k, topk);
+  if (k > 4096) return cudaErrorInvalidValue;
+  // The set: the production selection kernel (ties to the lower row), rows ascending; then the order.
+  const cudaError_t e = topk_rows(score, stride, pos, rows, ratio, k, topk, s);
+  if (e != cudaSuccess) return e;
+  order_desc_kernel<<<static_cast<unsigned>(rows), kThreads, 2 * k * sizeof(float), s>>>(score, stride, k, topk);
   return cudaGetLastError();
 }
 

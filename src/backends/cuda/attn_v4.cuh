@@ -62,7 +62,8 @@ cudaError_t v4_window_write(const PieceV4* pieces, const int32_t* row_piece, int
 cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStream_t s);
 
 // topk[r, 0..k) = the min(k, L_c) rows of highest score (ties to the lower row) in descending
-// score order, -1 after; L_c = (pos[r]+1)/ratio; score [rows, stride].
+// score order, -1 after; L_c = (pos[r]+1)/ratio; score [rows, stride] (bf16 values). The set is
+// topk_rows' (the production selection), then ordered in O(k^2) per row; k <= 4096.
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
                          int32_t* topk, cudaStream_t s);
 
