@@ -92,8 +92,10 @@ StatusOr<LayerTables> layer_tables(CallCtx& c, int layer, int ratio) {
 int64_t attention_v4_extra_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos) {
   const int64_t d = cfg.head_dim, ihd = cfg.index_head_dim;
   const int64_t tables = rows * static_cast<int64_t>(sizeof(PieceV4) + sizeof(PieceDev) + 4 + sizeof(EmitDev));
-  return 4 * (4 * rows * d + 4 * rows * ihd + rows * (max_pos + 1) + rows * cfg.index_topk) + rows * (2 * d + 64) +
-         tables + 16 * 256;
+  int64_t visible = 0;  // widest "every visible row" list of the layers without an indexer
+  for (const cpu::LayerRole& r : cpu::layer_roles(cfg))
+    if (r.ratio > 0 && !r.index_source) visible = std::max(visible, (max_pos + 1) / r.ratio);
+  return 4 * (4 * rows * d + 4 * rows * ihd + rows * visible) + rows * (2 * d + 64) + tables + 16 * 256;
 }
 
 Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
