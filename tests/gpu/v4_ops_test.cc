@@ -117,8 +117,9 @@ TEST(V4Ops, TopkDescendingEqualsOracle) {
   std::vector<int64_t> pos = {3, 10, 40, 159, 100, 8191};  // L_c = 1, 2, 10, 40, 25, 2048
   auto ds = to_device(score);
   auto dp = to_device(pos);
-  DeviceBuffer dt(rows * k * 4);
-  ASSERT_EQ(v4_topk_desc(ds.as<float>(), stride, dp.as<int64_t>(), rows, ratio, k, dt.as<int32_t>(), nullptr), cudaSuccess);
+  DeviceBuffer dt(rows * k * 4), dw(std::max<int64_t>(1, topk_work_ints(rows, stride, k)) * 4);
+  ASSERT_EQ(v4_topk_desc(ds.as<float>(), stride, dp.as<int64_t>(), rows, ratio, k, dt.as<int32_t>(), dw.as<int32_t>(),
+                         nullptr), cudaSuccess);
   const auto got = to_host<int32_t>(dt.get(), rows * k);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t lc = (pos[r] + 1) / ratio;

@@ -178,7 +178,8 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
       const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) * std::pow(static_cast<double>(IH), -0.5));
       DSV4_CUDA_LAUNCH(index_scores(qi, wt, wscale, t.pd, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                        "index scores", shape(lc, IH * ihd));
-      DSV4_CUDA_LAUNCH(v4_topk_desc(sc, lc, c.pos, R, ratio, n_sel, sel, s), "top-k", shape(n_sel, lc));
+      DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, n_sel), "top-k chunks"));
+      DSV4_CUDA_LAUNCH(v4_topk_desc(sc, lc, c.pos, R, ratio, n_sel, sel, tw, s), "top-k", shape(n_sel, lc));
     }
   } else if (ratio > 0 && t.max_lc > 0) {
     n_sel = t.max_lc;

@@ -404,11 +404,11 @@ cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStr
 }
 
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
-                         int32_t* topk, cudaStream_t s) {
+                         int32_t* topk, int32_t* work, cudaStream_t s) {
   if (rows == 0 || k == 0) return cudaSuccess;
   if (k > 4096) return cudaErrorInvalidValue;
   // The set: the production selection kernel (ties to the lower row), rows ascending; then the order.
-  const cudaError_t e = topk_rows(score, stride, pos, rows, ratio, k, topk, s);
+  const cudaError_t e = topk_rows(score, stride, pos, rows, ratio, nullptr, 0, k, topk, work, s);
   if (e != cudaSuccess) return e;
   order_desc_kernel<<<static_cast<unsigned>(rows), kThreads, 2 * k * sizeof(float), s>>>(score, stride, k, topk);
   return cudaGetLastError();

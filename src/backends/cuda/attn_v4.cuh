@@ -63,9 +63,10 @@ cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStr
 
 // topk[r, 0..k) = the min(k, L_c) rows of highest score (ties to the lower row) in descending
 // score order, -1 after; L_c = (pos[r]+1)/ratio; score [rows, stride] (bf16 values). The set is
-// topk_rows' (the production selection), then ordered in O(k^2) per row; k <= 4096.
+// topk_rows' (the production selection), then ordered in O(k^2) per row; k <= 4096; work:
+// topk_work_ints(rows, stride, k) ints (topk_rows' chunk lists; none for short rows).
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
-                         int32_t* topk, cudaStream_t s);
+                         int32_t* topk, int32_t* work, cudaStream_t s);
 
 // list[r, t] = t for t < (pos[r]+1)/ratio, else -1 (width entries per row): every visible row.
 cudaError_t v4_all_rows(const int64_t* pos, int64_t rows, int ratio, int64_t width, int32_t* list, cudaStream_t s);
