@@ -145,7 +145,7 @@ int main() {
     }
     const int64_t P = std::get<3>(routes[0]);
     auto* x = static_cast<float*>(device_fill(sizeof(float) * rows * D, 0));
-    auto* h = static_cast<float*>(device_fill(sizeof(float) * P * I, 0));
+    auto* h = static_cast<float*>(device_fill(sizeof(float) * exl3_experts_scratch_floats(P, I), 0));
     auto* out = static_cast<float*>(device_fill(sizeof(float) * P * D, 0));
     double bytes = 0;
     for (auto& r : routes) bytes += std::get<4>(r);

@@ -243,7 +243,8 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
   }
   const auto x = bf16_rows(rows * D, 77);
   DeviceBuffer dx = to_device(x), dr = to_device(prow), de = to_device(pexp), dw = to_device(pw);
-  DeviceBuffer dh(P * I * sizeof(float)), dout(P * D * sizeof(float)), dh1(I * sizeof(float)), d1(D * sizeof(float));
+  DeviceBuffer dh(exl3_experts_scratch_floats(P, I) * sizeof(float)), dout(P * D * sizeof(float)),
+      dh1(exl3_experts_scratch_floats(1, I) * sizeof(float)), d1(D * sizeof(float));
   const float limit = w->config.swiglu_limit;
   ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>(), de.as<int32_t>(), dw.as<float>(), P, M.exl3, limit,
                                 dh.as<float>(), dout.as<float>(), nullptr), cudaSuccess);

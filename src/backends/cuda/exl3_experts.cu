@@ -17,6 +17,8 @@ constexpr int kWarps = 8;   // tile columns: 128 columns per CTA
 constexpr int kGroups = 4;  // K groups: warps per tile column, partial sums added in group order
 constexpr int kThreads = 32 * kWarps * kGroups;
 constexpr int kRows = 4;   // pairs per pass; a launch detail, never a term of a pair's arithmetic
+constexpr int kDepth = 2;  // trellis tiles in flight per lane
+constexpr int kSegThreads = 1024;
 
 // Codebook value of a 16-bit state (formats.md §1.7): one fp16 rounding as the reference decoder.
 __device__ __forceinline__ float codebook_value(int cb, uint32_t state) {
@@ -46,20 +48,31 @@ __device__ void hadamard(float* s, int count) {
   __syncthreads();
 }
 
-// [lo, hi) of expert e in the sorted pair_expert.
-__device__ void expert_range(const int32_t* pe, int64_t n, int32_t e, int64_t& lo, int64_t& hi) {
-  int64_t a = 0, b = n;
-  while (a < b) {
-    const int64_t m = (a + b) / 2;
-    if (pe[m] < e) a = m + 1; else b = m;
+// seg[0] = S, the number of expert segments of the sorted pairs; seg[1 + i] = the first pair of
+// segment i, seg[1 + S] = n. One CTA: per-thread counts of segment starts, a scan, then the starts.
+__global__ void __launch_bounds__(kSegThreads) segment_table(const int32_t* __restrict__ pe, int64_t n,
+                                                             int32_t* __restrict__ seg) {
+  __shared__ int32_t counts[kSegThreads];
+  const int64_t per = (n + kSegThreads - 1) / kSegThreads;
+  const int64_t p0 = min(n, threadIdx.x * per), p1 = min(n, p0 + per);
+  int32_t c = 0;
+  for (int64_t p = p0; p < p1; ++p) c += p == 0 || pe[p] != pe[p - 1];
+  counts[threadIdx.x] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t total = 0;
+    for (int i = 0; i < kSegThreads; ++i) {
+      const int32_t v = counts[i];
+      counts[i] = total;
+      total += v;
+    }
+    seg[0] = total;
+    seg[1 + total] = static_cast<int32_t>(n);
   }
-  lo = a;
-  b = n;
-  while (a < b) {
-    const int64_t m = (a + b) / 2;
-    if (pe[m] <= e) a = m + 1; else b = m;
-  }
-  hi = a;
+  __syncthreads();
+  int32_t k = counts[threadIdx.x];
+  for (int64_t p = p0; p < p1; ++p)
+    if (p == 0 || pe[p] != pe[p - 1]) seg[1 + k++] = static_cast<int32_t>(p);
 }
 
 // red[r][c] = H(u_r · Wq[:, cb*128 + c]) / 128 · svh for the CTA's 128 columns; u holds kRows rotated
@@ -81,35 +94,43 @@ __device__ void columns(const Exl3Weights& W, int cb, const float* u, float* par
   for (int i = 0; i < 4; ++i) widx[i] = (first / 32 + i) % n32;
   const int row_base = 2 * (lane % 4);
   float acc[kRows][2] = {};
-  uint32_t next[4] = {};
-  if (kt0 < kt1)
-    for (int i = 0; i < 4; ++i) next[i] = __ldg(t32 + (kt0 * tiles_n + nt) * n32 + widx[i]);
-  for (int64_t kt = kt0; kt < kt1; ++kt) {
-    uint32_t w[4];
-    for (int i = 0; i < 4; ++i) w[i] = next[i];
-    if (kt + 1 < kt1)  // the next tile's words load while this one decodes
-      for (int i = 0; i < 4; ++i) next[i] = __ldg(t32 + ((kt + 1) * tiles_n + nt) * n32 + widx[i]);
-    float v[8];
+  // A ring of kDepth tiles in flight per lane; slot d always holds tile kt + d (compile-time slots).
+  uint32_t ring[kDepth][4] = {};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int b = o0 + j * bits, q = b / 32, r = b % 32;  // q <= 2: b <= 31 + 7·8
-      const uint32_t hi = q == 0 ? w[0] : (q == 1 ? w[1] : w[2]), lo = q == 0 ? w[1] : (q == 1 ? w[2] : w[3]);
-      const uint64_t window = (uint64_t(hi) << 32) | lo;
-      v[j] = codebook_value(W.codebook, static_cast<uint32_t>(window >> (48 - r)) & 0xFFFFu);
-    }
-    const int64_t k0 = kt * 16 + row_base;
+  for (int d = 0; d < kDepth; ++d)
+    if (kt0 + d < kt1)
+      for (int i = 0; i < 4; ++i) ring[d][i] = __ldg(t32 + ((kt0 + d) * tiles_n + nt) * n32 + widx[i]);
+  for (int64_t kb = kt0; kb < kt1; kb += kDepth) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float* ur = u + r * in_p + k0;
-      // Value j sits at K row (j&1) + 8·((j>>1)&1), column lane/4 + 8·(j>>2) (trellis.h tile_position).
-      acc[r][0] += ur[0] * v[0];
-      acc[r][0] += ur[1] * v[1];
-      acc[r][0] += ur[8] * v[2];
-      acc[r][0] += ur[9] * v[3];
-      acc[r][1] += ur[0] * v[4];
-      acc[r][1] += ur[1] * v[5];
-      acc[r][1] += ur[8] * v[6];
-      acc[r][1] += ur[9] * v[7];
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t kt = kb + d;
+      if (kt >= kt1) break;
+      uint32_t w[4];
+      for (int i = 0; i < 4; ++i) w[i] = ring[d][i];
+      if (kt + kDepth < kt1)
+        for (int i = 0; i < 4; ++i) ring[d][i] = __ldg(t32 + ((kt + kDepth) * tiles_n + nt) * n32 + widx[i]);
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int b = o0 + j * bits, q = b / 32, r = b % 32;  // q <= 2: b <= 31 + 7·8
+        const uint32_t hi = q == 0 ? w[0] : (q == 1 ? w[1] : w[2]), lo = q == 0 ? w[1] : (q == 1 ? w[2] : w[3]);
+        const uint64_t window = (uint64_t(hi) << 32) | lo;
+        v[j] = codebook_value(W.codebook, static_cast<uint32_t>(window >> (48 - r)) & 0xFFFFu);
+      }
+      const int64_t k0 = kt * 16 + row_base;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float* ur = u + r * in_p + k0;
+        // Value j sits at K row (j&1) + 8·((j>>1)&1), column lane/4 + 8·(j>>2) (trellis.h tile_position).
+        acc[r][0] += ur[0] * v[0];
+        acc[r][0] += ur[1] * v[1];
+        acc[r][0] += ur[8] * v[2];
+        acc[r][0] += ur[9] * v[3];
+        acc[r][1] += ur[0] * v[4];
+        acc[r][1] += ur[1] * v[5];
+        acc[r][1] += ur[8] * v[6];
+        acc[r][1] += ur[9] * v[7];
+      }
     }
   }
 #pragma unroll
@@ -146,19 +167,20 @@ __device__ void rotate(const float* src, int64_t in, const Exl3Weights& W, int n
   hadamard(u, static_cast<int>(kRows * in_p / kHad));
 }
 
-// kDown false: h[p] = SwiGLU(w1, w3 on x[pair_row[p]]); true: out[p] = w2(h[p]). grid (col blocks, E).
+// kDown false: h[p] = SwiGLU(w1, w3 on x[pair_row[p]]); true: out[p] = w2(h[p]). grid (col blocks,
+// min(E, pairs)): CTA y takes expert segment y of the table.
 template <bool kDown>
 __global__ void __launch_bounds__(kThreads) experts(const float* __restrict__ src, const int32_t* __restrict__ pair_row,
                                                     const int32_t* __restrict__ pair_expert,
-                                                    const float* __restrict__ pair_weight, int64_t n_pairs,
-                                                    const Exl3Weights* wa, const Exl3Weights* wb, int64_t in,
-                                                    int64_t out, float limit, float* __restrict__ dst) {
+                                                    const float* __restrict__ pair_weight,
+                                                    const int32_t* __restrict__ seg, const Exl3Weights* wa,
+                                                    const Exl3Weights* wb, int64_t in, int64_t out, float limit,
+                                                    float* __restrict__ dst) {
   extern __shared__ float smem[];
   const int cb = blockIdx.x;
-  const int32_t e = static_cast<int32_t>(blockIdx.y);
-  int64_t q0 = 0, q1 = 0;
-  expert_range(pair_expert, n_pairs, e, q0, q1);
-  if (q0 == q1) return;
+  if (static_cast<int32_t>(blockIdx.y) >= seg[0]) return;
+  const int64_t q0 = seg[1 + blockIdx.y], q1 = seg[2 + blockIdx.y];
+  const int32_t e = pair_expert[q0];
   const Exl3Weights A = wa[e];
   const int64_t in_p = A.in_features;
   float* u = smem;                       // [kRows][in_p]
@@ -200,33 +222,42 @@ __global__ void __launch_bounds__(kThreads) experts(const float* __restrict__ sr
 
 template <bool kDown>
 cudaError_t launch(const float* src, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
-                   int64_t n_pairs, const Exl3Weights* wa, const Exl3Weights* wb, int64_t in, int64_t in_p, int64_t out,
-                   int64_t out_p, int64_t E, float limit, float* dst, cudaStream_t s) {
+                   const int32_t* seg, int64_t segments, const Exl3Weights* wa, const Exl3Weights* wb, int64_t in,
+                   int64_t in_p, int64_t out, int64_t out_p, float limit, float* dst, cudaStream_t s) {
   const size_t smem = sizeof(float) * static_cast<size_t>(kRows * in_p + (2 + kGroups) * kRows * kHad);
   auto kernel = experts<kDown>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err != cudaSuccess) return err;
   }
-  kernel<<<dim3(static_cast<unsigned>(out_p / kHad), static_cast<unsigned>(E)), kThreads, smem, s>>>(
-      src, pair_row, pair_expert, pair_weight, n_pairs, wa, wb, in, out, limit, dst);
+  kernel<<<dim3(static_cast<unsigned>(out_p / kHad), static_cast<unsigned>(segments)), kThreads, smem, s>>>(
+      src, pair_row, pair_expert, pair_weight, seg, wa, wb, in, out, limit, dst);
   return cudaGetLastError();
 }
 
 }  // namespace
 
+size_t exl3_experts_scratch_floats(int64_t n_pairs, int64_t inter) {
+  return static_cast<size_t>(n_pairs * inter) + 64 + static_cast<size_t>(n_pairs) + 2;
+}
+
 cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
                                 const float* pair_weight, int64_t n_pairs, const Exl3ExpertsView& X,
-                                float swiglu_limit, float* h, float* out, cudaStream_t s) {
+                                float swiglu_limit, float* scratch, float* out, cudaStream_t s) {
   if (X.n_experts <= 0 || !X.w1 || !X.w2 || !X.w3 || X.dim_p % kHad || X.inter_p % kHad || X.dim > X.dim_p ||
       X.inter > X.inter_p)
     return cudaErrorInvalidValue;
   if (n_pairs <= 0) return cudaSuccess;
-  cudaError_t err = launch<false>(x, pair_row, pair_expert, pair_weight, n_pairs, X.w1, X.w3, X.dim, X.dim_p, X.inter,
-                                  X.inter_p, X.n_experts, swiglu_limit, h, s);
+  float* h = scratch;  // [n_pairs, inter], then the segment table (256-byte aligned)
+  const uintptr_t tail = reinterpret_cast<uintptr_t>(h + n_pairs * X.inter);
+  int32_t* seg = reinterpret_cast<int32_t*>((tail + 255) & ~uintptr_t(255));
+  const int64_t segments = std::min<int64_t>(X.n_experts, n_pairs);  // an upper bound on seg[0]
+  segment_table<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
+  cudaError_t err = launch<false>(x, pair_row, pair_expert, pair_weight, seg, segments, X.w1, X.w3, X.dim, X.dim_p,
+                                  X.inter, X.inter_p, swiglu_limit, h, s);
   if (err != cudaSuccess) return err;
-  return launch<true>(h, pair_row, pair_expert, pair_weight, n_pairs, X.w2, X.w2, X.inter, X.inter_p, X.dim, X.dim_p,
-                      X.n_experts, swiglu_limit, out, s);
+  return launch<true>(h, pair_row, pair_expert, pair_weight, seg, segments, X.w2, X.w2, X.inter, X.inter_p, X.dim,
+                      X.dim_p, swiglu_limit, out, s);
 }
 
 }  // namespace dsv4::cuda

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/exl3_gemm.cuh"
@@ -28,10 +29,12 @@ struct Exl3ExpertsView {
 //   out[p] = EXL3(h[p], w2[e])                                            (bf16 [dim])
 // where EXL3 is the oracle's exl3_linear_bf16<float> formula: u = H(x∘suh) per 128-block, v = u·Wq
 // over the whole K in tile order, y = H(v)/128 ∘ svh. Each pair's arithmetic is its row's alone.
-// x: float [rows, dim]; h: >= n_pairs * inter floats; out: float [n_pairs, dim].
-// Two launches; returns the last cudaGetLastError().
+// x: float [rows, dim]; scratch: exl3_experts_scratch_floats(n_pairs, inter) floats (h, then the
+// pairs' expert segments), 16-byte aligned; out: float [n_pairs, dim]. Three launches (segment
+// table, gate/up, down); returns the last cudaGetLastError().
 cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
                                 const float* pair_weight, int64_t n_pairs, const Exl3ExpertsView& X,
-                                float swiglu_limit, float* h, float* out, cudaStream_t s);
+                                float swiglu_limit, float* scratch, float* out, cudaStream_t s);
+size_t exl3_experts_scratch_floats(int64_t n_pairs, int64_t inter);
 
 }  // namespace dsv4::cuda
