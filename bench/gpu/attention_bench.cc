@@ -104,6 +104,26 @@ double time_us(cudaStream_t s, F&& f, int iters = 50) {
   return ms * 1000.0 / iters;
 }
 
+// GPU time of one call of f: 10 calls captured in one CUDA graph, launched 20 times (no host
+// launch overhead in the figure).
+template <typename F>
+double graph_us(cudaStream_t s, F&& f) {
+  cudaGraph_t g;
+  cudaGraphExec_t ex;
+  double us = -1;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return us;
+  for (int i = 0; i < 10; ++i) f();
+  if (cudaStreamEndCapture(s, &g) == cudaSuccess) {
+    if (cudaGraphInstantiate(&ex, g, 0) == cudaSuccess) {
+      us = time_us(s, [&] { cudaGraphLaunch(ex, s); }, 20) / 10;
+      cudaGraphExecDestroy(ex);
+    }
+    cudaGraphDestroy(g);
+  }
+  cudaGetLastError();
+  return us;
+}
+
 // The attention-specific kernels alone at one decode row (ratio-1 source layer `l` of the caches).
 void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int64_t ctx, Arena& ar,
                       cudaStream_t s, std::mt19937& rng) {
@@ -143,18 +163,19 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   auto* dtop2 = ar.alloc_n<int32_t>(K);
   auto* sw = ar.alloc_n<float>(sparse_attention_work_floats(1, H, cfg.window, K));
   auto* tw = ar.alloc_n<int32_t>(std::max<int64_t>(1, topk_work_ints(1, lc, K)));
+  auto* cw = ar.alloc_n<uint16_t>(candidate_work_elems(1, lc, cfg.candidate_block_size));
   auto* o = ar.alloc_n<float>(H * d);
   auto* score = ar.alloc_n<float>(lc);
   auto* cand = ar.alloc_n<uint8_t>(lc);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int nf = cfg.rope_dim / 2;
-  const double t_win = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
-  const double t_sp = time_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
-  const double t_sc = time_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
-  const double t_ca = time_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, s); });
-  const double t_tk = time_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s); });
-  const double t_tm = time_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, cand, lc, K, dtop2, tw, s); });
-  std::printf("kernels at L_c %ld: sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
+  const double t_win = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
+  const double t_sp = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
+  const double t_sc = graph_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
+  const double t_ca = graph_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, cw, s); });
+  const double t_tk = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s); });
+  const double t_tm = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, cand, lc, K, dtop2, tw, s); });
+  std::printf("kernels at L_c %ld (GPU time per call, 10 calls per graph): sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
               "(%.1f MB keys); candidate blocks %.1f us; top-%ld %.1f us (%.1f us under a candidate mask)\n", long(lc),
               t_win, long(K), t_sp, t_sc, lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, long(K), t_tk, t_tm);
   // The same kernels as one CUDA graph (a ratio-1 candidate source's attention kernels, no linears).
@@ -162,7 +183,7 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   cudaGraphExec_t exec;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
     index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s);
-    candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, s);
+    candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, cw, s);
     topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s);
     sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16,
                      dsink, scale, df, nf, cfg.o_groups, o, sw, s);

@@ -366,7 +366,8 @@ TEST(AttentionCuda, TopkAndCandidatesEqualOracleSelection) {
   uint8_t* dcand = a.alloc_n<uint8_t>(rows * stride);
   CUDA_OK(cudaMemcpy(dsc, sc.data(), 4 * sc.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dpos, pos.data(), 8 * rows, cudaMemcpyHostToDevice));
-  CUDA_OK(candidate_rows(dsc, stride, dpos, rows, 1, kb, B, dcand, stride, nullptr));
+  uint16_t* dckeys = a.alloc_n<uint16_t>(candidate_work_elems(rows, stride, B));
+  CUDA_OK(candidate_rows(dsc, stride, dpos, rows, 1, kb, B, dcand, stride, dckeys, nullptr));
   // The mask applied inside the top-k, and the same after apply_candidates wrote -inf into the scores.
   CUDA_OK(topk_rows(dsc, stride, dpos, rows, 1, dcand, stride, K, dtop, dwork, nullptr));
   std::vector<int32_t> top(rows * K), top2(rows * K);

@@ -151,7 +151,7 @@ int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64
   int64_t layer = 2 * f(rows * Q) + 2 * f(rows * H * d) + 2 * f(rows * d) + align256(rows * (d + d / 32)) +
                   2 * f(rows * GO) + 2 * f(rows * d) + f(rows * d) + f(rows * ihd) + f(rows * IH * ihd) +
                   f(rows * IH) + f(rows * lc) + f(sparse_attention_work_floats(rows, H, cfg.window, cfg.index_topk)) +
-                  f(topk_work_ints(rows, lc, cfg.index_topk)) +
+                  f(topk_work_ints(rows, lc, cfg.index_topk)) + f(candidate_work_elems(rows, lc, cfg.candidate_block_size)) +
                   20 * 256;
   return call + layer + (cfg.v4() ? attention_v4_extra_scratch_bytes(cfg, rows, max_pos) : 0);
 }
@@ -236,9 +236,12 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) * std::pow(static_cast<double>(IH), -0.5));
     DSV4_CUDA_LAUNCH(index_scores(qi, wt, wscale, pieces, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                      "index scores", shape(lc, IH * ihd));
-    if (role.candidate_source)
+    if (role.candidate_source) {
+      DSV4_ASSIGN_OR_RETURN(uint16_t* cw, take<uint16_t>(ar, candidate_work_elems(R, lc, cfg.candidate_block_size),
+                                                         "candidate block keys"));
       DSV4_CUDA_LAUNCH(candidate_rows(sc, lc, c.pos, R, ratio, cfg.candidate_topk_blocks, cfg.candidate_block_size,
-                                      c.cand, c.cand_stride, s), "candidate blocks", shape(lc, cfg.candidate_block_size));
+                                      c.cand, c.cand_stride, cw, s), "candidate blocks", shape(lc, cfg.candidate_block_size));
+    }
     // Candidate users: the published mask applies inside the top-k (rows outside it count as -inf).
     DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, cfg.index_topk), "top-k chunks"));
     DSV4_CUDA_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, role.uses_candidates ? c.cand : nullptr, c.cand_stride,

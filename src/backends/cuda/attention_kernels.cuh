@@ -75,10 +75,11 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
 
 // Candidate source: cand[r, t] for t < L_c = rows of the best `topk_blocks` blocks of `block` rows
 // (block value = max score, the block of row L_c-1 forced in, ties to the lower block, blocks at
-// -inf dropped). With mask_scores, rows outside the mask get score -inf afterwards (for users).
+// -inf dropped). stride >= every row's L_c; work: candidate_work_elems(rows, stride, block) block keys.
 cudaError_t candidate_rows(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
-                           int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride,
+                           int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, uint16_t* work,
                            cudaStream_t s);
+int64_t candidate_work_elems(int64_t rows, int64_t max_lc, int64_t block);
 // Users of candidates: score[r, t] = -inf where !cand[r, t].
 cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                              const uint8_t* cand, int64_t cand_stride, int64_t max_lc, cudaStream_t s);

@@ -57,25 +57,29 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
   }
   for (int64_t h = threadIdx.x; h < IH; h += blockDim.x) w[h] = rb(__fmul_rn(wt[r * IH + h], wscale));
   __syncthreads();
-  // Integer form of every 32-element group of qi: one warp per group, lane = element.
-  const int lane = threadIdx.x & 31;
-  for (int64_t task = threadIdx.x >> 5; task < IH * G; task += blockDim.x >> 5) {
-    const float x = q[task * 32 + lane];
-    const float amax = warp_max(fabsf(x));
+  // Integer form of every 32-element group of qi, one thread per group: n_i = x_i / 2^e with
+  // |x| / 2^e < 16; the group qualifies when every n_i is an integer and n_i * 2^e gives x_i back
+  // (no underflow on the way).
+  for (int64_t task = threadIdx.x; task < IH * G; task += blockDim.x) {
+    const float* x = q + task * 32;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
     const int ex = static_cast<int>((__float_as_uint(amax) >> 23) & 255u) - 127;
-    int e = ex - 3;  // |x| / 2^e < 16
+    const int e = ex - 3;
     bool ok = amax == 0.0f || (ex > -127 && ex < 128);
-    float n = 0.0f;
+    uint32_t words[8] = {};
     if (ok && amax != 0.0f) {
-      n = ldexpf(x, -e);
-      ok = n == rintf(n);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float n = ldexpf(x[i], -e);
+        ok = ok && n == rintf(n) && ldexpf(n, e) == x[i];
+        words[i >> 2] |= (static_cast<uint32_t>(static_cast<int>(n)) & 255u) << (8 * (i & 3));
+      }
     }
-    ok = __all_sync(0xffffffffu, ok);
-    uint32_t b = (static_cast<uint32_t>(static_cast<int>(n)) & 255u) << (8 * (lane & 3));
-    b |= __shfl_xor_sync(0xffffffffu, b, 1);
-    b |= __shfl_xor_sync(0xffffffffu, b, 2);
-    if ((lane & 3) == 0) qw[task * 8 + (lane >> 2)] = b;
-    if (lane == 0) qe[task] = !ok ? kNotFp4 : amax == 0.0f ? kExcluded : e;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) qw[task * 8 + j] = words[j];
+    qe[task] = !ok ? kNotFp4 : amax == 0.0f ? kExcluded : e;
   }
   __syncthreads();
   const int64_t lc = (pos[r] + 1) / ratio;
@@ -351,53 +355,44 @@ topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int rat
   for (int64_t i = k + threadIdx.x; i < K; i += blockDim.x) out[i] = -1;
 }
 
-// Candidate blocks of one row: block b's key is the max of its scores (the block of row lc-1 forced
-// to +inf); the top min(topk_blocks, nb) blocks whose value is above -inf are kept; every row of
-// [0, lc) gets its block's verdict. For B a power of two up to 32 a warp reads its 32 blocks'
-// scores coalesced and reduces them with shuffles (max is exact in any order).
+// Block keys of the candidate source, one thread per block of B scores: key16 of the block's max
+// (max is exact in any order), the block of row lc-1 forced to +inf. keys [rows, key_stride].
+__global__ void candidate_keys_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t B,
+                                      uint16_t* keys, int64_t key_stride) {
+  const int64_t r = blockIdx.y;
+  const int64_t lc = (pos[r] + 1) / ratio;
+  const int64_t nb = (lc + B - 1) / B;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= nb) return;
+  const float* sc = score + r * stride + b * B;
+  const int64_t len = lc - b * B < B ? lc - b * B : B;
+  float v = __int_as_float(0xff800000);
+#pragma unroll 8
+  for (int64_t t = 0; t < len; ++t) v = fmaxf(v, __ldg(sc + t));
+  keys[r * key_stride + b] = static_cast<uint16_t>(b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v));
+}
+
+// Candidate blocks of one row from its block keys: the top min(topk_blocks, nb) blocks whose value
+// is above -inf are kept; every row of [0, lc) gets its block's verdict (through shared memory and
+// one coalesced pass when the row's blocks fit one tile).
 __global__ void __launch_bounds__(kRowThreads)
-candidate_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, int64_t topk_blocks,
+candidate_rows_kernel(const uint16_t* keys, int64_t key_stride, const int64_t* pos, int ratio, int64_t topk_blocks,
                       int64_t B, uint8_t* cand, int64_t cand_stride) {
   __shared__ SelectShared<kRowThreads, kCandEpt> sh;
+  __shared__ uint8_t verdict[kRowThreads * kCandEpt];
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t nb = (lc + B - 1) / B;
-  const float* sc = score + r * stride;
+  const uint16_t* kr = keys + r * key_stride;
   uint8_t* m = cand + r * cand_stride;
-  const float neg_inf = __int_as_float(0xff800000);
-  const bool coop = B <= 32 && (B & (B - 1)) == 0;
-  const int lane = threadIdx.x & 31;
-  auto block_key = [&](int b) -> uint32_t {
-    float v = neg_inf;
-    if (coop) {  // the warp's blocks b - lane .. b - lane + 31, B rounds of 32 consecutive scores
-      const int per = 32 / static_cast<int>(B);
-      const int64_t base = static_cast<int64_t>(b - lane) * B;
-      for (int j = 0; j < B; ++j) {
-        const int64_t t = base + j * 32 + lane;
-        float x = t < lc ? sc[t] : neg_inf;
-        for (int o = 1; o < B; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-        const float got = __shfl_sync(0xffffffffu, x, (lane % per) * static_cast<int>(B));
-        if (lane / per == j) v = got;
-      }
-    } else if (b < nb) {
-      for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
-    }
-    if (b >= nb) return 0u;
-    return b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
-  };
-  const uint32_t neg_inf_key = key16(neg_inf);
-  // Verdicts of a single tile go through shared memory (then one coalesced pass writes the rows).
-  __shared__ uint8_t verdict[kRowThreads * kCandEpt];
+  const uint32_t neg_inf_key = key16(__int_as_float(0xff800000));
   const bool staged = nb <= kRowThreads * kCandEpt;
   tile_select<kRowThreads, kCandEpt>(
-      static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks), block_key,
+      static_cast<int>(nb), static_cast<int>(nb < topk_blocks ? nb : topk_blocks),
+      [&](int b) { return b < nb ? static_cast<uint32_t>(kr[b]) : 0u; },
       [&](int64_t b, bool sel, int, uint32_t key) {
-        // A selected block at -inf is dropped (when everything is selected the key is recomputed).
-        if (sel && key == 0xffffu) {
-          float v = neg_inf;
-          for (int64_t t = b * B; t < (b + 1) * B && t < lc; ++t) v = fmaxf(v, sc[t]);
-          key = b == nb - 1 ? key16(__int_as_float(0x7f800000)) : key16(v);
-        }
+        // A selected block at -inf is dropped (when everything is selected the key is read again).
+        if (sel && key == 0xffffu) key = kr[b];
         const uint8_t keep = sel && key > neg_inf_key;
         if (staged) verdict[b] = keep;
         else
@@ -441,10 +436,18 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
   }
 }
 
+int64_t candidate_work_elems(int64_t rows, int64_t max_lc, int64_t block) { return rows * ((max_lc + block - 1) / block); }
+
 cudaError_t candidate_rows(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
-                           int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, cudaStream_t s) {
+                           int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, uint16_t* work,
+                           cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  candidate_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, topk_blocks, block, cand, cand_stride);
+  const int64_t max_nb = (stride + block - 1) / block;
+  if (max_nb == 0) return cudaSuccess;
+  candidate_keys_kernel<<<dim3(static_cast<unsigned>((max_nb + 255) / 256), static_cast<unsigned>(rows)), 256, 0, s>>>(
+      score, stride, pos, ratio, block, work, max_nb);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  candidate_rows_kernel<<<rows, kRowThreads, 0, s>>>(work, max_nb, pos, ratio, topk_blocks, block, cand, cand_stride);
   return cudaGetLastError();
 }
 

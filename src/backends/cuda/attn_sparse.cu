@@ -223,8 +223,8 @@ struct AccumLayout {
   __host__ __device__ AccumLayout(int64_t n, int64_t cs) {
     const int64_t nb = (n + 63) / 64;
     ptr = 0;
-    P = ptr + 8 * n;
-    mrun = P + 4 * kAccHeads * n;
+    P = (ptr + 8 * n + 15) / 16 * 16;  // [kAccHeads, nb * 64]: whole 64-blocks (scores -inf, P 0 past n)
+    mrun = P + 4 * kAccHeads * nb * 64;
     alpha = mrun + 4 * kAccHeads * nb;
     psum = alpha + 4 * kAccHeads * nb;
     sums = psum + 4 * kAccHeads * nb;
@@ -236,14 +236,18 @@ struct AccumLayout {
   }
 };
 
-// Grid (channel slice, head group, row - r0); warp w is head h0 + w, lane l owns channels
-// c0 + 2l, c0 + 2l + 1 of the slice (cs channels, cs/2 <= 32 lanes).
+// Grid (channel slice, head group, row - r0); 2 * kAccHeads warps: warp w < kAccHeads is head h0 + w,
+// lane l owning channels c0 + 2l, c0 + 2l + 1 of the slice (cs channels, cs/2 <= 32 lanes); the
+// other warps stage the keys meanwhile.
 // Per head, in the oracle's terms: block maxima -> running max m_b (from -1e30) -> alpha_b =
 // exp(m_{b-1} - m_b); P = exp(s - m_b) (fp32), psum_b = P summed in entry order, sum = sum*alpha + psum
 // block by block, + exp(sink - m); then per channel acc = acc*alpha_b, + bf16(P)*k over the valid
 // entries in order; o = bf16(acc / sum), the tail rotated back at p. The valid entries are compacted
 // (order kept) so the accumulation loop reads only them.
-__global__ void __launch_bounds__(32 * kAccHeads)
+// Barrier of the staging warps only (named barrier 1; the head warps do not take part).
+__device__ __forceinline__ void loaders_sync() { asm volatile("bar.sync 1, %0;" ::"n"(32 * kAccHeads) : "memory"); }
+
+__global__ void __launch_bounds__(64 * kAccHeads)
 sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   extern __shared__ __align__(16) unsigned char sm[];
   const int64_t n = a.W + a.n_sel, nb = (n + 63) / 64;
@@ -253,51 +257,104 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   float* mrun = reinterpret_cast<float*>(sm + L.mrun);
   float* alpha = reinterpret_cast<float*>(sm + L.alpha);
   float* psum = reinterpret_cast<float*>(sm + L.psum);
-  float* sums = reinterpret_cast<float*>(sm + L.sums);
   int* vidx = reinterpret_cast<int*>(sm + L.vidx);
   int* boff = reinterpret_cast<int*>(sm + L.boff);
   float* keys = reinterpret_cast<float*>(sm + L.keys);
   uint8_t* kind = sm + L.kind;
   const int64_t r = r0 + blockIdx.z, c0 = static_cast<int64_t>(blockIdx.x) * cs;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAccHeads + w;
-  const PieceDev& pc = a.pieces[a.row_piece[r]];
   const int64_t p = a.pos[r];
-  for (int64_t e0 = threadIdx.x; e0 < n; e0 += kBatch * 32 * kAccHeads) {
-    int32_t sel[kBatch];
+  constexpr int kLoaders = 32 * kAccHeads;  // threads of the staging warps
+  if (w >= kAccHeads) {
+    // Staging warps: the key list, its compaction (valid entries keep their order) and the
+    // slice of every valid key, fp32, at its slot; meanwhile the head warps do the statistics.
+    const int lt = threadIdx.x - kLoaders, lw = w - kAccHeads;
+    const PieceDev& pc = a.pieces[a.row_piece[r]];
+    for (int64_t e0 = lt; e0 < n; e0 += kBatch * kLoaders) {
+      int32_t sel[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t e = e0 + u * 32 * kAccHeads;
-      sel[u] = e >= a.W && e < n ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
-    }
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t e = e0 + u * kLoaders;
+        sel[u] = e >= a.W && e < n ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
+      }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t e = e0 + u * 32 * kAccHeads;
-      if (e >= n) continue;
-      const void* ptr = nullptr;
-      kind[e] = static_cast<uint8_t>(list_entry(a, pc, p, e, sel[u], ptr));
-      kptr[e] = ptr;
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t e = e0 + u * kLoaders;
+        if (e >= n) continue;
+        const void* ptr = nullptr;
+        kind[e] = static_cast<uint8_t>(list_entry(a, pc, p, e, sel[u], ptr));
+        kptr[e] = ptr;
+      }
     }
+    loaders_sync();
+    for (int64_t b = lw; b < nb; b += kAccHeads) {  // block b's count in boff[b + 1]
+      const int64_t e0 = b * 64 + lane, e1 = e0 + 32;
+      const unsigned b0 = __ballot_sync(0xffffffffu, e0 < n && kind[e0] != kInvalid);
+      const unsigned b1 = __ballot_sync(0xffffffffu, e1 < n && kind[e1] != kInvalid);
+      if (lane == 0) boff[b + 1] = __popc(b0) + __popc(b1);
+    }
+    loaders_sync();
+    if (lt == 0) {
+      boff[0] = 0;
+      for (int64_t b = 1; b <= nb; ++b) boff[b] += boff[b - 1];
+    }
+    loaders_sync();
+    for (int64_t b = lw; b < nb; b += kAccHeads) {
+      int base = boff[b];
+      for (int half = 0; half < 2; ++half) {
+        const int64_t e = b * 64 + 32 * half + lane;
+        const bool v = e < n && kind[e] != kInvalid;
+        const unsigned bal = __ballot_sync(0xffffffffu, v);
+        if (v) vidx[base + __popc(bal & ((1u << lane) - 1u))] = static_cast<int>(e);
+        base += __popc(bal);
+      }
+    }
+    loaders_sync();
+    const int nv = boff[nb], per = cs / 8;
+    for (int i0 = lt; i0 < nv * per; i0 += kBatch * kLoaders) {
+      Raw8 raw[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kLoaders;
+        const int e = i < nv * per ? vidx[i / per] : 0;
+        raw[u] = i < nv * per ? raw8(kind[e], kptr[e], a.d, c0 + 8 * (i % per)) : Raw8{};
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kLoaders;
+        if (i >= nv * per) continue;
+        const int ci = i / per, j = i % per;
+        float v[8];
+        decode8(kind[vidx[ci]], raw[u], v);
+        float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
+        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
+    __syncthreads();
+    return;
   }
-  // Softmax statistics of head h (warp w), independent of the keys.
-  float* Pw = P + w * n;
+  // Softmax statistics of head h (warp w), independent of the keys. Padding entries past n
+  // (score -inf, P 0) take part in no max and add +0 to the block's P sum: no change.
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAccHeads + w;
+  const int64_t np = nb * 64;
+  float* Pw = P + w * np;
   float* mw = mrun + w * nb;
   float* aw = alpha + w * nb;
   float* pw = psum + w * nb;
   const float* sw = score + ((r - r0) * a.H + h) * n;
-  for (int64_t e0 = lane; e0 < n; e0 += 32 * kBatch) {
+  for (int64_t e0 = lane; e0 < np; e0 += 32 * kBatch) {
     float t[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) t[u] = e0 + 32 * u < n ? __ldg(sw + e0 + 32 * u) : 0.0f;
+    for (int u = 0; u < kBatch; ++u) t[u] = e0 + 32 * u < n ? __ldg(sw + e0 + 32 * u) : __int_as_float(0xff800000);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
-      if (e0 + 32 * u < n) Pw[e0 + 32 * u] = t[u];
+      if (e0 + 32 * u < np) Pw[e0 + 32 * u] = t[u];
   }
   __syncwarp();
-  for (int64_t b = lane; b < nb; b += 32) {
-    float mx = __int_as_float(0xff800000);
-    for (int64_t t = b * 64; t < n && t < b * 64 + 64; ++t) mx = fmaxf(mx, Pw[t]);
-    pw[b] = mx;
+  for (int64_t b = 0; b < nb; ++b) {  // block maxima by the warp (max is exact in any order)
+    const float mx = warp_max(fmaxf(Pw[b * 64 + lane], Pw[b * 64 + 32 + lane]));
+    if (lane == 0) pw[b] = mx;
   }
   __syncwarp();
   if (lane == 0) {
@@ -309,44 +366,23 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
   }
   __syncwarp();
   for (int64_t b = lane; b < nb; b += 32) aw[b] = exp_f(__fsub_rn(b > 0 ? mw[b - 1] : -1e30f, mw[b]));
-  for (int64_t e = lane; e < n; e += 32) Pw[e] = exp_f(__fsub_rn(Pw[e], mw[e >> 6]));
+#pragma unroll 4
+  for (int64_t e = lane; e < np; e += 32) Pw[e] = exp_f(__fsub_rn(Pw[e], mw[e >> 6]));
   __syncwarp();
-  for (int64_t b = lane; b < nb; b += 32) {
+  for (int64_t b = lane; b < nb; b += 32) {  // P summed in entry order, the block read up front
+    float4 v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = reinterpret_cast<const float4*>(Pw + b * 64)[i];
     float s = 0.0f;
-    for (int64_t t = b * 64; t < n && t < b * 64 + 64; ++t) s = __fadd_rn(s, Pw[t]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(s, v[i].x), v[i].y), v[i].z), v[i].w);
     pw[b] = s;
   }
   __syncwarp();
-  if (lane == 0) {
-    float sum = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) sum = __fadd_rn(__fmul_rn(sum, aw[b]), pw[b]);
-    sums[w] = __fadd_rn(sum, exp_f(__fsub_rn(a.sink[h], mw[nb - 1])));
-  }
-  __syncthreads();  // kind / kptr of every entry
-  // Compaction: block b's valid entries get slots boff[b] .. boff[b+1]-1 in entry order.
-  for (int64_t b = w; b < nb; b += kAccHeads) {  // block b's count in boff[b + 1]
-    const int64_t e0 = b * 64 + lane, e1 = e0 + 32;
-    const unsigned b0 = __ballot_sync(0xffffffffu, e0 < n && kind[e0] != kInvalid);
-    const unsigned b1 = __ballot_sync(0xffffffffu, e1 < n && kind[e1] != kInvalid);
-    if (lane == 0) boff[b + 1] = __popc(b0) + __popc(b1);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    boff[0] = 0;
-    for (int64_t b = 1; b <= nb; ++b) boff[b] += boff[b - 1];
-  }
-  __syncthreads();
-  for (int64_t b = w; b < nb; b += kAccHeads) {
-    int base = boff[b];
-    for (int half = 0; half < 2; ++half) {
-      const int64_t e = b * 64 + 32 * half + lane;
-      const bool v = e < n && kind[e] != kInvalid;
-      const unsigned bal = __ballot_sync(0xffffffffu, v);
-      if (v) vidx[base + __popc(bal & ((1u << lane) - 1u))] = static_cast<int>(e);
-      base += __popc(bal);
-    }
-  }
-  __syncthreads();
+  float sum = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) sum = __fadd_rn(__fmul_rn(sum, aw[b]), pw[b]);
+  sum = __fadd_rn(sum, exp_f(__fsub_rn(a.sink[h], mw[nb - 1])));
+  __syncthreads();  // the staging warps are done: kinds, slots, keys
   const int nv = boff[nb];
   // P of the valid entries, bf16, moved to their slots (slot <= entry: reads stay ahead of writes).
   for (int base = 0; base < nv; base += 32) {
@@ -356,29 +392,6 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
     if (ci < nv) Pw[ci] = v;
     __syncwarp();
   }
-  // The slice of every valid entry's key, fp32, at its slot.
-  const int per = cs / 8;
-  for (int i0 = threadIdx.x; i0 < nv * per; i0 += kBatch * 32 * kAccHeads) {
-    Raw8 raw[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * 32 * kAccHeads;
-      const int e = i < nv * per ? vidx[i / per] : 0;
-      raw[u] = i < nv * per ? raw8(kind[e], kptr[e], a.d, c0 + 8 * (i % per)) : Raw8{};
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * 32 * kAccHeads;
-      if (i >= nv * per) continue;
-      const int ci = i / per, j = i % per;
-      float v[8];
-      decode8(kind[vidx[ci]], raw[u], v);
-      float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
-      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-    }
-  }
-  __syncthreads();
   if (2 * lane >= cs) return;
   float a0 = 0.0f, a1 = 0.0f;
   const float* kl = keys + 2 * lane;
@@ -395,7 +408,6 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
       a1 = __fadd_rn(a1, __fmul_rn(pe, k2.y));
     }
   }
-  const float sum = sums[w];
   float o0 = rb(a0 / sum), o1 = rb(a1 / sum);
   const int64_t c = c0 + 2 * lane, tail = a.d - 2 * a.n_freq;
   if (c >= tail) {
@@ -452,7 +464,7 @@ cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* p
     }
     if (e != cudaSuccess) return e;
     const dim3 g2(static_cast<unsigned>(d / cs), static_cast<unsigned>(H / kAccHeads), rc);
-    e = launch(sparse_accum_kernel, g2, 32 * kAccHeads, shm2, s, a, r0, static_cast<const float*>(work), cs);
+    e = launch(sparse_accum_kernel, g2, 64 * kAccHeads, shm2, s, a, r0, static_cast<const float*>(work), cs);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
