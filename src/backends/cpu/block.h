@@ -13,11 +13,17 @@
 
 namespace dsv4::cpu {
 
+// Tests only: a named sub-layer output ("attn.in" [rows, D], "attn.out", "attn.h" [rows, C, D],
+// "ffn.in", "ffn.out") and its length.
+using BlockProbe = std::function<void(const char* op, const float* v, int64_t n)>;
+
 // attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows.
 template <typename Acc>
 void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights& B, int64_t rows,
                    const std::function<void(const float*, float*)>& attn, const uint8_t* image,
-                   const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
+                   const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
+                   const BlockProbe& probe = nullptr) {
+  auto show = [&](const char* op, const float* v, int64_t n) { if (probe) probe(op, v, n); };
   const bool same = cfg.v4();
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
@@ -26,13 +32,18 @@ void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights&
   auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
   for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D]);
   rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
+  show("attn.in", xn.data(), rows * D);
   attn(xn.data(), y.data());
+  show("attn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
+  show("attn.h", h.data(), rows * C * D);
   // FFN sub-layer, collapsed with the attention pre-mix
   auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
   for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? fmix[r].pre : amix[r].pre, &x[r * D]);
   rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
+  show("ffn.in", xn.data(), rows * D);
   moe_forward<Acc>(pool, B.ffn, cfg, xn.data(), image, ids, rows, y.data());
+  show("ffn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
   for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
 }

@@ -202,9 +202,14 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   for (int l = 0; l < cfg.n_layers; ++l) {
     const LayerRole& role = roles_[l];
     const BlockWeights& B = W.layers[l];
-    if (role.engram)
+    BlockProbe probe;
+    if (options_.op_probe)
+      probe = [&](const char* op, const float* v, int64_t n) { options_.op_probe(l, op, std::vector<float>(v, v + n)); };
+    if (role.engram) {
       engram_apply<Acc>(*pool_, *B.engram, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
                         cfg.norm_eps, cfg.act_block, h.data());
+      if (probe) probe("engram", h.data(), c.rows * C * D);
+    }
     if (role.tap_index >= 0 && W.dspark)
       for (int64_t r = 0; r < c.rows; ++r)
         for (int64_t i = 0; i < D; ++i) {
@@ -213,7 +218,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
           taps[(r * n_taps + role.tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
         }
     auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
-    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), ids.data(), h, pi);
+    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), ids.data(), h, pi, probe);
     if (options_.layer_probe) options_.layer_probe(l, h);
   }
   // 4. Logits of the requested rows.

@@ -250,6 +250,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   scratch_->reset(d.mark);
   OpCtx o = op_ctx(s);
   o.ids = d.ids;
+  o.op_probe = op_probe_ ? &op_probe_ : nullptr;
   DSV4_CUDA_LAUNCH(embed_streams(M.embed, d.ids, rows, C, D, d.h, d.pi, s), "embed_streams",
                    shape_text({{"rows", rows}, {"D", D}}));
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
@@ -258,10 +259,12 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
     const cpu::LayerRole& role = M.roles[l];
     const LayerDevice& L = M.layers[l];
     const size_t layer_mark = scratch_->mark();
+    o.layer = l;
     if (role.engram) {
       DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
         return engram_forward(o, *L.engram, d.engram_rows[role.engram_index], rows, d.h);
       }));
+      DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
     }
     if (role.tap_index >= 0 && d.taps)
       DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.tap_index, d.taps, s), "dspark_tap",
@@ -361,7 +364,8 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   // V4 attention (attention_v4.cc) builds per-layer tables on the host inside the layer and sizes
   // its launches by the call's exact positions: V4 calls run eagerly.
   // Tensor-parallel ranks run eagerly too (capturing their NCCL gathers is not yet tested).
-  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !profile_ && !cfg.v4() && !options_.collective &&
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ && !cfg.v4() &&
+                     !options_.collective &&
                      rows <= options_.graph_max_rows;
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);

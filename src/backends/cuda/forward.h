@@ -50,6 +50,10 @@ struct ForwardOptions {
 // layers against the oracle); empty function: no copies.
 using LayerProbe = std::function<void(int layer, const std::vector<float>& h)>;
 
+// Tests only: named sub-layer outputs of one layer ("engram", "attn.in", "attn.out", "attn.h", "ffn.in",
+// "ffn.out"), as the oracle's OracleOptions::op_probe names them.
+using OpProbe = std::function<void(int layer, const char* op, const std::vector<float>& v)>;
+
 class Forward {
  public:
   static StatusOr<std::unique_ptr<Forward>> create(std::shared_ptr<const ModelDevice> model,
@@ -77,6 +81,7 @@ class Forward {
   Status assume_length(int32_t stream, int64_t length);
 
   void set_layer_probe(LayerProbe probe) { probe_ = std::move(probe); }
+  void set_op_probe(OpProbe probe) { op_probe_ = std::move(probe); }
   // Per-op milliseconds accumulate into *profile while set (benchmarks and tests; calls run
   // eagerly). synchronized: each op is synchronized around (host wall time, a device fault names its
   // op); otherwise each op is bracketed by events with no synchronization (device time per op).
@@ -116,6 +121,7 @@ class Forward {
   std::map<int32_t, StreamSlot> streams_;
   int32_t next_id_ = 0;
   LayerProbe probe_;
+  OpProbe op_probe_;
   std::map<std::string, double>* profile_ = nullptr;
   bool profile_sync_ = true;
   std::vector<ProfileMark> marks_;  // event-mode sections of the call in flight

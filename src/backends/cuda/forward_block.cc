@@ -59,6 +59,15 @@ Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::stri
   return st;
 }
 
+Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n) {
+  if (!c.op_probe) return ok_status();
+  std::vector<float> v(n);
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(v.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost, c.stream), op));
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(c.stream), op));
+  (*c.op_probe)(c.layer, op, v);
+  return ok_status();
+}
+
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image, float* h,
                      float* pi) {
   const cpu::ModelConfig& cfg = *c.cfg;
@@ -79,11 +88,14 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
                      "hc_collapse_rmsnorm(attn_norm)", shape);
     return ok_status();
   }));
+  DSV4_RETURN_IF_ERROR(op_probe(c, "attn.in", xn, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
+  DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", shape);
     return ok_status();
   }));
+  DSV4_RETURN_IF_ERROR(op_probe(c, "attn.h", h, rows * C * D));
   // FFN sub-layer, collapsed with the attention pre-mix.
   DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
@@ -92,8 +104,13 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
                      "hc_collapse_rmsnorm(ffn_norm)", shape);
     return ok_status();
   }));
+  DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.in", xn, rows * D));
   MoeOut m;
   DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, m));
+  if (c.op_probe) {  // the combined row, which the fused launch below never stores
+    DSV4_CUDA_LAUNCH(moe_combine(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, y, c.stream), "moe_combine(probe)", shape);
+    DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.out", y, rows * D));
+  }
   // The MoE's combine, the FFN expand and the next pre-mix in one launch.
   return timed(c, "moe combine + hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(moe_combine_expand(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, fmix, C, h, pi, c.stream),

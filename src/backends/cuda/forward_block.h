@@ -49,6 +49,10 @@ struct OpCtx {
   // Set on a tensor-parallel rank: the routed experts and the head run this rank's share and gather the
   // rest (tp_forward.h).
   Collective* collective = nullptr;
+  // Tests only: when set, op_probe() hands it named sub-layer outputs of layer `layer` (the forward
+  // then runs eagerly, never captured).
+  const std::function<void(int layer, const char* op, const std::vector<float>& v)>* op_probe = nullptr;
+  int layer = -1;
 
   template <typename T>
   StatusOr<T*> alloc(int64_t n, std::string_view what) {
@@ -59,6 +63,9 @@ struct OpCtx {
     return static_cast<T*>(p);
   }
 };
+
+// With c.op_probe set: copies n floats at dev to the host (synchronizing) and hands them over as `op`.
+Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n);
 
 // Runs f (returning Status); with c.profile set, its device time lands under `name`.
 template <typename F>

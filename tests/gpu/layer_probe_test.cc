@@ -1,0 +1,277 @@
+// The CUDA forward's sub-layers against the CPU oracle's on one preset (DSV4_GPU_PRESET, tiny by
+// default): every named op output of every layer (Engram, attention in/out, post-attention streams,
+// FFN in/out, layer out) as NRMS against ref64 next to ref32's, per-row tables where CUDA departs,
+// and the Engram and MoE ops re-run in ref64 / ref32 on the CUDA forward's own inputs (local error
+// of one op, free of everything upstream), with the router's top-k margins of the rows concerned.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/engram.h"
+#include "backends/cpu/forward.h"
+#include "backends/cpu/load.h"
+#include "backends/cpu/moe.h"
+#include "backends/cpu/rope.h"
+#include "backends/cpu/synthetic.h"
+#include "backends/cuda/forward.h"
+#include "core/thread_pool.h"
+#include "family/deepseek_v41/preset.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using cpu::Piece;
+
+std::string preset_name() {
+  const char* p = std::getenv("DSV4_GPU_PRESET");
+  return p ? p : "tiny";
+}
+
+int prompt_len() {
+  const char* p = std::getenv("DSV4_PROBE_TOKENS");
+  return p ? std::atoi(p) : 40;
+}
+
+std::shared_ptr<const cpu::ModelWeights> weights() {
+  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+    auto preset = family::parse_preset(preset_name());
+    EXPECT_TRUE(preset.ok());
+    auto cfg = cpu::model_config_from(family::preset_config(*preset, family::Variant::v41));
+    return std::shared_ptr<const cpu::ModelWeights>(cpu::synthetic_weights(cfg, 1, true));
+  }();
+  return w;
+}
+
+// The prompt of forward_cuda_test's gate test.
+std::vector<int32_t> prompt(int n) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13) % 129280);
+  return t;
+}
+
+double nrms(const float* a, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+double nrms(const std::vector<float>& a, const std::vector<float>& ref) {
+  return a.size() == ref.size() ? nrms(a.data(), ref.data(), static_cast<int64_t>(a.size())) : -1.0;
+}
+
+// Every op output of one run: key (layer, op).
+using Probes = std::map<std::pair<int, std::string>, std::vector<float>>;
+
+const char* const kOps[] = {"engram", "attn.in", "attn.out", "attn.h", "ffn.in", "ffn.out", "layer"};
+
+Probes oracle_probes(cpu::Precision p, const std::vector<int32_t>& toks, std::vector<float>* logits) {
+  Probes out;
+  cpu::OracleOptions o;
+  o.precision = p;
+  o.op_probe = [&](int l, const char* op, const std::vector<float>& v) { out[{l, op}] = v; };
+  o.layer_probe = [&](int l, const std::vector<float>& h) { out[{l, "layer"}] = h; };
+  auto oracle = std::move(cpu::Oracle::create(weights(), o)).value();
+  std::vector<int32_t> rows(toks.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  auto r = oracle->forward({Piece{oracle->open_stream(), toks, rows}});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) *logits = (*r)[0].logits;
+  return out;
+}
+
+Probes cuda_probes(const std::vector<int32_t>& toks, std::vector<float>* logits) {
+  Probes out;
+  auto model = ModelDevice::upload(*weights(), ModelDeviceOptions{});
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (!model.ok()) return out;
+  ForwardOptions o;
+  o.max_context = 4096;
+  o.max_rollback = 16;
+  o.max_call_rows = 512;
+  auto f = Forward::create(std::shared_ptr<const ModelDevice>(std::move(*model)), o);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  if (!f.ok()) return out;
+  (*f)->set_op_probe([&](int l, const char* op, const std::vector<float>& v) { out[{l, op}] = v; });
+  (*f)->set_layer_probe([&](int l, const std::vector<float>& h) { out[{l, "layer"}] = h; });
+  auto s = (*f)->open_stream();
+  EXPECT_TRUE(s.ok());
+  std::vector<int32_t> rows(toks.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  auto r = (*f)->forward({Piece{*s, toks, rows}});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) *logits = (*r)[0].logits;
+  return out;
+}
+
+// Per-row NRMS of one op (rows of `width` floats).
+std::vector<double> row_nrms(const std::vector<float>& a, const std::vector<float>& ref, int64_t rows) {
+  std::vector<double> v(rows, -1.0);
+  if (a.size() != ref.size() || rows == 0) return v;
+  const int64_t w = static_cast<int64_t>(a.size()) / rows;
+  for (int64_t r = 0; r < rows; ++r) v[r] = nrms(&a[r * w], &ref[r * w], w);
+  return v;
+}
+
+// Engram of layer l in precision Acc applied to h (the op's input), as the oracle's forward does.
+template <typename Acc>
+std::vector<float> engram_local(ThreadPool& pool, const std::vector<int32_t>& toks, int l, std::vector<float> h) {
+  const cpu::ModelWeights& W = *weights();
+  const cpu::ModelConfig& cfg = W.config;
+  const cpu::EngramWeights& E = *W.layers[l].engram;
+  const int64_t rows = static_cast<int64_t>(toks.size()), R = static_cast<int64_t>(E.layout.primes.size());
+  std::vector<int64_t> hist;
+  for (int32_t t : toks) hist.push_back(W.engram_token_map[t]);
+  const int64_t pad = W.engram_token_map[cfg.engram_pad_id];
+  std::vector<int64_t> table_rows(rows * R);
+  for (int64_t r = 0; r < rows; ++r) cpu::engram_hash_rows(E.layout, hist.data(), r, pad, &table_rows[r * R]);
+  std::vector<uint8_t> image(rows, 0);
+  cpu::engram_apply<Acc>(pool, E, table_rows.data(), image.data(), rows, cfg.hc_mult, cfg.dim, cfg.norm_eps,
+                         cfg.act_block, h.data());
+  return h;
+}
+
+template <typename Acc>
+std::vector<float> moe_local(ThreadPool& pool, const std::vector<int32_t>& toks, int l, const std::vector<float>& x) {
+  const cpu::ModelWeights& W = *weights();
+  const int64_t rows = static_cast<int64_t>(toks.size());
+  std::vector<float> y(rows * W.config.dim);
+  std::vector<uint8_t> image(rows, 0);
+  cpu::moe_forward<Acc>(pool, W.layers[l].ffn, W.config, x.data(), image.data(), toks.data(), rows, y.data());
+  return y;
+}
+
+// Attention of every layer in precision Acc on one fresh stream, layer l fed x[l] (the CUDA
+// forward's own "attn.in"): the layers' outputs [layer][rows * D]. Layers that read another layer's
+// compressed rows or top-k read the ones this run wrote from the same inputs, as in the forward.
+template <typename Acc>
+std::vector<std::vector<float>> attention_local(const std::vector<std::vector<float>>& x, int64_t rows) {
+  const cpu::ModelWeights& W = *weights();
+  const cpu::ModelConfig& cfg = W.config;
+  const auto roles = cpu::layer_roles(cfg);
+  cpu::StateGeometry geo = cpu::make_geometry(cfg, 128);
+  if (!W.dspark) geo.dspark_stages = 0;
+  ThreadPool pool(0);
+  const auto fp = cpu::rope_frequencies({cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow});
+  const auto fy = cpu::rope_frequencies(
+      {cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow});
+  cpu::StreamState st = cpu::new_stream_state(geo);
+  cpu::CallCtx c;
+  c.W = &W; c.cfg = &cfg; c.roles = &roles; c.geo = &geo; c.pool = &pool;
+  c.freqs_plain = &fp; c.freqs_yarn = &fy;
+  c.pieces.push_back(cpu::PieceCtx{&st, 0, rows, 0});
+  for (int64_t i = 0; i < rows; ++i) { c.pos.push_back(i); c.piece_of.push_back(0); }
+  c.rows = rows;
+  c.image.assign(rows, 0);
+  c.topk.assign(rows, {});
+  c.cand.assign(rows, {});
+  std::vector<std::vector<float>> ys(cfg.n_layers);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    ys[l].resize(rows * cfg.dim);
+    if (x[l].size() != ys[l].size()) return {};
+    cpu::attention_layer<Acc>(c, l, x[l].data(), ys[l].data());
+  }
+  return ys;
+}
+
+// Router of layer l on row x (double): the biased scores' top-(K+1) (expert, value).
+std::vector<std::pair<int, double>> router_top(int l, const float* x) {
+  const cpu::ModelWeights& W = *weights();
+  const cpu::MoeWeights& M = W.layers[l].ffn;
+  const int64_t D = W.config.dim, E = M.gate.out;
+  std::vector<std::pair<int, double>> v;
+  for (int64_t e = 0; e < E; ++e) {
+    double z = 0;
+    for (int64_t i = 0; i < D; ++i) z += static_cast<double>(x[i]) * M.gate.w[e * D + i];
+    v.push_back({static_cast<int>(e), std::sqrt(cpu::softplus<double>(z)) + M.bias[e]});
+  }
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); });
+  v.resize(std::min<int64_t>(E, M.n_active + 1));
+  return v;
+}
+
+TEST(LayerProbe, SubLayersAgainstOracle) {
+  const auto toks = prompt(prompt_len());
+  const int64_t rows = static_cast<int64_t>(toks.size());
+  const cpu::ModelConfig& cfg = weights()->config;
+  std::vector<float> l32, l64, lcu;
+  Probes p32 = oracle_probes(cpu::Precision::ref32, toks, &l32);
+  Probes p64 = oracle_probes(cpu::Precision::ref64, toks, &l64);
+  Probes pcu = cuda_probes(toks, &lcu);
+  ASSERT_FALSE(pcu.empty());
+  std::printf("preset %s, %lld tokens, window %d: NRMS against ref64, cuda / ref32 (ratio)\n", preset_name().c_str(),
+              static_cast<long long>(rows), cfg.window);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    std::printf("layer %d:", l);
+    for (const char* op : kOps) {
+      auto k = std::make_pair(l, std::string(op));
+      if (!p64.count(k)) continue;
+      const double a = nrms(pcu[k], p64[k]), b = nrms(p32[k], p64[k]);
+      std::printf("  %s %.2e/%.2e", op, a, b);
+    }
+    std::printf("\n");
+  }
+  std::printf("logits: cuda %.3e ref32 %.3e\n", nrms(lcu, l64), nrms(l32, l64));
+  // Per-row tables of the first layers: where CUDA departs, row by row.
+  for (int l = 0; l < std::min(cfg.n_layers, 3); ++l) {
+    for (const char* op : kOps) {
+      auto k = std::make_pair(l, std::string(op));
+      if (!p64.count(k)) continue;
+      const auto a = row_nrms(pcu[k], p64[k], rows), b = row_nrms(p32[k], p64[k], rows);
+      std::printf("rows L%d %-8s cuda:", l, op);
+      for (double x : a) std::printf(" %.0e", x);
+      std::printf("\nrows L%d %-8s r32 :", l, op);
+      for (double x : b) std::printf(" %.0e", x);
+      std::printf("\n");
+    }
+  }
+  // Local errors: one op re-run on the CUDA forward's own input, in ref64 and ref32.
+  std::vector<std::vector<float>> ain(cfg.n_layers);
+  for (int l = 0; l < cfg.n_layers; ++l) ain[l] = pcu[{l, "attn.in"}];
+  const auto a64 = attention_local<double>(ain, rows), a32 = attention_local<float>(ain, rows);
+  if (!a64.empty())
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const auto ra = row_nrms(pcu[{l, "attn.out"}], a64[l], rows);
+      std::printf("local L%d attention: NRMS(cuda, ref64 on cuda inputs) %.3e, ref32 on the same %.3e; rows > 1e-3:", l,
+                  nrms(pcu[{l, "attn.out"}], a64[l]), nrms(a32[l], a64[l]));
+      for (int64_t r = 0; r < rows; ++r)
+        if (ra[r] > 1e-3) std::printf(" %lld:%.1e", static_cast<long long>(r), ra[r]);
+      std::printf("\n");
+    }
+  ThreadPool pool(0);
+  const auto roles = cpu::layer_roles(cfg);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const std::vector<float>* in_h = l == 0 ? nullptr : &pcu[{l - 1, "layer"}];
+    if (roles[l].engram && in_h && pcu.count({l, "engram"})) {
+      const auto e64 = engram_local<double>(pool, toks, l, *in_h), e32 = engram_local<float>(pool, toks, l, *in_h);
+      std::printf("local L%d engram: NRMS(cuda, ref64 on cuda input) %.3e, ref32 on the same %.3e\n", l,
+                  nrms(pcu[{l, "engram"}], e64), nrms(e32, e64));
+    }
+    if (!pcu.count({l, "ffn.in"})) continue;
+    const auto& x = pcu[{l, "ffn.in"}];
+    const auto m64 = moe_local<double>(pool, toks, l, x), m32 = moe_local<float>(pool, toks, l, x);
+    const auto ra = row_nrms(pcu[{l, "ffn.out"}], m64, rows), rb = row_nrms(m32, m64, rows);
+    std::printf("local L%d moe: NRMS(cuda, ref64 on cuda input) %.3e, ref32 on the same %.3e\n", l,
+                nrms(pcu[{l, "ffn.out"}], m64), nrms(m32, m64));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (ra[r] < 1e-2 && rb[r] < 1e-2) continue;
+      const auto top = router_top(l, &x[r * cfg.dim]);
+      std::printf("  row %lld: cuda %.2e ref32 %.2e; ref64 router top:", static_cast<long long>(r), ra[r], rb[r]);
+      for (auto [e, v] : top) std::printf(" %d:%.7f", e, v);
+      std::printf("\n");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
