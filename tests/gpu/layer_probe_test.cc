@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/block.h"
 #include "backends/cpu/engram.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
@@ -191,6 +193,91 @@ std::vector<std::vector<float>> attention_local(const std::vector<std::vector<fl
   return ys;
 }
 
+// Squared-error sums of the local errors per op kind: {cuda vs local ref64, local ref32 vs local ref64, |ref64|^2}.
+struct LocalSums {
+  std::map<std::string, std::array<double, 3>> by_op;
+  void add(const std::string& op, const std::vector<float>& cu, const std::vector<float>& r32, const std::vector<float>& r64) {
+    auto& a = by_op[op];
+    for (size_t i = 0; i < r64.size() && i < cu.size(); ++i) {
+      const double d = static_cast<double>(cu[i]) - r64[i], e = static_cast<double>(r32[i]) - r64[i];
+      a[0] += d * d;
+      a[1] += e * e;
+      a[2] += static_cast<double>(r64[i]) * r64[i];
+    }
+  }
+};
+
+// The block's glue (mixes, collapse, RMSNorm, expand) of every layer re-run in Acc on the CUDA
+// forward's own probed inputs: "mix.attn.in" = RMSNorm(collapse(h, pi)), "mix.attn.h" = expand of
+// the CUDA attention output, "mix.ffn.in", "mix.layer"; pi of layer l from layer l-1's FFN mixes of
+// the CUDA streams. Returns [op][layer] outputs.
+template <typename Acc>
+std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vector<int32_t>& toks, Probes& pcu) {
+  const cpu::ModelWeights& W = *weights();
+  const cpu::ModelConfig& cfg = W.config;
+  const auto roles = cpu::layer_roles(cfg);
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, rows = static_cast<int64_t>(toks.size());
+  ThreadPool pool(0);
+  std::map<std::string, std::vector<std::vector<float>>> out;
+  for (const char* op : {"mix.attn.in", "mix.attn.h", "mix.ffn.in", "mix.layer"}) out[op].resize(cfg.n_layers);
+  std::vector<float> h0;
+  std::vector<std::vector<Acc>> pi;
+  cpu::embed_rows<Acc>(cfg, W.embed, toks.data(), rows, h0, pi);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const cpu::BlockWeights& B = W.layers[l];
+    if (l > 0) {
+      auto fm = cpu::hc_mixes<Acc>(pool, pcu[{l - 1, "attn.h"}].data(), rows, C, D, W.layers[l - 1].hc_ffn, cfg.norm_eps,
+                                   cfg.hc_eps, cfg.hc_sinkhorn_iters);
+      for (int64_t r = 0; r < rows; ++r) pi[r] = fm[r].pre;
+    }
+    const std::vector<float>& h = roles[l].engram ? pcu[{l, "engram"}] : (l == 0 ? h0 : pcu[{l - 1, "layer"}]);
+    std::vector<float> x(rows * D), xn(rows * D);
+    auto am = cpu::hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+    for (int64_t r = 0; r < rows; ++r) cpu::hc_collapse<Acc>(&h[r * C * D], C, D, pi[r], &x[r * D]);
+    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
+    out["mix.attn.in"][l] = xn;
+    std::vector<float> ha = h;
+    for (int64_t r = 0; r < rows; ++r) cpu::hc_expand<Acc>(&pcu[{l, "attn.out"}][r * D], &ha[r * C * D], C, D, am[r]);
+    out["mix.attn.h"][l] = ha;
+    const std::vector<float>& hb = pcu[{l, "attn.h"}];
+    for (int64_t r = 0; r < rows; ++r) cpu::hc_collapse<Acc>(&hb[r * C * D], C, D, am[r].pre, &x[r * D]);
+    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
+    out["mix.ffn.in"][l] = xn;
+    auto fm = cpu::hc_mixes<Acc>(pool, hb.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+    std::vector<float> hl = hb;
+    for (int64_t r = 0; r < rows; ++r) cpu::hc_expand<Acc>(&pcu[{l, "ffn.out"}][r * D], &hl[r * C * D], C, D, fm[r]);
+    out["mix.layer"][l] = hl;
+  }
+  return out;
+}
+
+// Every op of every layer re-run on the CUDA forward's own inputs in ref64 and ref32: error sums of
+// CUDA and of ref32 against ref64 per op kind.
+void add_local_errors(const std::vector<int32_t>& toks, Probes& pcu, LocalSums& sums) {
+  const cpu::ModelConfig& cfg = weights()->config;
+  const auto roles = cpu::layer_roles(cfg);
+  const int64_t rows = static_cast<int64_t>(toks.size());
+  ThreadPool pool(0);
+  const auto g64 = glue_local<double>(toks, pcu), g32 = glue_local<float>(toks, pcu);
+  const std::map<std::string, std::string> probe_of = {
+      {"mix.attn.in", "attn.in"}, {"mix.attn.h", "attn.h"}, {"mix.ffn.in", "ffn.in"}, {"mix.layer", "layer"}};
+  for (const auto& [op, per_layer] : g64)
+    for (int l = 0; l < cfg.n_layers; ++l) sums.add(op, pcu[{l, probe_of.at(op)}], g32.at(op)[l], per_layer[l]);
+  std::vector<std::vector<float>> ain(cfg.n_layers);
+  for (int l = 0; l < cfg.n_layers; ++l) ain[l] = pcu[{l, "attn.in"}];
+  const auto a64 = attention_local<double>(ain, rows), a32 = attention_local<float>(ain, rows);
+  for (int l = 0; l < cfg.n_layers && !a64.empty(); ++l) sums.add("attention", pcu[{l, "attn.out"}], a32[l], a64[l]);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (roles[l].engram && l > 0) {
+      const auto& in = pcu[{l - 1, "layer"}];
+      sums.add("engram", pcu[{l, "engram"}], engram_local<float>(pool, toks, l, in), engram_local<double>(pool, toks, l, in));
+    }
+    const auto& x = pcu[{l, "ffn.in"}];
+    sums.add("moe", pcu[{l, "ffn.out"}], moe_local<float>(pool, toks, l, x), moe_local<double>(pool, toks, l, x));
+  }
+}
+
 // Router of layer l on row x (double): the biased scores' top-(K+1) (expert, value).
 std::vector<std::pair<int, double>> router_top(int l, const float* x) {
   const cpu::ModelWeights& W = *weights();
@@ -290,6 +377,7 @@ TEST(LayerProbe, GateRatioOverPrompts) {
   const int len = prompt_len();
   double sum_log = 0;
   int below = 0;
+  LocalSums local;
   for (int k = 0; k < n; ++k) {
     const auto toks = prompt(len, k);
     std::vector<float> l32, l64, lcu;
@@ -308,10 +396,14 @@ TEST(LayerProbe, GateRatioOverPrompts) {
     std::printf("prompt %d: F %.3e  NRMS(cuda,ref64) %.3e  ratio %.3f  NRMS(cuda,ref32) %.3e  first layer > 1e-3: "
                 "ref32 %d cuda %d cuda-vs-ref32 %d\n", k, F, N, N / F, nrms(lcu, l32), first32, firstcu, firstcu32);
     sum_log += std::log(N / F);
+    add_local_errors(toks, pcu, local);
     below += N <= 1.05 * F;
   }
   std::printf("%s: %d of %d prompts within 1.05 F; geometric mean ratio %.3f\n", preset_name().c_str(), below, n,
               std::exp(sum_log / n));
+  std::printf("local errors over every layer and prompt (each op on the CUDA forward's own inputs), NRMS against ref64:\n");
+  for (const auto& [op, a] : local.by_op)
+    std::printf("  %-12s cuda %.3e  ref32 %.3e\n", op.c_str(), std::sqrt(a[0] / a[2]), std::sqrt(a[1] / a[2]));
 }
 
 }  // namespace
