@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "backends/cpu/oracle_testing.h"
 #include "backends/cpu/synthetic.h"
 
 namespace dsv4::cpu {
@@ -26,31 +27,9 @@ std::unique_ptr<Oracle> oracle(Precision p = Precision::ref32, int threads = 2) 
   return std::move(r).value();
 }
 
-std::vector<int32_t> prompt(int n, uint32_t seed) {
-  std::vector<int32_t> t(n);
-  uint32_t s = seed;
-  for (auto& x : t) { s = s * 1664525u + 1013904223u; x = static_cast<int32_t>((s >> 8) % 512); }
-  return t;
-}
+using oracle_testing::run_pieces;
 
-// Feeds `tokens` to a fresh stream in pieces of the given sizes; returns the logits of every row.
-std::vector<float> run_pieces(Oracle& o, const std::vector<int32_t>& tokens, const std::vector<int>& sizes) {
-  const int32_t s = o.open_stream();
-  std::vector<float> all;
-  size_t at = 0;
-  for (int n : sizes) {
-    Piece p;
-    p.stream = s;
-    p.tokens.assign(tokens.begin() + at, tokens.begin() + at + n);
-    for (int i = 0; i < n; ++i) p.logit_rows.push_back(i);
-    auto r = o.forward({p});
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    all.insert(all.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
-    at += n;
-  }
-  EXPECT_EQ(at, tokens.size());
-  return all;
-}
+std::vector<int32_t> prompt(int n, uint32_t seed) { return oracle_testing::lcg_prompt(n, seed, 512); }
 
 TEST(OracleForward, LogitsAreFinite) {
   auto o = oracle();

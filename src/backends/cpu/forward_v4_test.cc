@@ -7,6 +7,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
+#include "backends/cpu/oracle_testing.h"
 #include "backends/cpu/synthetic.h"
 #include "family/deepseek_v41/preset.h"
 
@@ -33,28 +34,10 @@ std::unique_ptr<Oracle> oracle(std::shared_ptr<const ModelWeights> w, int64_t ma
   return std::move(r).value();
 }
 
-std::vector<int32_t> prompt(int n, uint32_t seed, int vocab) {
-  std::vector<int32_t> t(n);
-  uint32_t s = seed;
-  for (auto& x : t) { s = s * 1664525u + 1013904223u; x = static_cast<int32_t>((s >> 8) % vocab); }
-  return t;
-}
+using oracle_testing::lcg_prompt;
+using oracle_testing::run_pieces;
 
-std::vector<float> run_pieces(Oracle& o, const std::vector<int32_t>& tokens, const std::vector<int>& sizes) {
-  const int32_t s = o.open_stream();
-  std::vector<float> all;
-  size_t at = 0;
-  for (int n : sizes) {
-    Piece p{s, {tokens.begin() + at, tokens.begin() + at + n}, {}};
-    for (int i = 0; i < n; ++i) p.logit_rows.push_back(i);
-    auto r = o.forward({p});
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    all.insert(all.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
-    at += n;
-  }
-  EXPECT_EQ(at, tokens.size());
-  return all;
-}
+std::vector<int32_t> prompt(int n, uint32_t seed, int vocab) { return lcg_prompt(n, seed, vocab); }
 
 TEST(OracleV4, LogitsAreFiniteAndDependOnContext) {
   auto o = oracle(model());

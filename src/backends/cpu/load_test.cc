@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "backends/cpu/forward.h"
+#include "backends/cpu/oracle_testing.h"
 #include "core/checkpoint.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
@@ -17,15 +18,7 @@ namespace dsv4::cpu {
 namespace {
 
 const std::string& tiny_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::string(DSV4_BINARY_DIR) + "/cpu_load_test_tiny";
-    family::SynthOptions o;
-    o.seed = 3;
-    o.sync = false;
-    auto r = family::write_synthetic_checkpoint(family::preset_config(family::Preset::tiny, family::Variant::v41), d, o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return d;
-  }();
+  static const std::string dir = oracle_testing::write_tiny_checkpoint("cpu_load_test_tiny", family::Variant::v41, 3);
   return dir;
 }
 
@@ -68,23 +61,12 @@ TEST(OracleLoad, LoadedTinyModelPiecesEqualWhole) {
   OracleOptions o;
   o.threads = 2;
   auto oracle = std::move(Oracle::create(*w, o)).value();
-  std::vector<int32_t> t(36), rows(36);
-  for (int i = 0; i < 36; ++i) { t[i] = (i * 104729 + 7) % 129280; rows[i] = i; }
-  const int32_t a = oracle->open_stream(), b = oracle->open_stream();
-  auto whole = oracle->forward({Piece{a, t, rows}});
-  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-  for (float v : (*whole)[0].logits) ASSERT_TRUE(std::isfinite(v));
-  std::vector<float> pieces;
-  size_t at = 0;
-  for (int n : {5, 12, 1, 18}) {
-    std::vector<int32_t> r(n);
-    for (int i = 0; i < n; ++i) r[i] = i;
-    auto p = oracle->forward({Piece{b, {t.begin() + at, t.begin() + at + n}, r}});
-    ASSERT_TRUE(p.ok());
-    pieces.insert(pieces.end(), (*p)[0].logits.begin(), (*p)[0].logits.end());
-    at += n;
-  }
-  EXPECT_EQ(pieces, (*whole)[0].logits);
+  std::vector<int32_t> t(36);
+  for (int i = 0; i < 36; ++i) t[i] = (i * 104729 + 7) % 129280;
+  const auto whole = oracle_testing::run_pieces(*oracle, t, {36});
+  ASSERT_EQ(whole.size(), static_cast<size_t>(36) * 129280);
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(oracle_testing::run_pieces(*oracle, t, {5, 12, 1, 18}), whole);
 }
 
 TEST(OracleLoad, MissingConfigIsNamed) {

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
+#include "backends/cpu/oracle_testing.h"
 #include "core/checkpoint.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
@@ -15,15 +16,7 @@ namespace dsv4::cpu {
 namespace {
 
 const std::string& tiny_v4_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::string(DSV4_BINARY_DIR) + "/cpu_load_test_tiny_v4";
-    family::SynthOptions o;
-    o.seed = 5;
-    o.sync = false;
-    auto r = family::write_synthetic_checkpoint(family::preset_config(family::Preset::tiny, family::Variant::v4), d, o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return d;
-  }();
+  static const std::string dir = oracle_testing::write_tiny_checkpoint("cpu_load_test_tiny_v4", family::Variant::v4, 5);
   return dir;
 }
 
@@ -75,23 +68,12 @@ TEST(OracleLoadV4, LoadedTinyModelPiecesEqualWhole) {
   OracleOptions o;
   o.threads = 2;
   auto oracle = std::move(Oracle::create(*w, o)).value();
-  std::vector<int32_t> t(35), rows(35);
-  for (int i = 0; i < 35; ++i) { t[i] = (i * 104729 + 7) % 129280; rows[i] = i; }
-  const int32_t a = oracle->open_stream(), b = oracle->open_stream();
-  auto whole = oracle->forward({Piece{a, t, rows}});
-  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-  for (float v : (*whole)[0].logits) ASSERT_TRUE(std::isfinite(v));
-  std::vector<float> pieces;
-  size_t at = 0;
-  for (int n : {6, 11, 1, 17}) {
-    std::vector<int32_t> r(n);
-    for (int i = 0; i < n; ++i) r[i] = i;
-    auto p = oracle->forward({Piece{b, {t.begin() + at, t.begin() + at + n}, r}});
-    ASSERT_TRUE(p.ok());
-    pieces.insert(pieces.end(), (*p)[0].logits.begin(), (*p)[0].logits.end());
-    at += n;
-  }
-  EXPECT_EQ(pieces, (*whole)[0].logits);
+  std::vector<int32_t> t(35);
+  for (int i = 0; i < 35; ++i) t[i] = (i * 104729 + 7) % 129280;
+  const auto whole = oracle_testing::run_pieces(*oracle, t, {35});
+  ASSERT_EQ(whole.size(), static_cast<size_t>(35) * 129280);
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(oracle_testing::run_pieces(*oracle, t, {6, 11, 1, 17}), whole);
 }
 
 }  // namespace
