@@ -20,7 +20,7 @@ using namespace exl3_tile;
 constexpr int kHad = 128;           // Hadamard block
 constexpr int kWarps = 8;           // one warp per 16-column tile column: 8 warps = 128 columns
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTargetBlocks = 264;  // 2 per SM on 132 SMs; a constant, so the split is shape-only
+constexpr int kTargetBlocks = 396;  // 3 per SM on 132 SMs; a constant, so the split is shape-only
 constexpr int kMaxSliceHad = 16;    // 128-blocks per slice, unless that would need too many slices
 constexpr int kMaxSegSlots = 256;   // grouped launches: segment slots along z; each loops over segments
 
@@ -115,7 +115,7 @@ __device__ __forceinline__ float4 load_input(const Job& job, int64_t p, int64_t 
 // ring, inverse scales [4·NT rows][had_per_split], and the slice partials of the rows this block
 // finishes, [rows owned][splits][128] (row r is finished by cluster rank r % splits).
 template <int BITS, int CB, int NT>
-__global__ void __launch_bounds__(kThreads, 2) exl3_mma(Job job) {
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int n32 = 8 * BITS;      // uint32 words per tile
   constexpr int kChunks = 2 * BITS;  // 16-byte chunks per tile
