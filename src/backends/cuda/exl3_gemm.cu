@@ -1,6 +1,6 @@
 // EXL3 GEMV/GEMM on tensor cores, one launch per product: a cluster of blocks shares one 128-column
-// block, each block rotates its K-slice of the input into fp16 hi/lo A fragments, decodes its trellis
-// tiles straight into mma.m16n8k16 B fragments, and the cluster adds its slices in index order
+// block, each block rotates its K-slice of the input into fp16 hi/lo B fragments, decodes its trellis
+// tiles straight into mma.m16n8k16 A fragments, and the cluster adds its slices in index order
 // through distributed shared memory before the output Hadamard ∘ svh. Rows never interact.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
       issue(0);
       issue(1);
 
-      // A fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two
+      // B fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two
       // scale. A warp takes up to kTaskBatch (row, block) tasks at once so their loads overlap.
       constexpr int kTaskBatch = 4;
       const int tasks = nrows * nhb;  // real rows; padding rows get zero fragments

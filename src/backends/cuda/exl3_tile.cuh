@@ -1,5 +1,5 @@
-// EXL3 device pieces shared by the GEMM kernels: trellis tile → mma.m16n8k16 B fragments, the
-// activation rotation into exact fp16 hi/lo A fragments, and the warp-level 128-point Hadamard.
+// EXL3 device pieces shared by the GEMM kernels: trellis tile → mma.m16n8k16 fragments, the
+// activation rotation into exact fp16 hi/lo parts, and the warp-level 128-point Hadamard.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -41,9 +41,10 @@ __device__ __forceinline__ uint32_t bits16(uint32_t n0, uint32_t n1, uint32_t n2
   else return __funnelshift_l(lo, hi, shift) >> 16;
 }
 
-// The lane's 8 values of one tile as the two B fragments of mma.m16n8k16 (formats.md §1.7: the tile
-// order is the fragment order). Value j of lane l sits at k = 2(l%4) + (j&1) + 8((j>>1)&1),
-// n = l/4 + 8(j>>2); b[0..1] feed columns 0–7, b[2..3] columns 8–15. The lane's states are the
+// The lane's 8 values of one tile as 4 half2 pairs (formats.md §1.7: the tile order is the fragment
+// order). Value j of lane l sits at k = 2(l%4) + (j&1) + 8((j>>1)&1), n = l/4 + 8(j>>2): b[0..1]
+// are the B fragment of columns 0–7, b[2..3] of columns 8–15, and {b0, b2, b1, b3} is the A
+// fragment of the transposed tile (rows = the 16 output columns). The lane's states are the
 // 16-bit windows ending at bits (8l+j+1)·K of the circular tile stream: after shifting its 4 words
 // left by o0 (the window start inside the first word), value j starts at offset j·K.
 template <int BITS, int CB>
