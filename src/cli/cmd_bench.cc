@@ -30,10 +30,10 @@ int bench_main(int argc, char** argv) {
 #endif
   app.add_option("--layers", f.layers, "layers of the full V4.1 plan (its first N, roles unchanged) to build")
       ->capture_default_str();
-  app.add_option("--batch", f.batches, "decode batches (streams per step)")->capture_default_str();
-  app.add_option("--context", f.contexts, "positions each stream holds when a step is timed")->capture_default_str();
+  app.add_option("--batch", f.batches, "decode batches (streams per step), e.g. 1,8,32")->delimiter(',')->capture_default_str();
+  app.add_option("--context", f.contexts, "positions each stream holds when a step is timed, e.g. 4096,65536")->delimiter(',')->capture_default_str();
   app.add_option("--verify-rows", f.verify_rows, "rows of each verify window")->capture_default_str();
-  app.add_option("--prefill", f.prefill, "prefill chunk sizes (rows of one call)")->capture_default_str();
+  app.add_option("--prefill", f.prefill, "prefill chunk sizes (rows of one call), e.g. 2048,4096")->delimiter(',')->capture_default_str();
   app.add_option("--iters", f.iters, "timed steps per measurement (after one warm-up)")->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the synthetic weights")->capture_default_str();
   try {

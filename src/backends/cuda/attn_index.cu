@@ -436,7 +436,10 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
   }
 }
 
-int64_t candidate_work_elems(int64_t rows, int64_t max_lc, int64_t block) { return rows * ((max_lc + block - 1) / block); }
+// Models without a candidate source (V4 / 0731) may carry block 0: they need no block keys.
+int64_t candidate_work_elems(int64_t rows, int64_t max_lc, int64_t block) {
+  return block > 0 ? rows * ((max_lc + block - 1) / block) : 0;
+}
 
 cudaError_t candidate_rows(float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                            int64_t topk_blocks, int64_t block, uint8_t* cand, int64_t cand_stride, uint16_t* work,
