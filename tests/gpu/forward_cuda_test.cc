@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "forward_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/lane_backend.h"
 #include "backends/cpu/load.h"
@@ -21,6 +22,11 @@
 
 namespace dsv4::cuda {
 namespace {
+
+using gpu_testing::all_rows;
+using gpu_testing::argmax;
+using gpu_testing::nrms;
+using gpu_testing::prompt;
 
 using cpu::Piece;
 
@@ -60,35 +66,6 @@ std::unique_ptr<Forward> cuda_forward() {
   auto f = Forward::create(model, o);
   EXPECT_TRUE(f.ok()) << f.status().to_string();
   return f.ok() ? std::move(*f) : nullptr;
-}
-
-std::vector<int32_t> prompt(int n, int salt) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13 + salt * 104729) % 129280);
-  return t;
-}
-
-std::vector<int32_t> all_rows(int n) {
-  std::vector<int32_t> r(n);
-  for (int i = 0; i < n; ++i) r[i] = i;
-  return r;
-}
-
-double nrms(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-int64_t argmax(const float* v, int64_t n) {
-  int64_t b = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[b]) b = i;
-  return b;
 }
 
 // Logits [n, V] of one whole-prompt call, with the streams after every layer.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "forward_testing.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/block.h"
 #include "backends/cpu/engram.h"
@@ -28,6 +29,9 @@
 
 namespace dsv4::cuda {
 namespace {
+
+using gpu_testing::nrms;
+using gpu_testing::prompt;
 
 using cpu::Piece;
 
@@ -52,25 +56,6 @@ std::shared_ptr<const cpu::ModelWeights> weights() {
 }
 
 // The prompts of forward_cuda_test (salt 0: its gate test's prompt).
-std::vector<int32_t> prompt(int n, int salt = 0) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13 + salt * 104729) % 129280);
-  return t;
-}
-
-double nrms(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-double nrms(const std::vector<float>& a, const std::vector<float>& ref) {
-  return a.size() == ref.size() ? nrms(a.data(), ref.data(), static_cast<int64_t>(a.size())) : -1.0;
-}
 
 // Every op output of one run: key (layer, op).
 using Probes = std::map<std::pair<int, std::string>, std::vector<float>>;

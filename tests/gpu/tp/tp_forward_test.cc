@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../forward_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
@@ -43,6 +44,11 @@ extern char** environ;
 
 namespace dsv4::fabric {
 namespace {
+
+using gpu_testing::all_rows;
+using gpu_testing::argmax;
+using gpu_testing::nrms;
+using gpu_testing::prompt;
 
 int failures = 0;
 #define CHECK_TRUE(cond, ...)                                     \
@@ -66,35 +72,10 @@ family::Config family_config() {
   return family::preset_config(*family::parse_preset(preset_name()), family::Variant::v41);
 }
 
-std::vector<int32_t> prompt(int n, int salt) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13 + salt * 104729) % 129280);
-  return t;
-}
-std::vector<int32_t> all_rows(int n) {
-  std::vector<int32_t> r(n);
-  for (int i = 0; i < n; ++i) r[i] = i;
-  return r;
-}
 std::vector<int32_t> part(const std::vector<int32_t>& v, size_t b, size_t e) {
   return std::vector<int32_t>(v.begin() + static_cast<long>(b), v.begin() + static_cast<long>(e));
 }
 
-double nrms(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-int64_t argmax(const float* v, int64_t n) {
-  int64_t b = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[b]) b = i;
-  return b;
-}
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
