@@ -11,17 +11,7 @@
 #   DSV4_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: native)
 #   DSV4_TEST_BIN   run this prebuilt tp_forward_test instead of building
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${DSV4_TEST_BIN:-}"
-if [ -z "$bin" ]; then
-  build="${DSV4_BUILD_DIR:-$root/build-gpu}"
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CUDA_ARCHITECTURES="${DSV4_CUDA_ARCH:-native}" -DDSV4_BENCH=OFF
-  cmake --build "$build" --target tp_forward_test -j"${DSV4_JOBS:-$(nproc)}"
-  bin="$build/tests/gpu/tp_forward_test"
-fi
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
-if [ "$gpus" -lt 2 ]; then echo "SKIPPED: $gpus GPUs; this script needs 2"; exit 77; fi
+source "$(dirname "$0")/tp_common.sh" 2
 status=0
 echo "== TP 1 through the collectives (small)"; "$bin" --world 1 || status=1
 echo "== TP 2, small preset"; "$bin" --world 2 || status=1
