@@ -14,19 +14,11 @@
 
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/exl3_experts.cuh"
+#include "graph_timing.h"
 
 namespace {
 
 using namespace dsv4::cuda;
-
-#define CHECK_CUDA(expr)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (expr);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 std::vector<DeviceBuffer> g_keep;
 

@@ -18,15 +18,6 @@ namespace {
 using namespace dsv4;
 using namespace dsv4::cuda;
 
-#define CHECK_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 struct Shape {
   const char* name;
   int64_t in, out;

@@ -10,6 +10,16 @@
 #include <functional>
 #include <vector>
 
+// Ends the benchmark with the failing call, its place and the CUDA error.
+#define CHECK_CUDA(expr)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
 namespace dsv4::bench {
 
 inline void check_cuda(cudaError_t e, const char* what) {

@@ -23,15 +23,6 @@ namespace {
 
 using namespace dsv4::cuda;
 
-#define CHECK_CUDA(expr)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (expr);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
 std::vector<DeviceBuffer> g_keep;  // everything allocated lives for the whole run
 
 // Device bytes filled from a random host pattern (starting at a seed-dependent offset), with `fix`
