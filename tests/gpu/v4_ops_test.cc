@@ -18,25 +18,14 @@
 #include "backends/cpu/rope.h"
 #include "backends/cuda/attn_v4.cuh"
 #include "backends/cuda/device_buffer.h"
+#include "op_testing.h"
 #include "backends/cuda/v4_ops.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
-std::vector<float> random_bf16(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = cpu::round_bf16(d(g));
-  return v;
-}
-
-template <typename T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T) + 16);
-  cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return b;
-}
+using gpu_testing::random_bf16;
+using gpu_testing::to_device;
 
 template <typename T>
 std::vector<T> to_host(const void* p, size_t n) {
