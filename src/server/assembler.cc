@@ -76,26 +76,30 @@ void Assembler::release(size_t end, bool final) {
   std::string text = text_stream_->push(std::string_view(bytes_).substr(released_, end - released_));
   released_ = end;
   if (final) text += text_stream_->flush();
-  if (text.empty() || finished_) return;
+  if (finished_) return;
   if (!parser_) {
     batch_text_ += text;
     return;
   }
   ChatDelta d;
-  parser_->push(text, d);
+  if (!text.empty()) parser_->push(text, d);
   // Reasoning tokens: with thinking on, every token released before the first content or tool
-  // call (the closing tag included).
+  // call (the closing tag included). Tokens whose bytes decode to no text yet (a special token
+  // such as an ignored EOS, or the first bytes of a UTF-8 character) count too: the count follows
+  // the tokens released, not the text.
   if (setup_.thinking && !content_started_) {
     if (d.content.empty() && d.tool_calls.empty()) {
-      size_t upto = tokens_counted_;
-      while (upto < tokens_.size() && token_start_[upto] < released_) ++upto;
+      size_t upto = tokens_counted_;  // tokens whose bytes have all been released
+      while (upto < tokens_.size() &&
+             (upto + 1 < tokens_.size() ? token_start_[upto + 1] : bytes_.size()) <= released_)
+        ++upto;
       reasoning_tokens_ += static_cast<int32_t>(upto - tokens_counted_);
       tokens_counted_ = upto;
     } else {
       content_started_ = true;
     }
   }
-  take_delta(d);
+  if (!text.empty()) take_delta(d);
 }
 
 void Assembler::take_delta(ChatDelta& d) {

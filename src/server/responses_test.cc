@@ -215,6 +215,30 @@ TEST(Assembler, ThinkingAndToolCallsStream) {
   EXPECT_EQ(a.usage().reasoning_tokens, 10);
 }
 
+TEST(Assembler, ReasoningCountsTokensThatReleaseNoText) {
+  // Thinking on, max_tokens reached inside the reasoning: "hm", then the fake side's EOS (kFakeEos,
+  // no output bytes), drawn because EOS was ignored. All three tokens were released before any
+  // content, so all three are reasoning tokens (the last one decodes to no text at all).
+  TextSide text = make_fake_text_side(4096);
+  AssemblerSetup s;
+  s.endpoint = Endpoint::chat;
+  s.meta = {"chatcmpl-r", 1, "m"};
+  s.thinking = true;
+  Assembler a(s, text);
+  GenerationEvent e = tokens_event("hm");
+  TokenOut eos;
+  eos.token = kFakeEos;
+  eos.logprob = -0.5f;
+  e.tokens.push_back(eos);
+  e.done = true;
+  e.finish = Finish::length;
+  a.feed(e);
+  ASSERT_TRUE(a.finished());
+  EXPECT_EQ(a.usage().completion_tokens, 3);
+  EXPECT_EQ(a.usage().reasoning_tokens, 3);
+  EXPECT_EQ(a.reply()["choices"][0]["message"]["reasoning_content"], "hm");
+}
+
 TEST(Assembler, EngineErrorBecomesAnErrorEvent) {
   TextSide text = make_fake_text_side(4096);
   AssemblerSetup s;
