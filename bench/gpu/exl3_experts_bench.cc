@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/device_buffer.h"
-#include "backends/cuda/exl3_experts.cuh"
+#include "backends/cuda/exl3_gemm.cuh"
 #include "graph_timing.h"
 
 namespace {
@@ -112,6 +112,8 @@ int main() {
   X.n_experts = E;
   X.dim = X.dim_p = D;
   X.inter = X.inter_p = I;
+  for (int k = 0; k < 3; ++k) X.kinds[k] = exl3_kind_bit(2, 2) | exl3_kind_bit(3, 2);
+  X.gate_up_same_kind = true;
   std::mt19937 rng(77);
   for (int rows : {1, 8, 32}) {
     const int kRoutings = 8;
@@ -137,7 +139,7 @@ int main() {
     }
     const int64_t P = std::get<3>(routes[0]);
     auto* x = static_cast<float*>(device_fill(sizeof(float) * rows * D, 0));
-    auto* h = static_cast<float*>(device_fill(sizeof(float) * exl3_experts_scratch_floats(P, I), 0));
+    void* h = device_fill(exl3_routed_experts_scratch_bytes(P, X), 0);
     auto* out = static_cast<float*>(device_fill(sizeof(float) * P * D, 0));
     double bytes = 0;
     for (auto& r : routes) bytes += std::get<4>(r);

@@ -92,7 +92,16 @@ void moe_bench(double bandwidth) {
   CHECK_CUDA(cudaMemcpy(d1.get(), h1.data(), d1.bytes(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(d3.get(), h3.data(), d3.bytes(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(d2.get(), h2.data(), d2.bytes(), cudaMemcpyHostToDevice));
-  Exl3ExpertGroup group{d1.as<Exl3Weights>(), d3.as<Exl3Weights>(), d2.as<Exl3Weights>(), h1[0], h3[0], h2[0]};
+  Exl3ExpertsView group;
+  group.w1 = d1.as<Exl3Weights>();
+  group.w3 = d3.as<Exl3Weights>();
+  group.w2 = d2.as<Exl3Weights>();
+  group.n_experts = kExperts;
+  group.dim = group.dim_p = D;
+  group.inter = group.inter_p = I;
+  group.kinds[0] = group.kinds[1] = exl3_kind_bit(2, 2);
+  group.kinds[2] = exl3_kind_bit(3, 2);
+  group.gate_up_same_kind = true;
   struct Case {
     const char* name;
     int rows;
@@ -119,7 +128,7 @@ void moe_bench(double bandwidth) {
     }
     std::vector<float> weights(pairs, 0.25f);
     DeviceBuffer w(sizeof(float) * pairs), x(sizeof(float) * c.rows * D), out(sizeof(float) * pairs * D);
-    DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(pairs, I));
+    DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(pairs, group));
     CHECK_CUDA(cudaMemcpy(w.get(), weights.data(), w.bytes(), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemset(x.get(), 0x3C, x.bytes()));
     const double us = bench::graph_median_us(

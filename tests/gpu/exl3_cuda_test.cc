@@ -129,22 +129,33 @@ TEST(Exl3Cuda, ExpertShapeBatchInvariantAndCloseToCpu) {
 }
 
 // Grouped routed experts against the composition of tested pieces: a and u (read back from the
-// scratch) bit-identical to bf16(exl3_gemm) of each pair's row; out against exl3_gemm of the CPU
-// SwiGLU of those a, u; and each pair's output independent of the other pairs in the launch.
+// scratch) bit-identical to bf16(exl3_gemm) of each pair's zero-padded row; out against exl3_gemm of
+// the CPU SwiGLU of those a, u (zero past the logical width); and each pair's output independent of
+// the other pairs in the launch. Cases: one kind everywhere; w3 of another kind than w1 (separate
+// gate and up launches); experts of 2 and 3 bits mixed in every projection with logical widths that
+// are not multiples of 128 (the padding of a pack whose dims are not).
 TEST(Exl3Cuda, RoutedExpertsMatchPerExpertProducts) {
-  const int64_t D = 1024, I = 512, E = 5, rows = 7;
+  const int64_t Dp = 1024, Ip = 512, E = 5, rows = 7;
   const float limit = 3.f;
-  for (const bool same_width : {true, false}) {
-    SCOPED_TRACE(same_width ? "w1 and w3 alike: one gate/up launch" : "w3 wider: two launches");
+  enum class Case { alike, w3_other_kind, mixed_bits_logical };
+  for (const Case c : {Case::alike, Case::w3_other_kind, Case::mixed_bits_logical}) {
+    SCOPED_TRACE(c == Case::alike ? "one kind" : c == Case::w3_other_kind ? "w3 another kind" : "mixed bits, logical dims");
+    const bool logical = c == Case::mixed_bits_logical;
+    const int64_t D = logical ? 998 : Dp, I = logical ? 430 : Ip;  // not multiples of 4: the scalar edge paths
     std::vector<exl3::Linear> h1, h3, h2;
     std::vector<Exl3DeviceLinear> d1, d3, d2;
+    Exl3ExpertsView X;
+    X.gate_up_same_kind = c != Case::w3_other_kind;
     for (int e = 0; e < E; ++e) {
-      h1.push_back(random_layer(D, I, 2, 2, 10 + e));
-      h3.push_back(random_layer(D, I, same_width ? 2 : 3, same_width ? 2 : 0, 20 + e));
-      h2.push_back(random_layer(I, D, 3, 2, 30 + e));
+      const int b = c == Case::mixed_bits_logical ? 2 + e % 2 : 2;
+      h1.push_back(random_layer(Dp, Ip, b, 2, 10 + e));
+      h3.push_back(random_layer(Dp, Ip, c == Case::w3_other_kind ? 3 : b, c == Case::w3_other_kind ? 0 : 2, 20 + e));
+      h2.push_back(random_layer(Ip, Dp, c == Case::mixed_bits_logical ? 5 - b : 3, 2, 30 + e));
+      int k = 0;
       for (auto [h, d] : {std::pair{&h1, &d1}, std::pair{&h3, &d3}, std::pair{&h2, &d2}}) {
         auto up = upload(h->back());
         ASSERT_TRUE(up.ok()) << up.status().to_string();
+        X.kinds[k++] |= exl3_kind_bit(up->weights.bits, up->weights.codebook);
         d->push_back(std::move(*up));
       }
     }
@@ -156,8 +167,14 @@ TEST(Exl3Cuda, RoutedExpertsMatchPerExpertProducts) {
       return buf;
     };
     DeviceBuffer t1 = table(d1), t3 = table(d3), t2 = table(d2);
-    const Exl3ExpertGroup group{t1.as<Exl3Weights>(), t3.as<Exl3Weights>(), t2.as<Exl3Weights>(),
-                                d1[0].weights,        d3[0].weights,        d2[0].weights};
+    X.w1 = t1.as<Exl3Weights>();
+    X.w3 = t3.as<Exl3Weights>();
+    X.w2 = t2.as<Exl3Weights>();
+    X.n_experts = E;
+    X.dim = D;
+    X.inter = I;
+    X.dim_p = Dp;
+    X.inter_p = Ip;
 
     // Each row picks 2 distinct experts; pairs sorted by (expert, row).
     std::mt19937_64 rng(5);
@@ -172,27 +189,27 @@ TEST(Exl3Cuda, RoutedExpertsMatchPerExpertProducts) {
     std::vector<int32_t> pe, pr;
     std::vector<float> pw;
     for (auto [e, r] : pairs) pe.push_back(e), pr.push_back(r), pw.push_back(0.25f + 0.125f * float(rng() % 4));
-    std::vector<float> x(rows * D);
+    std::vector<float> x(rows * D);  // logical width
     std::normal_distribution<float> normal(0.f, 1.f);
     for (auto& v : x) v = round_bf16(normal(rng) * 4.f);
 
     auto run_grouped = [&](int64_t first, int64_t count, std::vector<float>& a, std::vector<float>& u) {
       DeviceBuffer dx(sizeof(float) * x.size()), dpe(4 * count), dpr(4 * count), dpw(4 * count);
-      DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(count, I)), out(sizeof(float) * count * D);
+      DeviceBuffer scratch(exl3_routed_experts_scratch_bytes(count, X)), out(sizeof(float) * count * D);
       cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice);
       cudaMemcpy(dpe.get(), pe.data() + first, 4 * count, cudaMemcpyHostToDevice);
       cudaMemcpy(dpr.get(), pr.data() + first, 4 * count, cudaMemcpyHostToDevice);
       cudaMemcpy(dpw.get(), pw.data() + first, 4 * count, cudaMemcpyHostToDevice);
       cudaMemset(out.get(), 0xFF, out.bytes());
-      EXPECT_EQ(exl3_routed_experts(dx.as<float>(), dpr.as<int32_t>(), dpe.as<int32_t>(), dpw.as<float>(), count, group,
+      EXPECT_EQ(exl3_routed_experts(dx.as<float>(), dpr.as<int32_t>(), dpe.as<int32_t>(), dpw.as<float>(), count, X,
                                     limit, scratch.get(), out.as<float>(), nullptr),
                 cudaSuccess);
       std::vector<float> o(count * D);
-      a.resize(count * I);
-      u.resize(count * I);
+      a.resize(count * Ip);
+      u.resize(count * Ip);
       EXPECT_EQ(cudaMemcpy(o.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-      cudaMemcpy(a.data(), scratch.get(), sizeof(float) * count * I, cudaMemcpyDeviceToHost);
-      cudaMemcpy(u.data(), static_cast<char*>(scratch.get()) + sizeof(float) * count * I, sizeof(float) * count * I,
+      cudaMemcpy(a.data(), scratch.get(), sizeof(float) * count * Ip, cudaMemcpyDeviceToHost);
+      cudaMemcpy(u.data(), static_cast<char*>(scratch.get()) + sizeof(float) * count * Ip, sizeof(float) * count * Ip,
                  cudaMemcpyDeviceToHost);
       return o;
     };
@@ -202,13 +219,14 @@ TEST(Exl3Cuda, RoutedExpertsMatchPerExpertProducts) {
     double num = 0, den = 0;
     for (int64_t p = 0; p < P; ++p) {
       const int e = pe[p], r = pr[p];
-      const std::vector<float> xr(x.begin() + r * D, x.begin() + (r + 1) * D);
+      std::vector<float> xr(Dp, 0.f);  // the row zero-padded to the weight's width
+      std::copy(x.begin() + r * D, x.begin() + (r + 1) * D, xr.begin());
       std::vector<float> ar = run_gemm(d1[e], xr, 1), ur = run_gemm(d3[e], xr, 1);
       for (auto& v : ar) v = round_bf16(v);
       for (auto& v : ur) v = round_bf16(v);
-      EXPECT_EQ(std::memcmp(ar.data(), a.data() + p * I, sizeof(float) * I), 0) << "a of pair " << p;
-      EXPECT_EQ(std::memcmp(ur.data(), u.data() + p * I, sizeof(float) * I), 0) << "u of pair " << p;
-      std::vector<float> h(I);
+      EXPECT_EQ(std::memcmp(ar.data(), a.data() + p * Ip, sizeof(float) * Ip), 0) << "a of pair " << p;
+      EXPECT_EQ(std::memcmp(ur.data(), u.data() + p * Ip, sizeof(float) * Ip), 0) << "u of pair " << p;
+      std::vector<float> h(Ip, 0.f);  // zero past the logical width
       cpu::swiglu_clamped<float>(ar.data(), ur.data(), I, pw[p], limit, h.data());
       const std::vector<float> y = run_gemm(d2[e], h, 1);
       for (int64_t n = 0; n < D; ++n) {

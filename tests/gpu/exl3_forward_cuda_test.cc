@@ -25,7 +25,6 @@
 #include "backends/cpu/moe.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/device_buffer.h"
-#include "backends/cuda/exl3_experts.cuh"
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/forward.h"
 #include "backends/cuda/linear.cuh"
@@ -220,18 +219,18 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
   }
   const auto x = bf16_rows(rows * D, 77);
   DeviceBuffer dx = to_device(x), dr = to_device(prow), de = to_device(pexp), dw = to_device(pw);
-  DeviceBuffer dh(exl3_experts_scratch_floats(P, I) * sizeof(float)), dout(P * D * sizeof(float)),
-      dh1(exl3_experts_scratch_floats(1, I) * sizeof(float)), d1(D * sizeof(float));
+  DeviceBuffer dh(exl3_routed_experts_scratch_bytes(P, M.exl3)), dout(P * D * sizeof(float)),
+      dh1(exl3_routed_experts_scratch_bytes(1, M.exl3)), d1(D * sizeof(float));
   const float limit = w->config.swiglu_limit;
   ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>(), de.as<int32_t>(), dw.as<float>(), P, M.exl3, limit,
-                                dh.as<float>(), dout.as<float>(), nullptr), cudaSuccess);
+                                dh.get(), dout.as<float>(), nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto out = to_host(dout, P * D);
   ThreadPool pool(4);
   std::vector<double> ref(P * D);
   for (int64_t p = 0; p < P; ++p) {
     ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>() + p, de.as<int32_t>() + p, dw.as<float>() + p, 1,
-                                  M.exl3, limit, dh1.as<float>(), d1.as<float>(), nullptr), cudaSuccess);
+                                  M.exl3, limit, dh1.get(), d1.as<float>(), nullptr), cudaSuccess);
     const auto one = to_host(d1, D);
     EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + p * D)) << "pair " << p << " alone differs";
     const cpu::ExpertWeights& X = C.experts[pairs[p].expert];

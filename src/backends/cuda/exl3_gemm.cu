@@ -37,6 +37,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// Programmatic dependent launch (compute capability 9.0+): every launch lets the next kernel of the
+// stream start at once (its weight loads overlap this one), and waits for the previous kernel's
+// completion and memory only before reading anything a kernel writes (activations, pair tables).
+// Both are no-ops when the launch carries no programmatic dependency.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 enum class Mode : int { plain = 0, gate_up = 1, down = 2 };
 
 struct Split {
@@ -77,6 +92,8 @@ struct Job {
   const float* x = nullptr;            // plain / gate_up input rows
   int64_t rows = 0;                    // plain: rows; grouped: pairs
   float* y = nullptr;                  // plain: y [rows, out]; down: out [pairs, out]
+  int64_t in_logical = 0;              // inputs k >= in_logical read as zero; x's row stride (plain, gate_up)
+  int64_t out_logical = 0;             // down: outputs n >= out_logical dropped; y's row stride
   const int32_t* pair_row = nullptr;   // gate_up: input row of each pair
   const int32_t* pair_expert = nullptr;  // grouped: expert of each pair (sorted)
   const int32_t* seg = nullptr;        // grouped: seg[0] = S, seg[1..S] segment starts, seg[S+1] = pairs
@@ -86,27 +103,32 @@ struct Job {
   float* u = nullptr;
 };
 
-// Input values k..k+3 of pair/row `p` (grouped: the pair index; plain: the row).
+// Input values k..k+3 of pair/row `p` (grouped: the pair index; plain: the row); values at or past
+// in_logical are zero (the padding of a linear whose logical width is not a multiple of 128).
 __device__ __forceinline__ float4 load_input(const Job& job, int64_t p, int64_t k, int64_t in) {
+  const int64_t L = job.in_logical;
+  if (k >= L) return make_float4(0.f, 0.f, 0.f, 0.f);
   if (job.mode == Mode::down) {  // h = swiglu_clamped(a, u) · weight, bf16 (cpu::swiglu_clamped<float>)
     const float4 a4 = *reinterpret_cast<const float4*>(job.a + p * in + k);
     const float4 u4 = *reinterpret_cast<const float4*>(job.u + p * in + k);
-    const float wt = job.pair_weight[p], L = job.swiglu_limit;
+    const float wt = job.pair_weight[p], lim = job.swiglu_limit;
     float av[4] = {a4.x, a4.y, a4.z, a4.w}, uv[4] = {u4.x, u4.y, u4.z, u4.w}, h[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float g = av[i], up = uv[i];
-      if (L > 0) {
-        up = fminf(fmaxf(up, -L), L);
-        g = fminf(g, L);
+      if (lim > 0) {
+        up = fminf(fmaxf(up, -lim), lim);
+        g = fminf(g, lim);
       }
       const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-      h[i] = ::dsv4::round_bf16(__fmul_rn(wt, __fmul_rn(sg, up)));
+      h[i] = k + i < L ? ::dsv4::round_bf16(__fmul_rn(wt, __fmul_rn(sg, up))) : 0.f;
     }
     return make_float4(h[0], h[1], h[2], h[3]);
   }
   const int64_t r = job.mode == Mode::gate_up ? job.pair_row[p] : p;
-  return *reinterpret_cast<const float4*>(job.x + r * in + k);
+  const float* src = job.x + r * L + k;
+  if (L % 4 == 0) return *reinterpret_cast<const float4*>(src);  // k + 4 <= L
+  return make_float4(src[0], k + 1 < L ? src[1] : 0.f, k + 2 < L ? src[2] : 0.f, k + 3 < L ? src[3] : 0.f);
 }
 
 // Block (column block, slice, segment slot) in a cluster of `splits` blocks along y. The decoded
@@ -157,6 +179,8 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
   // Distributed shared memory may be written only once every block of the cluster runs: arrive now,
   // wait before the first push.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  pdl_launch_dependents();
+  if (grouped) pdl_wait();  // the segment table and pairs come from the previous kernels
   bool started = false;
   const int32_t n_seg = grouped ? job.seg[0] : 1;
   for (int sgi = blockIdx.z; sgi < n_seg; sgi += gridDim.z) {  // uniform over the cluster
@@ -166,6 +190,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
       p_begin = job.seg[1 + sgi];
       p_end = job.seg[2 + sgi];
       w = warr[job.pair_expert[p_begin]];
+      if (w.bits != BITS || w.codebook != CB) continue;  // another kind's launch takes this segment
     }
     const uint2 s2 = *reinterpret_cast<const uint2*>(w.svh + int64_t(cb) * kHad + 4 * lane);  // this lane's svh
     const uint32_t* base = reinterpret_cast<const uint32_t*>(w.trellis) + ((k_begin / 16) * tiles_n + nt) * n32;
@@ -188,6 +213,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
       };
       issue(0);
       issue(1);
+      pdl_wait();  // the weights are constant; the input rows are the previous kernel's output
 
       // B fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two
       // scale. A warp takes up to kTaskBatch (row, block) tasks at once so their loads overlap.
@@ -308,10 +334,21 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
         const int64_t p = r0 + r;
         if (job.mode == Mode::plain) {
           *reinterpret_cast<float4*>(job.y + p * out + n) = o;
-        } else {
+        } else if (job.mode == Mode::gate_up) {  // a, u [pairs, out] at the padded width
           o = make_float4(::dsv4::round_bf16(o.x), ::dsv4::round_bf16(o.y), ::dsv4::round_bf16(o.z), ::dsv4::round_bf16(o.w));
-          float* dst = job.mode == Mode::down ? job.y : (warr == job.group ? job.a : job.u);
-          *reinterpret_cast<float4*>(dst + p * out + n) = o;
+          *reinterpret_cast<float4*>((warr == job.group ? job.a : job.u) + p * out + n) = o;
+        } else {  // out [pairs, out_logical]: the padding columns dropped
+          const int64_t ol = job.out_logical;
+          const float ov[4] = {::dsv4::round_bf16(o.x), ::dsv4::round_bf16(o.y), ::dsv4::round_bf16(o.z),
+                               ::dsv4::round_bf16(o.w)};
+          float* dst = job.y + p * ol + n;
+          if (ol % 4 == 0 && n + 4 <= ol) {
+            *reinterpret_cast<float4*>(dst) = make_float4(ov[0], ov[1], ov[2], ov[3]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              if (n + i < ol) dst[i] = ov[i];
+          }
         }
       }
       // Partials are rewritten by the next pass (or segment); after the last one nothing touches
@@ -375,13 +412,15 @@ cudaError_t launch(const Job& job, unsigned grid_x, unsigned grid_z, cudaStream_
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = unsigned(job.split.splits);
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = 2;
   return cudaLaunchKernelEx(&cfg, kernel, job);
 }
 
@@ -432,9 +471,9 @@ int exl3_k_splits(int64_t in_features, int64_t out_features) {
 
 size_t exl3_workspace_bytes(const Exl3Weights&, int64_t) { return 256; }
 
-cudaError_t exl3_workspace_init(const Exl3Weights&, void* workspace, cudaStream_t stream) {
-  return cudaMemsetAsync(workspace, 0, 256, stream);
-}
+// Nothing to initialise: no state is kept between calls (a memset here would only add a graph node
+// between a linear's producer and its GEMM).
+cudaError_t exl3_workspace_init(const Exl3Weights&, void*, cudaStream_t) { return cudaSuccess; }
 
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void*, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
@@ -445,23 +484,25 @@ cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float*
   job.x = x;
   job.rows = rows;
   job.y = y;
+  job.in_logical = w.in_features;
+  job.out_logical = w.out_features;
   return dispatch(job, rows > 4, unsigned(w.out_features / kHad), 1, stream);
 }
 
-size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter) {
-  return sizeof(float) * size_t(2 * n_pairs * inter) + sizeof(int32_t) * size_t(n_pairs + 2) + 16;
+size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, const Exl3ExpertsView& X) {
+  return sizeof(float) * size_t(2 * n_pairs * X.inter_p) + sizeof(int32_t) * size_t(n_pairs + 2) + 16;
 }
 
 cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
-                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertGroup& group,
+                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertsView& X,
                                 float swiglu_limit, void* scratch, float* out, cudaStream_t stream) {
   if (n_pairs < 0) return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
-  const Exl3Weights &w1 = group.w1_shape, &w3 = group.w3_shape, &w2 = group.w2_shape;
-  const int64_t D = w1.in_features, I = w1.out_features;
-  if (!valid_shape(w1) || !valid_shape(w3) || !valid_shape(w2) || w3.in_features != D || w3.out_features != I ||
-      w2.in_features != I || w2.out_features != D || !aligned16(x) || !aligned16(scratch) || !aligned16(out) ||
-      !group.w1 || !group.w3 || !group.w2)
+  const int64_t D = X.dim_p, I = X.inter_p;
+  const Exl3Weights up_shape{nullptr, nullptr, nullptr, D, I, 1, 0}, down_shape{nullptr, nullptr, nullptr, I, D, 1, 0};
+  if (X.n_experts <= 0 || !X.w1 || !X.w3 || !X.w2 || !valid_shape(up_shape) || !valid_shape(down_shape) ||
+      X.dim <= 0 || X.dim > D || X.inter <= 0 || X.inter > I || !X.kinds[0] || !X.kinds[1] || !X.kinds[2] ||
+      (X.kinds[0] | X.kinds[1] | X.kinds[2]) >> 24 || !aligned16(x) || !aligned16(scratch) || !aligned16(out))
     return cudaErrorInvalidValue;
   float* a = static_cast<float*>(scratch);
   float* u = a + n_pairs * I;
@@ -469,12 +510,24 @@ cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const i
   segment_kernel<<<1, 256, 0, stream>>>(pair_expert, n_pairs, seg);
   const unsigned slots = unsigned(std::min<int64_t>(n_pairs, kMaxSegSlots));
   const bool wide = n_pairs > 64;  // decode: a few rows per expert
+  // One launch per kind: its template decodes that kind and skips the other kinds' segments.
+  const auto per_kind = [&](Job job, uint32_t kinds, unsigned grid_x) -> cudaError_t {
+    for (int bit = 0; bit < 24; ++bit) {
+      if (!(kinds >> bit & 1u)) continue;
+      job.w.bits = bit / 3 + 1;
+      job.w.codebook = bit % 3;
+      const cudaError_t err = dispatch(job, wide, grid_x, slots, stream);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  };
   Job job;
   job.mode = Mode::gate_up;
-  job.w = w1;
+  job.w = up_shape;
   job.split = choose_split(D, I);
   job.column_blocks = int(I / kHad);
   job.x = x;
+  job.in_logical = X.dim;
   job.rows = n_pairs;
   job.pair_row = pair_row;
   job.pair_expert = pair_expert;
@@ -482,35 +535,35 @@ cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const i
   job.a = a;
   job.u = u;
   cudaError_t err;
-  if (w1.bits == w3.bits && w1.codebook == w3.codebook) {  // gate and up in one launch
-    job.group = group.w1;
-    job.group_b = group.w3;
-    err = dispatch(job, wide, unsigned(2 * job.column_blocks), slots, stream);
+  if (X.gate_up_same_kind) {  // gate and up in one launch per kind
+    job.group = X.w1;
+    job.group_b = X.w3;
+    err = per_kind(job, X.kinds[0], unsigned(2 * job.column_blocks));
   } else {
-    job.group = group.w1;
-    job.group_b = nullptr;
-    err = dispatch(job, wide, unsigned(job.column_blocks), slots, stream);
+    job.group = X.w1;
+    err = per_kind(job, X.kinds[0], unsigned(job.column_blocks));
     if (err == cudaSuccess) {
-      job.w = w3;
-      job.group = group.w3;  // writes u: the destination follows the array
+      job.group = X.w3;  // writes u: the destination follows the array
       job.a = u;
-      err = dispatch(job, wide, unsigned(job.column_blocks), slots, stream);
+      err = per_kind(job, X.kinds[1], unsigned(job.column_blocks));
     }
   }
   if (err != cudaSuccess) return err;
   Job down = job;
   down.mode = Mode::down;
-  down.w = w2;
-  down.group = group.w2;
+  down.w = down_shape;
+  down.group = X.w2;
   down.group_b = nullptr;
   down.split = choose_split(I, D);
   down.column_blocks = int(D / kHad);
+  down.in_logical = X.inter;
+  down.out_logical = X.dim;
   down.a = a;
   down.u = u;
   down.pair_weight = pair_weight;
   down.swiglu_limit = swiglu_limit;
   down.y = out;
-  return dispatch(down, wide, unsigned(down.column_blocks), slots, stream);
+  return per_kind(down, X.kinds[2], unsigned(down.column_blocks));
 }
 
 }  // namespace dsv4::cuda

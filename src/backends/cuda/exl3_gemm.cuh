@@ -27,7 +27,7 @@ struct Exl3Weights {
 int exl3_k_splits(int64_t in_features, int64_t out_features);
 
 // The GEMM keeps its slice partials in shared memory; the workspace is kept in the interface
-// (a few bytes, no state between calls) so callers need not change.
+// (a few bytes, no state between calls, nothing to initialise) so callers need not change.
 size_t exl3_workspace_bytes(const Exl3Weights& w, int64_t rows);
 cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStream_t stream);
 
@@ -40,27 +40,36 @@ cudaError_t exl3_workspace_init(const Exl3Weights& w, void* workspace, cudaStrea
 cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float* y, void* workspace,
                       cudaStream_t stream);
 
-// The routed experts of one MoE layer: device arrays [E] of per-expert weights, every entry with
-// the shape, bits and codebook of the host-side *_shape descriptor (w1, w3: [D, I]; w2: [I, D]).
-// Layers whose experts mix widths within one projection are not for this launch.
-struct Exl3ExpertGroup {
+// The kind of an EXL3 linear for the grouped launch: bit 3·(bits − 1) + codebook of a 24-bit mask.
+constexpr uint32_t exl3_kind_bit(int bits, int codebook) { return 1u << (3 * (bits - 1) + codebook); }
+
+// The routed experts of one MoE layer: device arrays [E] of the uploaded weights. Every expert of a
+// projection has the padded shape of w1 [dim_p, inter_p], w3 [dim_p, inter_p], w2 [inter_p, dim_p];
+// bit widths and codebooks may differ between experts (the Mia layout mixes 2 and 3 bits): the
+// launch runs once per kind present, each over the segments of the experts of that kind.
+struct Exl3ExpertsView {
   const Exl3Weights* w1 = nullptr;  // gate, device [E]
   const Exl3Weights* w3 = nullptr;  // up, device [E]
   const Exl3Weights* w2 = nullptr;  // down, device [E]
-  Exl3Weights w1_shape, w3_shape, w2_shape;  // host copies of the common shape/bits/codebook
+  int64_t n_experts = 0;            // 0: the layer's experts are not EXL3
+  int64_t dim = 0, inter = 0;       // logical (inputs past them read as zero, outputs past them dropped)
+  int64_t dim_p = 0, inter_p = 0;   // padded to multiples of 128
+  uint32_t kinds[3] = {0, 0, 0};    // exl3_kind_bit masks of the experts of w1, w3, w2
+  bool gate_up_same_kind = false;   // every expert's w1 and w3 of one kind: gate and up in one launch
 };
 
-// Scratch bytes for exl3_routed_experts: a, u [n_pairs, I] and the segment table.
-size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, int64_t inter);
+// Scratch bytes for exl3_routed_experts: a, u [n_pairs, inter_p] and the segment table.
+size_t exl3_routed_experts_scratch_bytes(int64_t n_pairs, const Exl3ExpertsView& X);
 
 // Pairs sorted by expert (then row); for pair p with r = pair_row[p], e = pair_expert[p]:
 //   a = bf16(x[r]·W1[e]), u = bf16(x[r]·W3[e])                    (each exactly exl3_gemm's row)
 //   h = swiglu_clamped(a, u, pair_weight[p], swiglu_limit)           (bf16, cpu::swiglu_clamped<float>)
-//   out[p] = bf16(h·W2[e])                                           (float [n_pairs, D])
-// Three launches (segment table, gate+up, down); each pair's arithmetic is that of exl3_gemm on its
-// row alone, independent of the other pairs. x, scratch, out and every trellis 16-byte aligned.
+//   out[p] = bf16(h·W2[e])                                           (float [n_pairs, dim])
+// x: float [rows, dim] (logical width, zero-padded on the fly). One segment-table launch, then one
+// gate+up and one down launch per kind; each pair's arithmetic is that of exl3_gemm on its
+// (zero-padded) row alone, independent of the other pairs. x, scratch and out 16-byte aligned.
 cudaError_t exl3_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
-                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertGroup& group,
+                                const float* pair_weight, int64_t n_pairs, const Exl3ExpertsView& X,
                                 float swiglu_limit, void* scratch, float* out, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

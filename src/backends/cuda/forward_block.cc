@@ -133,7 +133,7 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_ASSIGN_OR_RETURN(float* pair_weight, c.alloc<float>(P, "pair weights"));
   DSV4_ASSIGN_OR_RETURN(int32_t* pair_of, c.alloc<int32_t>(P, "pair index"));
   DSV4_ASSIGN_OR_RETURN(float* routed, c.alloc<float>(P * D, "routed expert outputs"));
-  DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(std::max<int64_t>(P * 3 * I, exl3_experts_scratch_floats(P, I)), "routed expert scratch"));
+  DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(std::max<int64_t>(P * 3 * I, int64_t(exl3_routed_experts_scratch_bytes(P, M.exl3) / sizeof(float)) + 1), "routed expert scratch"));
   DSV4_RETURN_IF_ERROR(timed(c, "moe router", [&]() -> Status {
     DSV4_CUDA_LAUNCH(f32_linear_either(x, rows, M.gate, M.gate16, logits, c.stream), "f32_linear(router)", shape);
     if (M.tid2eid) {

@@ -182,7 +182,10 @@ class ModelUploader {
                        "{}: routed experts on CUDA need one unbiased part of [{}, {}] and one padded shape per projection",
                        en, want_in, want_out);
         v[k].push_back(P.w);
+        X.kinds[k] |= exl3_kind_bit(P.w.bits, P.w.codebook);
       }
+      X.gate_up_same_kind = (e == 0 || X.gate_up_same_kind) && v[0].back().bits == v[1].back().bits &&
+                            v[0].back().codebook == v[1].back().codebook;
     }
     const Exl3Weights* arrays[3];
     for (int k = 0; k < 3; ++k) {

@@ -13,7 +13,7 @@
 #include "backends/cpu/model_config.h"
 #include "backends/cpu/weights.h"
 #include "backends/cuda/attention_weights.h"
-#include "backends/cuda/exl3_experts.cuh"
+#include "backends/cuda/exl3_gemm.cuh"
 #include "backends/cuda/weights.h"
 #include "core/status.h"
 
