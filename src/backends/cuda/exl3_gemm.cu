@@ -166,7 +166,6 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
   const int ks = blockIdx.y;
   const int64_t k_begin = int64_t(ks) * per * kHad;
   const int nhb = static_cast<int>(std::min<int64_t>(per, in / kHad - int64_t(ks) * per));
-  const int ntiles = nhb * 8;
   const int64_t nt = int64_t(cb) * kWarps + warp;
 
   // Per lane: where its bit window starts in the tile stream.
@@ -213,6 +212,9 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
       };
       issue(0);
       issue(1);
+      // The slice's suh (nhb·256 bytes) into L2 while waiting: its loads below then hit L2.
+      if (r0 == p_begin && warp == kWarps - 1 && lane * 64 < nhb * kHad)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w.suh + k_begin + lane * 64));
       pdl_wait();  // the weights are constant; the input rows are the previous kernel's output
 
       // B fragments: per (row, 128-block), u = H(x ∘ suh) as hi + lo fp16 at a per-block power-of-two
