@@ -155,6 +155,22 @@ void bench_bf16(const char* name, int64_t out, int64_t in, bool f32_out) {
   }
 }
 
+// attention's grouped wo_a in one launch: G weights of [O, in], x [G, rows, in] -> y [rows, G O].
+void bench_bf16_grouped(const char* name, int64_t G, int64_t O, int64_t in) {
+  if (!wanted(name)) return;
+  const double bytes = double(G) * O * in * 2;
+  const int nc = std::min(copies_for(bytes), 8);
+  std::vector<Bf16View> w(nc);
+  for (int c = 0; c < nc; ++c)
+    w[c] = Bf16View{reinterpret_cast<const uint16_t*>(device_random(G * O * in * 2, 41 + c, bf16_hi)), G * O, in};
+  for (int rows : {1, 8, 32}) {
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * G * rows * in, 3, bf16_hi));
+    float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * G * O, 4));
+    const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(bf16_grouped_linear(x, rows, w[i % nc], G, y, s)); });
+    report("bf16", name, rows, bytes, us);
+  }
+}
+
 // Routed experts of one layer: E = 384 experts resident, each row routed to 6 distinct random ones.
 void bench_experts() {
   if (!wanted("routed experts")) return;
@@ -255,6 +271,23 @@ void bench_prefill(double rate) {
                   sh.name, rows, us, tf / 1e12, tf / rate);
     }
   }
+  // bf16 on tensor cores: the grouped wo_a (8 x [1024, 4096]) as one launch, and the router-sized
+  // weights_proj-like narrow shape.
+  struct B16 { const char* name; int64_t G, O, in; };
+  for (const B16& sh : {B16{"bf16 wo_a grouped 8x[1024, 4096]", 8, 1024, 4096}, B16{"bf16 [512, 5120]", 1, 512, 5120}}) {
+    if (!wanted(sh.name)) continue;
+    const Bf16View w{reinterpret_cast<const uint16_t*>(device_random(sh.G * sh.O * sh.in * 2, 51, bf16_hi)), sh.G * sh.O, sh.in};
+    for (int rows : {2048, 4096}) {
+      float* x = reinterpret_cast<float*>(device_random(sizeof(float) * sh.G * rows * sh.in, 3, bf16_hi));
+      DeviceBuffer yb(sizeof(float) * rows * sh.G * sh.O);
+      const double us = time_us([&](int, cudaStream_t s) {
+        CHECK_CUDA(bf16_grouped_linear(x, rows, w, sh.G, yb.as<float>(), s));
+      }, 5);
+      const double flop = 2.0 * rows * double(sh.G * sh.O) * sh.in, tf = flop / (us * 1e-6);
+      std::printf("%-6s %-26s rows %5d  %10.1f us  %7.1f TFLOP/s  x%.3f of dense bf16\n", "bf16", sh.name, rows, us,
+                  tf / 1e12, tf / rate);
+    }
+  }
 }
 
 }  // namespace
@@ -280,6 +313,7 @@ int main() {
   bench_fp4("expert w2 [5120, 2304]", 5120, 2304);
   bench_experts();
   bench_bf16("wo_a [8192, 4096]", 8192, 4096, false);
+  bench_bf16_grouped("wo_a grouped 8x[1024, 4096]", 8, 1024, 4096);
   bench_bf16("head [129280, 5120]", 129280, 5120, true);
   if (!std::getenv("DSV4_BENCH_NO_PREFILL")) {
     const double rate = dense_rate();

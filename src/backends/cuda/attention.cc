@@ -264,11 +264,15 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   // Output: grouped wo_a (bf16, block-diagonal) then FP8 wo_b.
   DSV4_ASSIGN_OR_RETURN(float* zt, take<float>(ar, R * G * O, "attention wo_a out"));
   DSV4_ASSIGN_OR_RETURN(float* z, take<float>(ar, R * G * O, "attention z"));
-  for (int64_t g = 0; g < G; ++g) {
-    Bf16View wg{A.wo_a.w + g * O * gin, O, gin, A.wo_a.exl3 ? A.wo_a.exl3->group(g) : nullptr};
-    DSV4_CUDA_LAUNCH(bf16_linear(o + g * R * gin, R, wg, zt + g * R * O, s), "wo_a group", shape(O, gin));
+  if (A.wo_a.exl3) {  // a pack's groups: one linear each, then [G, R, O] -> [R, G, O]
+    for (int64_t g = 0; g < G; ++g) {
+      Bf16View wg{A.wo_a.w + g * O * gin, O, gin, A.wo_a.exl3->group(g)};
+      DSV4_CUDA_LAUNCH(bf16_linear(o + g * R * gin, R, wg, zt + g * R * O, s), "wo_a group", shape(O, gin));
+    }
+    DSV4_CUDA_LAUNCH(ungroup_rows(zt, R, G, O, z, s), "wo_a ungroup", shape(G * O, O));
+  } else {  // every group in one launch, straight into [R, G, O]
+    DSV4_CUDA_LAUNCH(bf16_grouped_linear(o, R, Bf16View{A.wo_a.w, G * O, gin}, G, z, s), "wo_a grouped", shape(G * O, gin));
   }
-  DSV4_CUDA_LAUNCH(ungroup_rows(zt, R, G, O, z, s), "wo_a ungroup", shape(G * O, O));
   if (c.collective) {  // tensor-parallel: every rank's groups side by side for the whole wo_b (tp_forward.h)
     DSV4_ASSIGN_OR_RETURN(z, tp_gather_groups(c, z, R, G * O));
   }

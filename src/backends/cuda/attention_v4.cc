@@ -200,13 +200,8 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
                      shape(iw, d));
 
   // Output: grouped wo_a (bf16, block-diagonal) then FP8 wo_b.
-  DSV4_ASSIGN_OR_RETURN(float* zt, take<float>(ar, R * G * O, "attention wo_a out"));
   DSV4_ASSIGN_OR_RETURN(float* z, take<float>(ar, R * G * O, "attention z"));
-  for (int64_t g = 0; g < G; ++g) {
-    Bf16View wg{A.wo_a.w + g * O * gin, O, gin};
-    DSV4_CUDA_LAUNCH(bf16_linear(o + g * R * gin, R, wg, zt + g * R * O, s), "wo_a group", shape(O, gin));
-  }
-  DSV4_CUDA_LAUNCH(ungroup_rows(zt, R, G, O, z, s), "wo_a ungroup", shape(G * O, O));
+  DSV4_CUDA_LAUNCH(bf16_grouped_linear(o, R, Bf16View{A.wo_a.w, G * O, gin}, G, z, s), "wo_a grouped", shape(G * O, gin));
   DSV4_CUDA_LAUNCH(fp8_linear(z, R, A.wo_b, ab, y, s), "wo_b", shape(cfg.dim, G * O));
   ar.reset(mark);
   return ok_status();

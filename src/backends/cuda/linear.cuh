@@ -24,6 +24,13 @@ cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_b
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
+// A block-diagonal bf16 linear in one launch (attention's grouped wo_a): W [groups * out, in] holds
+// `groups` weights of [out, in] (out = W.out / groups); x float [groups, rows, W.in] (group-major);
+// y float [rows, W.out], group g's outputs at columns [g out, (g + 1) out). Each group's values are
+// bit for bit bf16_linear(x + g rows in, rows, {W.w + g out in, out, in}). Refused: W.exl3 set,
+// W.out not a multiple of groups (and what bf16_linear refuses).
+cudaError_t bf16_grouped_linear(const float* x, int64_t rows, const Bf16View& W, int64_t groups, float* y,
+                                cudaStream_t s);
 // fp32 weights, inputs and outputs, no rounding (y fp32). W.in a multiple of 4.
 cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s);
 // The same fp32 linear reading bf16-stored weights (widened exactly): half the bytes of an F32View

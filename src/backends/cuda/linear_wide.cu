@@ -1,10 +1,10 @@
-// bf16 and fp32 linears: one warp per output column and up to 4 rows per pass over its weights,
-// lanes over 8-element K chunks in a fixed order.
+// fp32 linears (fp32 or bf16-stored weights, no rounding): one warp per output column and up to 4
+// rows per pass over its weights, lanes over 8-element K chunks in a fixed order. (bf16 linears:
+// linear_bf16.cu, on tensor cores.)
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/exl3_view.h"
-#include <algorithm>
 
-#include "core/bf16.h"
+#include <algorithm>
 
 namespace dsv4::cuda {
 namespace {
@@ -12,6 +12,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 8;    // chunks in flight per lane
 constexpr int kTileRows = 4;  // rows sharing one pass over a column's weights
+constexpr int kBlockRows = 32;  // rows per CTA (grid.y splits longer launches; a multiple of kTileRows)
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -47,7 +48,7 @@ template <> struct Chunk<float> {
 // Rows [r0, r0 + R) of output column n: lane l takes chunks l, l + 32, ... (8 elements each) into 8
 // partial sums per row; fp32 rows with in % 8 == 4 give their last 4 elements to lane (in/8) % 32.
 // The partials combine pairwise, then the lane tree. Row m's operations are the same for every R.
-template <typename WT, bool kRound, int R>
+template <typename WT, int R>
 __device__ __forceinline__ void wide_column(const float* __restrict__ x, int64_t r0, const WT* __restrict__ wr,
                                             int64_t n, int64_t out, int64_t in, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
@@ -94,12 +95,14 @@ __device__ __forceinline__ void wide_column(const float* __restrict__ x, int64_t
     float acc = __fadd_rn(__fadd_rn(__fadd_rn(p[r][0], p[r][1]), __fadd_rn(p[r][2], p[r][3])),
                           __fadd_rn(__fadd_rn(p[r][4], p[r][5]), __fadd_rn(p[r][6], p[r][7])));
     acc = warp_sum(acc);
-    if (lane == r) y[(r0 + r) * out + n] = kRound ? round_bf16(acc) : acc;
+    if (lane == r) y[(r0 + r) * out + n] = acc;
   }
 }
 
-// kRowsMax 1: single-row launches (fewer registers); 4: rows in tiles of up to 4.
-template <typename WT, bool kRound, int kRowsMax>
+// kRowsMax 1: single-row launches (fewer registers); 4: rows in tiles of up to 4, blocks of 32 rows
+// per CTA along grid.y (the tiling never changes a row's arithmetic: wide_column is the same for
+// every R).
+template <typename WT, int kRowsMax>
 __global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* __restrict__ x, int64_t rows,
                                                                   const WT* __restrict__ w, int64_t out, int64_t in,
                                                                   float* __restrict__ y) {
@@ -107,14 +110,15 @@ __global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* _
        n += static_cast<int64_t>(gridDim.x) * kWarps) {
     const WT* wr = w + n * in;
     if constexpr (kRowsMax == 1) {
-      wide_column<WT, kRound, 1>(x, 0, wr, n, out, in, y);
-    } else {
-      for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-        switch (std::min<int64_t>(kTileRows, rows - r0)) {
-          case 1: wide_column<WT, kRound, 1>(x, r0, wr, n, out, in, y); break;
-          case 2: wide_column<WT, kRound, 2>(x, r0, wr, n, out, in, y); break;
-          case 3: wide_column<WT, kRound, 3>(x, r0, wr, n, out, in, y); break;
-          default: wide_column<WT, kRound, 4>(x, r0, wr, n, out, in, y); break;
+      wide_column<WT, 1>(x, 0, wr, n, out, in, y);
+    } else {  // this CTA's block of rows (grid.y), in tiles of up to 4
+      const int64_t rb = static_cast<int64_t>(blockIdx.y) * kBlockRows, re = std::min<int64_t>(rows, rb + kBlockRows);
+      for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
+        switch (std::min<int64_t>(kTileRows, re - r0)) {
+          case 1: wide_column<WT, 1>(x, r0, wr, n, out, in, y); break;
+          case 2: wide_column<WT, 2>(x, r0, wr, n, out, in, y); break;
+          case 3: wide_column<WT, 3>(x, r0, wr, n, out, in, y); break;
+          default: wide_column<WT, 4>(x, r0, wr, n, out, in, y); break;
         }
       }
     }
@@ -133,33 +137,31 @@ int sm_count() {
   return n;
 }
 
-template <typename WT, bool kRound>
+template <typename WT>
 cudaError_t launch(const float* x, int64_t rows, const WT* w, int64_t out, int64_t in, float* y, cudaStream_t s) {
   if (rows < 0 || in % (sizeof(WT) == 2 ? 8 : 4) || !aligned16(x) || !aligned16(w)) return cudaErrorInvalidValue;
   if (rows == 0 || out == 0) return cudaSuccess;
   const int64_t ctas = std::min<int64_t>((out + kWarps - 1) / kWarps, int64_t(sm_count()) * 8);
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  if (blocks > 65535) return cudaErrorInvalidValue;
   if (rows == 1)
-    wide_linear_kernel<WT, kRound, 1><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
+    wide_linear_kernel<WT, 1><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
   else
-    wide_linear_kernel<WT, kRound, 4><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
+    wide_linear_kernel<WT, 4><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(blocks)), kWarps * 32, 0, s>>>(
+        x, rows, w, out, in, y);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
-  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear
-  return launch<uint16_t, true>(x, rows, W.w, W.out, W.in, y, s);
-}
-
 cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s) {
   if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
-  return launch<float, false>(x, rows, W.w, W.out, W.in, y, s);
+  return launch<float>(x, rows, W.w, W.out, W.in, y, s);
 }
 
 cudaError_t f32_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
   if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
-  return launch<uint16_t, false>(x, rows, W.w, W.out, W.in, y, s);
+  return launch<uint16_t>(x, rows, W.w, W.out, W.in, y, s);
 }
 
 }  // namespace dsv4::cuda
