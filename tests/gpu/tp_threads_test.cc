@@ -131,6 +131,27 @@ std::vector<float> logits_of(cuda::Forward& f, int32_t stream, const std::vector
   return r.ok() ? (*r)[0].logits : std::vector<float>{};
 }
 
+// The small preset's synthetic weights (seed 1, no drafter), made once.
+std::shared_ptr<const cpu::ModelWeights> full_weights(const cpu::ModelConfig& cfg) {
+  static const std::shared_ptr<const cpu::ModelWeights> w = cpu::synthetic_weights(cfg, 1, false);
+  return w;
+}
+
+// TP 1's logits of `toks` (every row), made once.
+const std::vector<float>& tp1_logits(const std::shared_ptr<const cpu::ModelWeights>& w, const std::vector<int32_t>& toks) {
+  static const std::vector<float> logits = [&] {
+    cuda::ModelDeviceOptions mo;
+    mo.dspark = false;
+    auto m = cuda::ModelDevice::upload(*w, mo);
+    if (!m.ok()) return std::vector<float>{};
+    auto f = cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(*m)), forward_options());
+    if (!f.ok()) return std::vector<float>{};
+    auto s = (*f)->open_stream();
+    return s.ok() ? logits_of(**f, *s, toks) : std::vector<float>{};
+  }();
+  return logits;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return !a.empty() && a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
@@ -151,28 +172,24 @@ TEST_P(TpThreads, EqualsOneGpuBitForBit) {
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   const auto toks = prompt(40, 0);
 
-  // TP 1: the whole model, no collective.
-  std::vector<float> one;
-  {
-    auto w = cpu::synthetic_weights(cfg, 1, false);
-    cuda::ModelDeviceOptions mo;
-    mo.dspark = false;
-    auto m = cuda::ModelDevice::upload(*w, mo);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    auto f = cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(*m)), forward_options());
-    ASSERT_TRUE(f.ok()) << f.status().to_string();
-    auto s = (*f)->open_stream();
-    ASSERT_TRUE(s.ok());
-    one = logits_of(**f, *s, toks);
-    ASSERT_EQ(one.size(), static_cast<size_t>(40 * cfg.vocab));
-  }
+  // TP 1: the whole model, no collective (computed once for the three worlds).
+  const std::shared_ptr<const cpu::ModelWeights> full = full_weights(cfg);
+  const std::vector<float>& one = tp1_logits(full, toks);
+  ASSERT_EQ(one.size(), static_cast<size_t>(40 * cfg.vocab));
 
   // TP N: the ranks' models built one after another, then run as threads.
   std::vector<std::unique_ptr<cuda::Forward>> ranks;
   ThreadGroup group(tp, kMaxCallRows * std::max<int64_t>(cfg.dim, cfg.vocab));
   ASSERT_TRUE(group.ok()) << "staging buffer or events";
+  // Every rank's own copy of the weights (the generator is deterministic), made in parallel.
+  std::vector<std::shared_ptr<cpu::ModelWeights>> rank_weights(tp);
+  {
+    std::vector<std::thread> makers;
+    for (int r = 0; r < tp; ++r) makers.emplace_back([&, r] { rank_weights[r] = cpu::synthetic_weights(cfg, 1, false); });
+    for (auto& t : makers) t.join();
+  }
   for (int r = 0; r < tp; ++r) {
-    auto w = cpu::synthetic_weights(cfg, 1, false);
+    std::shared_ptr<cpu::ModelWeights>& w = rank_weights[r];
     Status cut = fabric::slice_weights_for_rank(*w, *plan, r);
     ASSERT_TRUE(cut.ok()) << cut.to_string();
     cuda::ModelDeviceOptions mo;
@@ -184,6 +201,7 @@ TEST_P(TpThreads, EqualsOneGpuBitForBit) {
     auto f = cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(*m)), fo);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
     ranks.push_back(std::move(*f));
+    w.reset();
   }
   std::vector<RankOut> out(tp);
   std::vector<std::thread> threads;
