@@ -114,13 +114,16 @@ StatusOr<std::unique_ptr<RankLauncher>> RankLauncher::start(const FabricFlags& f
   return l;
 }
 
+std::vector<int> RankLauncher::codes() {
+  std::lock_guard lock(mutex_);
+  return codes_;
+}
+
 void RankLauncher::monitor() {
   while (!done_.load()) {
+    const std::vector<int> now = codes();
     for (size_t i = 0; i < children_.size(); ++i) {
-      {
-        std::lock_guard lock(mutex_);
-        if (codes_[i] >= 0) continue;
-      }
+      if (now[i] >= 0) continue;
       int status = 0;
       if (waitpid(children_[i].second, &status, WNOHANG) != children_[i].second) continue;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -146,12 +149,9 @@ int RankLauncher::wait_all(std::chrono::milliseconds limit) {
   for (;;) {
     bool all = true;
     int first = 0;
-    {
-      std::lock_guard lock(mutex_);
-      for (size_t i = 0; i < codes_.size(); ++i) {
-        if (codes_[i] < 0) all = false;
-        else if (first == 0 && codes_[i] != 0) first = codes_[i];
-      }
+    for (int c : codes()) {
+      if (c < 0) all = false;
+      else if (first == 0 && c != 0) first = c;
     }
     if (all) return first;
     if (std::chrono::steady_clock::now() > deadline) {
@@ -210,13 +210,14 @@ fabric::Identity serve_identity(const std::string& model_dir, const lanes::Backe
     }
   }
   id.set("model", fmt::format("{:016x} ({} tensors)", h, ck.ok() ? ck->tensor_count() : -1));
-  id.set("vocab", std::to_string(info.vocab_size));
-  id.set("max context", std::to_string(info.max_context));
-  id.set("stream slots", std::to_string(info.max_streams));
-  id.set("verify rows", std::to_string(info.max_verify_rows));
-  id.set("prefill rows", std::to_string(info.max_prefill_rows));
-  id.set("draft depth", std::to_string(info.max_draft_depth));
-  id.set("snapshot version", std::to_string(info.snapshot_version));
+  const std::pair<const char*, int64_t> facts[] = {{"vocab", info.vocab_size},
+                                                   {"max context", info.max_context},
+                                                   {"stream slots", info.max_streams},
+                                                   {"verify rows", info.max_verify_rows},
+                                                   {"prefill rows", info.max_prefill_rows},
+                                                   {"draft depth", info.max_draft_depth},
+                                                   {"snapshot version", info.snapshot_version}};
+  for (const auto& [key, value] : facts) id.set(key, std::to_string(value));
   fabric::add_build_identity(id);
   return id;
 }

@@ -48,6 +48,7 @@ class RankLauncher {
 
  private:
   void monitor();
+  std::vector<int> codes();  // a copy of codes_ under the lock
   std::vector<std::pair<int32_t, pid_t>> children_;  // (rank, pid)
   std::vector<int> codes_;                            // -1 while running
   std::atomic<bool> stopping_{false};

@@ -5,8 +5,6 @@
 // Run without arguments: the parent (no CUDA) starts `--rank 0` and `--rank 1` per scenario and combines their
 // exit codes: 0 pass, 1 fail, 77 skipped (fewer than 2 GPUs).
 #include <cuda_runtime.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,8 +19,7 @@
 #include "fabric/control.h"
 #include "fabric/nccl/nccl_comm.h"
 #include "fabric/nccl/ordered_sum.cuh"
-
-extern char** environ;
+#include "fabric/nccl/rank_process_testing.h"
 
 namespace dsv4::fabric {
 namespace {
@@ -224,20 +221,13 @@ int run_stall(Control& control) {
   _exit(failures == 0 ? 0 : 1);  // the aborted communicator is left to its abort thread
 }
 
-int run_rank(int rank, int port, const std::string& scenario) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
-    std::printf("SKIPPED: rank %d sees %d CUDA devices; this test needs 2\n", rank, devices);
-    return 77;
-  }
+int run_rank(const testing::RankArgs& a) {
+  const int rank = a.rank;
+  const std::string& scenario = a.scenario;
+  if (!testing::take_rank_device(rank, 2)) return 77;
   std::atomic<int> fatal_code{-1};
-  FabricOptions o;
-  o.world = 2;
-  o.rank = rank;
-  o.master_port = static_cast<uint16_t>(port);
+  FabricOptions o = testing::rank_options(a, std::chrono::seconds(2), std::chrono::milliseconds(100));
   o.connect_timeout = std::chrono::seconds(30);
-  o.peer_timeout = std::chrono::seconds(2);
-  o.heartbeat_interval = std::chrono::milliseconds(100);
   if (scenario == "kill") {
     o.on_fatal = [](int code, const std::string& why) {
       std::printf("rank 0: the fabric failed %.3f s after the collective began (rank 1 died at ~0.3 s): exit %d\n",
@@ -273,36 +263,8 @@ int run_rank(int rank, int port, const std::string& scenario) {
 int run_parent(const char* self) {
   int overall = 0;
   for (const std::string scenario : {"reduce", "stall", "kill"}) {
-    auto probe = listen_tcp("127.0.0.1", 0, 1);
-    if (!probe.ok()) return 1;
-    const int port = *bound_port(*probe);
-    probe->close();
-    pid_t pids[2];
-    for (int r = 0; r < 2; ++r) {
-      std::string rs = std::to_string(r), ps = std::to_string(port), sc = scenario;
-      std::string a0 = self, a1 = "--rank", a3 = "--port", a5 = "--scenario";
-      char* argv[] = {a0.data(), a1.data(), rs.data(), a3.data(), ps.data(), a5.data(), sc.data(), nullptr};
-      if (posix_spawn(&pids[r], self, nullptr, nullptr, argv, environ) != 0) return 1;
-    }
-    int codes[2] = {-1, -1};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(scenario == "kill" ? 40 : 100);
-    while ((codes[0] < 0 || codes[1] < 0) && std::chrono::steady_clock::now() < deadline) {
-      for (int r = 0; r < 2; ++r) {
-        int st = 0;
-        if (codes[r] < 0 && waitpid(pids[r], &st, WNOHANG) == pids[r])
-          codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    for (int r = 0; r < 2; ++r)
-      if (codes[r] < 0) {
-        std::printf("FAIL scenario %s: rank %d hung; killed\n", scenario.c_str(), r);
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], nullptr, 0);
-        codes[r] = 1;
-      }
-    std::printf("scenario %s: rank 0 exit %d, rank 1 exit %d\n", scenario.c_str(), codes[0], codes[1]);
-    std::fflush(stdout);
+    const std::vector<int> codes = testing::run_ranks(self, 2, scenario, std::chrono::seconds(scenario == "kill" ? 40 : 100));
+    if (codes.size() != 2) return 1;
     if (codes[0] == 77 && codes[1] == 77) return 77;
     const bool pass = scenario == "kill" ? codes[0] == kExitPeerLost && codes[1] == 9 : codes[0] == 0 && codes[1] == 0;
     if (!pass) overall = 1;
@@ -315,15 +277,8 @@ int run_parent(const char* self) {
 }  // namespace dsv4::fabric
 
 int main(int argc, char** argv) {
-  int rank = -1, port = 0;
-  std::string scenario = "reduce";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--rank") rank = std::atoi(argv[i + 1]);
-    else if (k == "--port") port = std::atoi(argv[i + 1]);
-    else if (k == "--scenario") scenario = argv[i + 1];
-  }
+  const dsv4::fabric::testing::RankArgs a = dsv4::fabric::testing::parse_rank_args(argc, argv, 2, "reduce");
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (rank < 0) return dsv4::fabric::run_parent("/proc/self/exe");
-  return dsv4::fabric::run_rank(rank, port, scenario);
+  if (a.rank < 0) return dsv4::fabric::run_parent("/proc/self/exe");
+  return dsv4::fabric::run_rank(a);
 }
