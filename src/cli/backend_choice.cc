@@ -27,7 +27,6 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
   cuda::ModelDeviceOptions mo;
   mo.device = choice.device;
-  mo.dspark = choice.collective == nullptr;  // the drafter does not run tensor-parallel yet
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(*weights, mo));
   cuda::ForwardOptions fo;
   fo.collective = choice.collective;

@@ -86,6 +86,26 @@ Status cut_bf16_rows(cpu::Bf16Weight& w, Slice s, const std::string& name) {
   return ok_status();
 }
 
+// One block's share (a layer, or a DSpark stage with prefix "mtp.S."): wq_b rows and attn_sink of the rank's
+// heads, wo_a rows of its output groups, its routed experts (the others left empty: expert ids stay global).
+Status cut_block(cpu::BlockWeights& B, const std::string& p, const PlanIndex& index) {
+  cpu::AttentionWeights& A = B.attn;
+  DSV4_ASSIGN_OR_RETURN(Slice q, index.cut(p + "attn.wq_b.weight", 0, A.wq_b.out));
+  DSV4_RETURN_IF_ERROR(cut_fp8(A.wq_b, 0, q, p + "attn.wq_b"));
+  DSV4_ASSIGN_OR_RETURN(Slice h, index.cut(p + "attn.attn_sink", 0, static_cast<int64_t>(A.sink.size())));
+  A.sink = std::vector<float>(A.sink.begin() + h.begin, A.sink.begin() + h.end);
+  DSV4_ASSIGN_OR_RETURN(Slice ga, index.cut(p + "attn.wo_a.weight", 0, A.wo_a.out));
+  DSV4_RETURN_IF_ERROR(cut_bf16_rows(A.wo_a, ga, p + "attn.wo_a"));
+  cpu::MoeWeights& M = B.ffn;
+  for (size_t e = 0; e < M.experts.size(); ++e) {
+    const std::string x = fmt::format("{}ffn.experts.{}.", p, e);
+    DSV4_ASSIGN_OR_RETURN(bool mine, index.owns(x + "w1.weight"));
+    if (M.experts[e].w1.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", x);
+    if (!mine) M.experts[e] = cpu::ExpertWeights{};
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32_t rank) {
@@ -99,30 +119,21 @@ Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32
     return error(StatusCode::unimplemented, "tensor-parallel weights: only V4.1 checkpoints are cut so far");
   if (tp == 1) return ok_status();
   const PlanIndex index(plan, rank);
-  for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
-    cpu::BlockWeights& B = w.layers[static_cast<size_t>(l)];
-    const std::string p = fmt::format("layers.{}.", l);
-    cpu::AttentionWeights& A = B.attn;
-    DSV4_ASSIGN_OR_RETURN(Slice q, index.cut(p + "attn.wq_b.weight", 0, A.wq_b.out));
-    DSV4_RETURN_IF_ERROR(cut_fp8(A.wq_b, 0, q, p + "attn.wq_b"));
-    DSV4_ASSIGN_OR_RETURN(Slice h, index.cut(p + "attn.attn_sink", 0, static_cast<int64_t>(A.sink.size())));
-    A.sink = std::vector<float>(A.sink.begin() + h.begin, A.sink.begin() + h.end);
-    DSV4_ASSIGN_OR_RETURN(Slice ga, index.cut(p + "attn.wo_a.weight", 0, A.wo_a.out));
-    DSV4_RETURN_IF_ERROR(cut_bf16_rows(A.wo_a, ga, p + "attn.wo_a"));
-    // Experts another rank owns are left empty (no values, 0 x 0): the expert index stays global.
-    cpu::MoeWeights& M = B.ffn;
-    for (size_t e = 0; e < M.experts.size(); ++e) {
-      const std::string x = fmt::format("{}ffn.experts.{}.", p, e);
-      DSV4_ASSIGN_OR_RETURN(bool mine, index.owns(x + "w1.weight"));
-      if (M.experts[e].w1.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", x);
-      if (!mine) M.experts[e] = cpu::ExpertWeights{};
-    }
-  }
+  for (size_t l = 0; l < w.layers.size(); ++l)
+    DSV4_RETURN_IF_ERROR(cut_block(w.layers[l], fmt::format("layers.{}.", l), index));
+  // The DSpark stages split like the layers (heads, groups, experts); the Markov head's embedding and head
+  // (bf16 [V, R], R = 256: 64 MiB each at full width) stay whole, since each of the draft's sequential steps reads
+  // its bias row at once and a vocabulary cut would put a gather in every step.
+  if (w.dspark)
+    for (size_t s = 0; s < w.dspark->stages.size(); ++s)
+      DSV4_RETURN_IF_ERROR(cut_block(w.dspark->stages[s], fmt::format("mtp.{}.", s), index));
+  const int64_t D = c.dim;
   DSV4_ASSIGN_OR_RETURN(Slice v, index.cut("head.weight", 0, w.head.out));
   DSV4_RETURN_IF_ERROR(cut_bf16_rows(w.head, v, "head.weight"));
+  DSV4_ASSIGN_OR_RETURN(Slice ev, index.cut("embed.weight", 0, static_cast<int64_t>(w.embed.size()) / D));
+  w.embed = std::vector<cpu::bf16_t>(w.embed.begin() + ev.begin * D, w.embed.begin() + ev.end * D);
   c.n_heads /= tp;
   c.o_groups /= tp;
-  w.dspark.reset();
   return c.validate();
 }
 

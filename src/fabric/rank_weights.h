@@ -4,14 +4,15 @@
 // The rank's model is the whole model's equations over fewer heads and groups and fewer experts: its config
 // says n_heads / tp and o_groups / tp; wo_b and the shared expert stay whole (they read gathered inputs, so
 // they sum their whole K as on one GPU); each routed expert is held by its owner (expert_parallel), the others
-// left empty (0 x 0) so expert ids stay global; the head holds vocab / tp rows (vocab stays whole: token ids
-// and the gathered logits are the full vocabulary). The rank's forward gathers the groups' outputs before
-// wo_b, every (row, expert) output before the combine, and the head's rows (backends/cuda/tp_forward.h), so
-// every rank computes bit for bit what one GPU computes.
-// Kept whole on every rank (a documented departure from the plan): the embedding (a lookup of whole
-// rows; cutting it saves 1.2 GiB per rank at full width and needs a copy from the owner per token).
+// left empty (0 x 0) so expert ids stay global; the head and the embedding hold vocab / tp rows (vocab stays
+// whole: token ids and the gathered logits are the full vocabulary). The DSpark stages are cut like the layers.
+// The rank's forward gathers the groups' outputs before wo_b, every (row, expert) output before the combine,
+// the head's rows and each token's embedding row from its owner (backends/cuda/tp_forward.h), so every rank
+// computes bit for bit what one GPU computes.
+// Kept whole on every rank (a documented departure from the plan): the DSpark Markov head's embedding and
+// head (bf16 [V, 256]; the draft reads one bias row per sequential step).
 // Refused: tp_intermediate plans (their partial sums round before the rank sum), EXL3 packs, V4-0731
-// weights (the CUDA forward runs V4.1), and the DSpark drafter is dropped (it does not run split yet).
+// weights (the CUDA forward runs V4.1).
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The tensor-parallel CUDA forward on a 2-GPU machine: builds tests/gpu/tp_forward_test (CUDA + NCCL) and runs
 #   1. TP 1 through the collectives (one rank) == the plain forward, bit for bit;
-#   2. TP 2 on the small and tiny presets: NRMS(TP 2, ref64) within 1.05 F, top-1 == ref64 and TP 1 on every
-#      position, and bit for bit within TP 2: pieces == whole, verify == steps, batched == alone, rollback,
-#      every rank the same logits;
+#   2. TP 2 on the small and tiny presets (with the DSpark drafter): TP 2 logits == TP 1 bit for bit, NRMS(TP 2,
+#      ref64) and top-1 against the CPU oracle, and bit for bit within TP 2: pieces == whole, verify == steps,
+#      batched == alone, rollback, CUDA graphs == eager, drafted == plain greedy decoding, every rank the same
+#      logits; the first draft and the drafted decoding == TP 1's;
 #   3. the routed-expert split measurement at full V4.1-Flash width: tp_intermediate vs expert_parallel at
 #      batch 1, 8, 32, 64 (docs/fabric.md "Choosing the expert split").
 # Exit status: 0 all passed, 77 fewer than 2 GPUs, else failed.

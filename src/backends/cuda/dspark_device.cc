@@ -9,6 +9,7 @@
 #include "backends/cuda/dspark_ops.cuh"
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
+#include "backends/cuda/tp_forward.h"
 
 namespace dsv4::cuda {
 
@@ -85,8 +86,7 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
                                    "draft slots"));
   DSV4_ASSIGN_OR_RETURN(float* h, c.alloc<float>(B * C * D, "draft streams"));
   DSV4_ASSIGN_OR_RETURN(float* pi, c.alloc<float>(B * C, "draft pre-mix"));
-  DSV4_CUDA_LAUNCH(embed_streams(M.embed, d_ids, B, static_cast<int>(C), D, h, pi, c.stream), "embed_streams(draft)",
-                   shape_text({{"rows", B}, {"D", D}}));
+  DSV4_RETURN_IF_ERROR(embed_rows(c, M, d_ids, B, h, pi).with_context("the draft's embedding"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   for (size_t st = 0; st < S.stages.size(); ++st) {
     const AttentionDevice& A = S.attention[st];
@@ -115,6 +115,9 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
                        "rope_head_tails(o, inverse)", shape);
       DSV4_CUDA_LAUNCH(A.wo_a.exl3 ? exl3_linear(o, B, *A.wo_a.exl3, z, Exl3Out::bf16, c.stream)
                                    : grouped_wo_a(o, A.wo_a.w, B, static_cast<int>(G), O, gin, z, c.stream), "grouped_wo_a(mtp)", shape);
+      if (c.collective) {  // a tensor-parallel rank: every rank's groups side by side for the whole wo_b
+        DSV4_ASSIGN_OR_RETURN(z, tp_gather_groups(c, z, B, G * O));
+      }
       DSV4_CUDA_LAUNCH(fp8_linear(z, B, A.wo_b, cfg.act_block, y, c.stream), "fp8_linear(mtp.wo_b)", shape);
       return ok_status();
     };
@@ -134,7 +137,8 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
   DSV4_ASSIGN_OR_RETURN(float* probs, c.alloc<float>(B, "draft probabilities"));
   DSV4_ASSIGN_OR_RETURN(float* conf, c.alloc<float>(4 * B, "draft confidence"));  // 16-byte slots
   DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_index, index.data(), B * 8, cudaMemcpyHostToDevice, c.stream), "draft rows"));
-  DSV4_RETURN_IF_ERROR(head_logits(c, S.norm, M.head, M.head16, h, pi, d_index, B, logits, xh));
+  DSV4_RETURN_IF_ERROR(c.collective ? tp_head_logits(c, S.norm, M.head, M.head16, h, pi, d_index, B, logits, xh)
+                                    : head_logits(c, S.norm, M.head, M.head16, h, pi, d_index, B, logits, xh));
   DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(toks, &ids[0], 4, cudaMemcpyHostToDevice, c.stream), "draft anchor"));
   const auto mshape = shape_text({{"V", V}, {"R", R}});
   for (int64_t i = 0; i < B; ++i) {

@@ -54,13 +54,12 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   if (!f->model_->dspark) g.dspark_stages = 0;
   f->geo_ = std::make_unique<AttnGeometry>(g);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
-  if (options.collective && options.collective->world() > 1 && f->model_->dspark)
-    return error(StatusCode::unimplemented, "the DSpark drafter does not run tensor-parallel yet: upload the rank without it");
   const int64_t rows = options.max_call_rows;
   int64_t tp_bytes = 0;  // tensor-parallel gathers (tp_forward.h): head rows, expert outputs, output groups
   if (options.collective) {
     const int64_t world = options.collective->world(), P = rows * std::max(cfg.n_active, cfg.dspark_active);
-    tp_bytes = 4 * (rows * cfg.vocab + (world + 1) * P * cfg.dim + P + 2 * world * rows * cfg.o_groups * cfg.o_lora) +
+    tp_bytes = 4 * (rows * cfg.vocab + (world + 1) * P * cfg.dim + P + 2 * world * rows * cfg.o_groups * cfg.o_lora +
+                    (world + 1) * rows * cfg.dim) +
                (4 << 20);
   }
   const int64_t bytes = forward_scratch_bytes(cfg, rows) + tp_bytes +
@@ -251,8 +250,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   OpCtx o = op_ctx(s);
   o.ids = d.ids;
   o.op_probe = op_probe_ ? &op_probe_ : nullptr;
-  DSV4_CUDA_LAUNCH(embed_streams(M.embed, d.ids, rows, C, D, d.h, d.pi, s), "embed_streams",
-                   shape_text({{"rows", rows}, {"D", D}}));
+  DSV4_RETURN_IF_ERROR(embed_rows(o, M, d.ids, rows, d.h, d.pi));  // a rank's: its vocabulary rows, gathered
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
   std::vector<float> probe_host;
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -363,9 +361,10 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   // Graph key: every host-side size the launches depend on.
   // V4 attention (attention_v4.cc) builds per-layer tables on the host inside the layer and sizes
   // its launches by the call's exact positions: V4 calls run eagerly.
-  // Tensor-parallel ranks run eagerly too (capturing their NCCL gathers is not yet tested).
+  // Tensor-parallel ranks capture their NCCL gathers with the rest: every rank runs the same calls in the same
+  // order (rank 0's plans), so every rank sees the same keys, captures, replays and evicts alike, and a replay
+  // enqueues the same collectives in the same order as the eager run it was captured from.
   const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ && !cfg.v4() &&
-                     !options_.collective &&
                      rows <= options_.graph_max_rows;
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);
@@ -422,6 +421,7 @@ StatusOr<cpu::DraftResult> Forward::draft(int32_t stream, int32_t next) {
   if (it->second.caches->length() == 0) return error(StatusCode::invalid_argument, "stream {} is empty", stream);
   if (next < 0 || next >= config().vocab) return error(StatusCode::invalid_argument, "token {} out of range", next);
   OpCtx o{&model_->config, stream_, scratch_.get()};
+  o.collective = options_.collective.get();  // a rank drafts with its heads and experts, gathered as the forward
   const size_t mark = scratch_->mark();
   auto r = dspark_draft(o, *model_, *it->second.caches, next);
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the draft");

@@ -317,6 +317,7 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(const cpu::ModelWeigh
   DSV4_ASSIGN_OR_RETURN(m->d_freqs_yarn, cuda::upload(std::span<const float>(m->freqs_yarn), A, "rope.freqs_yarn"));
   DSV4_ASSIGN_OR_RETURN(void* emb, upload_bytes(w.embed.data(), w.embed.size() * 2, A, "embed"));
   m->embed = static_cast<const uint16_t*>(emb);
+  m->embed_rows = static_cast<int64_t>(w.embed.size()) / cfg.dim;
   ModelUploader up(*m, cfg);
   for (int l = 0; l < cfg.n_layers; ++l) {
     DSV4_ASSIGN_OR_RETURN(LayerDevice L, up.block(w.layers[l], l, layer_name(l, ""), m->attention));

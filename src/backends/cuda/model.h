@@ -104,7 +104,8 @@ struct ModelDevice {
 
   cpu::ModelConfig config;
   std::vector<cpu::LayerRole> roles;
-  const uint16_t* embed = nullptr;         // bf16 [V, D]
+  const uint16_t* embed = nullptr;         // bf16 [embed_rows, D]
+  int64_t embed_rows = 0;                  // V; V / tp on a tensor-parallel rank (its vocabulary range)
   std::vector<AttentionDevice> attention;  // [n_layers]
   std::vector<LayerDevice> layers;         // [n_layers]
   const float* norm = nullptr;             // bf16 [D]

@@ -70,6 +70,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
   const int64_t D = c.dim, Q = c.q_lora, H = c.n_heads, d = c.head_dim, C = c.hc_mult, nm = C * (C + 2);
   const int64_t G = c.o_groups, O = c.o_lora, E = c.n_experts, I = c.moe_inter, ihd = c.index_head_dim;
   m.embed = static_cast<const uint16_t*>(S.bytes(c.vocab * D * 2, FillKind::bf16));
+  m.embed_rows = c.vocab;
   m.attention.clear();
   m.layers.clear();
   for (int l = 0; l < c.n_layers; ++l) {

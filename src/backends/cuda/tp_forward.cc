@@ -1,6 +1,7 @@
 // The tensor-parallel points of a rank's forward (see tp_forward.h).
 #include "backends/cuda/tp_forward.h"
 
+#include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/collective.h"
 #include "backends/cuda/moe_experts.cuh"
 #include "backends/cuda/tp_ops.cuh"
@@ -8,16 +9,53 @@
 
 namespace dsv4::cuda {
 
-StatusOr<float*> tp_gather_groups(CallCtx& c, const float* z, int64_t rows, int64_t cols) {
-  const int32_t world = c.collective->world();
+namespace {
+
+StatusOr<float*> gather_groups(Collective& coll, Arena& scratch, cudaStream_t stream, const float* z, int64_t rows,
+                               int64_t cols) {
+  const int32_t world = coll.world();
   const size_t bytes = static_cast<size_t>(rows * cols * world) * sizeof(float);
-  DSV4_ASSIGN_OR_RETURN(void* all, arena_alloc(*c.scratch, bytes, "gathered output groups"));
-  DSV4_ASSIGN_OR_RETURN(void* out, arena_alloc(*c.scratch, bytes, "output groups of every rank"));
-  DSV4_RETURN_IF_ERROR(c.collective->all_gather(z, rows * cols, static_cast<float*>(all), c.stream)
+  DSV4_ASSIGN_OR_RETURN(void* all, arena_alloc(scratch, bytes, "gathered output groups"));
+  DSV4_ASSIGN_OR_RETURN(void* out, arena_alloc(scratch, bytes, "output groups of every rank"));
+  DSV4_RETURN_IF_ERROR(coll.all_gather(z, rows * cols, static_cast<float*>(all), stream)
                            .with_context("gathering the output groups"));
-  DSV4_CUDA_LAUNCH(tp_interleave_ranks(static_cast<float*>(all), world, rows, cols, static_cast<float*>(out), c.stream),
+  DSV4_CUDA_LAUNCH(tp_interleave_ranks(static_cast<float*>(all), world, rows, cols, static_cast<float*>(out), stream),
                    "tp_interleave_ranks", shape_text({{"rows", rows}, {"cols", cols}, {"world", world}}));
   return static_cast<float*>(out);
+}
+
+}  // namespace
+
+StatusOr<float*> tp_gather_groups(CallCtx& c, const float* z, int64_t rows, int64_t cols) {
+  return gather_groups(*c.collective, *c.scratch, c.stream, z, rows, cols);
+}
+
+StatusOr<float*> tp_gather_groups(OpCtx& c, const float* z, int64_t rows, int64_t cols) {
+  return gather_groups(*c.collective, *c.scratch, c.stream, z, rows, cols);
+}
+
+Status embed_rows(OpCtx& c, const ModelDevice& M, const int32_t* ids, int64_t rows, float* h, float* pi) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  const int64_t D = cfg.dim, V = cfg.vocab;
+  const int C = cfg.hc_mult;
+  const auto shape = shape_text({{"rows", rows}, {"D", D}, {"table rows", M.embed_rows}});
+  if (!c.collective) {
+    if (M.embed_rows != V)
+      return error(StatusCode::invalid_argument, "the embedding holds {} of {} rows on one GPU", M.embed_rows, V);
+    DSV4_CUDA_LAUNCH(embed_streams(M.embed, ids, rows, C, D, h, pi, c.stream), "embed_streams", shape);
+    return ok_status();
+  }
+  const int32_t world = c.collective->world(), rank = c.collective->rank();
+  const int64_t Vl = M.embed_rows;
+  if (Vl * world != V)
+    return error(StatusCode::invalid_argument, "the embedding holds {} rows on each of {} ranks for a vocabulary of {}",
+                 Vl, world, V);
+  DSV4_ASSIGN_OR_RETURN(float* local, c.alloc<float>(rows * D, "this rank's embedding rows"));
+  DSV4_ASSIGN_OR_RETURN(float* all, c.alloc<float>(world * rows * D, "every rank's embedding rows"));
+  DSV4_CUDA_LAUNCH(tp_embed_local(M.embed, ids, rows, rank * Vl, Vl, D, local, c.stream), "tp_embed_local", shape);
+  DSV4_RETURN_IF_ERROR(c.collective->all_gather(local, rows * D, all, c.stream).with_context("gathering the embedding"));
+  DSV4_CUDA_LAUNCH(tp_embed_pick(all, ids, rows, Vl, C, D, h, pi, c.stream), "tp_embed_pick", shape);
+  return ok_status();
 }
 
 Status tp_routed_experts(OpCtx& c, const MoeDevice& M, const float* x, const int32_t* pair_row,
@@ -44,15 +82,20 @@ Status tp_routed_experts(OpCtx& c, const MoeDevice& M, const float* x, const int
 
 Status tp_head_logits(OpCtx& c, const ModelDevice& M, const float* h, const float* pi, const int64_t* index, int64_t n,
                       float* logits) {
+  return tp_head_logits(c, M.norm, M.head, M.head16, h, pi, index, n, logits);
+}
+
+Status tp_head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16View& head16, const float* h,
+                      const float* pi, const int64_t* index, int64_t n, float* logits, float* collapsed) {
   const int64_t V = c.cfg->vocab;
   const int32_t tp = c.collective->world();
-  const int64_t Vl = M.head16.w ? M.head16.out : M.head.out;
+  const int64_t Vl = head16.w ? head16.out : head.out;
   if (Vl * tp != V)
     return error(StatusCode::invalid_argument, "the head holds {} rows on each of {} ranks for a vocabulary of {}",
                  Vl, tp, V);
   DSV4_ASSIGN_OR_RETURN(float* local, c.alloc<float>(n * Vl, "head logits of this rank"));
   DSV4_ASSIGN_OR_RETURN(float* all, c.alloc<float>(n * V, "head logits of every rank"));
-  DSV4_RETURN_IF_ERROR(head_logits(c, M.norm, M.head, M.head16, h, pi, index, n, local));
+  DSV4_RETURN_IF_ERROR(head_logits(c, norm, head, head16, h, pi, index, n, local, collapsed));
   DSV4_RETURN_IF_ERROR(c.collective->all_gather(local, n * Vl, all, c.stream).with_context("gathering the head"));
   DSV4_CUDA_LAUNCH(tp_interleave_ranks(all, tp, n, Vl, logits, c.stream), "tp_interleave_ranks(head)",
                    shape_text({{"rows", n}, {"V", V}, {"world", tp}}));

@@ -1,6 +1,8 @@
 // Kernels of the tensor-parallel forward (declared in tp_ops.cuh).
 #include "backends/cuda/tp_ops.cuh"
 
+#include "core/bf16.h"
+
 namespace dsv4::cuda {
 
 namespace {
@@ -32,6 +34,29 @@ __global__ void interleave_kernel(const float* gathered, int32_t world, int64_t 
   out[r * world * cols + i] = gathered[(k * rows + r) * cols + j];
 }
 
+// One block per row: the rank's embedding row of ids[r] when it holds it (lo <= id < lo + Vl), else zeros
+// (never picked: the owner's copy is).
+__global__ void embed_local_kernel(const uint16_t* slice, const int32_t* ids, int64_t lo, int64_t Vl, int64_t D,
+                                   float* out) {
+  const int64_t r = blockIdx.x;
+  const int64_t id = ids[r];
+  const bool mine = id >= lo && id < lo + Vl;
+  const uint16_t* e = slice + (mine ? id - lo : 0) * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) out[r * D + i] = mine ? dsv4::bf16_to_f32(e[i]) : 0.0f;
+}
+
+// One block per row: the owner's row copied into every stream (as embed_streams), pi = (1, 0, ..., 0).
+__global__ void embed_pick_kernel(const float* gathered, const int32_t* ids, int64_t rows, int64_t Vl, int C,
+                                  int64_t D, float* h, float* pi) {
+  const int64_t r = blockIdx.x;
+  const float* e = gathered + (static_cast<int64_t>(ids[r]) / Vl * rows + r) * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = e[i];
+    for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
+  }
+  if (threadIdx.x < C) pi[r * C + threadIdx.x] = threadIdx.x == 0 ? 1.0f : 0.0f;
+}
+
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -58,6 +83,21 @@ cudaError_t tp_interleave_ranks(const float* gathered, int32_t world, int64_t ro
   if (rows > 65535) return cudaErrorInvalidValue;
   interleave_kernel<<<dim3(blocks(world * cols), static_cast<unsigned>(rows)), kThreads, 0, s>>>(gathered, world, rows,
                                                                                                 cols, out);
+  return cudaGetLastError();
+}
+
+cudaError_t tp_embed_local(const uint16_t* slice, const int32_t* ids, int64_t rows, int64_t lo, int64_t Vl, int64_t D,
+                           float* out, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  embed_local_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(slice, ids, lo, Vl, D, out);
+  return cudaGetLastError();
+}
+
+cudaError_t tp_embed_pick(const float* gathered, const int32_t* ids, int64_t rows, int64_t Vl, int C, int64_t D,
+                          float* h, float* pi, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (Vl < 1 || C > kThreads) return cudaErrorInvalidValue;
+  embed_pick_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(gathered, ids, rows, Vl, C, D, h, pi);
   return cudaGetLastError();
 }
 

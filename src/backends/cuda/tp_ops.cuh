@@ -1,5 +1,5 @@
-// Kernels of the tensor-parallel forward (tp_forward.h): the rank's share of the routed pairs, and the
-// copies that put gathered rank-major blocks back in the one-GPU layout.
+// Kernels of the tensor-parallel forward (tp_forward.h): the rank's share of the routed pairs and of the
+// embedding, and the copies that put gathered rank-major blocks back in the one-GPU layout.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,5 +22,15 @@ cudaError_t tp_pick_pairs(const float* gathered, const int32_t* pair_expert, int
 // [world, rows, cols] -> out f32 [rows, world * cols]; a copy).
 cudaError_t tp_interleave_ranks(const float* gathered, int32_t world, int64_t rows, int64_t cols, float* out,
                                 cudaStream_t s);
+
+// out[r, :] = the embedding row of ids[r] (bf16 -> f32, exact) when this rank holds it (slice bf16 [Vl, D] holds
+// vocabulary rows [lo, lo + Vl)), else zeros: f32 [rows, D].
+cudaError_t tp_embed_local(const uint16_t* slice, const int32_t* ids, int64_t rows, int64_t lo, int64_t Vl, int64_t D,
+                           float* out, cudaStream_t s);
+
+// h[r, c, :] = gathered[ids[r] / Vl, r, :] for every stream c, pi[r] = (1, 0, ..., 0): embed_streams over the
+// rows of each token's owner (gathered f32 [world, rows, D]; copies, bits unchanged).
+cudaError_t tp_embed_pick(const float* gathered, const int32_t* ids, int64_t rows, int64_t Vl, int C, int64_t D,
+                          float* h, float* pi, cudaStream_t s);
 
 }  // namespace dsv4::cuda

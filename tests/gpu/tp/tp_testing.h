@@ -1,0 +1,69 @@
+// What the files of tp_forward_test share: the failure count and its check macro, the preset, and the
+// scenarios each file runs on a rank (tp_forward_test.cc has the harness and main).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/forward.h"
+#include "backends/cuda/forward.h"
+#include "fabric/control.h"
+#include "fabric/nccl/nccl_comm.h"
+
+namespace dsv4::fabric::tp_testing {
+
+inline int& failures() {
+  static int n = 0;
+  return n;
+}
+
+#define CHECK_TRUE(cond, ...)                                     \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                   \
+      std::printf("\n");                                          \
+      ++::dsv4::fabric::tp_testing::failures();                   \
+    }                                                             \
+  } while (0)
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+// One forward call; its pieces' logits concatenated (a failure counts and gives an empty vector).
+std::vector<float> call(cuda::Forward& f, const std::vector<cpu::Piece>& pieces,
+                        std::vector<std::vector<float>>* each = nullptr);
+int32_t open(cuda::Forward& f);
+
+// Greedy decoding of n tokens after a prompt: the tokens and each token's logits row, f32 [n, V].
+struct Decoded {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  int64_t drafted = 0, accepted = 0;  // draft tokens proposed / accepted (drafted decoding only)
+  cpu::DraftResult first_draft;       // the first block drafted (drafted decoding only)
+};
+
+// One token per call.
+Decoded decode_plain(cuda::Forward& f, const std::vector<int32_t>& prompt, int n);
+// DSpark rounds: draft a block after the last token, verify it with the last token in one call, keep the
+// rows up to the first mismatch (the stream is truncated to them), emit their argmax tokens.
+Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int n);
+
+// Ten single steps after a 30-row prefill with CUDA graphs on (captured, then replayed) and off (eager):
+// the logits of both, f32 [10, V] each; graphs stay on afterwards.
+struct GraphRun {
+  std::vector<float> graphed, eager;
+  int64_t captures = 0, replays = 0;  // during the graphed steps
+  double graphed_ms = 0, eager_ms = 0;  // wall time per step (each call synchronizes)
+};
+GraphRun graph_and_eager(cuda::Forward& f, const std::vector<int32_t>& prompt);
+
+// Routed experts at full width, tp_intermediate vs expert_parallel (tp_moe_bench.cc).
+int run_moe_bench(Control& control, const std::shared_ptr<NcclComm>& comm);
+
+}  // namespace dsv4::fabric::tp_testing
