@@ -211,7 +211,11 @@ int serve_follower(const ServeFlags& flags, fabric::Control& control) {
   }
   if (Status st = fabric::agree(control, serve_identity(dir, backend->info(), rank_settings(flags))); !st.ok())
     return fabric::kExitAgreement;
-  return run_follower_rank(control, *backend, flags.fabric);
+  const int code = run_follower_rank(control, *backend, flags.fabric);
+  // The process exit releases the device state (CUDA graphs, the NCCL communicator): tearing it down here could
+  // wait on rank 0, which is waiting for this rank to exit.
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 int run_serve(int argc, char** argv) {

@@ -17,11 +17,21 @@
 
 namespace dsv4::cli {
 
+namespace {
+// Heads per block of the CUDA sparse attention (kScoreHeads, kAccHeads in backends/cuda/attn_sparse.cu): a
+// rank's head count must be a multiple of it.
+constexpr int32_t kCudaAttentionHeadBlock = 4;
+}  // namespace
+
 Status prepare_tensor_parallel_cuda(fabric::Control& control, const std::string& dir, cpu::ModelWeights& weights,
                                     BackendChoice& choice) {
 #ifdef DSV4_WITH_NCCL
   const int32_t rank = control.rank(), tp = control.world();
   DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir));
+  if (fc.num_attention_heads % (tp * kCudaAttentionHeadBlock) != 0)
+    return error(StatusCode::invalid_argument,
+                 "--tp {} --backend cuda: {} attention heads leave {} per rank; the CUDA sparse attention runs heads in "
+                 "blocks of {}", tp, fc.num_attention_heads, fc.num_attention_heads / tp, kCudaAttentionHeadBlock);
   DSV4_ASSIGN_OR_RETURN(fabric::SplitPlan plan,
                         fabric::make_split_plan(fc, family::expected_tensors(fc), tp, fabric::ExpertSplit::expert_parallel));
   DSV4_RETURN_IF_ERROR(fabric::slice_weights_for_rank(weights, plan, rank).with_context(fmt::format("rank {}", rank)));

@@ -16,6 +16,7 @@ source "$(dirname "$0")/tp_common.sh" 2
 status=0
 echo "== TP 1 through the collectives (small)"; "$bin" --world 1 || status=1
 echo "== TP 2, small preset"; "$bin" --world 2 || status=1
-echo "== TP 2, tiny preset"; DSV4_TP_PRESET=tiny "$bin" --world 2 || status=1
+echo "== TP 2, tiny preset with 8 heads (the CUDA sparse attention needs 4 per rank)"
+DSV4_TP_PRESET=tiny DSV4_TP_HEADS=8 "$bin" --world 2 || status=1
 echo "== routed experts: tp_intermediate vs expert_parallel, 2 GPUs"; "$bin" --world 2 --scenario moe-bench || status=1
 exit "$status"

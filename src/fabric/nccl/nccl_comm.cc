@@ -80,7 +80,10 @@ NcclComm::~NcclComm() {
     (void)abort_now("destroyed after the fabric failed");
     return;
   }
-  ncclCommDestroy(comm_);
+  // Abort, not ncclCommDestroy: destroying waits on the peers' teardown, and at a clean stop rank 0 waits for its
+  // followers to exit before it tears down, so a destroying follower and a waiting rank 0 would block each other.
+  // Nothing is in flight after a clean stop; the abort frees the communicator without waiting on anyone.
+  ncclCommAbort(comm_);
 }
 
 Status NcclComm::abort_now(std::string why) {

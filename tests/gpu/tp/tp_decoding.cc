@@ -59,7 +59,8 @@ Decoded decode_plain(cuda::Forward& f, const std::vector<int32_t>& prompt, int n
   return d;
 }
 
-Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int n) {
+Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int n,
+                       const std::vector<int32_t>* proposals) {
   const int64_t V = f.config().vocab;
   Decoded d;
   const int32_t s = open(f);
@@ -73,7 +74,12 @@ Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int
     CHECK_TRUE(drafted.ok(), "draft: %s", drafted.ok() ? "" : drafted.status().to_string().c_str());
     if (!drafted.ok()) return d;
     if (d.drafted == 0) d.first_draft = *drafted;
-    const std::vector<int32_t>& props = drafted->tokens;
+    std::vector<int32_t> props = drafted->tokens;
+    if (proposals) {  // the next tokens of the given decoding, as many as the drafter proposed
+      const size_t at = d.tokens.size();
+      props.assign(proposals->begin() + static_cast<long>(std::min(at, proposals->size())),
+                   proposals->begin() + static_cast<long>(std::min(at + props.size(), proposals->size())));
+    }
     d.drafted += static_cast<int64_t>(props.size());
     // Row i of the window [t, p0, .., p(k-1)] predicts the token after its input; rows up to the first
     // proposal that differs from the row before's argmax are what plain decoding computes.

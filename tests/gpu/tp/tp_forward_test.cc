@@ -1,5 +1,5 @@
 // The tensor-parallel CUDA forward on N GPUs (`--world N`, default 2; one rank process per GPU, NCCL between
-// them) on a preset (small by default; DSV4_TP_PRESET=tiny) with the DSpark drafter: TP N logits equal one GPU's
+// them) on a preset (small by default; DSV4_TP_PRESET=tiny, DSV4_TP_HEADS=H for H heads) with the DSpark drafter: TP N logits equal one GPU's
 // (TP 1) bit for bit, so they are within TP 1's distance of the CPU oracle (NRMS vs ref64, top-1; the whole-model
 // gate 1.05 F with F = NRMS(ref32, ref64) is printed for both), and the exact equalities hold within TP N, bit
 // for bit: pieces == whole, a 10-row verify == 10 single steps, batched == alone, rollback == continuing, CUDA
@@ -52,8 +52,12 @@ std::string preset_name() {
   return p ? p : "small";
 }
 
+// DSV4_TP_HEADS overrides the preset's attention heads (the groups stay): the CUDA sparse attention runs heads in
+// blocks of 4 per rank, so tiny at TP 2 and small at TP 4 need 8 and 16 heads.
 family::Config family_config() {
-  return family::preset_config(*family::parse_preset(preset_name()), family::Variant::v41);
+  family::Config c = family::preset_config(*family::parse_preset(preset_name()), family::Variant::v41);
+  if (const char* h = std::getenv("DSV4_TP_HEADS")) c.num_attention_heads = std::atoi(h);
+  return c;
 }
 
 std::vector<int32_t> part(const std::vector<int32_t>& v, size_t b, size_t e) {
@@ -155,11 +159,15 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   // Drafted == plain: greedy decoding with DSpark rounds (verify + rollback) gives the plain tokens and logits.
   const int n_dec = 16;
   const Decoded plain = decode_plain(f, toks, n_dec), drafted = decode_drafted(f, toks, n_dec);
+  // The synthetic drafter's proposals are seldom accepted; proposing the plain tokens runs the accept path too.
+  const Decoded accepted = decode_drafted(f, toks, n_dec, &plain.tokens);
   const bool drafted_ok = static_cast<int>(plain.tokens.size()) == n_dec && plain.tokens == drafted.tokens &&
-                          same_bits(plain.logits, drafted.logits) && !drafted.first_draft.tokens.empty();
+                          same_bits(plain.logits, drafted.logits) && !drafted.first_draft.tokens.empty() &&
+                          plain.tokens == accepted.tokens && same_bits(plain.logits, accepted.logits) &&
+                          accepted.accepted > 0;
   CHECK_TRUE(drafted_ok, "rank %d: drafted decoding differs from plain decoding", rank);
   // Every rank holds the same logits, drafts and decodings.
-  const uint64_t mine = digest(whole) ^ (digest(plain.logits) * 3) ^ (digest(drafted.logits) * 5) ^
+  const uint64_t mine = digest(whole) ^ (digest(plain.logits) * 3) ^ (digest(accepted.logits) * 19) ^ (digest(drafted.logits) * 5) ^
                         (digest(drafted.first_draft.logits) * 7) ^ (digest(drafted.first_draft.probs) * 11) ^
                         (digest(drafted.first_draft.confidence) * 13) ^ (digest(gr.graphed) * 17);
   std::vector<uint8_t> mb(8);
@@ -169,14 +177,15 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   if (all.ok())
     for (const auto& b : *all) ranks_ok = ranks_ok && b.size() == 8 && std::memcmp(b.data(), mb.data(), 8) == 0;
   CHECK_TRUE(ranks_ok, "rank %d: the ranks' logits, drafts or decodings differ", rank);
-  std::printf("rank %d: TP %d %s preset, 40-row prompt in %.1f ms: pieces == whole %s, verify == steps %s, "
+  std::printf("rank %d: TP %d %s preset (%d heads), 40-row prompt in %.1f ms: pieces == whole %s, verify == steps %s, "
               "batched == alone %s, rollback == continuing %s, graphs == eager %s (%lld captures, %lld replays), "
-              "drafted == plain %s (%d tokens, %lld of %lld drafts accepted), ranks identical %s\n",
-              rank, tp, preset_name().c_str(), whole_ms, pieces_ok ? "PASS" : "FAIL", verify_ok ? "PASS" : "FAIL",
+              "drafted == plain %s (%d tokens, %lld of %lld drafts accepted; %lld of %lld plain-token proposals), "
+              "ranks identical %s\n",
+              rank, tp, preset_name().c_str(), fc.num_attention_heads, whole_ms, pieces_ok ? "PASS" : "FAIL", verify_ok ? "PASS" : "FAIL",
               batch_ok ? "PASS" : "FAIL", rollback_ok ? "PASS" : "FAIL", graph_ok ? "PASS" : "FAIL",
               static_cast<long long>(gr.captures), static_cast<long long>(gr.replays), drafted_ok ? "PASS" : "FAIL",
               n_dec, static_cast<long long>(drafted.accepted), static_cast<long long>(drafted.drafted),
-              ranks_ok ? "PASS" : "FAIL");
+              static_cast<long long>(accepted.accepted), static_cast<long long>(accepted.drafted), ranks_ok ? "PASS" : "FAIL");
   std::printf("rank %d: TP %d decode step (1 row, host round trip included): %.3f ms with graphs, %.3f ms eager\n",
               rank, tp, gr.graphed_ms, gr.eager_ms);
   fwd->reset();  // frees this rank's device memory before rank 0 loads TP 1

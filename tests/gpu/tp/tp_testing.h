@@ -52,7 +52,10 @@ struct Decoded {
 Decoded decode_plain(cuda::Forward& f, const std::vector<int32_t>& prompt, int n);
 // DSpark rounds: draft a block after the last token, verify it with the last token in one call, keep the
 // rows up to the first mismatch (the stream is truncated to them), emit their argmax tokens.
-Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int n);
+// With `proposals` set, each round still drafts but verifies the next tokens of `proposals` instead (the
+// plain decoding's: every proposal is accepted), so the multi-row accept path runs whatever the drafter proposes.
+Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int n,
+                       const std::vector<int32_t>* proposals = nullptr);
 
 // Ten single steps after a 30-row prefill with CUDA graphs on (captured, then replayed) and off (eager):
 // the logits of both, f32 [10, V] each; graphs stay on afterwards.
