@@ -1,9 +1,10 @@
 // The CUDA forward end to end against the CPU oracle on a preset (tiny by default; DSV4_GPU_PRESET
 // = small selects the larger one) of a variant (DSV4_GPU_VARIANT = v41 by default, or v4-0731):
-// a per-layer NRMS table of the residual streams, logits NRMS vs
-// the floor F = NRMS(ref32, ref64) with the gate NRMS(CUDA, ref64) <= 1.05 F, top-1 agreement on
-// every position, and the exact equalities on CUDA itself — pieces == whole, a k-row verify == k
-// single steps, a stream in a batch == alone, rollback and snapshot/restore == continuing.
+// the whole-model gate on the gate weights (docs/numerics.md: pooled NRMS(CUDA, ref64) <= 1.05 F
+// over the gate's prompts, top-1 on every position) with a per-layer NRMS table; on the random
+// weights, as information, the per-layer table and the one-prompt ratio; and the exact equalities
+// on CUDA itself — pieces == whole, a k-row verify == k single steps, a stream in a batch ==
+// alone, rollback and snapshot/restore == continuing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "forward_testing.h"
 #include "backends/cpu/forward.h"
+#include "backends/cpu/gate.h"
 #include "backends/cpu/lane_backend.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
@@ -52,12 +54,24 @@ std::shared_ptr<const cpu::ModelWeights> weights() {
   return w;
 }
 
-std::unique_ptr<Forward> cuda_forward() {
-  static std::shared_ptr<const ModelDevice> model = [] {
-    auto m = ModelDevice::upload(*weights(), ModelDeviceOptions{});
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    return m.ok() ? std::shared_ptr<const ModelDevice>(std::move(*m)) : nullptr;
+// The gate weights of the same preset and variant (cpu::WeightProfile::gate, no drafter).
+std::shared_ptr<const cpu::ModelWeights> gate_weights() {
+  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+    auto cfg = weights()->config;
+    return std::shared_ptr<const cpu::ModelWeights>(
+        cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate));
   }();
+  return w;
+}
+
+std::unique_ptr<Forward> cuda_forward(bool gate = false) {
+  static std::shared_ptr<const ModelDevice> models[2];
+  std::shared_ptr<const ModelDevice>& model = models[gate];
+  if (!model) {
+    auto m = ModelDevice::upload(gate ? *gate_weights() : *weights(), ModelDeviceOptions{});
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
+  }
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 4096;
@@ -74,19 +88,60 @@ struct LogitsRun {
   std::vector<std::vector<float>> layers;
 };
 
-LogitsRun oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
+LogitsRun oracle_run(cpu::Precision p, const std::vector<int32_t>& toks,
+                     const std::shared_ptr<const cpu::ModelWeights>& w = weights()) {
   LogitsRun run;
   cpu::OracleOptions o;
   o.precision = p;
   o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
-  auto oracle = std::move(cpu::Oracle::create(weights(), o)).value();
+  auto oracle = std::move(cpu::Oracle::create(w, o)).value();
   auto r = oracle->forward({Piece{oracle->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (r.ok()) run.logits = (*r)[0].logits;
   return run;
 }
 
-TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
+void print_layer_table(const LogitsRun& cu, const LogitsRun& r32, const LogitsRun& r64) {
+  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
+  for (size_t l = 0; l < cu.layers.size() && l < r64.layers.size(); ++l) {
+    const double a = nrms(cu.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
+    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
+  }
+}
+
+// The whole-model gate (docs/numerics.md): the gate weights, gate::kPrompts prompts of
+// gate::kPromptLength tokens each fed whole to a fresh stream, every row's logits pooled.
+TEST(CudaForward, WholeModelGate) {
+  auto f = cuda_forward(true);
+  ASSERT_TRUE(f);
+  const auto w = gate_weights();
+  const int64_t V = w->config.vocab;
+  const int L = cpu::gate::kPromptLength;
+  LogitsRun cu0;  // prompt 0's streams after every layer
+  auto v = gpu_testing::whole_model_gate(w, [&](int k) {
+    if (k == 0) f->set_layer_probe([&](int, const std::vector<float>& h) { cu0.layers.push_back(h); });
+    auto s = f->open_stream();
+    std::vector<float> out;
+    if (!s.ok()) return out;
+    auto r = f->forward({Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
+    f->set_layer_probe(nullptr);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) out = std::move((*r)[0].logits);
+    EXPECT_TRUE(f->close_stream(*s).ok());
+    return out;
+  });
+  std::printf("preset %s, variant %s, gate weights: per-layer NRMS of the residual streams against ref64, prompt 0\n",
+              preset_name().c_str(), variant_name().c_str());
+  const auto p0 = cpu::gate::prompt(0, V);
+  print_layer_table(cu0, oracle_run(cpu::Precision::ref32, p0, w), oracle_run(cpu::Precision::ref64, p0, w));
+  std::printf("whole-model gate, %s %s, %d prompts x %d tokens: %s\n", preset_name().c_str(), variant_name().c_str(),
+              cpu::gate::kPrompts, L, v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
+}
+
+// Information only (the random weights are chaotic: docs/numerics.md): the per-layer table and the
+// one-prompt ratio NRMS(CUDA, ref64) / F of a 40-token prompt, as measured before the gate weights.
+TEST(CudaForward, RandomWeightsOnePromptRatio) {
   const auto toks = prompt(40, 0);
   const int64_t V = weights()->config.vocab;
   LogitsRun r32 = oracle_run(cpu::Precision::ref32, toks);
@@ -103,35 +158,22 @@ TEST(CudaForward, MatchesOracleWithinFloorAndTop1) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   cu.logits = (*r)[0].logits;
   f->set_profile(nullptr);
+  f->set_layer_probe(nullptr);
   for (const auto& [op, ms] : ops) std::printf("op %-20s %8.3f ms\n", op.c_str(), ms);
   ASSERT_EQ(cu.layers.size(), r64.layers.size());
-  std::printf("preset %s, variant %s: per-layer NRMS of the residual streams against ref64\n", preset_name().c_str(),
-              variant_name().c_str());
-  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
-  for (size_t l = 0; l < cu.layers.size(); ++l) {
-    const double a = nrms(cu.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
-    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
-  }
+  std::printf("preset %s, variant %s, random weights: per-layer NRMS of the residual streams against ref64\n",
+              preset_name().c_str(), variant_name().c_str());
+  print_layer_table(cu, r32, r64);
   const double F = nrms(r32.logits, r64.logits), N = nrms(cu.logits, r64.logits);
-  int agree = 0, agree32 = 0, decisive = 0, decisive_agree = 0;
+  int agree = 0, agree32 = 0;
   for (int i = 0; i < 40; ++i) {
     const int64_t ref = argmax(&r64.logits[i * V], V);
-    const bool c = argmax(&cu.logits[i * V], V) == ref, c32 = argmax(&r32.logits[i * V], V) == ref;
-    agree += c;
-    agree32 += c32;
-    // Positions where both reference widths pick the same token: there the top-1 is not within
-    // the references' own rounding noise, and the backend must pick it too.
-    decisive += c32;
-    decisive_agree += c && c32;
+    agree += argmax(&cu.logits[i * V], V) == ref;
+    agree32 += argmax(&r32.logits[i * V], V) == ref;
   }
-  std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 vs ref64: cuda %d/40, "
-              "ref32 %d/40; cuda on the %d positions where ref32 and ref64 agree: %d\n",
-              F, N, N / F, agree, agree32, decisive, decisive_agree);
-  EXPECT_LE(N, 1.05 * F);
-  // The gate's top-1 clause (every position) binds where the references themselves meet it; on
-  // random weights ref32 misses positions whose top-1 margin is below its own rounding noise.
-  if (agree32 == 40) EXPECT_EQ(agree, 40);
-  else std::printf("top-1 on every position is not attainable here: ref32 itself agrees with ref64 on %d/40\n", agree32);
+  std::printf("random weights, one prompt (information): F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e "
+              "(%.3f F), top-1 vs ref64: cuda %d/40, ref32 %d/40\n", F, N, N / F, agree, agree32);
+  EXPECT_LT(N, 0.5);  // a broken forward lands near NRMS 1; rounding chance stays within a few F
 }
 
 // Logits of `toks` fed to a fresh stream in the given piece sizes (all rows' logits).

@@ -1,10 +1,15 @@
-// Helpers shared by the GPU forward tests: the fixed test prompts, row lists, NRMS and argmax.
+// Helpers shared by the GPU forward tests: the fixed test prompts, row lists, NRMS, argmax and the
+// whole-model gate (docs/numerics.md) of a backend against the CPU oracle.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <memory>
 #include <vector>
+
+#include "backends/cpu/gate.h"
 
 namespace dsv4::gpu_testing {
 
@@ -45,6 +50,32 @@ inline int64_t argmax(const float* v, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (v[i] > v[b]) b = i;
   return b;
+}
+
+// The whole-model gate of a backend on weights `w` (the gate weights: cpu::synthetic_weights with
+// WeightProfile::gate, seed cpu::gate::kSeed): backend_logits(k) returns its logits
+// [gate::kPromptLength, V] of gate prompt k fed whole to a fresh stream (empty on failure: the
+// verdict then fails). ref32 and ref64 come from the CPU oracle; `threads` its threads.
+template <typename BackendLogits>
+cpu::gate::Verdict whole_model_gate(const std::shared_ptr<const cpu::ModelWeights>& w, BackendLogits&& backend_logits,
+                                    int threads = 0) {
+  namespace gate = cpu::gate;
+  gate::Verdict v;
+  const int64_t V = w->config.vocab;
+  for (int k = 0; k < gate::kPrompts; ++k) {
+    auto r32 = gate::oracle_logits(w, cpu::Precision::ref32, k, threads);
+    auto r64 = gate::oracle_logits(w, cpu::Precision::ref64, k, threads);
+    const std::vector<float> b = backend_logits(k);
+    if (!r32.ok() || !r64.ok() || b.size() != r64->size()) {
+      std::printf("gate prompt %d: no logits (%s)\n", k,
+                  !r32.ok() ? r32.status().to_string().c_str()
+                            : !r64.ok() ? r64.status().to_string().c_str() : "backend size differs");
+      return gate::Verdict{};  // no rows: pass() is false
+    }
+    v.floor.add(*r32, *r64, V);
+    v.backend.add(b, *r64, V);
+  }
+  return v;
 }
 
 }  // namespace dsv4::gpu_testing

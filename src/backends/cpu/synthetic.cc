@@ -61,15 +61,38 @@ std::vector<float> vec(Rng& g, int64_t n, double center, double spread, bool bf1
   return v;
 }
 
-HcParams hc(Rng& g, const ModelConfig& c) {
+// The numbers that differ between the profiles (synthetic.h). Draw order is the same in both.
+struct Shape {
+  double attn_out;     // gain of what a sub-layer writes into the streams: wo_b,
+  double ffn_out;      // the experts' and the shared expert's w2,
+  double engram_out;   // the Engram wkv
+  double hc_fn;        // hc fn sigma * sqrt(C*D): how much the mixes depend on the stream
+  double hc_base;      // spread of the hc base around its mean
+  bool hc_near_identity;  // base means: pre, post sigmoid(-1.1), comb logits 3 on the diagonal
+  double hc_scale, hc_scale_spread;
+  double norm_spread;  // RMSNorm / q / kv norm weights 1 +- this
+  double head_peak;    // logit (in units of the random part's spread) of each token's successor
+};
+
+constexpr Shape kRandom{1.0, 1.0, 1.0, 0.5, 0.5, false, 1.0, 0.3, 0.2, 0.0};
+constexpr Shape kGate{1.0 / 32, 1.0 / 128, 1.0 / 32, 0.5, 0.1, true, 0.2, 0.02, 0.05, 8.0};
+
+const Shape& shape_of(WeightProfile p) { return p == WeightProfile::gate ? kGate : kRandom; }
+
+HcParams hc(Rng& g, const ModelConfig& c, const Shape& sh) {
   HcParams p;
-  p.fn = bf16w(g, c.hc_mixes(), c.hc_mult * c.dim, 0.5 / std::sqrt(static_cast<double>(c.hc_mult * c.dim)));
-  p.base = vec(g, c.hc_mixes(), 0.0, 0.5, false);
-  p.scale = vec(g, 3, 1.0, 0.3, false);
+  const int C = c.hc_mult;
+  p.fn = bf16w(g, c.hc_mixes(), C * c.dim, sh.hc_fn / std::sqrt(static_cast<double>(C * c.dim)));
+  p.base = vec(g, c.hc_mixes(), 0.0, sh.hc_base, false);
+  if (sh.hc_near_identity)  // layout [pre C, post C, comb C x C]
+    for (int i = 0; i < c.hc_mixes(); ++i)
+      p.base[i] += i < 2 * C ? -1.1f : ((i - 2 * C) / C == (i - 2 * C) % C ? 3.0f : 0.0f);
+  p.scale = vec(g, 3, sh.hc_scale, sh.hc_scale_spread, false);
   return p;
 }
 
-BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_experts, int n_active) {
+BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_experts, int n_active,
+                   const Shape& sh) {
   BlockWeights b;
   const int64_t D = c.dim, d = c.head_dim, H = c.n_heads, Q = c.q_lora, G = c.o_groups, O = c.o_lora;
   const int wb = c.weight_block;
@@ -78,13 +101,13 @@ BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_ex
   a.wq_a = fp8(g, Q, D, wb, isq(D));
   a.wq_b = fp8(g, H * d, Q, wb, isq(Q));
   a.wkv = fp8(g, d, D, wb, isq(D));
-  a.wo_b = fp8(g, D, G * O, wb, isq(G * O));
+  a.wo_b = fp8(g, D, G * O, wb, sh.attn_out * isq(G * O));
   Fp8Weight woa = fp8(g, G * O, H * d / G, wb, isq(H * d / G));
   a.wo_a.out = woa.out; a.wo_a.in = woa.in;
   for (int64_t n = 0; n < woa.out; ++n)
     for (int64_t k = 0; k < woa.in; ++k) a.wo_a.w.push_back(woa.at(n, k));
-  a.q_norm = vec(g, Q, 1.0, 0.2, true);
-  a.kv_norm = vec(g, d, 1.0, 0.2, true);
+  a.q_norm = vec(g, Q, 1.0, sh.norm_spread, true);
+  a.kv_norm = vec(g, d, 1.0, sh.norm_spread, true);
   a.sink = vec(g, H, 0.0, 1.0, false);
   if (role.kv_source && c.v4()) {
     // V4: every compressor gated and fp32, with its position bias; ratio 4 overlapped (2x wide)
@@ -126,15 +149,28 @@ BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_ex
     if (!c.v4()) m.bias_vl = vec(g, n_experts, 0.0, 0.1, false);
   }
   for (int e = 0; e < n_experts; ++e)
-    m.experts.push_back({fp4(g, c.moe_inter, D, isq(D)), fp4(g, D, c.moe_inter, isq(c.moe_inter)),
+    m.experts.push_back({fp4(g, c.moe_inter, D, isq(D)), fp4(g, D, c.moe_inter, sh.ffn_out * isq(c.moe_inter)),
                          fp4(g, c.moe_inter, D, isq(D))});
-  m.shared = {fp8(g, c.moe_inter, D, wb, isq(D)), fp8(g, D, c.moe_inter, wb, isq(c.moe_inter)),
+  m.shared = {fp8(g, c.moe_inter, D, wb, isq(D)), fp8(g, D, c.moe_inter, wb, sh.ffn_out * isq(c.moe_inter)),
               fp8(g, c.moe_inter, D, wb, isq(D))};
-  b.attn_norm = vec(g, D, 1.0, 0.2, true);
-  b.ffn_norm = vec(g, D, 1.0, 0.2, true);
-  b.hc_attn = hc(g, c);
-  b.hc_ffn = hc(g, c);
+  b.attn_norm = vec(g, D, 1.0, sh.norm_spread, true);
+  b.ffn_norm = vec(g, D, 1.0, sh.norm_spread, true);
+  b.hc_attn = hc(g, c, sh);
+  b.hc_ffn = hc(g, c, sh);
   return b;
+}
+
+// Head rows with a margin: the row of successor(t) = (t * 7919 + 1) mod V gains peak * sqrt(3) / D
+// times embedding row t (uniform in [-1, 1): RMS 1/sqrt(3)). A stream that still carries token t's
+// embedding then scores successor(t) about `peak` above the head's random part (spread ~1), whose
+// largest value over V = 129,280 tokens is about 4.8; -> bf16.
+void add_successor_rows(ModelWeights& w, double peak) {
+  const int64_t V = w.config.vocab, D = w.config.dim;
+  const double k = peak * std::sqrt(3.0) / static_cast<double>(D);
+  for (int64_t t = 0; t < V; ++t) {
+    float* row = &w.head.w[((t * 7919 + 1) % V) * D];
+    for (int64_t i = 0; i < D; ++i) row[i] = round_bf16(static_cast<float>(row[i] + k * bf16_to_f32(w.embed[t * D + i])));
+  }
 }
 
 }  // namespace
@@ -178,7 +214,9 @@ ModelConfig small_v4_test_config() {
   return c;
 }
 
-std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t seed, bool with_dspark) {
+std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t seed, bool with_dspark,
+                                                WeightProfile profile) {
+  const Shape& sh = shape_of(profile);
   Rng g{seed};
   auto w = std::make_shared<ModelWeights>();
   w->config = c;
@@ -186,7 +224,7 @@ std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t s
   const auto roles = layer_roles(c);
   w->embed.resize(V * D);
   for (auto& e : w->embed) e = to_bf16(static_cast<float>(g.sym()));
-  for (int l = 0; l < c.n_layers; ++l) w->layers.push_back(block(g, c, roles[l], c.n_experts, c.n_active));
+  for (int l = 0; l < c.n_layers; ++l) w->layers.push_back(block(g, c, roles[l], c.n_experts, c.n_active, sh));
   // Engram: primes from the layout rule, odd multipliers, a random token map.
   if (!c.engram_layers.empty()) {
     const auto primes = engram_primes(c.engram_vocab_size, static_cast<int>(c.engram_layers.size()),
@@ -209,25 +247,27 @@ std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t s
       E->table.scales.resize(off * (c.engram_head_dim / 32));
       for (auto& b : E->table.scales) b = static_cast<uint8_t>(120 + g.next() % 4);
       const int64_t R = static_cast<int64_t>(primes[e].size()) * c.engram_head_dim;
-      E->wkv = fp8(g, (c.hc_mult + 1) * D, R, c.weight_block, 1.0 / std::sqrt(static_cast<double>(R)));
+      E->wkv = fp8(g, (c.hc_mult + 1) * D, R, c.weight_block, sh.engram_out / std::sqrt(static_cast<double>(R)));
       E->q_weight = vec(g, c.hc_mult * D, 1.0, 0.3, true);
       E->k_weight = vec(g, c.hc_mult * D, 1.0, 0.3, true);
       w->layers[c.engram_layers[e]].engram = std::move(E);
     }
   }
-  w->norm = vec(g, D, 1.0, 0.2, true);
+  w->norm = vec(g, D, 1.0, sh.norm_spread, true);
   w->head = bf16w(g, V, D, 1.0 / std::sqrt(static_cast<double>(D)));
+  if (sh.head_peak > 0) add_successor_rows(*w, sh.head_peak);
   if (c.v4()) {
     auto hh = std::make_unique<HcHeadWeights>();
-    hh->fn = bf16w(g, c.hc_mult, c.hc_mult * D, 0.5 / std::sqrt(static_cast<double>(c.hc_mult * D)));
-    hh->base = vec(g, c.hc_mult, 0.0, 0.5, false);
-    hh->scale = static_cast<float>(1.0 + 0.3 * g.sym());
+    hh->fn = bf16w(g, c.hc_mult, c.hc_mult * D, sh.hc_fn / std::sqrt(static_cast<double>(c.hc_mult * D)));
+    hh->base = vec(g, c.hc_mult, 0.0, sh.hc_base, false);
+    hh->scale = static_cast<float>(sh.hc_scale + sh.hc_scale_spread * g.sym());
     w->hc_head = std::move(hh);
   }
   if (with_dspark) {
     auto S = std::make_unique<DsparkWeights>();
     LayerRole plain;
-    for (int s = 0; s < c.dspark_stages; ++s) S->stages.push_back(block(g, c, plain, c.dspark_experts, c.dspark_active));
+    for (int s = 0; s < c.dspark_stages; ++s)
+      S->stages.push_back(block(g, c, plain, c.dspark_experts, c.dspark_active, sh));
     const int64_t taps = static_cast<int64_t>(c.dspark_target_layers.size()) * D;
     S->main_proj = fp8(g, D, taps, c.weight_block, 1.0 / std::sqrt(static_cast<double>(taps)));
     S->main_norm = vec(g, D, 1.0, 0.2, true);

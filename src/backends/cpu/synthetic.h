@@ -17,7 +17,20 @@ ModelConfig small_test_config();
 // indexer, top-4), HCA ratio 128, hash-routed layers 0-1, 128x128 weight blocks, no drafter.
 ModelConfig small_v4_test_config();
 
+// How the values are shaped (docs/numerics.md, "Whole-model gate").
+// random: every sub-layer writes unit-RMS outputs into the streams, hc mixes far from identity, a
+//   plain random head. Chaotic: a one-spacing rounding difference anywhere is amplified by FP8
+//   act_quant, top-k and routing downstream, and logits are flat (top-1 margins below rounding).
+//   The exact-equality tests and benchmarks use it.
+// gate: closer to a trained model where rounding noise propagates: what a sub-layer writes into the
+//   streams is a few percent of them (wo_b and Engram wkv gain 1/32, w2 1/128), hc mixes near
+//   identity (pre ~0.25, post ~0.5, comb diagonal ~0.87) with a weak input dependence, norm weights
+//   1 +- 0.05, and a head whose top-1 has a margin (each token's successor row carries its
+//   embedding). The whole-model gate runs on it (docs/numerics.md: why these numbers).
+enum class WeightProfile : uint8_t { random, gate };
+
 // Weights for `cfg` drawn from `seed`; with_dspark adds the drafter stages and heads.
-std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& cfg, uint64_t seed, bool with_dspark);
+std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& cfg, uint64_t seed, bool with_dspark,
+                                                WeightProfile profile = WeightProfile::random);
 
 }  // namespace dsv4::cpu
