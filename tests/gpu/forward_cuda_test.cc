@@ -117,23 +117,28 @@ TEST(CudaForward, WholeModelGate) {
   const auto w = gate_weights();
   const int64_t V = w->config.vocab;
   const int L = cpu::gate::kPromptLength;
-  LogitsRun cu0;  // prompt 0's streams after every layer
-  auto v = gpu_testing::whole_model_gate(w, [&](int k) {
-    if (k == 0) f->set_layer_probe([&](int, const std::vector<float>& h) { cu0.layers.push_back(h); });
-    auto s = f->open_stream();
-    std::vector<float> out;
-    if (!s.ok()) return out;
-    auto r = f->forward({Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
-    f->set_layer_probe(nullptr);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    if (r.ok()) out = std::move((*r)[0].logits);
-    EXPECT_TRUE(f->close_stream(*s).ok());
-    return out;
-  });
+  LogitsRun cu0, r32, r64;  // prompt 0's streams after every layer
+  auto v = gpu_testing::whole_model_gate(
+      w,
+      [&](int k) {
+        if (k == 0) f->set_layer_probe([&](int, const std::vector<float>& h) { cu0.layers.push_back(h); });
+        auto s = f->open_stream();
+        std::vector<float> out;
+        if (!s.ok()) return out;
+        auto r = f->forward({Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
+        f->set_layer_probe(nullptr);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        if (r.ok()) out = std::move((*r)[0].logits);
+        EXPECT_TRUE(f->close_stream(*s).ok());
+        return out;
+      },
+      [&](int k, cpu::OracleOptions& o) {
+        LogitsRun* run = o.precision == cpu::Precision::ref32 ? &r32 : &r64;
+        if (k == 0) o.layer_probe = [run](int, const std::vector<float>& h) { run->layers.push_back(h); };
+      });
   std::printf("preset %s, variant %s, gate weights: per-layer NRMS of the residual streams against ref64, prompt 0\n",
               preset_name().c_str(), variant_name().c_str());
-  const auto p0 = cpu::gate::prompt(0, V);
-  print_layer_table(cu0, oracle_run(cpu::Precision::ref32, p0, w), oracle_run(cpu::Precision::ref64, p0, w));
+  print_layer_table(cu0, r32, r64);
   std::printf("whole-model gate, %s %s, %d prompts x %d tokens: %s\n", preset_name().c_str(), variant_name().c_str(),
               cpu::gate::kPrompts, L, v.summary().c_str());
   EXPECT_TRUE(v.pass()) << v.summary();
