@@ -15,8 +15,10 @@ namespace {
 //   K splits into 32-wide chunks (the last zero-padded) and the chunks into kw contiguous slices
 //   (bf16_slices: a function of the weight's shape only; every slice non-empty);
 //   in slice s, acc_s = 0, then for each chunk c in increasing order
-//     acc_s = mma(A1 B1, mma(A0 B0, acc_s))   (fixed fragment layout; bf16 x bf16 products exact)
-//   tot = acc_0, then tot = tot + acc_s for s = 1 .. kw-1;  y = round_bf16(tot) (or tot for fp32 out).
+//     d = mma(A1 B1, mma(A0 B0, 0))   (the chunk's 32 exact bf16 x bf16 products; fixed fragment layout)
+//     acc_s = acc_s + d               (fp32, round to nearest: the tensor core's own accumulation,
+//                                      not IEEE, never runs longer than one chunk)
+//   tot = acc_0, then tot = tot + acc_s for s = 1 .. kw-1;  y = round_bf16(tot).
 // Fragment layout, lane = 4 g + q: thread (g, q) holds physical k 8q .. 8q+7 of a chunk for weight
 // columns g and g+8 and activation row g; MMA 0 takes k 8q .. 8q+3 (as its k 2q, 2q+1, 2q+8, 2q+9),
 // MMA 1 k 8q+4 .. 8q+7; D holds columns g, g+8 of rows 2q, 2q+1.
@@ -24,14 +26,15 @@ constexpr int kChunk = 32;
 constexpr int kMaxSlices = 16;   // warps per CTA of the row kernel
 constexpr int kPassRows = 8;     // the MMA's N side: rows per pass of the row kernel
 constexpr int kRowKernelMax = 64;  // launches of more rows take the tile kernel
-constexpr int kRing = 4;         // weight chunks in flight per warp (row kernel)
+constexpr int kRing = 8;         // weight chunks in flight per thread (row kernel), cp.async into shared memory
 
-// K slices for `out` columns and `chunks` chunks: more slices for narrow shapes (more warps
-// streaming the weight at once at batch 1), each slice at least 4 chunks.
+// K slices for `out` columns and `chunks` chunks: enough warps (16-column tiles x slices, at least
+// 256 when the shape allows) that a batch-1 launch streams the weight from every SM at once; each
+// slice at least 4 chunks.
 int bf16_slices(int64_t out, int chunks) {
   const int64_t tiles = (out + 15) / 16;
   int kw = 1;
-  while (kw < kMaxSlices && tiles * kw < 2048 && chunks >= 8 * kw) kw *= 2;
+  while (kw < kMaxSlices && tiles * kw < 256 && chunks >= 8 * kw) kw *= 2;
   return kw;
 }
 
@@ -60,12 +63,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
-// One chunk: acc = mma(A1 B1, mma(A0 B0, acc)); w0 / w1: the 8 bf16 of columns g / g+8, b: the 8
+// One chunk: acc += mma(A1 B1, mma(A0 B0, 0)); w0 / w1: the 8 bf16 of columns g / g+8, b: the 8
 // bf16 of row g (as bf16x2 pairs in k order).
 __device__ __forceinline__ void chunk_mma(const uint4& w0, const uint4& w1, const uint4& b, float (&acc)[4]) {
-  float t[4];
-  mma_bf16(t, w0.x, w1.x, w0.y, w1.y, b.x, b.y, acc);
-  mma_bf16(acc, w0.z, w1.z, w0.w, w1.w, b.z, b.w, t);
+  const float z[4] = {0.f, 0.f, 0.f, 0.f};
+  float t[4], d[4];
+  mma_bf16(t, w0.x, w1.x, w0.y, w1.y, b.x, b.y, z);
+  mma_bf16(d, w0.z, w1.z, w0.w, w1.w, b.z, b.w, t);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] = __fadd_rn(acc[e], d[e]);
 }
 
 // A launch: G groups of a block-diagonal weight; group g reads x + g x_group (row r at + r in),
@@ -79,21 +85,34 @@ struct Bf16Args {
   int chunks, kw;
 };
 
+// 16 bytes global -> shared, asynchronous; zeros (nothing read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 template <bool kRound>
 __device__ __forceinline__ void emit(float* y, int64_t row, int64_t y_row, int64_t col, float v) {
   y[row * y_row + col] = kRound ? round_bf16(v) : v;
 }
 
-// Row kernel: one CTA per (16 columns, group), warp s owning K slice s; rows in passes of up to
-// `rt`, each warp staging its slice of the pass's rows as bf16 in shared memory (row stride `stride`
-// elements, 64 bytes off a 128-byte multiple: conflict-free 16-byte fragment loads).
+// Row kernel: one CTA per (16 columns, group), warp s owning K slice s. Each thread streams its own
+// 32 bytes per chunk (columns g and g+8, k 8q .. 8q+7) through kRing private shared-memory slots by
+// cp.async, so kRing chunks per warp are in flight without holding registers. Rows in passes of up
+// to `rt`, each warp staging its slice of the pass's rows as bf16 (row stride `stride` elements, 64
+// bytes off a 128-byte multiple: conflict-free 16-byte fragment loads).
+// Shared memory: partials float4 [kw][32], ring uint4 [kw][kRing][2][32], rows bf16 [kw][rt][stride].
 template <bool kRound>
 __global__ void __launch_bounds__(kMaxSlices * 32) bf16_rows_kernel(Bf16Args a, int rt, int stride) {
   extern __shared__ float4 smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int kw = a.kw;
-  float4* part = smem;  // float4 [kw][32]: each slice's partials
-  uint16_t* xs = reinterpret_cast<uint16_t*>(part + kw * 32) + warp * rt * stride;  // bf16 [rt][stride]
+  float4* part = smem;
+  uint4* ring_all = reinterpret_cast<uint4*>(part + kw * 32);
+  uint4* ring = ring_all + warp * kRing * 64 + lane;  // slot t: ring[64 t] (column g), ring[64 t + 32] (g + 8)
+  uint16_t* xs = reinterpret_cast<uint16_t*>(ring_all + kw * kRing * 64) + warp * rt * stride;
   const int64_t grp = blockIdx.y;
   const float* x = a.x + grp * a.x_group;
   const uint16_t* w = a.w + grp * a.w_group;
@@ -104,18 +123,20 @@ __global__ void __launch_bounds__(kMaxSlices * 32) bf16_rows_kernel(Bf16Args a, 
   const uint16_t* p0 = w + (ok0 ? col0 : 0) * a.in + 8 * q;
   const uint16_t* p1 = w + (ok1 ? col0 + 8 : 0) * a.in + 8 * q;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load = [&](int c, uint4& u0, uint4& u1) {
-    const bool kin = static_cast<int64_t>(c) * kChunk + 8 * q < a.in;
-    u0 = ok0 && kin ? __ldg(reinterpret_cast<const uint4*>(p0 + static_cast<int64_t>(c) * kChunk)) : zero;
-    u1 = ok1 && kin ? __ldg(reinterpret_cast<const uint4*>(p1 + static_cast<int64_t>(c) * kChunk)) : zero;
+  auto issue = [&](int c, int t) {  // chunk c into slot t (one commit group, empty past the slice)
+    if (c < c1) {
+      const int64_t k = static_cast<int64_t>(c) * kChunk;
+      const bool kin = k + 8 * q < a.in;
+      cp_async16(ring + 64 * t, ok0 && kin ? p0 + k : p0, ok0 && kin);
+      cp_async16(ring + 64 * t + 32, ok1 && kin ? p1 + k : p1, ok1 && kin);
+    }
+    cp_async_commit();
   };
   const int units = (c1 - c0) * (kChunk / 8);  // 8-element units of this warp's slice
   for (int64_t r0 = 0; r0 < a.rows; r0 += rt) {
     const int R = static_cast<int>(std::min<int64_t>(rt, a.rows - r0));
-    uint4 ring0[kRing], ring1[kRing];
 #pragma unroll
-    for (int t = 0; t < kRing; ++t)
-      if (c0 + t < c1) load(c0 + t, ring0[t], ring1[t]);
+    for (int t = 0; t < kRing; ++t) issue(c0 + t, t);
     for (int item = lane; item < R * units; item += 32) {  // stage: zeros past `in`
       const int r = item / units, u = item - r * units;
       const int64_t k = static_cast<int64_t>(c0) * kChunk + 8 * u;
@@ -129,17 +150,15 @@ __global__ void __launch_bounds__(kMaxSlices * 32) bf16_rows_kernel(Bf16Args a, 
     }
     __syncwarp();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int cb = c0; cb < c1; cb += kRing) {
-#pragma unroll
-      for (int t = 0; t < kRing; ++t) {
-        const int c = cb + t;
-        if (c < c1) {
-          const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xs + g * stride + (c - c0) * kChunk + 8 * q) : zero;
-          chunk_mma(ring0[t], ring1[t], b, acc);
-          if (c + kRing < c1) load(c + kRing, ring0[t], ring1[t]);
-        }
-      }
+    for (int c = c0; c < c1; ++c) {
+      const int t = (c - c0) & (kRing - 1);
+      cp_async_wait<kRing - 1>();  // chunk c's group (this thread's own bytes) has landed
+      const uint4 w0 = ring[64 * t], w1 = ring[64 * t + 32];
+      const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xs + g * stride + (c - c0) * kChunk + 8 * q) : zero;
+      chunk_mma(w0, w1, b, acc);
+      issue(c + kRing, t);
     }
+    cp_async_wait<0>();
     part[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     __syncthreads();
     if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
@@ -161,48 +180,51 @@ __global__ void __launch_bounds__(kMaxSlices * 32) bf16_rows_kernel(Bf16Args a, 
   }
 }
 
-// Tile kernel: 128 weight columns x 128 rows per CTA, 8 warps of 64 columns x 32 rows, one chunk
-// per pipeline stage (weights as bf16 and rows as fp32 by cp.async, kStages deep); the slice folds
-// happen at the same chunk boundaries as the row kernel's.
-constexpr int kBM = 128, kBN = 128, kStages = 4;
+// Tile kernel: (WM MI 16) weight columns x (WN NI 8) rows per CTA, WM x WN warps of (MI 16) columns
+// x (NI 8) rows, one chunk per pipeline stage (weights as bf16 and rows as fp32 by cp.async,
+// kStages deep); the slice folds happen at the same chunk boundaries as the row kernel's. Launched
+// as 128 columns x 64 rows (8 warps of 32 x 32, two CTAs per SM): 147 TFLOP/s on the grouped wo_a
+// at 2,048 rows on an H200, against 140 for 128 x 128 tiles of 64 x 32 warps (docs/perf.md).
+constexpr int kStages = 4;
 constexpr int kXStride = kChunk + 4;  // floats per staged row: 16 bytes of pad, conflict-free float4 reads
-constexpr int kWBytes = kBM * kChunk * 2, kXBytes = kBN * kXStride * 4, kStageBytes = kWBytes + kXBytes;
-constexpr int kTileSmem = kStages * kStageBytes;
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+template <int WM, int WN, int MI, int NI>
+struct TileShape {
+  static constexpr int kBM = WM * MI * 16, kBN = WN * NI * 8, kThreads = WM * WN * 32;
+  static constexpr int kWBytes = kBM * kChunk * 2, kXBytes = kBN * kXStride * 4, kStageBytes = kWBytes + kXBytes;
+  static constexpr int kSmem = kStages * kStageBytes;
+  static constexpr int kMinBlocks = MI * NI >= 16 ? 1 : 2;
+};
 
-template <bool kRound>
-__global__ void __launch_bounds__(256, 1) bf16_tile_kernel(Bf16Args a) {
+template <bool kRound, int WM, int WN, int MI, int NI>
+__global__ void __launch_bounds__(TileShape<WM, WN, MI, NI>::kThreads, TileShape<WM, WN, MI, NI>::kMinBlocks)
+    bf16_tile_kernel(Bf16Args a) {
+  using S = TileShape<WM, WN, MI, NI>;
   extern __shared__ __align__(16) uint8_t sm[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-  const int wm = warp & 1, wn = warp >> 1;
+  const int wm = warp % WM, wn = warp / WM;
   const int64_t grp = blockIdx.z;
   const float* x = a.x + grp * a.x_group;
   const uint16_t* w = a.w + grp * a.w_group;
   float* y = a.y + grp * a.y_group;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM, n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * S::kBM, n0 = static_cast<int64_t>(blockIdx.y) * S::kBN;
   const int nc = a.chunks, kw = a.kw;
 
   auto issue = [&](int c, int st) {
-    uint8_t* base = sm + st * kStageBytes;
+    uint8_t* base = sm + st * S::kStageBytes;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {  // weights: 128 columns x 4 units of 8 bf16
-      const int u = tid + 256 * i, col = u >> 2, p = u & 3;
+    for (int i = 0; i < S::kBM * 4 / S::kThreads; ++i) {  // weights: kBM columns x 4 units of 8 bf16
+      const int u = tid + S::kThreads * i, col = u >> 2, p = u & 3;
       const int64_t k = static_cast<int64_t>(c) * kChunk + 8 * p, gc = m0 + col;
       const bool v = gc < a.out && k < a.in;
       cp_async16(base + col * (kChunk * 2) + p * 16, v ? w + gc * a.in + k : w, v);
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // rows: 128 rows x 8 units of 4 floats
-      const int u = tid + 256 * i, row = u >> 3, p = u & 7;
+    for (int i = 0; i < S::kBN * 8 / S::kThreads; ++i) {  // rows: kBN rows x 8 units of 4 floats
+      const int u = tid + S::kThreads * i, row = u >> 3, p = u & 7;
       const int64_t k = static_cast<int64_t>(c) * kChunk + 4 * p, gr = n0 + row;
       const bool v = gr < a.rows && k < a.in;
-      cp_async16(base + kWBytes + row * (kXStride * 4) + p * 16, v ? x + gr * a.in + k : x, v);
+      cp_async16(base + S::kWBytes + row * (kXStride * 4) + p * 16, v ? x + gr * a.in + k : x, v);
     }
   };
 
@@ -211,11 +233,11 @@ __global__ void __launch_bounds__(256, 1) bf16_tile_kernel(Bf16Args a) {
     if (st < nc) issue(st, st);
     cp_async_commit();
   }
-  float acc[4][4][4], tot[4][4][4];
+  float acc[MI][NI][4], tot[MI][NI][4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NI; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = tot[i][j][e] = 0.f;
   int slice = 0, bound = slice_begin(1, nc, kw);
@@ -224,29 +246,29 @@ __global__ void __launch_bounds__(256, 1) bf16_tile_kernel(Bf16Args a) {
     __syncthreads();  // chunk c landed for everyone; stage (c - 1) % kStages is free
     if (c + kStages - 1 < nc) issue(c + kStages - 1, (c + kStages - 1) % kStages);
     cp_async_commit();
-    const uint8_t* base = sm + (c % kStages) * kStageBytes;
-    uint4 wa[4], wb[4], bx[4];
+    const uint8_t* base = sm + (c % kStages) * S::kStageBytes;
+    uint4 wa[MI], wb[MI], bx[NI];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint8_t* p = base + (wm * 64 + i * 16 + g) * (kChunk * 2) + q * 16;
+    for (int i = 0; i < MI; ++i) {
+      const uint8_t* p = base + (wm * MI * 16 + i * 16 + g) * (kChunk * 2) + q * 16;
       wa[i] = *reinterpret_cast<const uint4*>(p);
       wb[i] = *reinterpret_cast<const uint4*>(p + 8 * (kChunk * 2));
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float* p = reinterpret_cast<const float*>(base + kWBytes + (wn * 32 + j * 8 + g) * (kXStride * 4)) + 8 * q;
+    for (int j = 0; j < NI; ++j) {
+      const float* p = reinterpret_cast<const float*>(base + S::kWBytes + (wn * NI * 8 + j * 8 + g) * (kXStride * 4)) + 8 * q;
       const float4 f0 = *reinterpret_cast<const float4*>(p), f1 = *reinterpret_cast<const float4*>(p + 4);
       bx[j] = make_uint4(pack_bf16x2(f0.x, f0.y), pack_bf16x2(f0.z, f0.w), pack_bf16x2(f1.x, f1.y), pack_bf16x2(f1.z, f1.w));
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) chunk_mma(wa[i], wb[i], bx[j], acc[i][j]);
+      for (int j = 0; j < NI; ++j) chunk_mma(wa[i], wb[i], bx[j], acc[i][j]);
     if (c + 1 == bound) {  // end of slice `slice`: fold into tot in slice order
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < NI; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             tot[i][j][e] = slice == 0 ? acc[i][j][e] : __fadd_rn(tot[i][j][e], acc[i][j][e]);
@@ -258,11 +280,11 @@ __global__ void __launch_bounds__(256, 1) bf16_tile_kernel(Bf16Args a) {
   }
   cp_async_wait<0>();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t col = m0 + wm * 64 + i * 16 + g;
+  for (int i = 0; i < MI; ++i) {
+    const int64_t col = m0 + wm * MI * 16 + i * 16 + g;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t row = n0 + wn * 32 + j * 8 + 2 * q;
+    for (int j = 0; j < NI; ++j) {
+      const int64_t row = n0 + wn * NI * 8 + j * 8 + 2 * q;
       if (row < a.rows) {
         if (col < a.out) emit<kRound>(y, row, a.y_row, col, tot[i][j][0]);
         if (col + 8 < a.out) emit<kRound>(y, row, a.y_row, col + 8, tot[i][j][2]);
@@ -273,6 +295,18 @@ __global__ void __launch_bounds__(256, 1) bf16_tile_kernel(Bf16Args a) {
       }
     }
   }
+}
+
+template <bool kRound, int WM, int WN, int MI, int NI>
+cudaError_t launch_tile(const Bf16Args& a, int64_t G, cudaStream_t s) {
+  using S = TileShape<WM, WN, MI, NI>;
+  static const cudaError_t e = cudaFuncSetAttribute(bf16_tile_kernel<kRound, WM, WN, MI, NI>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((a.out + S::kBM - 1) / S::kBM), static_cast<unsigned>((a.rows + S::kBN - 1) / S::kBN),
+                  static_cast<unsigned>(G));
+  bf16_tile_kernel<kRound, WM, WN, MI, NI><<<grid, S::kThreads, S::kSmem, s>>>(a);
+  return cudaGetLastError();
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -289,12 +323,8 @@ int smem_limit() {
 
 template <bool kRound>
 cudaError_t opt_in_smem() {
-  static const cudaError_t e = [] {
-    cudaError_t r = cudaFuncSetAttribute(bf16_rows_kernel<kRound>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit());
-    if (r == cudaSuccess)
-      r = cudaFuncSetAttribute(bf16_tile_kernel<kRound>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmem);
-    return r;
-  }();
+  static const cudaError_t e =
+      cudaFuncSetAttribute(bf16_rows_kernel<kRound>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit());
   return e;
 }
 
@@ -313,17 +343,14 @@ cudaError_t launch(const float* x, int64_t rows, const uint16_t* w, int64_t out,
     const int umax = (a.chunks + a.kw - 1) / a.kw;
     const int stride = umax * kChunk + (umax % 2 == 0 ? kChunk : 0);
     int rt = static_cast<int>(std::min<int64_t>(rows, kPassRows));
-    auto bytes = [&] { return sizeof(float4) * a.kw * 32 + size_t(2) * a.kw * rt * stride; };
+    auto bytes = [&] { return sizeof(float4) * a.kw * (32 + kRing * 64) + size_t(2) * a.kw * rt * stride; };
     while (rt > 1 && bytes() > size_t(smem_limit())) rt /= 2;
     if (bytes() > size_t(smem_limit())) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>((out + 15) / 16), static_cast<unsigned>(G));
     bf16_rows_kernel<kRound><<<grid, a.kw * 32, bytes(), s>>>(a, rt, stride);
-  } else {
-    const dim3 grid(static_cast<unsigned>((out + kBM - 1) / kBM), static_cast<unsigned>((rows + kBN - 1) / kBN),
-                    static_cast<unsigned>(G));
-    bf16_tile_kernel<kRound><<<grid, 256, kTileSmem, s>>>(a);
+    return cudaGetLastError();
   }
-  return cudaGetLastError();
+  return launch_tile<kRound, 4, 2, 2, 4>(a, G, s);
 }
 
 }  // namespace
