@@ -1,8 +1,9 @@
-// `dsv4 bench`: the CUDA forward on full-width V4.1 layers generated on the device (no files); see
+// `dsv4 bench`: the CUDA forward on full-width V4.1 (or V4-Flash-0731) layers generated on the device (no files); see
 // backends/cuda/forward_perf.h for what is measured.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 
 #include "cli/command.h"
 
@@ -14,7 +15,7 @@ namespace dsv4::cli {
 namespace {
 
 int bench_main(int argc, char** argv) {
-  CLI::App app{"dsv4 bench - the CUDA forward on full-width V4.1 layers generated on the GPU (no files): decode "
+  CLI::App app{"dsv4 bench - the CUDA forward on full-width V4.1 or V4-Flash-0731 layers generated on the GPU (no files): decode "
                "steps vs the memory floor, verify windows, prefill chunks",
                "dsv4 bench"};
 #ifdef DSV4_WITH_CUDA
@@ -28,7 +29,11 @@ int bench_main(int argc, char** argv) {
     uint64_t seed = 1;
   } f;
 #endif
-  app.add_option("--layers", f.layers, "layers of the full V4.1 plan (its first N, roles unchanged) to build")
+  app.add_option("--layers", f.layers, "layers of the full plan (its first N, roles unchanged) to build")
+      ->capture_default_str();
+  std::string variant = "v41";
+  app.add_option("--variant", variant, "model variant: v41 (DeepSeek-V4.1-Flash) or v4-0731 (DeepSeek-V4-Flash-0731)")
+      ->check(CLI::IsMember({"v41", "v4-0731"}))
       ->capture_default_str();
   app.add_option("--batch", f.batches, "decode batches (streams per step), e.g. 1,8,32")->delimiter(',')->capture_default_str();
   app.add_option("--context", f.contexts, "positions each stream holds when a step is timed, e.g. 4096,65536")->delimiter(',')->capture_default_str();
@@ -41,11 +46,13 @@ int bench_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (f.layers < 1 || f.layers > 40) {
-    std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..40\n", f.layers);
+  const int max_layers = variant == "v41" ? 40 : 43;
+  if (f.layers < 1 || f.layers > max_layers) {
+    std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..%d of %s\n", f.layers, max_layers, variant.c_str());
     return 2;
   }
 #ifdef DSV4_WITH_CUDA
+  f.variant = variant == "v41" ? cpu::Variant::v41 : cpu::Variant::v4;
   const Status st = cuda::run_forward_bench(f, stdout);
   if (!st.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", st.to_string().c_str());
@@ -60,6 +67,6 @@ int bench_main(int argc, char** argv) {
 
 }  // namespace
 
-DSV4_COMMAND("bench", "benchmark the CUDA forward on full-width synthetic V4.1 layers (GPU only)", bench_main);
+DSV4_COMMAND("bench", "benchmark the CUDA forward on full-width synthetic V4.1 / V4-0731 layers (GPU only)", bench_main);
 
 }  // namespace dsv4::cli

@@ -139,6 +139,7 @@ Status begin_attention_call(CallCtx& c) {
   c.cand_stride = std::max<int64_t>(1, std::max(t->max_lc[1], t->max_lc[2]));
   DSV4_ASSIGN_OR_RETURN(c.cand, take<uint8_t>(*c.scratch, c.rows * c.cand_stride, "published candidates"));
   c.tables = std::move(t);
+  if (cfg.v4()) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // attention_v4.cc
   return ok_status();
 }
 

@@ -2,16 +2,21 @@
 // cpu::attention_layer with cfg.v4() (model-spec.md §8) — query with the per-head bf16 norm, V4
 // window rows, every compressed layer's own gated compressor (ratio 4 overlapped with its
 // Hadamard FP4 indexer and descending top-k, larger ratios attending every visible row), sparse
-// attention over V4 rows, grouped output. Per-layer tables (pieces, row -> piece, the groups this
-// call completes) are built here from the call's pieces.
+// attention over V4 rows, grouped output. The layer reads the call's tables (V4CallTables, built
+// once per call by begin_attention_call_v4 into the call's metadata), so a call launches without
+// host work between layers and can be captured as a CUDA graph.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/arena.h"
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "backends/cuda/call_meta.h"
 #include "backends/cuda/attn_v4.cuh"
 #include "backends/cuda/check.h"
 #include "backends/cuda/forward_v4.h"
@@ -20,7 +25,82 @@
 
 namespace dsv4::cuda {
 
+// Per-call device tables of V4 attention: per (layer, piece) the V4 view of the stream's caches
+// (PieceV4) and the PieceDev view index_scores reads, the piece of every row, and per distinct
+// compression ratio the groups this call completes (launch sizes: n_emit) and the widest
+// compressed-row count (max_lc, widened to pos_bound / ratio when a position bound is set).
+struct V4CallTables {
+  int64_t n_pieces = 0;
+  PieceV4* pv = nullptr;         // device [n_layers, n_pieces]
+  PieceDev* pd = nullptr;        // device [n_layers, n_pieces]
+  int32_t* row_piece = nullptr;  // device [rows]
+  std::vector<int> ratios;       // distinct ratios > 0 of the layers, ascending
+  std::vector<EmitDev*> emit;    // device, by ratios[i]
+  std::vector<int64_t> n_emit, max_lc;
+  std::vector<uint8_t> staging;  // host image (kept for the copy when no CallMeta is set)
+
+  int slot(int ratio) const {
+    for (size_t i = 0; i < ratios.size(); ++i)
+      if (ratios[i] == ratio) return static_cast<int>(i);
+    return -1;
+  }
+};
+
 namespace {
+
+std::map<std::string, double>* g_op_times = nullptr;  // set_v4_attention_timing (bench aid)
+
+// Device time of each launch of one layer (bench aid, off unless set_v4_attention_timing is set and
+// the stream is not capturing): an event pair around each launch, read when the layer returns.
+class OpTimer {
+ public:
+  OpTimer(cudaStream_t s, int ratio) : s_(s), ratio_(ratio) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    on_ = g_op_times && cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  }
+  ~OpTimer() {
+    if (!on_ || marks_.empty()) return;
+    cudaEventSynchronize(marks_.back().e1);
+    for (const Mark& m : marks_) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, m.e0, m.e1) == cudaSuccess)
+        (*g_op_times)["ratio " + std::to_string(ratio_) + ": " + m.name] += ms;
+      cudaEventDestroy(m.e0);
+      cudaEventDestroy(m.e1);
+    }
+  }
+  void begin() {
+    if (!on_) return;
+    Mark m;
+    cudaEventCreate(&m.e0);
+    cudaEventCreate(&m.e1);
+    cudaEventRecord(m.e0, s_);
+    marks_.push_back(m);
+  }
+  void end(const char* name) {
+    if (!on_) return;
+    marks_.back().name = name;
+    cudaEventRecord(marks_.back().e1, s_);
+  }
+
+ private:
+  struct Mark {
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    std::string name;
+  };
+  cudaStream_t s_;
+  int ratio_;
+  bool on_ = false;
+  std::vector<Mark> marks_;
+};
+
+std::vector<int> v4_ratios(const cpu::ModelConfig& cfg) {
+  std::vector<int> r;
+  for (int x : cfg.compress_ratios)
+    if (x > 0 && std::find(r.begin(), r.end(), x) == r.end()) r.push_back(x);
+  std::sort(r.begin(), r.end());
+  return r;
+}
 
 template <typename T>
 StatusOr<T*> take(Arena& a, int64_t n, std::string_view what) {
@@ -30,68 +110,103 @@ StatusOr<T*> take(Arena& a, int64_t n, std::string_view what) {
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-// The layer's device tables: V4 pieces, the same pieces as PieceDev (index_scores reads .ikeys),
-// row -> piece, and the groups completed by this call at the layer's ratio.
-struct LayerTables {
-  PieceV4* pv = nullptr;
-  PieceDev* pd = nullptr;
-  int32_t* row_piece = nullptr;
-  EmitDev* emit = nullptr;
-  int64_t n_emit = 0, max_lc = 0;
-};
+}  // namespace
 
-StatusOr<LayerTables> layer_tables(CallCtx& c, int layer, int ratio) {
+// A launch of the layer, timed when set_v4_attention_timing is set.
+#define V4_LAUNCH(expr, kernel, shape) \
+  do {                                 \
+    timer.begin();                     \
+    DSV4_CUDA_LAUNCH(expr, kernel, shape); \
+    timer.end(kernel);                 \
+  } while (0)
+
+void set_v4_attention_timing(std::map<std::string, double>* times) { g_op_times = times; }
+
+size_t attention_v4_meta_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t pieces) {
+  const size_t LP = static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(pieces);
+  size_t b = CallMeta::padded(sizeof(PieceV4) * LP) + CallMeta::padded(sizeof(PieceDev) * LP) +
+             CallMeta::padded(4 * static_cast<size_t>(rows));
+  b += v4_ratios(cfg).size() * CallMeta::padded(sizeof(EmitDev) * static_cast<size_t>(rows));
+  return b;
+}
+
+Status begin_attention_call_v4(CallCtx& c) {
+  const cpu::ModelConfig& cfg = *c.cfg;
+  auto t = std::make_shared<V4CallTables>();
+  const int L = cfg.n_layers;
   const int64_t P = static_cast<int64_t>(c.pieces.size()), R = c.rows;
-  std::vector<PieceV4> pv(P);
-  std::vector<PieceDev> pd(P);
+  t->n_pieces = P;
+  t->ratios = v4_ratios(cfg);
+  const size_t nr = t->ratios.size();
+  std::vector<PieceV4> pv(L * P);
+  std::vector<PieceDev> pd(L * P);
   std::vector<int32_t> row_piece(R);
-  std::vector<EmitDev> emit;
-  LayerTables t;
+  std::vector<std::vector<EmitDev>> emit(nr);
+  t->max_lc.assign(nr, 0);
+  for (size_t k = 0; k < nr; ++k)
+    if (c.pos_bound > 0) t->max_lc[k] = c.pos_bound / t->ratios[k];
   for (int64_t i = 0; i < P; ++i) {
     const DevicePiece& pc = c.pieces[i];
-    const LayerCachesDev& L = pc.caches->layer(layer);
-    pv[i] = PieceV4{pc.start, pc.T, pc.row0, L.window, L.compressed, L.index_keys,
-                    L.comp_kv, L.comp_gate, L.idx_comp_kv, L.idx_comp_gate};
-    PieceDev& d = pd[i];
-    d.start = pc.start;
-    d.T = pc.T;
-    d.row0 = pc.row0;
-    d.window = L.window;
-    d.comp = L.compressed;
-    d.ikeys = L.index_keys;
+    for (int l = 0; l < L; ++l) {
+      const LayerCachesDev& own = pc.caches->layer(l);  // V4: every compressed layer is its own KV source
+      pv[l * P + i] = PieceV4{pc.start, pc.T, pc.row0, own.window, own.compressed, own.index_keys,
+                              own.comp_kv, own.comp_gate, own.idx_comp_kv, own.idx_comp_gate};
+      PieceDev& d = pd[l * P + i];
+      d.start = pc.start;
+      d.T = pc.T;
+      d.row0 = pc.row0;
+      d.window = own.window;
+      d.comp = own.compressed;
+      d.ikeys = own.index_keys;
+    }
     for (int64_t r = 0; r < pc.T; ++r) {
       row_piece[pc.row0 + r] = static_cast<int32_t>(i);
-      if (ratio > 0) {
-        const int64_t p = pc.start + r;
-        t.max_lc = std::max(t.max_lc, (p + 1) / ratio);
-        if ((p + 1) % ratio == 0) emit.push_back({static_cast<int32_t>(pc.row0 + r), static_cast<int32_t>(i), p / ratio});
+      const int64_t p = pc.start + r;
+      for (size_t k = 0; k < nr; ++k) {
+        const int ratio = t->ratios[k];
+        t->max_lc[k] = std::max(t->max_lc[k], (p + 1) / ratio);
+        if ((p + 1) % ratio == 0) emit[k].push_back({static_cast<int32_t>(pc.row0 + r), static_cast<int32_t>(i), p / ratio});
       }
     }
   }
-  const int64_t o_pd = align256(sizeof(PieceV4) * P), o_rp = o_pd + align256(sizeof(PieceDev) * P);
-  const int64_t o_em = o_rp + align256(4 * R), total = o_em + align256(sizeof(EmitDev) * emit.size());
-  std::vector<uint8_t> host(total, 0);
-  std::memcpy(host.data(), pv.data(), sizeof(PieceV4) * P);
-  std::memcpy(host.data() + o_pd, pd.data(), sizeof(PieceDev) * P);
-  std::memcpy(host.data() + o_rp, row_piece.data(), 4 * R);
-  if (!emit.empty()) std::memcpy(host.data() + o_em, emit.data(), sizeof(EmitDev) * emit.size());
-  DSV4_ASSIGN_OR_RETURN(uint8_t* dev, take<uint8_t>(*c.scratch, total, "V4 attention layer tables"));
-  // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `host` may go.
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, c.stream),
-                                   "V4 attention layer tables upload"));
-  t.pv = reinterpret_cast<PieceV4*>(dev);
-  t.pd = reinterpret_cast<PieceDev*>(dev + o_pd);
-  t.row_piece = reinterpret_cast<int32_t*>(dev + o_rp);
-  t.emit = reinterpret_cast<EmitDev*>(dev + o_em);
-  t.n_emit = static_cast<int64_t>(emit.size());
-  return t;
+  // Host image: pv [L, P], pd [L, P], row_piece, one emit list per ratio; each part 256-aligned.
+  std::vector<int64_t> off(3 + nr + 1, 0);
+  off[1] = off[0] + align256(sizeof(PieceV4) * L * P);
+  off[2] = off[1] + align256(sizeof(PieceDev) * L * P);
+  off[3] = off[2] + align256(4 * R);
+  for (size_t k = 0; k < nr; ++k) off[4 + k] = off[3 + k] + align256(sizeof(EmitDev) * emit[k].size());
+  const int64_t total = off[3 + nr];
+  t->staging.assign(total, 0);
+  std::memcpy(t->staging.data() + off[0], pv.data(), sizeof(PieceV4) * pv.size());
+  std::memcpy(t->staging.data() + off[1], pd.data(), sizeof(PieceDev) * pd.size());
+  std::memcpy(t->staging.data() + off[2], row_piece.data(), 4 * R);
+  for (size_t k = 0; k < nr; ++k)
+    if (!emit[k].empty()) std::memcpy(t->staging.data() + off[3 + k], emit[k].data(), sizeof(EmitDev) * emit[k].size());
+  uint8_t* dev = nullptr;
+  if (c.meta) {
+    DSV4_ASSIGN_OR_RETURN(dev, c.meta->put_n(t->staging.data(), total, "V4 attention call tables"));
+  } else {
+    DSV4_ASSIGN_OR_RETURN(dev, take<uint8_t>(*c.scratch, total, "V4 attention call tables"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, t->staging.data(), total, cudaMemcpyHostToDevice, c.stream),
+                                     "V4 attention call tables upload"));
+  }
+  t->pv = reinterpret_cast<PieceV4*>(dev + off[0]);
+  t->pd = reinterpret_cast<PieceDev*>(dev + off[1]);
+  t->row_piece = reinterpret_cast<int32_t*>(dev + off[2]);
+  for (size_t k = 0; k < nr; ++k) {
+    t->emit.push_back(reinterpret_cast<EmitDev*>(dev + off[3 + k]));
+    t->n_emit.push_back(static_cast<int64_t>(emit[k].size()));
+  }
+  c.v4_tables = std::move(t);
+  return ok_status();
 }
-
-}  // namespace
 
 int64_t attention_v4_extra_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos) {
   const int64_t d = cfg.head_dim, ihd = cfg.index_head_dim;
-  const int64_t tables = rows * static_cast<int64_t>(sizeof(PieceV4) + sizeof(PieceDev) + 4 + sizeof(EmitDev));
+  // The call tables when no CallMeta holds them (begin_attention_call_v4 takes them from scratch).
+  const int64_t nr = static_cast<int64_t>(v4_ratios(cfg).size());
+  const int64_t tables = rows * (cfg.n_layers * static_cast<int64_t>(sizeof(PieceV4) + sizeof(PieceDev)) + 4 +
+                                 nr * static_cast<int64_t>(sizeof(EmitDev))) + (4 + nr) * 256;
   int64_t visible = 0;  // widest "every visible row" list of the layers without an indexer
   for (const cpu::LayerRole& r : cpu::layer_roles(cfg))
     if (r.ratio > 0 && !r.index_source) visible = std::max(visible, (max_pos + 1) / r.ratio);
@@ -111,30 +226,47 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
   const int64_t R = c.rows, H = cfg.n_heads, d = cfg.head_dim, Q = cfg.q_lora, rd = cfg.rope_dim;
   const int ab = cfg.act_block, nf = cfg.rope_dim / 2, ratio = role.ratio;
   const float eps = cfg.norm_eps;
+  OpTimer timer(s, ratio);
   const int64_t cap = geo.ring_capacity, wrow = row_v4_bytes(d, rd);
   if (!geo.v4 || geo.window_row != wrow || (ratio > 0 && geo.compressed_row != wrow))
     return error(StatusCode::internal, "V4 attention layer {}: caches of another row format ({} B, expected {} B)", layer,
                  geo.window_row, wrow);
   auto shape = [&](int64_t out, int64_t in) { return shape_text({{"layer", layer}, {"rows", R}, {"out", out}, {"in", in}}); };
-  DSV4_ASSIGN_OR_RETURN(LayerTables t, layer_tables(c, layer, ratio));
+  if (!c.v4_tables) return error(StatusCode::invalid_argument, "V4 attention layer {}: begin_attention_call first", layer);
+  const V4CallTables& ct = *c.v4_tables;
+  // This layer's view of the call tables (the groups and widths of its ratio).
+  struct {
+    const PieceV4* pv;
+    const PieceDev* pd;
+    const int32_t* row_piece;
+    const EmitDev* emit = nullptr;
+    int64_t n_emit = 0, max_lc = 0;
+  } t{ct.pv + layer * ct.n_pieces, ct.pd + layer * ct.n_pieces, ct.row_piece};
+  if (ratio > 0) {
+    const int k = ct.slot(ratio);
+    if (k < 0) return error(StatusCode::internal, "V4 attention layer {}: no call tables for ratio {}", layer, ratio);
+    t.emit = ct.emit[k];
+    t.n_emit = ct.n_emit[k];
+    t.max_lc = ct.max_lc[k];
+  }
 
   // a. query: qr = q_norm(wq_a x); q = wq_b qr; per-head bf16 RMS norm, RoPE of each head's tail.
   DSV4_ASSIGN_OR_RETURN(float* qa, take<float>(ar, R * Q, "attention qa"));
   DSV4_ASSIGN_OR_RETURN(float* qr, take<float>(ar, R * Q, "attention qr"));
   DSV4_ASSIGN_OR_RETURN(float* q, take<float>(ar, R * H * d, "attention q"));
-  DSV4_CUDA_LAUNCH(fp8_linear(x, R, A.wq_a, ab, qa, s), "wq_a", shape(Q, cfg.dim));
-  DSV4_CUDA_LAUNCH(norm_rope_rows(qa, R, Q, A.q_norm, eps, nullptr, 0, c.pos, qr, nullptr, s), "q_norm", shape(Q, Q));
-  DSV4_CUDA_LAUNCH(fp8_linear(qr, R, A.wq_b, ab, q, s), "wq_b", shape(H * d, Q));
-  DSV4_CUDA_LAUNCH(v4_head_rms(q, R * H, d, eps, s), "q head norm", shape(H * d, d));
-  DSV4_CUDA_LAUNCH(rope_heads(q, R, H, d, A.freqs, nf, c.pos, false, false, s), "q rope", shape(H * d, d));
+  V4_LAUNCH(fp8_linear(x, R, A.wq_a, ab, qa, s), "wq_a", shape(Q, cfg.dim));
+  V4_LAUNCH(norm_rope_rows(qa, R, Q, A.q_norm, eps, nullptr, 0, c.pos, qr, nullptr, s), "q_norm", shape(Q, Q));
+  V4_LAUNCH(fp8_linear(qr, R, A.wq_b, ab, q, s), "wq_b", shape(H * d, Q));
+  V4_LAUNCH(v4_head_rms(q, R * H, d, eps, s), "q head norm", shape(H * d, d));
+  V4_LAUNCH(rope_heads(q, R, H, d, A.freqs, nf, c.pos, false, false, s), "q rope", shape(H * d, d));
 
   // b. window key: kv_norm(wkv x), RoPE, QDQ into the V4 row (packed rows for the ring).
   DSV4_ASSIGN_OR_RETURN(float* kv, take<float>(ar, R * d, "attention kv"));
   DSV4_ASSIGN_OR_RETURN(float* kvn, take<float>(ar, R * d, "attention kvn"));
   DSV4_ASSIGN_OR_RETURN(uint8_t* kvp, take<uint8_t>(ar, R * wrow, "attention packed kv"));
-  DSV4_CUDA_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, s), "wkv", shape(d, cfg.dim));
-  DSV4_CUDA_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, nullptr, s), "kv norm/rope", shape(d, d));
-  DSV4_CUDA_LAUNCH(v4_pack_rows(kvn, R, d, rd, kvp, s), "kv V4 rows", shape(wrow, d));
+  V4_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, s), "wkv", shape(d, cfg.dim));
+  V4_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, nullptr, s), "kv norm/rope", shape(d, d));
+  V4_LAUNCH(v4_pack_rows(kvn, R, d, rd, kvp, s), "kv V4 rows", shape(wrow, d));
 
   // c. compressors: the indexer's (ratio 4) then the main one, rows of the groups this call completes.
   const int64_t w = geo.proj_width[layer], pcap = geo.proj_cap[layer], iw = 2 * static_cast<int64_t>(cfg.index_head_dim);
@@ -143,17 +275,17 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     if (role.overlap) {
       DSV4_ASSIGN_OR_RETURN(ikp, take<float>(ar, R * iw, "indexer compressor kv projection"));
       DSV4_ASSIGN_OR_RETURN(igp, take<float>(ar, R * iw, "indexer compressor gate projection"));
-      DSV4_CUDA_LAUNCH(f32_linear_either(x, R, A.idx_comp_wkv32, A.idx_comp_wkv, ikp, s), "indexer compressor wkv", shape(iw, cfg.dim));
-      DSV4_CUDA_LAUNCH(f32_linear_either(x, R, A.idx_comp_wgate32, A.idx_comp_wgate, igp, s), "indexer compressor wgate",
+      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wkv32, A.idx_comp_wkv, ikp, s), "indexer compressor wkv", shape(iw, cfg.dim));
+      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wgate32, A.idx_comp_wgate, igp, s), "indexer compressor wgate",
                        shape(iw, cfg.dim));
-      DSV4_CUDA_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, ikp, igp, iw, true, ratio, pcap, A.idx_comp_ape, A.idx_comp_norm,
+      V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, ikp, igp, iw, true, ratio, pcap, A.idx_comp_ape, A.idx_comp_norm,
                                    eps, A.freqs, nf, true, rd, s), "indexer compressor pool/keys", shape(iw, t.n_emit));
     }
     DSV4_ASSIGN_OR_RETURN(kp, take<float>(ar, R * w, "compressor kv projection"));
     DSV4_ASSIGN_OR_RETURN(gp, take<float>(ar, R * w, "compressor gate projection"));
-    DSV4_CUDA_LAUNCH(f32_linear_either(x, R, A.comp_wkv32, A.comp_wkv, kp, s), "compressor wkv", shape(w, cfg.dim));
-    DSV4_CUDA_LAUNCH(f32_linear_either(x, R, A.comp_wgate32, A.comp_wgate, gp, s), "compressor wgate", shape(w, cfg.dim));
-    DSV4_CUDA_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
+    V4_LAUNCH(f32_linear_either(x, R, A.comp_wkv32, A.comp_wkv, kp, s), "compressor wkv", shape(w, cfg.dim));
+    V4_LAUNCH(f32_linear_either(x, R, A.comp_wgate32, A.comp_wgate, gp, s), "compressor wgate", shape(w, cfg.dim));
+    V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
                                  A.freqs, nf, false, rd, s), "compressor pool/rows", shape(w, t.n_emit));
   }
 
@@ -166,43 +298,43 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     n_sel = cfg.index_topk;
     sel = c.topk;  // published [rows, index_topk] (begin_attention_call), as V4.1 index sources do
     if (lc == 0) {
-      DSV4_CUDA_LAUNCH(v4_all_rows(c.pos, R, ratio, n_sel, sel, s), "top-k (no rows yet)", shape(n_sel, 0));
+      V4_LAUNCH(v4_all_rows(c.pos, R, ratio, n_sel, sel, s), "top-k (no rows yet)", shape(n_sel, 0));
     } else {
       DSV4_ASSIGN_OR_RETURN(float* qi, take<float>(ar, R * IH * ihd, "indexer queries"));
       DSV4_ASSIGN_OR_RETURN(float* wt, take<float>(ar, R * IH, "indexer weights"));
       DSV4_ASSIGN_OR_RETURN(float* sc, take<float>(ar, R * lc, "indexer scores"));
-      DSV4_CUDA_LAUNCH(fp8_linear(qr, R, A.idx_wq_b, ab, qi, s), "indexer wq_b", shape(IH * ihd, Q));
-      DSV4_CUDA_LAUNCH(rope_heads(qi, R, IH, ihd, A.freqs, nf, c.pos, false, false, s), "indexer q rope", shape(IH * ihd, ihd));
-      DSV4_CUDA_LAUNCH(v4_hadamard_fp4(qi, R * IH, ihd, s), "indexer q hadamard/qdq", shape(IH * ihd, ihd));
-      DSV4_CUDA_LAUNCH(bf16_linear(x, R, A.idx_weights_proj, wt, s), "indexer weights_proj", shape(IH, cfg.dim));
+      V4_LAUNCH(fp8_linear(qr, R, A.idx_wq_b, ab, qi, s), "indexer wq_b", shape(IH * ihd, Q));
+      V4_LAUNCH(rope_heads(qi, R, IH, ihd, A.freqs, nf, c.pos, false, false, s), "indexer q rope", shape(IH * ihd, ihd));
+      V4_LAUNCH(v4_hadamard_fp4(qi, R * IH, ihd, s), "indexer q hadamard/qdq", shape(IH * ihd, ihd));
+      V4_LAUNCH(bf16_linear(x, R, A.idx_weights_proj, wt, s), "indexer weights_proj", shape(IH, cfg.dim));
       const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) * std::pow(static_cast<double>(IH), -0.5));
-      DSV4_CUDA_LAUNCH(index_scores(qi, wt, wscale, t.pd, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
+      V4_LAUNCH(index_scores(qi, wt, wscale, t.pd, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                        "index scores", shape(lc, IH * ihd));
       DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, n_sel), "top-k chunks"));
-      DSV4_CUDA_LAUNCH(v4_topk_desc(sc, lc, c.pos, R, ratio, n_sel, sel, tw, s), "top-k", shape(n_sel, lc));
+      V4_LAUNCH(v4_topk_desc(sc, lc, c.pos, R, ratio, n_sel, sel, tw, s), "top-k", shape(n_sel, lc));
     }
   } else if (ratio > 0 && t.max_lc > 0) {
     n_sel = t.max_lc;
     DSV4_ASSIGN_OR_RETURN(sel, take<int32_t>(ar, R * n_sel, "visible compressed rows"));
-    DSV4_CUDA_LAUNCH(v4_all_rows(c.pos, R, ratio, n_sel, sel, s), "visible compressed rows", shape(n_sel, 0));
+    V4_LAUNCH(v4_all_rows(c.pos, R, ratio, n_sel, sel, s), "visible compressed rows", shape(n_sel, 0));
   }
 
   // e. sparse attention over [window ; selected rows], inverse RoPE; then the ring writes.
   const int64_t G = cfg.o_groups, O = cfg.o_lora, gin = H * d / G;
   DSV4_ASSIGN_OR_RETURN(float* o, take<float>(ar, R * H * d, "attention o"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  DSV4_CUDA_LAUNCH(v4_sparse_attention(q, kvn, t.pv, t.row_piece, c.pos, R, H, d, rd, cfg.window, cap, sel, n_sel, A.sink,
+  V4_LAUNCH(v4_sparse_attention(q, kvn, t.pv, t.row_piece, c.pos, R, H, d, rd, cfg.window, cap, sel, n_sel, A.sink,
                                        scale, A.freqs, nf, G, o, s), "sparse attention", shape(H * d, cfg.window + n_sel));
-  DSV4_CUDA_LAUNCH(v4_window_write(t.pv, t.row_piece, R, cap, kvp, wrow, s), "window ring write", shape(wrow, d));
-  if (kp) DSV4_CUDA_LAUNCH(v4_proj_ring_write(t.pv, t.row_piece, R, pcap, kp, gp, w, false, s), "projection ring write", shape(w, d));
+  V4_LAUNCH(v4_window_write(t.pv, t.row_piece, R, cap, kvp, wrow, s), "window ring write", shape(wrow, d));
+  if (kp) V4_LAUNCH(v4_proj_ring_write(t.pv, t.row_piece, R, pcap, kp, gp, w, false, s), "projection ring write", shape(w, d));
   if (ikp)
-    DSV4_CUDA_LAUNCH(v4_proj_ring_write(t.pv, t.row_piece, R, pcap, ikp, igp, iw, true, s), "indexer projection ring write",
+    V4_LAUNCH(v4_proj_ring_write(t.pv, t.row_piece, R, pcap, ikp, igp, iw, true, s), "indexer projection ring write",
                      shape(iw, d));
 
   // Output: grouped wo_a (bf16, block-diagonal) then FP8 wo_b.
   DSV4_ASSIGN_OR_RETURN(float* z, take<float>(ar, R * G * O, "attention z"));
-  DSV4_CUDA_LAUNCH(bf16_grouped_linear(o, R, Bf16View{A.wo_a.w, G * O, gin}, G, z, s), "wo_a grouped", shape(G * O, gin));
-  DSV4_CUDA_LAUNCH(fp8_linear(z, R, A.wo_b, ab, y, s), "wo_b", shape(cfg.dim, G * O));
+  V4_LAUNCH(bf16_grouped_linear(o, R, Bf16View{A.wo_a.w, G * O, gin}, G, z, s), "wo_a grouped", shape(G * O, gin));
+  V4_LAUNCH(fp8_linear(z, R, A.wo_b, ab, y, s), "wo_b", shape(cfg.dim, G * O));
   ar.reset(mark);
   return ok_status();
 }

@@ -19,6 +19,7 @@ class CallMeta;             // call_meta.h
 struct ModelDevice;         // model.h (the whole model on the device)
 struct AttentionDevice;     // attention_weights.h (one layer's attention weights)
 struct AttentionCallTables; // attention.cc (per-call device tables built by begin_attention_call)
+struct V4CallTables;        // attention_v4.cc (the V4 variant's per-call tables)
 class StreamCaches;         // attention_state.h
 class Collective;           // collective.h
 
@@ -60,6 +61,7 @@ struct CallCtx {
   uint8_t* cand = nullptr;   // device [rows, cand_stride]: candidate mask of the row's L_c rows
   int64_t cand_stride = 0;
   std::shared_ptr<AttentionCallTables> tables;  // set by begin_attention_call
+  std::shared_ptr<V4CallTables> v4_tables;      // V4 configs: set by begin_attention_call too
 };
 
 }  // namespace dsv4::cuda

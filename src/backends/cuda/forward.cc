@@ -343,6 +343,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
+  if (cfg.v4()) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
   bool moved = false;
   DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
   if (moved) graphs_->clear();  // captured graphs read the old metadata buffer
@@ -359,12 +360,10 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   c.pos = d_pos;
   c.meta = meta_.get();
   // Graph key: every host-side size the launches depend on.
-  // V4 attention (attention_v4.cc) builds per-layer tables on the host inside the layer and sizes
-  // its launches by the call's exact positions: V4 calls run eagerly.
   // Tensor-parallel ranks capture their NCCL gathers with the rest: every rank runs the same calls in the same
   // order (rank 0's plans), so every rank sees the same keys, captures, replays and evicts alike, and a replay
   // enqueues the same collectives in the same order as the eager run it was captured from.
-  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ && !cfg.v4() &&
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ &&
                      rows <= options_.graph_max_rows;
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);

@@ -9,15 +9,18 @@
 #include <map>
 #include <string>
 
+#include "backends/cpu/kv_rows.h"
 #include "backends/cpu/load.h"
 #include "backends/cuda/forward.h"
+#include "backends/cuda/forward_v4.h"
 #include "backends/cuda/model.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cuda {
 
-cpu::ModelConfig bench_config(int layers) {
-  cpu::ModelConfig c = cpu::model_config_from(family::preset_config(family::Preset::full, family::Variant::v41));
+cpu::ModelConfig bench_config(int layers, cpu::Variant variant) {
+  const family::Variant v = variant == cpu::Variant::v4 ? family::Variant::v4 : family::Variant::v41;
+  cpu::ModelConfig c = cpu::model_config_from(family::preset_config(family::Preset::full, v));
   c.n_layers = layers;
   c.compress_ratios.resize(layers);
   auto keep = [&](std::vector<int>& v) { std::erase_if(v, [&](int l) { return l >= layers; }); };
@@ -27,12 +30,16 @@ cpu::ModelConfig bench_config(int layers) {
   c.engram_layers.clear();
   c.dspark_target_layers.clear();
   c.dspark_stages = 0;
+  c.num_hash_layers = std::min(c.num_hash_layers, layers);  // V4: hash-routed layers 0-2 when kept
   return c;
 }
 
 // Every weight of the attention, mixes, router, the active routed experts and the shared expert
 // per layer, the head (bf16); the window ring, the selected compressed rows, the scanned index keys.
+double decode_bytes_v4(const cpu::ModelConfig& c, int64_t L);
+
 double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
+  if (c.v4()) return decode_bytes_v4(c, L);
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
   const double fp8 = 1.0 + 1.0 / 1024, fp4 = 0.5 * (1.0 + 1.0 / 16);
@@ -53,6 +60,39 @@ double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
     }
   }
   return b + static_cast<double>(c.vocab) * D * 2;  // bf16 head
+}
+
+// V4 / 0731 (model-spec.md §8): FP8 scales per 128x128 block; per compressed layer its bf16
+// compressor [w, D] x2 (w = 2d at ratio 4) and position bias, ratio 4 also the indexer's compressor
+// [2*ihd, D] x2, query side and weights_proj, the min(L/4, top-k) selected rows and the L/4 index
+// keys it scans; larger ratios read every visible row (L/ratio). Hash-routed layers read no bias.
+double decode_bytes_v4(const cpu::ModelConfig& c, int64_t L) {
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
+  const double wb = c.weight_block, fp8 = 1.0 + 1.0 / (wb * wb), fp4 = 0.5 * (1.0 + 1.0 / 16);
+  const double row = static_cast<double>(cpu::row_bytes(cpu::RowFormat::fp8_nope64_bf16rope, c.head_dim, c.rope_dim));
+  const double ikey = ihd / 2 + ihd / 32;  // FP4 / UE8M0-32 index key
+  const auto roles = cpu::layer_roles(c);
+  double b = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const cpu::LayerRole& r = roles[l];
+    b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
+    if (r.kv_source) {
+      const double w = r.overlap ? 2 * d : d;
+      b += 2 * w * D * 2 + r.ratio * w * 4;
+      if (r.overlap) b += 2 * (2 * ihd) * D * 2 + r.ratio * 2 * ihd * 4;
+    }
+    if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
+    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
+    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
+    b += static_cast<double>(c.window) * row;  // window ring
+    if (r.ratio > 0) {
+      const double rows = static_cast<double>(L / r.ratio);
+      b += (r.index_source ? std::min(rows, static_cast<double>(c.index_topk)) : rows) * row;
+      if (r.index_source) b += rows * ikey;
+    }
+  }
+  return b + C * C * D * 4 + static_cast<double>(c.vocab) * D * 2;  // hc_head fn, bf16 head
 }
 
 namespace {
@@ -131,7 +171,8 @@ double flops_per_token(const cpu::ModelConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     f += Q * D + Hd * Q + d * D + D * G * O + O * Hd + 2 * nm * C * D + static_cast<double>(c.n_experts) * D;
     f += (c.n_active + 1) * 3 * I * D;
-    if (roles[l].kv_source) f += 2 * d * D;
+    if (roles[l].kv_source) f += (roles[l].overlap ? 2 : 1) * 2 * d * D;
+    if (roles[l].overlap) f += 2 * 2.0 * c.index_head_dim * D;  // V4: the indexer's compressor
     if (roles[l].index_source) f += static_cast<double>(c.index_heads) * c.index_head_dim * Q + c.index_heads * D;
   }
   return 2 * f;
@@ -143,9 +184,9 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
-  const cpu::ModelConfig cfg = bench_config(f.layers);
-  std::fprintf(out, "dsv4 bench: %d full-width V4.1 layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
-              f.layers, static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+  const cpu::ModelConfig cfg = bench_config(f.layers, f.variant);
+  std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
+              f.layers, cfg.v4() ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
   const double bw = copy_bandwidth();
   std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
   const auto t0 = std::chrono::steady_clock::now();
@@ -212,14 +253,19 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     auto s = F.open_stream();
     if (!s.ok()) return s.status();
     DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
-    std::map<std::string, double> prof;
+    std::map<std::string, double> prof, v4ops;
     F.set_profile(&prof, false);  // events around each op, no synchronization
+    if (cfg.v4()) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
     const int n = std::max(1, f.iters);
     for (int i = 0; i < n; ++i) {
       auto r = F.forward({cpu::Piece{*s, {1000}, {0}}});
-      if (!r.ok()) return r.status();
+      if (!r.ok()) {
+        set_v4_attention_timing(nullptr);
+        return r.status();
+      }
       DSV4_RETURN_IF_ERROR(F.truncate(*s, L));
     }
+    set_v4_attention_timing(nullptr);
     double total = 0;
     for (const auto& [k, v] : prof) total += v;
     std::fprintf(out, "\nper-op device time of a batch-1 decode step at context %lld (events around each op, eager "
@@ -227,6 +273,14 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
                       "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), f.layers);
     for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
     std::fprintf(out, "| sum of the ops | %.3f | |\n", total / n);
+    if (!v4ops.empty()) {  // inside "attention": each launch of the V4 layers, summed over layers of a ratio
+      double at = 0;
+      for (const auto& [k, v] : v4ops) at += v;
+      std::fprintf(out, "\nV4 attention launches of that step (events around each launch, summed over the layers of a "
+                        "ratio)\n\n| layer ratio: launch | ms/step | share of attention |\n|---|---|---|\n");
+      for (const auto& [k, v] : v4ops) std::fprintf(out, "| %s | %.4f | %.1f%% |\n", k.c_str(), v / n, 100 * v / at);
+      std::fprintf(out, "| sum | %.3f | |\n", at / n);
+    }
     std::fflush(out);
   }
   // Prefill chunks of one stream from position 0.

@@ -1,4 +1,4 @@
-// The CUDA forward's benchmark (`dsv4 bench`): full-width V4.1 layers generated on the device;
+// The CUDA forward's benchmark (`dsv4 bench`): full-width V4.1 (or V4 / 0731) layers generated on the device;
 // decode steps at several batches and contexts against the memory floor measured in the same run
 // (bytes read / bandwidth of a large device-to-device copy), 6-row verify windows, prefill chunks.
 #pragma once
@@ -13,7 +13,8 @@
 namespace dsv4::cuda {
 
 struct ForwardBenchOptions {
-  int layers = 4;                      // the first N layers of the full V4.1 plan
+  int layers = 4;                      // the first N layers of the full plan of `variant`
+  cpu::Variant variant = cpu::Variant::v41;  // v41: DeepSeek-V4.1-Flash; v4: DeepSeek-V4-Flash-0731
   std::vector<int> batches = {1, 8, 32};
   std::vector<int64_t> contexts = {4096, 65536, 262144};
   int verify_rows = 6;
@@ -22,11 +23,13 @@ struct ForwardBenchOptions {
   uint64_t seed = 1;
 };
 
-// The full V4.1 config cut to its first `layers` layers (roles unchanged), without Engram and
-// drafter (the device synthesizer generates neither).
-cpu::ModelConfig bench_config(int layers);
+// The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers (roles
+// unchanged), without Engram and drafter (the device synthesizer generates neither).
+cpu::ModelConfig bench_config(int layers, cpu::Variant variant = cpu::Variant::v41);
 
-// Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head).
+// Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head). V4 / 0731:
+// 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its
+// indexer's), every visible row of the larger ratios, hc_head.
 double decode_bytes(const cpu::ModelConfig& c, int64_t L);
 
 // Runs every measurement, printing markdown tables to `out`.

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "backends/cpu/rope.h"
 #include "backends/cuda/arena.h"
@@ -34,13 +35,22 @@ class SynthAlloc {
     if (e != cudaSuccess && status_.ok()) status_ = launch_status(e, "synth_fill", shape_text({{"bytes", n}}));
     return p;
   }
-  Fp8View fp8(int64_t out, int64_t in) {
+  // FP8 [out, in] with square scale blocks of `block` (V4.1: 32, V4 / 0731: 128).
+  Fp8View fp8(int64_t out, int64_t in, int32_t block = 32) {
     Fp8View v;
     v.out = out;
     v.in = in;
+    v.block = block;
     v.w = static_cast<const uint8_t*>(bytes(out * in, FillKind::e4m3));
-    v.scale = static_cast<const uint8_t*>(bytes(((out + 31) / 32) * ((in + 31) / 32), FillKind::ue8m0));
+    v.scale = static_cast<const uint8_t*>(bytes(((out + block - 1) / block) * ((in + block - 1) / block), FillKind::ue8m0));
     return v;
+  }
+  // Host-made bytes copied to the device (the counting pass only counts them).
+  void* copied(const void* src, int64_t n) {
+    void* p = bytes(n, FillKind::e2m1x2);
+    if (arena_ && p && cudaMemcpy(p, src, static_cast<size_t>(n), cudaMemcpyHostToDevice) != cudaSuccess && status_.ok())
+      status_ = error(StatusCode::internal, "synthetic weights: copying {} bytes to the device", n);
+    return p;
   }
   Fp4View fp4(int64_t out, int64_t in) {
     Fp4View v;
@@ -69,6 +79,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
   const cpu::ModelConfig& c = m.config;
   const int64_t D = c.dim, Q = c.q_lora, H = c.n_heads, d = c.head_dim, C = c.hc_mult, nm = C * (C + 2);
   const int64_t G = c.o_groups, O = c.o_lora, E = c.n_experts, I = c.moe_inter, ihd = c.index_head_dim;
+  const int32_t wb = c.v4() ? c.weight_block : 32;  // FP8 scale blocks: V4 / 0731 128x128
   m.embed = static_cast<const uint16_t*>(S.bytes(c.vocab * D * 2, FillKind::bf16));
   m.embed_rows = c.vocab;
   m.attention.clear();
@@ -76,16 +87,30 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
   for (int l = 0; l < c.n_layers; ++l) {
     const cpu::LayerRole& r = m.roles[l];
     AttentionDevice a;
-    a.wq_a = S.fp8(Q, D);
-    a.wq_b = S.fp8(H * d, Q);
-    a.wkv = S.fp8(d, D);
-    a.wo_b = S.fp8(D, G * O);
+    a.wq_a = S.fp8(Q, D, wb);
+    a.wq_b = S.fp8(H * d, Q, wb);
+    a.wkv = S.fp8(d, D, wb);
+    a.wo_b = S.fp8(D, G * O, wb);
     a.wo_a = S.bf16(G * O, H * d / G);
     a.q_norm = S.vec(Q, FillKind::f32_one);
     a.kv_norm = S.vec(d, FillKind::f32_one);
     a.sink = S.vec(H);
     a.freqs = r.ratio > 0 ? m.d_freqs_yarn : m.d_freqs_plain;
-    if (r.kv_source) {
+    if (r.kv_source && c.v4()) {
+      // V4: bf16 compressor weights [w, D] (w = 2d overlapped at ratio 4) with position bias
+      // [ratio, w]; ratio 4 also the indexer's overlapped compressor [2*ihd, D] (model-spec.md §8).
+      const int64_t w = r.overlap ? 2 * d : d;
+      a.comp_wkv = S.bf16(w, D);
+      a.comp_wgate = S.bf16(w, D);
+      a.comp_ape = S.vec(r.ratio * w);
+      a.comp_norm = S.vec(d, FillKind::f32_one);
+      if (r.overlap) {
+        a.idx_comp_wkv = S.bf16(2 * ihd, D);
+        a.idx_comp_wgate = S.bf16(2 * ihd, D);
+        a.idx_comp_ape = S.vec(r.ratio * 2 * ihd);
+        a.idx_comp_norm = S.vec(ihd, FillKind::f32_one);
+      }
+    } else if (r.kv_source) {
       if (r.ratio > 1) {
         a.comp_wkv32 = S.f32(d, D);
         a.comp_wgate32 = S.f32(d, D);
@@ -97,7 +122,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
       a.idx_k_norm = S.vec(ihd, FillKind::f32_one);
     }
     if (r.index_source) {
-      a.idx_wq_b = S.fp8(static_cast<int64_t>(c.index_heads) * ihd, Q);
+      a.idx_wq_b = S.fp8(static_cast<int64_t>(c.index_heads) * ihd, Q, wb);
       a.idx_weights_proj = S.bf16(c.index_heads, D);
     }
     m.attention.push_back(a);
@@ -130,9 +155,16 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
     M.w1 = views[0];
     M.w3 = views[1];
     M.w2 = views[2];
-    M.shared_w1 = S.fp8(I, D);
-    M.shared_w3 = S.fp8(I, D);
-    M.shared_w2 = S.fp8(D, I);
+    M.shared_w1 = S.fp8(I, D, wb);
+    M.shared_w3 = S.fp8(I, D, wb);
+    M.shared_w2 = S.fp8(D, I, wb);
+    if (r.hash_routed) {  // V4 layers 0-2: expert ids per token, K distinct ones spread over E
+      std::vector<int32_t> ids(static_cast<size_t>(c.vocab) * c.n_active);
+      for (int64_t t = 0; t < c.vocab; ++t)
+        for (int k = 0; k < c.n_active; ++k)
+          ids[t * c.n_active + k] = static_cast<int32_t>((t * 7 + k * (E / c.n_active)) % E);
+      M.tid2eid = static_cast<const int32_t*>(S.copied(ids.data(), static_cast<int64_t>(ids.size()) * 4));
+    }
     M.n_active = c.n_active;
     M.n_experts = E;
     M.inter = I;
@@ -140,14 +172,19 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
   }
   m.norm = S.vec(D, FillKind::f32_one);
   m.head16 = S.bf16(c.vocab, D);
+  if (c.v4()) {  // the final collapse's own pre-mix (hc_head)
+    auto hh = std::make_unique<HcHeadDevice>();
+    hh->fn = S.f32(C, C * D);
+    hh->base = S.vec(C);
+    hh->scale = 0.5f;
+    m.hc_head = std::move(hh);
+  }
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device) {
   DSV4_RETURN_IF_ERROR(cfg.validate());
-  if (cfg.variant != cpu::Variant::v41)
-    return error(StatusCode::unimplemented, "synthetic device weights (dsv4 bench) cover DeepSeek-V4.1 only; V4-Flash-0731 runs from uploaded weights");
   if (!cfg.engram_layers.empty())
     return error(StatusCode::invalid_argument, "synthetic device weights carry no Engram tables; clear engram_layers");
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "selecting the CUDA device"));
