@@ -89,6 +89,7 @@ Status begin_attention_call(CallCtx& c) {
   if (c.pos_bound > 0 && c.pos_bound < t->max_lc[1])
     return error(StatusCode::invalid_argument, "attention call: position bound {} below position {}", c.pos_bound,
                  t->max_lc[1] - 1);
+  if (cfg.v4()) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // first: its metadata offsets then depend on the key only
   // Host image: pieces [L, P], row_piece, emit lists; each part 256-aligned.
   const int L = cfg.n_layers;
   const int64_t P = t->n_pieces;
@@ -139,7 +140,6 @@ Status begin_attention_call(CallCtx& c) {
   c.cand_stride = std::max<int64_t>(1, std::max(t->max_lc[1], t->max_lc[2]));
   DSV4_ASSIGN_OR_RETURN(c.cand, take<uint8_t>(*c.scratch, c.rows * c.cand_stride, "published candidates"));
   c.tables = std::move(t);
-  if (cfg.v4()) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // attention_v4.cc
   return ok_status();
 }
 

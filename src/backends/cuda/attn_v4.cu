@@ -82,12 +82,17 @@ __device__ void norm_shared(float* sh, int64_t n, const float* w, float eps, flo
   __syncthreads();
 }
 
+// Block per head: the bf16 squares formed by every thread into shared memory, then summed in
+// order by thread 0 (the oracle's sequential sum).
 __global__ void head_rms_kernel(float* q, int64_t hd, float eps) {
+  extern __shared__ float sq[];  // [hd]
   float* v = q + static_cast<int64_t>(blockIdx.x) * hd;
   __shared__ float r_sh;
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) sq[i] = rb(__fmul_rn(v[i], v[i]));
+  __syncthreads();
   if (threadIdx.x == 0) {
     float s = 0.0f;
-    for (int64_t i = 0; i < hd; ++i) s = __fadd_rn(s, rb(__fmul_rn(v[i], v[i])));
+    for (int64_t i = 0; i < hd; ++i) s = __fadd_rn(s, sq[i]);
     const float mean = rb(__fdiv_rn(s, static_cast<float>(hd)));
     const float var = rb(__fadd_rn(mean, eps));
     r_sh = rb(__fdiv_rn(1.0f, __fsqrt_rn(var)));
@@ -242,28 +247,40 @@ __global__ void all_rows_kernel(const int64_t* pos, int ratio, int64_t width, in
   for (int64_t t = threadIdx.x; t < width; t += blockDim.x) list[r * width + t] = t < lc ? static_cast<int32_t>(t) : -1;
 }
 
-// Block per (head, row). Scores by 8 lanes per entry (the oracle's 8 partial sums), the block's
-// softmax statistics by warp 0 in entry order, then each thread's channels accumulated over the
-// entries in order; keys decoded from the rows where they are read.
-__global__ void __launch_bounds__(kThreads)
+// Block per (head, row), kSparseThreads threads. Each block of 64 entries is first decoded into
+// shared memory (keys [64, d + 8]: a warp per entry, lanes over consecutive bytes, so the rows are
+// read coalesced with many loads in flight); then scores by 8 lanes per entry (the oracle's 8
+// partial sums), the block's softmax statistics by warp 0 in entry order, and each thread's
+// channels accumulated over the entries in order — the arithmetic of cpu::sparse_attend_head, the
+// same float operations in the same order as reading the keys where they lie.
+constexpr int kSparseThreads = 512;
+constexpr int kSparseChunk = 64;
+
+__host__ __device__ inline int64_t sparse_key_stride(int64_t d) { return d + 8; }  // 8 lanes x 4 entries: distinct banks
+
+__global__ void __launch_bounds__(kSparseThreads)
 sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const int32_t* row_piece, const int64_t* pos,
                  int64_t rows, int64_t H, int64_t d, int64_t rd, int64_t W, int64_t cap, const int32_t* sel,
                  int64_t n_sel, const float* sink, float scale, const float* freqs, int n_freq, int64_t G, float* o) {
-  extern __shared__ float qs[];  // [d]
-  __shared__ float s_blk[64], p_blk[64], s_stat[3];
-  __shared__ const uint8_t* kptr[64];
-  __shared__ const float* fptr[64];
+  extern __shared__ float smem[];
+  const int64_t ks = sparse_key_stride(d);
+  float* keys = smem;                      // [64, ks]
+  float* qs = smem + kSparseChunk * ks;    // [d]
+  __shared__ float s_blk[kSparseChunk], p_blk[kSparseChunk], s_stat[3];
+  __shared__ const uint8_t* kptr[kSparseChunk];
+  __shared__ const float* fptr[kSparseChunk];
   const int64_t h = blockIdx.x, r = blockIdx.y;
   const PieceV4 pc = pieces[row_piece[r]];
   const int64_t p = pos[r], nn = d - rd, rowb = row_v4_bytes(d, rd);
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[(r * H + h) * d + i];
   const int64_t first = p - W + 1 > 0 ? p - W + 1 : 0, n = W + n_sel;
-  float acc[2] = {0.0f, 0.0f};
+  constexpr int kAcc = 1;  // channels per thread: d <= kAcc * blockDim.x
+  float acc[kAcc] = {};
   float m = -1e30f, sum = 0.0f;
   __syncthreads();
-  for (int64_t b0 = 0; b0 < n; b0 += 64) {
-    const int len = static_cast<int>(n - b0 < 64 ? n - b0 : 64);
+  for (int64_t b0 = 0; b0 < n; b0 += kSparseChunk) {
+    const int len = static_cast<int>(n - b0 < kSparseChunk ? n - b0 : kSparseChunk);
     for (int e = threadIdx.x; e < len; e += blockDim.x) {
       const int64_t idx = b0 + e;
       const uint8_t* kp = nullptr;
@@ -282,16 +299,27 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
       fptr[e] = fp;
     }
     __syncthreads();
+    for (int e = wp; e < len; e += nw) {  // decode the block's keys once
+      float* dst = keys + e * ks;
+      if (fptr[e]) {
+        const float* src = fptr[e];
+#pragma unroll 4
+        for (int64_t k = lane; k < d; k += 32) dst[k] = src[k];
+      } else if (kptr[e]) {
+        const uint8_t* src = kptr[e];
+#pragma unroll 4
+        for (int64_t k = lane; k < d; k += 32) dst[k] = v4_row_at(src, nn, k);
+      }
+    }
+    __syncthreads();
     const int grp = threadIdx.x >> 3, j = threadIdx.x & 7, ngrp = blockDim.x >> 3;
     for (int e0 = 0; e0 < len; e0 += ngrp) {
       const int e = e0 + grp;
       const bool valid = e < len && (kptr[e] || fptr[e]);
       float l = 0.0f;
       if (valid) {
-        for (int64_t k = j; k < d; k += 8) {
-          const float kv = fptr[e] ? fptr[e][k] : v4_row_at(kptr[e], nn, k);
-          l = __fadd_rn(l, __fmul_rn(qs[k], kv));
-        }
+        const float* kr = keys + e * ks;
+        for (int64_t k = j; k < d; k += 8) l = __fadd_rn(l, __fmul_rn(qs[k], kr[k]));
       }
       l = combine8(l);
       if (j == 0 && e < len) s_blk[e] = valid ? __fmul_rn(l, scale) : neg_inf();
@@ -324,21 +352,21 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
     const float alpha = s_stat[0];
     sum = s_stat[1];
     m = s_stat[2];
-    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+    for (int u = 0; u < kAcc; ++u) {
       const int64_t c = threadIdx.x + u * static_cast<int64_t>(blockDim.x);
       if (c >= d) break;
       float a = __fmul_rn(acc[u], alpha);
       for (int e = 0; e < len; ++e) {
         if (!kptr[e] && !fptr[e]) continue;
-        const float kv = fptr[e] ? fptr[e][c] : v4_row_at(kptr[e], nn, c);
-        a = __fadd_rn(a, __fmul_rn(p_blk[e], kv));
+        a = __fadd_rn(a, __fmul_rn(p_blk[e], keys[e * ks + c]));
       }
       acc[u] = a;
     }
     __syncthreads();
   }
   sum = __fadd_rn(sum, exp_f(__fsub_rn(sink[h], m)));
-  for (int u = 0; u < 2; ++u) {
+  for (int u = 0; u < kAcc; ++u) {
     const int64_t c = threadIdx.x + u * static_cast<int64_t>(blockDim.x);
     if (c < d) qs[c] = rb(__fdiv_rn(acc[u], sum));
   }
@@ -359,7 +387,8 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
 
 cudaError_t v4_head_rms(float* q, int64_t n_heads_total, int64_t hd, float eps, cudaStream_t s) {
   if (n_heads_total == 0) return cudaSuccess;
-  head_rms_kernel<<<static_cast<unsigned>(n_heads_total), 128, 0, s>>>(q, hd, eps);
+  if (hd > 8192) return cudaErrorInvalidValue;
+  head_rms_kernel<<<static_cast<unsigned>(n_heads_total), 128, hd * sizeof(float), s>>>(q, hd, eps);
   return cudaGetLastError();
 }
 
@@ -410,7 +439,7 @@ cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos,
   // The set: the production selection kernel (ties to the lower row), rows ascending; then the order.
   const cudaError_t e = topk_rows(score, stride, pos, rows, ratio, nullptr, 0, k, topk, work, s);
   if (e != cudaSuccess) return e;
-  order_desc_kernel<<<static_cast<unsigned>(rows), kThreads, 2 * k * sizeof(float), s>>>(score, stride, k, topk);
+  order_desc_kernel<<<static_cast<unsigned>(rows), 512, 2 * k * sizeof(float), s>>>(score, stride, k, topk);
   return cudaGetLastError();
 }
 
@@ -425,10 +454,15 @@ cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4*
                                 int64_t cap, const int32_t* sel, int64_t n_sel, const float* sink, float scale,
                                 const float* freqs, int n_freq, int64_t G, float* o, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (d > 2 * kThreads || d % 8 || H % G || (d - rd) % 64) return cudaErrorInvalidValue;
+  if (d > kSparseThreads || d % 8 || H % G || (d - rd) % 64) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
-  sparse_v4_kernel<<<grid, kThreads, d * sizeof(float), s>>>(q, kvn, pieces, row_piece, pos, rows, H, d, rd, W, cap, sel,
-                                                             n_sel, sink, scale, freqs, n_freq, G, o);
+  const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float);  // d = 512: 132 KiB
+  if (shm > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(sparse_v4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
+    if (e != cudaSuccess) return e;
+  }
+  sparse_v4_kernel<<<grid, kSparseThreads, shm, s>>>(q, kvn, pieces, row_piece, pos, rows, H, d, rd, W, cap, sel, n_sel,
+                                                      sink, scale, freqs, n_freq, G, o);
   return cudaGetLastError();
 }
 
