@@ -311,7 +311,9 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
       V4_LAUNCH(index_scores(qi, wt, wscale, t.pd, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                        "index scores", shape(lc, IH * ihd));
       DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, n_sel), "top-k chunks"));
-      V4_LAUNCH(v4_topk_desc(sc, lc, c.pos, R, ratio, n_sel, sel, tw, s), "top-k", shape(n_sel, lc));
+      // v4_topk_desc's two launches, timed apart: the selection, then the descending order.
+      V4_LAUNCH(topk_rows(sc, lc, c.pos, R, ratio, nullptr, 0, n_sel, sel, tw, s), "top-k", shape(n_sel, lc));
+      V4_LAUNCH(v4_order_desc(sc, lc, R, n_sel, sel, s), "top-k order", shape(n_sel, n_sel));
     }
   } else if (ratio > 0 && t.max_lc > 0) {
     n_sel = t.max_lc;

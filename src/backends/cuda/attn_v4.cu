@@ -216,30 +216,44 @@ __global__ void hadamard_fp4_kernel(float* x, int64_t hd) {
 }
 
 // In place on topk[r] (topk_rows' selection, ascending rows, -1 after): the same rows ordered by
-// (score descending, row ascending), the order cpu::select_topk_desc returns. O(k^2) per row.
-__global__ void order_desc_kernel(const float* score, int64_t stride, int64_t k, int32_t* topk) {
-  extern __shared__ float s_sc[];  // [k] scores, then [k] rows
-  int32_t* s_row = reinterpret_cast<int32_t*>(s_sc + k);
+// (score descending, row ascending), the order cpu::select_topk_desc returns: a bitonic sort of
+// the k entries padded to P (a power of two) in shared memory, the -1 entries last. The order is
+// a strict total one on the valid entries (rows differ), so the result is the unique sorted list.
+__global__ void order_desc_kernel(const float* score, int64_t stride, int64_t k, int P, int32_t* topk) {
+  extern __shared__ float s_sc[];  // [P] scores, then [P] rows
+  int32_t* s_row = reinterpret_cast<int32_t*>(s_sc + P);
   const int64_t r = blockIdx.x;
   int32_t* sel = topk + r * k;
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    const int32_t t = sel[i];
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    const int32_t t = i < k ? sel[i] : -1;
     s_row[i] = t;
     s_sc[i] = t >= 0 ? score[r * stride + t] : 0.0f;
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    const int32_t t = s_row[i];
-    if (t < 0) continue;
-    const float st = s_sc[i];
-    int64_t rank = 0;
-    for (int64_t u = 0; u < k; ++u) {
-      const int32_t tu = s_row[u];
-      if (tu < 0) continue;
-      rank += (s_sc[u] > st || (s_sc[u] == st && tu < t)) ? 1 : 0;
+  auto before = [&](int a, int b) {  // entry a precedes entry b
+    const int32_t ta = s_row[a], tb = s_row[b];
+    if (ta < 0) return false;
+    if (tb < 0) return true;
+    return s_sc[a] > s_sc[b] || (s_sc[a] == s_sc[b] && ta < tb);
+  };
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int half = size >> 1; half > 0; half >>= 1) {
+      for (int i = threadIdx.x; i < P / 2; i += blockDim.x) {
+        const int lo = 2 * half * (i / half) + (i % half), hi = lo + half;
+        const bool up = (lo & size) == 0;  // this run sorts in "before" order, else reversed
+        if (up ? before(hi, lo) : before(lo, hi)) {
+          const float sc = s_sc[lo];
+          const int32_t t = s_row[lo];
+          s_sc[lo] = s_sc[hi];
+          s_row[lo] = s_row[hi];
+          s_sc[hi] = sc;
+          s_row[hi] = t;
+        }
+      }
+      __syncthreads();
     }
-    sel[rank] = t;  // the valid entries are the first ones, so ranks cover exactly them
   }
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) sel[i] = s_row[i];
 }
 
 __global__ void all_rows_kernel(const int64_t* pos, int ratio, int64_t width, int32_t* list) {
@@ -247,9 +261,9 @@ __global__ void all_rows_kernel(const int64_t* pos, int ratio, int64_t width, in
   for (int64_t t = threadIdx.x; t < width; t += blockDim.x) list[r * width + t] = t < lc ? static_cast<int32_t>(t) : -1;
 }
 
-// Block per (head, row), kSparseThreads threads. Each block of 64 entries is first decoded into
-// shared memory (keys [64, d + 8]: a warp per entry, lanes over consecutive bytes, so the rows are
-// read coalesced with many loads in flight); then scores by 8 lanes per entry (the oracle's 8
+// Block per (head, row), kSparseThreads threads. Each block of 64 entries is first copied into
+// shared memory (the packed rows by every thread, 8-byte loads issued together) and decoded there
+// once (keys [64, d + 8]); then scores by 8 lanes per entry (the oracle's 8
 // partial sums), the block's softmax statistics by warp 0 in entry order, and each thread's
 // channels accumulated over the entries in order — the arithmetic of cpu::sparse_attend_head, the
 // same float operations in the same order as reading the keys where they lie.
@@ -257,6 +271,28 @@ constexpr int kSparseThreads = 512;
 constexpr int kSparseChunk = 64;
 
 __host__ __device__ inline int64_t sparse_key_stride(int64_t d) { return d + 8; }  // 8 lanes x 4 entries: distinct banks
+__host__ __device__ inline int64_t sparse_raw_stride(int64_t rowb) { return (rowb + 7) / 8 * 8; }
+
+// Copies the packed rows kptr[e] (null: none) of one block of entries into raw [len, rowp] with
+// every thread's loads of units U issued together (up to 8 in flight per thread).
+template <typename U>
+__device__ __forceinline__ void stage_rows(const uint8_t* const* kptr, int len, int rowb, uint8_t* raw, int rowp) {
+  constexpr int kB = 8;
+  const int words = rowb / static_cast<int>(sizeof(U)), n = len * words;
+  for (int i0 = threadIdx.x; i0 < n; i0 += kB * blockDim.x) {
+    U v[kB] = {};
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int i = i0 + u * blockDim.x, e = i / words;
+      if (i < n && kptr[e]) v[u] = reinterpret_cast<const U*>(kptr[e])[i - e * words];
+    }
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int i = i0 + u * blockDim.x, e = i / words;
+      if (i < n && kptr[e]) reinterpret_cast<U*>(raw + e * rowp)[i - e * words] = v[u];
+    }
+  }
+}
 
 __global__ void __launch_bounds__(kSparseThreads)
 sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const int32_t* row_piece, const int64_t* pos,
@@ -266,6 +302,8 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
   const int64_t ks = sparse_key_stride(d);
   float* keys = smem;                      // [64, ks]
   float* qs = smem + kSparseChunk * ks;    // [d]
+  const int rowp = static_cast<int>(sparse_raw_stride(row_v4_bytes(d, rd)));
+  uint8_t* raw = reinterpret_cast<uint8_t*>(qs + d);  // [64, rowp] packed rows of the block
   __shared__ float s_blk[kSparseChunk], p_blk[kSparseChunk], s_stat[3];
   __shared__ const uint8_t* kptr[kSparseChunk];
   __shared__ const float* fptr[kSparseChunk];
@@ -298,15 +336,22 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
       kptr[e] = kp;
       fptr[e] = fp;
     }
+    // The block's packed rows into shared memory (8-byte loads when every row allows), then
+    // decoded once into keys.
+    bool aligned = true;
+    for (int e = threadIdx.x; e < len; e += blockDim.x)
+      aligned = aligned && (reinterpret_cast<uintptr_t>(kptr[e]) & 7) == 0;
+    if (__syncthreads_and(aligned && rowb % 8 == 0)) stage_rows<uint2>(kptr, len, static_cast<int>(rowb), raw, rowp);
+    else stage_rows<uint8_t>(kptr, len, static_cast<int>(rowb), raw, rowp);
     __syncthreads();
-    for (int e = wp; e < len; e += nw) {  // decode the block's keys once
+    for (int e = wp; e < len; e += nw) {
       float* dst = keys + e * ks;
       if (fptr[e]) {
         const float* src = fptr[e];
 #pragma unroll 4
         for (int64_t k = lane; k < d; k += 32) dst[k] = src[k];
       } else if (kptr[e]) {
-        const uint8_t* src = kptr[e];
+        const uint8_t* src = raw + e * rowp;
 #pragma unroll 4
         for (int64_t k = lane; k < d; k += 32) dst[k] = v4_row_at(src, nn, k);
       }
@@ -432,6 +477,16 @@ cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStr
   return cudaGetLastError();
 }
 
+cudaError_t v4_order_desc(const float* score, int64_t stride, int64_t rows, int64_t k, int32_t* topk, cudaStream_t s) {
+  if (rows == 0 || k == 0) return cudaSuccess;
+  if (k > 4096) return cudaErrorInvalidValue;
+  int P = 1;
+  while (P < k) P <<= 1;
+  order_desc_kernel<<<static_cast<unsigned>(rows), 512, 2 * static_cast<size_t>(P) * sizeof(float), s>>>(score, stride, k,
+                                                                                                        P, topk);
+  return cudaGetLastError();
+}
+
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
                          int32_t* topk, int32_t* work, cudaStream_t s) {
   if (rows == 0 || k == 0) return cudaSuccess;
@@ -439,8 +494,7 @@ cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos,
   // The set: the production selection kernel (ties to the lower row), rows ascending; then the order.
   const cudaError_t e = topk_rows(score, stride, pos, rows, ratio, nullptr, 0, k, topk, work, s);
   if (e != cudaSuccess) return e;
-  order_desc_kernel<<<static_cast<unsigned>(rows), 512, 2 * k * sizeof(float), s>>>(score, stride, k, topk);
-  return cudaGetLastError();
+  return v4_order_desc(score, stride, rows, k, topk, s);
 }
 
 cudaError_t v4_all_rows(const int64_t* pos, int64_t rows, int ratio, int64_t width, int32_t* list, cudaStream_t s) {
@@ -456,7 +510,8 @@ cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4*
   if (rows == 0) return cudaSuccess;
   if (d > kSparseThreads || d % 8 || H % G || (d - rd) % 64) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
-  const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float);  // d = 512: 132 KiB
+  const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float) +
+                    kSparseChunk * sparse_raw_stride(row_v4_bytes(d, rd));  // d = 512: 169 KiB
   if (shm > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(sparse_v4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
     if (e != cudaSuccess) return e;

@@ -63,10 +63,15 @@ cudaError_t v4_hadamard_fp4(float* x, int64_t n_heads_total, int64_t hd, cudaStr
 
 // topk[r, 0..k) = the min(k, L_c) rows of highest score (ties to the lower row) in descending
 // score order, -1 after; L_c = (pos[r]+1)/ratio; score [rows, stride] (bf16 values). The set is
-// topk_rows' (the production selection), then ordered in O(k^2) per row; k <= 4096; work:
+// topk_rows' (the production selection), then ordered by v4_order_desc; k <= 4096; work:
 // topk_work_ints(rows, stride, k) ints (topk_rows' chunk lists; none for short rows).
 cudaError_t v4_topk_desc(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio, int64_t k,
                          int32_t* topk, int32_t* work, cudaStream_t s);
+
+// In place on topk [rows, k] (rows ascending, -1 after, as topk_rows leaves them): each row's
+// valid entries ordered by (score descending, row ascending), -1 after (bitonic sort in shared
+// memory); k <= 4096.
+cudaError_t v4_order_desc(const float* score, int64_t stride, int64_t rows, int64_t k, int32_t* topk, cudaStream_t s);
 
 // list[r, t] = t for t < (pos[r]+1)/ratio, else -1 (width entries per row): every visible row.
 cudaError_t v4_all_rows(const int64_t* pos, int64_t rows, int ratio, int64_t width, int32_t* list, cudaStream_t s);
@@ -74,7 +79,8 @@ cudaError_t v4_all_rows(const int64_t* pos, int64_t rows, int ratio, int64_t wid
 // Sparse attention with sinks over [window part of width W (this call's kvn or the V4 ring) ; n_sel
 // compressed V4 rows sel[r] (-1 none)], blocks of 64 as cpu::sparse_attend_head, inverse RoPE of
 // o's tail at p; o written grouped as sparse_attention's. d <= 512 (each 64-entry block of keys
-// is decoded into (64 (d + 8) + d) floats of shared memory once per block of a (head, row)).
+// is copied into shared memory as packed rows and decoded there once per (head, row): 169 KiB at
+// d = 512).
 cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4* pieces, const int32_t* row_piece,
                                 const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t rd, int64_t W,
                                 int64_t cap, const int32_t* sel, int64_t n_sel, const float* sink, float scale,
