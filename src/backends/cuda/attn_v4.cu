@@ -512,10 +512,9 @@ cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4*
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
   const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float) +
                     kSparseChunk * sparse_raw_stride(row_v4_bytes(d, rd));  // d = 512: 169 KiB
-  if (shm > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(sparse_v4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
-    if (e != cudaSuccess) return e;
-  }
+  // Always raised: with the static arrays a total over 48 KiB needs it even when shm alone is not.
+  const cudaError_t e = cudaFuncSetAttribute(sparse_v4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
+  if (e != cudaSuccess) return e;
   sparse_v4_kernel<<<grid, kSparseThreads, shm, s>>>(q, kvn, pieces, row_piece, pos, rows, H, d, rd, W, cap, sel, n_sel,
                                                       sink, scale, freqs, n_freq, G, o);
   return cudaGetLastError();
