@@ -1,7 +1,8 @@
 // CUDA attention layer at V4.1 shapes (D 5120, 64 heads of 512, window 128, top-512, 32 index
 // heads): batch-1 decode time per layer role at a given context, against the layer's memory floor
 // (weight bytes + KV bytes read, at the device's peak bandwidth). Caches are filled with random
-// valid packed rows, so no prefill is needed. Usage: attention_bench [context ...]
+// valid packed rows, so no prefill is needed. Usage: attention_bench [--kernels] [context ...]
+// (--kernels: only the attention-specific kernels, no weights and no layer steps).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/synthetic.h"
@@ -161,7 +163,7 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   auto* dsink = static_cast<float*>(up(sink.data(), 4 * sink.size()));
   auto* dtop = static_cast<int32_t*>(up(top.data(), 4 * K));
   auto* dtop2 = ar.alloc_n<int32_t>(K);
-  auto* sw = ar.alloc_n<float>(sparse_attention_work_floats(1, H, cfg.window, K));
+  auto* sw = ar.alloc_n<float>(std::max<int64_t>(1, sparse_attention_work_floats(1, H, cfg.window, K)));
   auto* tw = ar.alloc_n<int32_t>(std::max<int64_t>(1, topk_work_ints(1, lc, K)));
   auto* cw = ar.alloc_n<uint16_t>(candidate_work_elems(1, lc, cfg.candidate_block_size));
   auto* o = ar.alloc_n<float>(H * d);
@@ -175,6 +177,35 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
   const double t_ca = graph_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, cw, s); });
   const double t_tk = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s); });
   const double t_tm = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, cand, lc, K, dtop2, tw, s); });
+  // Sparse attention of a prefill chunk: R rows ending at position ctx (this call's keys for the
+  // window part where they are new, the ring before), every row with the same K selected rows.
+  double t_pre = -1;
+  {
+    const int64_t R = std::min<int64_t>(2048, ctx);
+    const size_t pm = ar.mark();
+    PieceDev pp = pd;
+    pp.start = ctx - R + 1; pp.T = R;
+    std::vector<int64_t> hp(R);
+    std::vector<int32_t> hr(R, 0), ht(R * K);
+    for (int64_t r = 0; r < R; ++r) hp[r] = pp.start + r;
+    for (int64_t r = 0; r < R; ++r) std::copy(top.begin(), top.end(), ht.begin() + r * K);
+    auto* ppd = static_cast<PieceDev*>(up(&pp, sizeof pp));
+    auto* prp = static_cast<int32_t*>(up(hr.data(), 4 * R));
+    auto* ppos = static_cast<int64_t*>(up(hp.data(), 8 * R));
+    auto* ptop = static_cast<int32_t*>(up(ht.data(), 4 * R * K));
+    auto* pq = ar.alloc_n<float>(R * H * d);
+    auto* pk = ar.alloc_n<float>(R * d);
+    auto* po = ar.alloc_n<float>(R * H * d);
+    if (pq && pk && po) {
+      cudaMemset(pq, 0x3c, 4 * R * H * d);  // 0x3c3c3c3c: 0.0115 everywhere (timing only)
+      cudaMemset(pk, 0x3c, 4 * R * d);
+      auto run = [&] { sparse_attention(pq, pk, ppd, prp, ppos, R, H, d, cfg.window, cfg.window + 16, ptop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, po, nullptr, s); };
+      run();
+      t_pre = time_us(s, run, 3) / 1e3;
+    }
+    ar.reset(pm);
+  }
+  std::printf("sparse attention of a 2048-row prefill chunk (window+%ld selected): %.2f ms\n", long(K), t_pre);
   std::printf("kernels at L_c %ld (GPU time per call, 10 calls per graph): sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
               "(%.1f MB keys); candidate blocks %.1f us; top-%ld %.1f us (%.1f us under a candidate mask)\n", long(lc),
               t_win, long(K), t_sp, t_sc, lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, long(K), t_tk, t_tm);
@@ -205,8 +236,13 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
 int main(int argc, char** argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::printf("no CUDA device\n"); return 77; }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<int64_t> contexts;
-  for (int i = 1; i < argc; ++i) contexts.push_back(std::atoll(argv[i]));
+  bool kernels_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--kernels") kernels_only = true;
+    else contexts.push_back(std::atoll(argv[i]));
+  }
   if (contexts.empty()) contexts = {4096, 65536};
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
@@ -232,11 +268,11 @@ int main(int argc, char** argv) {
   }
   std::printf("device %s, floor bandwidth %.0f GB/s (device-to-device copy, read + write)\n", prop.name, peak / 1e9);
   const cpu::ModelConfig cfg = bench_config();
-  auto w = cpu::synthetic_weights(cfg, 1, false);
   const auto roles = cpu::layer_roles(cfg);
-  Arena weights(size_t{3} << 30), scratch(size_t{1} << 30);
+  Arena weights(kernels_only ? size_t{1} << 20 : size_t{3} << 30), scratch(size_t{1} << 30);
   std::vector<AttentionDevice> attn;
-  for (int l = 0; l < cfg.n_layers; ++l) {
+  auto w = kernels_only ? nullptr : cpu::synthetic_weights(cfg, 1, false);
+  for (int l = 0; l < cfg.n_layers && !kernels_only; ++l) {
     auto a = upload_attention(w->layers[l].attn, cfg, l, weights);
     if (!a.ok()) { std::printf("upload: %s\n", a.status().to_string().c_str()); return 1; }
     attn.push_back(*a);
@@ -252,6 +288,11 @@ int main(int argc, char** argv) {
     auto sc = StreamCaches::create(*geo);
     if (!sc.ok()) { std::printf("caches: %s\n", sc.status().to_string().c_str()); return 1; }
     fill_caches(**sc, *geo, ctx, rng);
+    if (kernels_only) {
+      std::printf("\ncontext %ld\n", long(ctx));
+      kernel_breakdown(cfg, **sc, 3, ctx, scratch, stream, rng);
+      continue;
+    }
     CallCtx c;
     c.cfg = &cfg; c.roles = &roles; c.attn = attn.data(); c.scratch = &scratch; c.stream = stream; c.rows = 1;
     int64_t* pos = scratch.alloc_n<int64_t>(1);

@@ -12,8 +12,9 @@ namespace {
 
 using namespace attn;
 
-// Index scores, one thread per (row, t), heads in order: v_h = bf16(qi_h . k_t) with the oracle's
-// dot (8 interleaved fp32 partial sums combined pairwise), s += bf16(relu(v_h) * w_h).
+// Index scores per (row, t): the heads' terms bf16(relu(bf16(qi_h . k_t)) * w_h) (the oracle's dot:
+// 8 interleaved fp32 partial sums combined pairwise) added in head order, s += term_h, as the
+// oracle does; for few rows four threads per t compute a quarter of the terms each, the first adds.
 // Both operands are FP4 with power-of-two group scales: qi_h = n * 2^Eq and k_t = m * 2^Ek per
 // 32-element group g (n, m small integers; a group of qi that is not of that form sends the head
 // to the float path). Every product is then exactly n*m * 2^(Eq+Ek), and while the group exponents
@@ -22,6 +23,7 @@ using namespace attn;
 // dot equals the exact sum_g D_g * 2^E_g with D_g the group's integer dot (dp4a). Otherwise the
 // (key, head) takes the float path in the oracle's order.
 constexpr int kScoreThreads = 256;
+constexpr int kScoreKeys = kScoreThreads / 4;  // key rows per block (a quarter of the heads per thread)
 constexpr int kExcluded = 100000;   // exponent sentinel: an all-zero group of qi (contributes 0)
 constexpr int kNotFp4 = -100000;    // exponent sentinel: a group of qi not of the integer form
 
@@ -37,9 +39,13 @@ __device__ __forceinline__ uint32_t e2m1x4_to_i8x4(uint32_t c16) {
 }
 
 template <int IHD>
+__device__ __forceinline__ float index_terms(const uint8_t* row, const float* q, const float* w, const uint32_t* qw,
+                                             const int* qe, int64_t h_begin, int64_t h_end, float* out);
+
+template <int IHD>
 __global__ void __launch_bounds__(kScoreThreads)
 index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceDev* pieces, const int32_t* row_piece,
-                    const int64_t* pos, int64_t IH, int ratio, float* score, int64_t stride) {
+                    const int64_t* pos, int64_t IH, int ratio, float* score, int64_t stride, int split) {
   constexpr int G = IHD / 32, W = IHD / 4;  // groups, int8x4 words per head
   extern __shared__ __align__(16) float sh[];
   float* q = sh;                                                   // [IH, IHD] floats
@@ -83,9 +89,31 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
   }
   __syncthreads();
   const int64_t lc = (pos[r] + 1) / ratio;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= lc) return;
-  const uint8_t* row = pieces[row_piece[r]].ikeys + t * (IHD / 2 + IHD / 32);
+  const uint8_t* keys = pieces[row_piece[r]].ikeys;
+  if (split == 1) {  // one thread per key row, every head
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kScoreThreads + threadIdx.x;
+    if (t < lc) score[r * stride + t] = rb(index_terms<IHD>(keys + t * (IHD / 2 + IHD / 32), q, w, qw, qe, 0, IH, nullptr));
+    return;
+  }
+  // Four threads per key row, a quarter of the heads each; the terms summed in head order after.
+  const int tl = threadIdx.x % kScoreKeys, hq = threadIdx.x / kScoreKeys;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kScoreKeys + tl;
+  const int64_t hpq = (IH + 3) / 4, h_begin = hq * hpq, h_end = h_begin + hpq < IH ? h_begin + hpq : IH;
+  float* terms = reinterpret_cast<float*>(qe + IH * G);  // [kScoreKeys][IH + 1]
+  if (t < lc) (void)index_terms<IHD>(keys + t * (IHD / 2 + IHD / 32), q, w, qw, qe, h_begin, h_end, terms + tl * (IH + 1));
+  __syncthreads();
+  if (hq != 0 || t >= lc) return;
+  float s = 0.0f;
+  for (int64_t h = 0; h < IH; ++h) s = __fadd_rn(s, terms[tl * (IH + 1) + h]);
+  score[r * stride + t] = rb(s);
+}
+
+// The terms bf16(relu(bf16(qi_h . k)) * w_h) of heads [h_begin, h_end) for one key row (to out[h]
+// unless out is null); returns their sum in head order from 0.
+template <int IHD>
+__device__ __forceinline__ float index_terms(const uint8_t* row, const float* q, const float* w, const uint32_t* qw,
+                                            const int* qe, int64_t h_begin, int64_t h_end, float* out) {
+  constexpr int G = IHD / 32, W = IHD / 4;
   uint32_t kw[W];
   int ek[G];
 #pragma unroll
@@ -102,7 +130,7 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
 #pragma unroll
   for (int g = 0; g < G; ++g) ek[g] = static_cast<int>(row[IHD / 2 + g]) - 128;  // ue8m0 byte b: 2^(b-127) = 2 * 2^(b-128)
   float s = 0.0f;
-  for (int64_t h = 0; h < IH; ++h) {
+  for (int64_t h = h_begin; h < h_end; ++h) {
     int emin = 1 << 20, emax = -(1 << 20);
     bool fp4 = true;
 #pragma unroll
@@ -141,9 +169,11 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
     }
     float v = rb(dot);
     v = v < 0.0f ? 0.0f : v;
-    s = __fadd_rn(s, rb(__fmul_rn(v, w[h])));
+    const float term = rb(__fmul_rn(v, w[h]));
+    if (out) out[h] = term;
+    s = __fadd_rn(s, term);
   }
-  score[r * stride + t] = rb(s);
+  return s;
 }
 
 // Order-preserving 16-bit key of a bf16-valued float (+-0 the same key, -inf lowest, +inf highest).
@@ -300,6 +330,7 @@ __device__ __forceinline__ uint32_t masked_key(const float* sc, const uint8_t* m
 // work[r, c*K ...]; the second selects the row's top k from that index-ordered list.
 constexpr int kChunkThreads = 512, kChunkEpt = 16;    // first level: 8192-element tiles
 constexpr int kRowThreads = 512, kRowEpt = 16;        // second level / direct: 8192-element tiles
+constexpr int kShortEpt = 8;                          // rows of at most 4096 scores: one 4096-element tile
 constexpr int kCandEpt = 24;                          // candidate blocks: 12288-element tiles
 constexpr int64_t kDirectMax = int64_t{kRowThreads} * kRowEpt;
 constexpr int64_t kMaxChunks = 16;                    // kMaxChunks * K <= kDirectMax for K <= 512
@@ -330,10 +361,13 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
       [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
 }
 
+// EPT: kRowEpt, or kShortEpt when every row fits one short tile (fewer serial histogram steps per
+// thread; the selection is exact either way).
+template <int EPT>
 __global__ void __launch_bounds__(kRowThreads)
 topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, const uint8_t* mask,
                  int64_t mask_stride, int64_t K, int32_t* topk, const int32_t* work) {
-  __shared__ SelectShared<kRowThreads, kRowEpt> sh;
+  __shared__ SelectShared<kRowThreads, EPT> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
@@ -341,14 +375,14 @@ topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int rat
   const uint8_t* mr = mask ? mask + r * mask_stride : nullptr;
   int32_t* out = topk + r * K;
   if (lc <= kDirectMax) {
-    tile_select<kRowThreads, kRowEpt>(
+    tile_select<kRowThreads, EPT>(
         static_cast<int>(lc), static_cast<int>(k), [&](int i) { return i < lc ? masked_key(sc, mr, i) : 0u; },
         [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(i); }, sh);
   } else {
     const int64_t ch = topk_chunk(lc, K), nc = (lc + ch - 1) / ch;
     const int64_t n = (nc - 1) * K + (lc - (nc - 1) * ch < K ? lc - (nc - 1) * ch : K);
     const int32_t* cand = work + r * kMaxChunks * K;
-    tile_select<kRowThreads, kRowEpt>(
+    tile_select<kRowThreads, EPT>(
         static_cast<int>(n), static_cast<int>(k), [&](int i) { return i < n ? masked_key(sc, mr, cand[i]) : 0u; },
         [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = cand[i]; }, sh);
   }
@@ -418,14 +452,19 @@ cudaError_t index_scores(const float* qi, const float* wt, float wscale, const P
                          const int32_t* row_piece, const int64_t* pos, int64_t rows, int64_t IH, int64_t ihd,
                          int ratio, float* score, int64_t stride, int64_t max_lc, cudaStream_t s) {
   if (rows == 0 || max_lc == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((max_lc + kScoreThreads - 1) / kScoreThreads), static_cast<unsigned>(rows));
-  const size_t shm = (IH * ihd + ((IH + 3) & ~int64_t{3})) * sizeof(float) + IH * (ihd / 4) * 4 + IH * (ihd / 32) * 4;
+  // Few short rows: four threads per key row (four times the blocks on the latency path); otherwise
+  // one (each block's query preparation is then shared by 256 keys).
+  const int split = rows * max_lc <= 16384 ? 4 : 1;
+  const int64_t per_block = kScoreThreads / split;
+  const dim3 grid(static_cast<unsigned>((max_lc + per_block - 1) / per_block), static_cast<unsigned>(rows));
+  const size_t shm = (IH * ihd + ((IH + 3) & ~int64_t{3})) * sizeof(float) + IH * (ihd / 4) * 4 + IH * (ihd / 32) * 4 +
+                     (split > 1 ? kScoreKeys * (IH + 1) * sizeof(float) : 0);
   auto launch = [&](auto kernel) -> cudaError_t {
     if (shm > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, kScoreThreads, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride);
+    kernel<<<grid, kScoreThreads, shm, s>>>(qi, wt, wscale, pieces, row_piece, pos, IH, ratio, score, stride, split);
     return cudaGetLastError();
   };
   switch (ihd) {
@@ -476,7 +515,10 @@ cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, in
         score, stride, pos, ratio, mask, mask_stride, k, work);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  topk_rows_kernel<<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
+  if (stride <= int64_t{kRowThreads} * kShortEpt)
+    topk_rows_kernel<kShortEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
+  else
+    topk_rows_kernel<kRowEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
   return cudaGetLastError();
 }
 

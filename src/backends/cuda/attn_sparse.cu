@@ -1,122 +1,23 @@
 // Sparse attention with sinks over [window part ; selected compressed rows] (model-spec.md §3.6,
-// K41 sparse_attn) in two kernels, the reference kernel's arithmetic unchanged: (1) every entry's
-// score for every head, blocks of (64 entries x 4 heads) sharing the staged keys; (2) per (channel
-// slice, 4 heads): the online softmax's running maxima, bf16 P and fp32 denominator, then each
-// channel's accumulator over the entries in list order. Only the work is parallel; every
+// K41 sparse_attn), the two-pass form (used for few rows with selected entries), the reference
+// kernel's arithmetic unchanged: (1) every entry's score for every head, blocks of (64 entries x
+// 4 heads) sharing the staged keys; (2) per (channel slice, 4 heads): the online softmax's running
+// maxima, bf16 P and fp32 denominator, then each channel's accumulator over the entries in order. Only the work is parallel; every
 // floating-point operation and its order are those of cpu::sparse_attend_head, so the output is a
 // function of the row alone (any row count, any row chunking).
-#include "backends/cuda/attention_kernels.cuh"
-#include "backends/cuda/attn_device.cuh"
+#include "backends/cuda/attn_sparse_rows.cuh"
 
 namespace dsv4::cuda {
 
 namespace {
 
 using namespace attn;
+using namespace sparse;
 constexpr int kScoreHeads = 4;   // heads per score block: 64 entries x 4 heads = 256 threads
 constexpr int kAccHeads = 4;     // heads per accumulation block, one warp each
 constexpr int kSlice = 64;       // channels per accumulation block (two per lane)
 constexpr int64_t kRowChunk = 64;  // rows per kernel pair (bounds the score buffer)
 constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_90 / sm_100)
-
-enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
-
-struct SparseArgs {
-  const float* q;
-  const float* kvn;
-  const PieceDev* pieces;
-  const int32_t* row_piece;
-  const int64_t* pos;
-  const int32_t* topk;
-  const float* sink;
-  const float* freqs;
-  float* o;
-  int64_t rows, H, d, W, cap, n_sel, G;
-  float scale;
-  int n_freq;
-  CompFormat fmt;
-};
-
-// Entry idx of row r's key list: its kind and the address of its key row. sel: topk[r, idx - W]
-// for a compressed entry (loaded by the caller).
-__device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t p, int64_t idx,
-                                          int32_t sel, const void*& ptr) {
-  ptr = nullptr;
-  if (idx < a.W) {
-    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    const int64_t qp = first + idx;
-    if (qp > p) return kInvalid;
-    if (qp >= pc.start) {
-      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
-      return kFresh;
-    }
-    ptr = pc.window + (qp % a.cap) * (a.d + a.d / 32);
-    return kFp8;
-  }
-  const int32_t t = sel;
-  if (t < 0) return kInvalid;
-  if (a.fmt == CompFormat::fp8_ue8m0_32) {
-    ptr = pc.comp + static_cast<int64_t>(t) * (a.d + a.d / 32);
-    return kFp8;
-  }
-  ptr = pc.comp + static_cast<int64_t>(t) * (a.d / 2 + a.d / 16);
-  return kFp4;
-}
-
-// The raw bytes of eight consecutive elements k..k+7 (k a multiple of 8) of an entry's key, loaded
-// apart from their decoding so that a thread can keep several loads in flight: fresh rows as
-// 8 floats (a, b), FP8 as 8 codes (a.x, a.y) and the scale byte (a.z), FP4 as 8 nibbles (a.x) and
-// the scale byte (a.z). Row strides of small test shapes (66 or 132 B FP8 rows) are not 8-byte
-// multiples, hence the aligned-load check.
-struct Raw8 {
-  uint4 a, b;
-};
-
-__device__ __forceinline__ Raw8 raw8(int kind, const void* p, int64_t d, int64_t k) {
-  Raw8 r{};
-  if (kind == kFresh) {
-    r.a = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k));
-    r.b = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k + 4));
-  } else if (kind == kFp8) {
-    const uint8_t* row = static_cast<const uint8_t*>(p);
-    if ((reinterpret_cast<uintptr_t>(row + k) & 7) == 0) {
-      const uint2 c = __ldg(reinterpret_cast<const uint2*>(row + k));
-      r.a.x = c.x; r.a.y = c.y;
-    } else {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(row + k);  // rows are 2-byte aligned
-      r.a.x = __ldg(h) | (uint32_t{__ldg(h + 1)} << 16);
-      r.a.y = __ldg(h + 2) | (uint32_t{__ldg(h + 3)} << 16);
-    }
-    r.a.z = __ldg(row + d + (k >> 5));
-  } else if (kind == kFp4) {
-    const uint8_t* row = static_cast<const uint8_t*>(p);
-    r.a.x = __ldg(reinterpret_cast<const uint32_t*>(row + (k >> 1)));
-    r.a.z = __ldg(row + d / 2 + (k >> 4));
-  }
-  return r;
-}
-
-// Decoded values of raw8 (zeros for an invalid entry).
-__device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
-  if (kind == kFresh) {
-    v[0] = __uint_as_float(r.a.x); v[1] = __uint_as_float(r.a.y); v[2] = __uint_as_float(r.a.z);
-    v[3] = __uint_as_float(r.a.w); v[4] = __uint_as_float(r.b.x); v[5] = __uint_as_float(r.b.y);
-    v[6] = __uint_as_float(r.b.z); v[7] = __uint_as_float(r.b.w);
-  } else if (kind == kFp8) {
-    const float s = ue8m0_f(r.a.z);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = e4m3_f((r.a.x >> (8 * i)) & 255u) * s;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((r.a.y >> (8 * i)) & 255u) * s;
-  } else if (kind == kFp4) {
-    const float s = e4m3_f(r.a.z);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = e2m1_f((r.a.x >> (4 * i)) & 15u) * s;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-  }
-}
 
 __device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
   uint4 r;
@@ -433,17 +334,13 @@ cudaError_t launch(K kernel, dim3 grid, int threads, size_t shm, cudaStream_t s,
 
 }  // namespace
 
-int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel) {
+int64_t sparse::two_pass_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel) {
   return (rows < kRowChunk ? rows : kRowChunk) * H * (W + n_sel);
 }
 
-cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
-                             const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
-                             const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
-                             const float* freqs, int n_freq, int64_t G, float* o, float* work, cudaStream_t s) {
-  if (rows == 0) return cudaSuccess;
-  if (d % 32 || H % kScoreHeads || H % kAccHeads || H % G || !work || W + n_sel == 0) return cudaErrorInvalidValue;
-  const SparseArgs a{q, kvn, pieces, row_piece, pos, topk, sink, freqs, o, rows, H, d, W, cap, n_sel, G, scale, n_freq, fmt};
+cudaError_t sparse::two_pass(const SparseArgs& a, float* work, cudaStream_t s) {
+  const int64_t rows = a.rows, H = a.H, d = a.d, W = a.W, n_sel = a.n_sel;
+  if (d % 32 || H % kScoreHeads || H % kAccHeads || !work || W + n_sel == 0) return cudaErrorInvalidValue;
   const int64_t n = W + n_sel, nb = (n + 63) / 64;
   const size_t shm1 = (kScoreHeads * d) * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
   // Channel slice of the accumulation: 64, or 32 when the staged keys would not fit.
