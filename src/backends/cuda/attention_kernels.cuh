@@ -98,8 +98,8 @@ int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k);
 // n_sel compressed rows topk[r] (-1 = none)], online softmax in blocks of 64 as
 // cpu::sparse_attend_head (same operations in the same order), then the inverse RoPE of o's tail
 // at p. q [rows, H, d]; o written grouped: o[g][r][hh*d + i] for head h = g*(H/G) + hh.
-// work: sparse_attention_work_floats(rows, H, W, n_sel) floats (none unless few rows have
-// selected entries). H a multiple of 4, d in {64, 128, 256, 512}.
+// work: sparse_attention_work_floats(rows, H, W, n_sel) floats (none for window-only calls and
+// calls of more than 64 rows). H a multiple of 4, d in {64, 128, 256, 512}.
 cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
                              const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
                              const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,

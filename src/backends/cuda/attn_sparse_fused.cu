@@ -311,9 +311,10 @@ cudaError_t sparse::fused(const SparseArgs& a, cudaStream_t s) {
   return cudaSuccess;
 }
 
-// Few rows with selected entries: the two-pass kernels (one wave of independent blocks; the fused
-// kernel's per-block steps cost more there); window-only calls and many rows: the fused kernel.
-static bool use_two_pass(int64_t rows, int64_t n_sel) { return rows <= 16 && n_sel > 0; }
+// Up to one 64-row chunk with selected entries: the two-pass kernels (measured faster at one row:
+// the fused kernel's serial per-block steps cost more than two waves of independent blocks);
+// window-only calls and longer calls (prefill): the fused kernel, one launch.
+static bool use_two_pass(int64_t rows, int64_t n_sel) { return rows <= 64 && n_sel > 0; }
 
 int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel) {
   return use_two_pass(rows, n_sel) ? sparse::two_pass_work_floats(rows, H, W, n_sel) : 0;
