@@ -123,6 +123,29 @@ void bench_fp8(const char* name, int64_t out, int64_t in) {
   }
 }
 
+// The shared expert's w1 and w3 in one fp8_linear_pair launch (bytes of both weights).
+void bench_fp8_pair(const char* name, int64_t out, int64_t in) {
+  if (!wanted(name)) return;
+  const double one = double(out) * in + double((out + 31) / 32) * ((in + 31) / 32);
+  const int nc = copies_for(2 * one);
+  std::vector<Fp8View> w1(nc), w3(nc);
+  for (int c = 0; c < nc; ++c) {
+    w1[c] = Fp8View{device_random(out * in, 41 + c), device_random(((out + 31) / 32) * ((in + 31) / 32), 5 + c, scale_byte),
+                    out, in, 32};
+    w3[c] = Fp8View{device_random(out * in, 71 + c), device_random(((out + 31) / 32) * ((in + 31) / 32), 6 + c, scale_byte),
+                    out, in, 32};
+  }
+  for (int rows : {1, 8, 32}) {
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
+    float* y1 = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
+    float* y3 = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
+    const double us = time_us([&](int i, cudaStream_t s) {
+      CHECK_CUDA(fp8_linear_pair(x, rows, w1[i % nc], w3[i % nc], 32, y1, y3, s));
+    });
+    report("fp8", name, rows, 2 * one, us);
+  }
+}
+
 void bench_fp4(const char* name, int64_t out, int64_t in) {
   if (!wanted(name)) return;
   const double bytes = double(out) * in / 2 + double(out) * (in / 32);
@@ -308,6 +331,7 @@ int main() {
   bench_fp8("wq_b [32768, 1280]", 32768, 1280);
   bench_fp8("wo_b [5120, 8192]", 5120, 8192);
   bench_fp8("shared w1/w3 [2304, 5120]", 2304, 5120);
+  bench_fp8_pair("shared w1+w3 pair [2 x 2304, 5120]", 2304, 5120);
   bench_fp8("shared w2 [5120, 2304]", 5120, 2304);
   bench_fp4("expert w1/w3 [2304, 5120]", 2304, 5120);
   bench_fp4("expert w2 [5120, 2304]", 5120, 2304);

@@ -339,6 +339,78 @@ TEST(LinearCuda, F32MatchesOracleAndIsBatchInvariant) {
   f32_case(f, 48, 5120, 37, 46, true);
 }
 
+// A tensor-parallel rank holds rows [n0, n1) of wq_b (whole 32-row scale tiles, as
+// fabric::slice_weights_for_rank cuts them); its launch over that slice must give exactly the
+// columns [n0, n1) of the whole weight's launch, for decode (1-8 rows) and prefill (40 rows) alike.
+// The full V4.1 width matters: a K split chosen from the output width gave TP 4/8 other bits.
+TEST(LinearCuda, Fp8ColumnSliceEqualsWholeLaunch) {
+  constexpr int64_t kOut = 32768, kIn = 1280, kRows = 40;  // wq_b [64 heads x 512, q_lora]
+  constexpr int kBlock = 32, kAct = 32;
+  Fixture f;
+  const cpu::Fp8Weight w = random_fp8(kOut, kIn, kBlock, 51);
+  auto v = upload(w, f.arena, "wq_b");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const Fp8View whole = *v;
+  const std::vector<float> x = random_x(kRows, kIn, 52);
+  DeviceBuffer dx(sizeof(float) * x.size()), dy(sizeof(float) * kRows * kOut);
+  ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, kRows}) {
+    ASSERT_EQ(fp8_linear(dx.as<float>(), rows, whole, kAct, dy.as<float>(), nullptr), cudaSuccess);
+    std::vector<float> yw(rows * kOut);
+    ASSERT_EQ(cudaMemcpy(yw.data(), dy.get(), yw.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    // TP 2 / 4 / 8 ranks (first and last), and a ragged slice of two scale tiles
+    for (const auto [n0, n1] : {std::pair<int64_t, int64_t>{0, kOut / 2}, {kOut / 2, kOut}, {0, kOut / 4},
+                                {3 * kOut / 4, kOut}, {0, kOut / 8}, {7 * kOut / 8, kOut}, {64, 128}}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " slice [" + std::to_string(n0) + ", " + std::to_string(n1) + ")");
+      Fp8View s = whole;
+      s.w = whole.w + n0 * kIn;
+      s.scale = whole.scale + (n0 / kBlock) * ((kIn + kBlock - 1) / kBlock);
+      s.out = n1 - n0;
+      DeviceBuffer ds(sizeof(float) * rows * s.out);
+      ASSERT_EQ(fp8_linear(dx.as<float>(), rows, s, kAct, ds.as<float>(), nullptr), cudaSuccess);
+      std::vector<float> ys(rows * s.out);
+      ASSERT_EQ(cudaMemcpy(ys.data(), ds.get(), ys.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      int64_t differ = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        differ += std::memcmp(&ys[r * s.out], &yw[r * kOut + n0], sizeof(float) * s.out) != 0;
+      EXPECT_EQ(differ, 0) << "rows of the slice launch differ from the whole launch's columns";
+    }
+  }
+}
+
+// The shared expert's gate and up in one launch equal two fp8_linear launches bit for bit (decode
+// row counts, and 40 rows where the pair falls back to the prefill tiles); mismatched shapes refused.
+TEST(LinearCuda, Fp8PairEqualsTwoLaunches) {
+  constexpr int64_t kOut = 2304, kIn = 5120, kRows = 40;  // V4.1 shared expert w1 / w3
+  Fixture f;
+  auto v1 = upload(random_fp8(kOut, kIn, 32, 61), f.arena, "w1");
+  auto v3 = upload(random_fp8(kOut, kIn, 32, 62), f.arena, "w3");
+  ASSERT_TRUE(v1.ok() && v3.ok());
+  const std::vector<float> x = random_x(kRows, kIn, 63);
+  DeviceBuffer dx(sizeof(float) * x.size()), da(sizeof(float) * kRows * kOut), du(sizeof(float) * kRows * kOut),
+      pa(sizeof(float) * kRows * kOut), pu(sizeof(float) * kRows * kOut);
+  ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  auto host = [](const DeviceBuffer& b, int64_t n) {
+    std::vector<float> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  };
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}, kRows}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    ASSERT_EQ(fp8_linear(dx.as<float>(), rows, *v1, 32, da.as<float>(), nullptr), cudaSuccess);
+    ASSERT_EQ(fp8_linear(dx.as<float>(), rows, *v3, 32, du.as<float>(), nullptr), cudaSuccess);
+    cudaMemset(pa.get(), 0xFF, pa.bytes());
+    cudaMemset(pu.get(), 0xFF, pu.bytes());
+    ASSERT_EQ(fp8_linear_pair(dx.as<float>(), rows, *v1, *v3, 32, pa.as<float>(), pu.as<float>(), nullptr), cudaSuccess);
+    EXPECT_EQ(host(pa, rows * kOut), host(da, rows * kOut));
+    EXPECT_EQ(host(pu, rows * kOut), host(du, rows * kOut));
+  }
+  Fp8View narrow = *v3;
+  narrow.out = kOut - 32;
+  EXPECT_EQ(fp8_linear_pair(dx.as<float>(), 1, *v1, narrow, 32, pa.as<float>(), pu.as<float>(), nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(LinearCuda, RefusesBadShapesAndNamesTheLaunch) {
   Fp8View w;
   w.out = 4, w.in = 40;

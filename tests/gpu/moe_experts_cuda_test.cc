@@ -160,6 +160,7 @@ void check(int64_t E, int64_t D, int64_t I, int64_t rows, int k, int64_t ref_pai
 TEST(MoeExpertsCuda, SmallShapesMatchOracleAndPairsAreIndependent) {
   check(5, 256, 128, 9, 3, 1000, 10.f, 1);
   check(7, 160, 96, 37, 2, 1000, 0.f, 2);  // no clamp; some experts get no rows
+  check(6, 256, 128, 400, 3, 120, 10.f, 4);  // 1,200 pairs: segment runs of 2 pairs per scan thread
 }
 
 TEST(MoeExpertsCuda, V41ShapesMatchOracle) {

@@ -197,8 +197,8 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_ASSIGN_OR_RETURN(float* so, c.alloc<float>(rows * D, "shared out"));
   const auto sshape = shape_text({{"rows", rows}, {"I", SI}, {"D", D}});
   DSV4_RETURN_IF_ERROR(timed(c, "moe shared expert", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w1, cfg.act_block, a, c.stream), "fp8_linear(shared.w1)", sshape);
-    DSV4_CUDA_LAUNCH(fp8_linear(x, rows, M.shared_w3, cfg.act_block, u, c.stream), "fp8_linear(shared.w3)", sshape);
+    DSV4_CUDA_LAUNCH(fp8_linear_pair(x, rows, M.shared_w1, M.shared_w3, cfg.act_block, a, u, c.stream),
+                     "fp8_linear_pair(shared.w1, shared.w3)", sshape);
     DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.shared_clamp ? cfg.swiglu_limit : 0.0f, v, c.stream),
                      "swiglu(shared)", sshape);
     DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, c.stream), "fp8_linear(shared.w2)", sshape);

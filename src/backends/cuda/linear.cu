@@ -6,7 +6,7 @@
 
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
-#include "backends/cuda/lowp_mma.cuh"
+#include "backends/cuda/lowp_rows.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -14,14 +14,33 @@ namespace {
 using lowp::Fmt;
 using lowp::LowpWeight;
 
+// 64 registers a thread at most: two 16-warp CTAs (or four of 8) resident per SM.
+constexpr int kRowMinBlocks = 2;
+
 template <Fmt F>
-__global__ void __launch_bounds__(lowp::kMaxSlices * 32) tc_linear_kernel(const float* __restrict__ x, int64_t rows,
-                                                                         LowpWeight W, int act_block,
-                                                                         lowp::TileLayout L, float* __restrict__ y) {
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32, kRowMinBlocks)
+    tc_linear_kernel(const float* __restrict__ x, int64_t rows, LowpWeight W, int act_block, lowp::TileLayout L,
+                     float* __restrict__ y) {
   extern __shared__ float4 smem4[];
   lowp::rows_tile<F, 1>(
       &W, blockIdx.x, rows, [&](int64_t r) { return x + r * W.in; }, act_block, L, smem4,
       [&](int64_t r, int64_t col, const float (&v)[1]) { y[r * W.out + col] = round_bf16(v[0]); });
+}
+
+// Two weights of one shape over the same rows (the shared expert's w1 and w3): one launch, the
+// staged rows shared; each output's arithmetic is tc_linear_kernel's.
+template <Fmt F>
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32, kRowMinBlocks)
+    tc_linear_pair_kernel(const float* __restrict__ x, int64_t rows, LowpWeight W1, LowpWeight W3, int act_block,
+                          lowp::TileLayout L, float* __restrict__ y1, float* __restrict__ y3) {
+  extern __shared__ float4 smem4[];
+  const LowpWeight W[2] = {W1, W3};
+  lowp::rows_tile<F, 2>(
+      W, blockIdx.x, rows, [&](int64_t r) { return x + r * W1.in; }, act_block, L, smem4,
+      [&](int64_t r, int64_t col, const float (&v)[2]) {
+        y1[r * W1.out + col] = round_bf16(v[0]);
+        y3[r * W1.out + col] = round_bf16(v[1]);
+      });
 }
 
 // Prefill: a CTA owns 64 columns x 64 rows; K goes in pieces of 4 chunks (128 k, a multiple of
@@ -36,20 +55,6 @@ template <Fmt F> constexpr int kPWStride = F == Fmt::fp8 ? 160 : 80;  // bytes p
 template <Fmt F>
 constexpr size_t prefill_smem() {
   return 2 * (size_t(kPRows) * kPXStride * 2 + size_t(kPRows) * 4 * sizeof(float) + size_t(kPCols) * kPWStride<F>);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#else
-  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-#endif
 }
 
 template <Fmt F>
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
     for (int i = threadIdx.x; i < kPCols * per_col; i += blockDim.x) {
       const int col = i / per_col, part = i % per_col;
       if (cta_col + col < W.out)
-        cp_async16(sw + (b * kPCols + col) * kPWStride<F> + 16 * part,
+        lowp::cp_async16(sw + (b * kPCols + col) * kPWStride<F> + 16 * part,
                    W.w + (cta_col + col) * W.row_bytes + int64_t(p) * kPChunks * kCB + 16 * part);
     }
   };
@@ -125,7 +130,8 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
   copy_w(0, 0);
   load_x(0);
   quant_x(0);
-  cp_async_wait_all();
+  lowp::cp_async_commit();
+  lowp::cp_async_wait<0>();
   __syncthreads();
   for (int p = 0; p < npieces; ++p) {
     const int b = p & 1;
@@ -171,7 +177,8 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
     }
     if (p + 1 < npieces) {
       quant_x(b ^ 1);
-      cp_async_wait_all();
+      lowp::cp_async_commit();
+      lowp::cp_async_wait<0>();
     }
     __syncthreads();
   }
@@ -198,6 +205,7 @@ int smem_optin() {
     if (v < 48 * 1024) v = 48 * 1024;
     for (const void* k : {reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
+                          reinterpret_cast<const void*>(tc_linear_pair_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)})
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
@@ -211,24 +219,36 @@ constexpr int64_t kPrefillRows = 32;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+bool bad_shape(const float* x, int64_t rows, const LowpWeight& W, int act_block) {
+  return rows < 0 || W.in % 32 || (act_block != 32 && act_block != 64 && act_block != 128) || W.in % act_block ||
+         !aligned16(x) || !aligned16(W.w) || W.scale_cols <= 0 || W.scale_cols % 32 ||
+         ((W.scale_cols / 32) & (W.scale_cols / 32 - 1));
+}
+
+template <Fmt F>
+cudaError_t launch_prefill(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
+  if (prefill_smem<F>() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  const int kw = lowp::k_slices(W.in, static_cast<int>(W.in / act_block));
+  const dim3 grid(static_cast<unsigned>((W.out + kPCols - 1) / kPCols), static_cast<unsigned>((rows + kPRows - 1) / kPRows));
+  tc_prefill_kernel<F><<<grid, 256, prefill_smem<F>(), s>>>(x, rows, W, act_block, kw, y);
+  return cudaGetLastError();
+}
+
 template <Fmt F>
 cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
-  if (rows < 0 || W.in % 32 || (act_block != 32 && act_block != 64 && act_block != 128) || W.in % act_block || !aligned16(x) ||
-      !aligned16(W.w) || W.scale_cols <= 0 || W.scale_cols % 32 || ((W.scale_cols / 32) & (W.scale_cols / 32 - 1)))
-    return cudaErrorInvalidValue;
+  if (bad_shape(x, rows, W, act_block)) return cudaErrorInvalidValue;
   if (rows == 0 || W.out == 0) return cudaSuccess;
   // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
-  const lowp::TileLayout L = lowp::tile_layout(W.out, W.in, act_block, rows, 1);
-  if (rows > kPrefillRows) {  // speed only: both kernels give every row the same bits
-    if (prefill_smem<F>() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>((W.out + kPCols - 1) / kPCols), static_cast<unsigned>((rows + kPRows - 1) / kPRows));
-    tc_prefill_kernel<F><<<grid, 256, prefill_smem<F>(), s>>>(x, rows, W, act_block, L.kw, y);
-    return cudaGetLastError();
-  }
-  if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  if (rows > kPrefillRows) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
   const int64_t tiles = (W.out + 15) / 16;
-  tc_linear_kernel<F><<<static_cast<unsigned>(tiles), L.kw * 32, L.bytes(), s>>>(x, rows, W, act_block, L, y);
+  const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, static_cast<size_t>(smem_optin()));
+  if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  tc_linear_kernel<F><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, W, act_block, L, y);
   return cudaGetLastError();
+}
+
+LowpWeight as_lowp(const Fp8View& W) {
+  return LowpWeight{W.w, W.scale, W.out, W.in, W.in, (W.in + W.block - 1) / W.block, W.block, W.block};
 }
 
 }  // namespace
@@ -236,8 +256,27 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
 cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_block, float* y, cudaStream_t s) {
   if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear (no act_quant)
   if (W.block <= 0 || W.block % 32) return cudaErrorInvalidValue;
-  const LowpWeight L{W.w, W.scale, W.out, W.in, W.in, (W.in + W.block - 1) / W.block, W.block, W.block};
-  return launch<Fmt::fp8>(x, rows, L, act_block, y, s);
+  return launch<Fmt::fp8>(x, rows, as_lowp(W), act_block, y, s);
+}
+
+cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, const Fp8View& W3, int act_block,
+                            float* y1, float* y3, cudaStream_t s) {
+  if (W1.exl3 || W3.exl3 || rows > kPrefillRows) {  // two launches: the same bits
+    const cudaError_t e = fp8_linear(x, rows, W1, act_block, y1, s);
+    return e != cudaSuccess ? e : fp8_linear(x, rows, W3, act_block, y3, s);
+  }
+  if (W1.block <= 0 || W1.block % 32 || W3.block != W1.block || W3.out != W1.out || W3.in != W1.in)
+    return cudaErrorInvalidValue;
+  const LowpWeight L1 = as_lowp(W1), L3 = as_lowp(W3);
+  if (bad_shape(x, rows, L1, act_block) || !aligned16(L3.w)) return cudaErrorInvalidValue;
+  if (rows == 0 || W1.out == 0) return cudaSuccess;
+  const int64_t tiles = (W1.out + 15) / 16;
+  const lowp::TileLayout L =
+      lowp::tile_layout<Fmt::fp8>(W1.in, act_block, rows, 2, tiles, static_cast<size_t>(smem_optin()));
+  if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  tc_linear_pair_kernel<Fmt::fp8><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, L1, L3,
+                                                                                                 act_block, L, y1, y3);
+  return cudaGetLastError();
 }
 
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s) {

@@ -20,6 +20,11 @@ namespace dsv4::cuda {
 
 // FP8 block-scaled: per row act_quant(x, act_block) (e4m3 codes, ue8m0 scales, as cpu::act_quant_row).
 cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_block, float* y, cudaStream_t s);
+// The shared expert's gate and up: fp8_linear of W1 and of W3 (same shape, same block) over the same
+// rows, in one launch at up to 32 rows (the staged rows shared); y1 / y3 bit for bit those of two
+// fp8_linear calls. Refused as fp8_linear, or when W1 and W3 differ in shape or block.
+cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, const Fp8View& W3, int act_block,
+                            float* y1, float* y3, cudaStream_t s);
 // FP4 experts: e2m1 weights with a ue8m0 scale per 32 along K; activations act_quant'ed per act_block.
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.

@@ -14,7 +14,7 @@ namespace dsv4::cuda::lowp {
 
 // The arithmetic of one output element y[row, col] (the definition every kernel reproduces bit for
 // bit, whatever its tiling or row count):
-//   K splits into kw slices of whole act blocks (slice_begin: a function of the shape only);
+//   K splits into kw slices of whole act blocks (k_slices, slice_begin: functions of K only);
 //   in slice s, acc_s = 0, then for each 32-wide chunk c in increasing order
 //     d = mma(A1 B1, mma(A0 B0, 0))          (the chunk's 32 exact products; fixed fragment layout)
 //     acc_s = fma(d, xs[row, c] * (ws[col, c] * kFactor), acc_s)   (power-of-two scales: exact)
@@ -26,13 +26,17 @@ __host__ __device__ inline int slice_begin(int s, int units, int kw) {
   return static_cast<int>((static_cast<int64_t>(s) * units) / kw);
 }
 
-// K slices for a weight of `out` columns and `units` act blocks along K: more slices for narrow
-// shapes (more warps streaming the weight at once), at most one slice per act block.
-inline int k_slices(int64_t out, int units) {
-  const int64_t tiles = (out + 15) / 16;
-  int kw = 4;
-  while (kw < 16 && tiles * kw * 2 <= 4096) kw *= 2;
-  return kw < units ? kw : units;
+// K slices of a weight `in` wide along K with `units` act blocks: one per kChunksPerSlice chunks, 1 to
+// kMaxSlices, at most one per act block. A function of the logical K only, never of the output
+// width, so a launch over a column slice (a tensor-parallel rank's rows of W) sums every element in
+// the order the whole weight's launch does.
+constexpr int kChunksPerSlice = 8;
+constexpr int kMaxSlices = 16;  // warps per CTA of the row kernels
+inline int k_slices(int64_t in, int units) {
+  int64_t kw = in / kChunk / kChunksPerSlice;
+  if (kw < 1) kw = 1;
+  if (kw > kMaxSlices) kw = kMaxSlices;
+  return static_cast<int>(kw < units ? kw : units);
 }
 
 // Fragment layout. Lane = 4 g + q. Thread (g, q) owns physical k = 8q .. 8q+7 of a chunk for
@@ -230,117 +234,5 @@ __device__ __forceinline__ void stage_warp(RowPtr row_ptr, int R, int64_t k0, in
   __syncwarp();
 }
 
-
-constexpr int kMaxSlices = 16;  // warps per CTA of the row kernels
-constexpr int kPassRows = 8;    // the MMA's N side: rows per pass over the weights
-// Chunks of weights in flight per warp: a ring refilled as each chunk is used.
-template <int NW> constexpr int kRing = NW == 1 ? 4 : 2;
-
-// Shared memory of one row-kernel CTA: partials float4 [nw][kw][32], then per warp its scales
-// float [rt][ustride] and its codes f16 [rt][stride].
-struct TileLayout {
-  int kw = 1, rt = 1, stride = 0, ustride = 0, nw = 1;
-  __host__ __device__ size_t bytes() const {
-    return sizeof(float4) * size_t(nw) * kw * 32 + sizeof(float) * size_t(kw) * rt * ustride + 2 * size_t(kw) * rt * stride;
-  }
-};
-
-// The layout for weights [out, in] and passes of up to min(rows, 8) rows; nw weights share a CTA.
-inline TileLayout tile_layout(int64_t out, int64_t in, int act_block, int64_t rows, int nw) {
-  TileLayout L;
-  const int units = static_cast<int>(in / act_block);
-  L.kw = k_slices(out, units);
-  const int umax = (units + L.kw - 1) / L.kw;
-  L.ustride = (umax + 3) & ~3;
-  L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);  // rows 2 apart: other banks
-  L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
-  L.nw = nw;
-  return L;
-}
-
-
-// Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
-// row_ptr(r)), in passes of 8 rows; blockDim.x = 32 L.kw, warp s owning K slice s. For each valid
-// (row, column) one thread of warp 0 calls emit(r, col, v) with v[i] the fp32 sum of weight i, the
-// arithmetic defined above. Contains __syncthreads: every thread of the CTA must call it.
-template <Fmt F, int NW, typename RowPtr, typename Emit>
-__device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
-                                          int act_block, const TileLayout& L, float4* smem, Emit emit) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  float4* part = smem;
-  float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
-  float* xs = xs_all + warp * L.rt * L.ustride;
-  __half* xq = reinterpret_cast<__half*>(xs_all + L.kw * L.rt * L.ustride) + warp * L.rt * L.stride;
-  const int units = static_cast<int>(W[0].in / act_block), uc = act_block / kChunk, ucs = __ffs(uc) - 1;
-  const int u0 = slice_begin(warp, units, L.kw), u1 = slice_begin(warp + 1, units, L.kw);
-  const int c0 = u0 * uc, c1 = u1 * uc;
-  const int64_t col0 = tile * 16 + g;
-  const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;
-  WPtr<F> P[NW] = {WPtr<F>(W[0], col0, q)};
-  if constexpr (NW == 2) P[1] = WPtr<F>(W[1], col0, q);
-  for (int64_t r0 = 0; r0 < rows; r0 += kPassRows) {
-    const int R = static_cast<int>(rows - r0 < kPassRows ? rows - r0 : kPassRows);
-    constexpr int G = kRing<NW>;
-    WFrag<F> ring[NW][G];
-    float rw0[NW][G], rw1[NW][G];
-#pragma unroll
-    for (int i = 0; i < NW; ++i) P[i].prefetch_l2(c0, c0 + G < c1 ? c0 + G : c1, q);  // in flight while the rows stage
-    stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
-                  act_block, xq, L.stride, xs, L.ustride);
-#pragma unroll
-    for (int t = 0; t < G; ++t)
-#pragma unroll
-      for (int i = 0; i < NW; ++i)
-        if (c0 + t < c1) P[i].load(c0 + t, ring[i][t], rw0[i][t], rw1[i][t]);
-    float acc[NW][4];
-#pragma unroll
-    for (int i = 0; i < NW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    for (int cb = c0; cb < c1; cb += G) {
-#pragma unroll
-      for (int t = 0; t < G; ++t) {
-        const int c = cb + t;
-        if (c < c1) {
-          const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * L.stride + (c - c0) * kChunk + 8 * q)
-                                : make_uint4(0, 0, 0, 0);
-          const int ub = (c - c0) >> ucs;
-          const float xs0 = 2 * q < R ? xs[2 * q * L.ustride + ub] : 0.f;
-          const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * L.ustride + ub] : 0.f;
-#pragma unroll
-          for (int i = 0; i < NW; ++i) {
-            float d[4];
-            chunk_mma<F>(ring[i][t], b, d);
-            scale_add<F>(d, rw0[i][t], rw1[i][t], xs0, xs1, acc[i]);
-            if (c + G < c1) P[i].load(c + G, ring[i][t], rw0[i][t], rw1[i][t]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < NW; ++i) part[(i * L.kw + warp) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-    __syncthreads();
-    if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
-      float4 t[NW];
-#pragma unroll
-      for (int i = 0; i < NW; ++i) {
-        t[i] = part[i * L.kw * 32 + lane];
-        for (int s = 1; s < L.kw; ++s) {
-          const float4 v = part[(i * L.kw + s) * 32 + lane];
-          t[i].x = __fadd_rn(t[i].x, v.x), t[i].y = __fadd_rn(t[i].y, v.y);
-          t[i].z = __fadd_rn(t[i].z, v.z), t[i].w = __fadd_rn(t[i].w, v.w);
-        }
-      }
-      float v[NW];
-      if (2 * q < R) {
-        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].x; emit(r0 + 2 * q, col0, v); }
-        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].z; emit(r0 + 2 * q, col0 + 8, v); }
-      }
-      if (2 * q + 1 < R) {
-        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].y; emit(r0 + 2 * q + 1, col0, v); }
-        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].w; emit(r0 + 2 * q + 1, col0 + 8, v); }
-      }
-    }
-    __syncthreads();
-  }
-}
 
 }  // namespace dsv4::cuda::lowp

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "backends/cuda/lowp_mma.cuh"
+#include "backends/cuda/lowp_rows.cuh"
 #include "backends/cuda/moe_experts.cuh"
 
 namespace dsv4::cuda {
@@ -19,28 +19,38 @@ __device__ __forceinline__ LowpWeight as_lowp(const Fp4View& v) {
   return LowpWeight{v.w, v.scale, v.out, v.in, v.in / 2, v.in / 32, 1, 32};
 }
 
-// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs.
+// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs. Thread t
+// counts the segment starts in its run of pairs; a shuffle scan (warps, then the warp totals) gives
+// each run its first segment index.
 __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
                                                                int64_t n_pairs, int32_t* __restrict__ seg) {
-  __shared__ int32_t counts[kSegThreads];
+  __shared__ int32_t warp_total[kSegThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
   const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
   int32_t c = 0;
   for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
-  counts[threadIdx.x] = c;
+  int32_t incl = c;  // inclusive scan over the warp
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  if (lane == 31) warp_total[warp] = incl;
   __syncthreads();
-  if (threadIdx.x == 0) {  // exclusive scan (1024 adds: cheaper than a launch)
-    int32_t total = 0;
-    for (int i = 0; i < kSegThreads; ++i) {
-      const int32_t v = counts[i];
-      counts[i] = total;
-      total += v;
+  if (warp == 0) {
+    int32_t w = warp_total[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t t = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += t;
     }
-    seg[0] = total;
-    seg[1 + total] = static_cast<int32_t>(n_pairs);
+    warp_total[lane] = w;  // inclusive over warps 0 .. lane
   }
   __syncthreads();
-  int32_t k = counts[threadIdx.x];
+  int32_t k = incl - c + (warp ? warp_total[warp - 1] : 0);
+  if (threadIdx.x == kSegThreads - 1) {
+    seg[0] = k + c;
+    seg[1 + k + c] = static_cast<int32_t>(n_pairs);
+  }
   for (int64_t p = p0; p < p1; ++p)
     if (p == 0 || pair_expert[p] != pair_expert[p - 1]) seg[1 + k++] = static_cast<int32_t>(p);
 }
@@ -49,7 +59,7 @@ __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __r
 // through W2 -> out. CTA (i, j) takes column tile j of segments i, i + gridDim.x, ...; each pair's
 // arithmetic is fp4_linear's on its row alone (same K slices, same fragments, same fold).
 template <bool kDown>
-__global__ void __launch_bounds__(lowp::kMaxSlices * 32) experts_kernel(
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32, 2) experts_kernel(
     const float* __restrict__ x, const int32_t* __restrict__ pair_row, const int32_t* __restrict__ pair_expert,
     const float* __restrict__ pair_weight, const Fp4View* __restrict__ w1, const Fp4View* __restrict__ w3,
     const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, float limit, lowp::TileLayout L,
@@ -108,15 +118,18 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
   const int64_t rows = std::min<int64_t>(n_pairs, lowp::kPassRows);  // sizes the staging only
-  const lowp::TileLayout Lg = lowp::tile_layout(I, D, act_block, rows, 2), Ld = lowp::tile_layout(D, I, act_block, rows, 1);
-  if (std::max(Lg.bytes(), Ld.bytes()) > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  const unsigned seg_ctas = static_cast<unsigned>(std::min<int64_t>(n_pairs, kMaxSegCtas));
+  const int64_t tiles_g = (I + 15) / 16, tiles_d = (D + 15) / 16;
+  const size_t limit = static_cast<size_t>(smem_optin());
+  const lowp::TileLayout Lg = lowp::tile_layout<Fmt::fp4>(D, act_block, rows, 2, seg_ctas * tiles_g, limit);
+  const lowp::TileLayout Ld = lowp::tile_layout<Fmt::fp4>(I, act_block, rows, 1, seg_ctas * tiles_d, limit);
+  if (std::max(Lg.bytes(), Ld.bytes()) > limit) return cudaErrorInvalidValue;
   float* h = scratch;  // bf16 values [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + n_pairs * I);  // [n_pairs + 2]
   segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
-  const unsigned seg_ctas = static_cast<unsigned>(std::min<int64_t>(n_pairs, kMaxSegCtas));
-  experts_kernel<false><<<dim3(seg_ctas, static_cast<unsigned>((I + 15) / 16)), Lg.kw * 32, Lg.bytes(), s>>>(
+  experts_kernel<false><<<dim3(seg_ctas, static_cast<unsigned>(tiles_g)), Lg.nwarps * 32, Lg.bytes(), s>>>(
       x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Lg, seg, h, out);
-  experts_kernel<true><<<dim3(seg_ctas, static_cast<unsigned>((D + 15) / 16)), Ld.kw * 32, Ld.bytes(), s>>>(
+  experts_kernel<true><<<dim3(seg_ctas, static_cast<unsigned>(tiles_d)), Ld.nwarps * 32, Ld.bytes(), s>>>(
       x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Ld, seg, h, out);
   return cudaGetLastError();
 }

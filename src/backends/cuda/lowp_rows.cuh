@@ -1,0 +1,186 @@
+// The row tile of the FP8 / FP4 linears at up to 32 rows (decode, routed experts): one CTA per 16
+// output columns of NW same-shape weights, its warps taking the shape's K slices, each streaming
+// its slice's weight bytes through a shared-memory ring by cp.async (whole 128-byte lines per
+// column, no weight registers in flight) with its rows act_quant'ed beside them.
+#pragma once
+
+#include "backends/cuda/lowp_mma.cuh"
+
+namespace dsv4::cuda::lowp {
+
+constexpr int kPassRows = 8;     // the MMA's N side: rows per pass over the weights
+constexpr int kStageChunks = 4;  // chunks per ring stage: 128 (FP8) / 64 (FP4) bytes of each column
+constexpr int kDepth = 2;        // ring stages per warp and weight: one landing while one is used
+// Bytes per staged column: 32 bytes past a multiple of 128 (FP8) / 16 past 64 (FP4), so the 8
+// columns g of one fragment read fall on distinct banks.
+template <Fmt F> constexpr int kColStride = F == Fmt::fp8 ? 160 : 80;
+template <Fmt F> constexpr int kStageBytes = 16 * kColStride<F>;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's committed groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Shared memory of one row-tile CTA: partials float4 [nw][kw][32]; per warp its scales float
+// [rt][ustride], its codes f16 [rt][stride] and its weight ring [nw][kDepth][kStageBytes].
+// nwarps <= kw warps take slices s = warp, warp + nwarps, ... (speed only: a slice's arithmetic is
+// the same whichever warp runs it).
+struct TileLayout {
+  int kw = 1, nwarps = 1, rt = 1, stride = 0, ustride = 0, nw = 1, ring = 0;
+  __host__ __device__ size_t bytes() const {
+    return sizeof(float4) * size_t(nw) * kw * 32 +
+           size_t(nwarps) * (sizeof(float) * size_t(rt) * ustride + 2 * size_t(rt) * stride + size_t(ring));
+  }
+};
+
+// The layout for nw weights [out, in] in a launch of `ctas` CTAs and passes of up to min(rows, 8)
+// rows, fitting `smem_limit` bytes where it can (fewer warps per CTA, each taking more slices).
+template <Fmt F>
+inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, int64_t ctas, size_t smem_limit) {
+  TileLayout L;
+  const int units = static_cast<int>(in / act_block);
+  L.kw = k_slices(in, units);
+  const int umax = (units + L.kw - 1) / L.kw;
+  L.ustride = (umax + 3) & ~3;
+  L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);  // rows 2 apart: other banks
+  L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
+  L.nw = nw;
+  L.ring = nw * kDepth * kStageBytes<F>;
+  // Many CTAs: 2 slices per warp, so more CTAs are resident at once and the last wave is short.
+  for (int per = (L.kw > 8 && ctas >= 256) ? 2 : 1;; per *= 2) {
+    L.nwarps = (L.kw + per - 1) / per;
+    if (L.bytes() <= smem_limit || L.nwarps == 1) break;
+  }
+  return L;
+}
+
+// Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
+// row_ptr(r)), in passes of 8 rows; blockDim.x = 32 L.nwarps. For each valid (row, column) one
+// thread of warp 0 calls emit(r, col, v) with v[i] the fp32 sum of weight i, the arithmetic of
+// lowp_mma.cuh. Contains __syncthreads: every thread of the CTA must call it.
+template <Fmt F, int NW, typename RowPtr, typename Emit>
+__device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
+                                          int act_block, const TileLayout& L, float4* smem, Emit emit) {
+  constexpr int CB = WPtr<F>::kChunkBytes;  // weight bytes of one column per chunk
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float4* part = smem;
+  float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
+  float* xs = xs_all + warp * L.rt * L.ustride;
+  __half* xq_all = reinterpret_cast<__half*>(xs_all + L.nwarps * L.rt * L.ustride);
+  __half* xq = xq_all + warp * L.rt * L.stride;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(xq_all + L.nwarps * L.rt * L.stride) + warp * L.ring;
+  const int units = static_cast<int>(W[0].in / act_block), uc = act_block / kChunk, ucs = __ffs(uc) - 1;
+  const int64_t col_base = tile * 16, col0 = col_base + g;
+  const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;
+  const int ncols = static_cast<int>(W[0].out - col_base < 16 ? W[0].out - col_base : 16);
+  WPtr<F> P[NW] = {WPtr<F>(W[0], col0, q)};  // the scales (the bytes come through the ring)
+  if constexpr (NW == 2) P[1] = WPtr<F>(W[1], col0, q);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPassRows) {
+    const int R = static_cast<int>(rows - r0 < kPassRows ? rows - r0 : kPassRows);
+    for (int s = warp; s < L.kw; s += L.nwarps) {
+      const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);
+      const int c0 = u0 * uc, c1 = u1 * uc, nst = (c1 - c0 + kStageChunks - 1) / kStageChunks;
+      // Stage t of the slice (chunks c0 + 4t ..) into ring slot t % kDepth: 16-byte pieces, 8 lanes
+      // per 128 contiguous bytes of a column; a group is committed even when empty so the count
+      // of pending groups stays uniform. Absent columns are not copied (their outputs are not emitted).
+      auto issue = [&](int t) {
+        const int ca = c0 + t * kStageChunks, pc = c1 - ca < kStageChunks ? c1 - ca : kStageChunks;
+        if (pc > 0) {
+          const int per_col = pc * CB / 16;
+          for (int i = lane; i < ncols * per_col; i += 32) {
+            const int j = i / per_col, piece = i - j * per_col;
+#pragma unroll
+            for (int w = 0; w < NW; ++w)
+              cp_async16(ring + (w * kDepth + t % kDepth) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
+                         W[w].w + (col_base + j) * W[w].row_bytes + int64_t(ca) * CB + 16 * piece);
+          }
+        }
+        cp_async_commit();
+      };
+#pragma unroll
+      for (int t = 0; t < kDepth - 1; ++t) issue(t);  // in flight while the rows stage
+      stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
+                    act_block, xq, L.stride, xs, L.ustride);
+      float acc[NW][4];
+#pragma unroll
+      for (int i = 0; i < NW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+      for (int t = 0; t < nst; ++t) {
+        issue(t + kDepth - 1);
+        cp_async_wait<kDepth - 1>();  // stage t has landed (this lane's pieces) ...
+        __syncwarp();                 // ... and every lane's
+        const uint8_t* buf = ring + (t % kDepth) * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+#pragma unroll
+        for (int cc = 0; cc < kStageChunks; ++cc) {
+          const int c = c0 + t * kStageChunks + cc;
+          if (c < c1) {
+            const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * L.stride + (c - c0) * kChunk + 8 * q)
+                                  : make_uint4(0, 0, 0, 0);
+            const int ub = (c - c0) >> ucs;
+            const float xs0 = 2 * q < R ? xs[2 * q * L.ustride + ub] : 0.f;
+            const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * L.ustride + ub] : 0.f;
+#pragma unroll
+            for (int i = 0; i < NW; ++i) {
+              const uint8_t* wp = buf + i * kDepth * kStageBytes<F> + cc * CB;
+              WFrag<F> f;
+              if constexpr (F == Fmt::fp8) {
+                f.c0 = *reinterpret_cast<const uint2*>(wp);
+                f.c1 = *reinterpret_cast<const uint2*>(wp + 8 * kColStride<F>);
+              } else {
+                f.c0 = *reinterpret_cast<const uint32_t*>(wp);
+                f.c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kColStride<F>);
+              }
+              float ws0, ws1, d[4];
+              P[i].scales(c, ws0, ws1);
+              chunk_mma<F>(f, b, d);
+              scale_add<F>(d, ws0, ws1, xs0, xs1, acc[i]);
+            }
+          }
+        }
+        __syncwarp();  // the slot is refilled two stages on
+      }
+#pragma unroll
+      for (int i = 0; i < NW; ++i) part[(i * L.kw + s) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+    __syncthreads();
+    if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
+      float4 t[NW];
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        t[i] = part[i * L.kw * 32 + lane];
+        for (int s = 1; s < L.kw; ++s) {
+          const float4 v = part[(i * L.kw + s) * 32 + lane];
+          t[i].x = __fadd_rn(t[i].x, v.x), t[i].y = __fadd_rn(t[i].y, v.y);
+          t[i].z = __fadd_rn(t[i].z, v.z), t[i].w = __fadd_rn(t[i].w, v.w);
+        }
+      }
+      float v[NW];
+      if (2 * q < R) {
+        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].x; emit(r0 + 2 * q, col0, v); }
+        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].z; emit(r0 + 2 * q, col0 + 8, v); }
+      }
+      if (2 * q + 1 < R) {
+        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].y; emit(r0 + 2 * q + 1, col0, v); }
+        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].w; emit(r0 + 2 * q + 1, col0 + 8, v); }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace dsv4::cuda::lowp
