@@ -212,7 +212,7 @@ void bench_experts() {
   };
   const Fp4View *d1 = up(v1), *d3 = up(v3), *d2 = up(v2);
   std::mt19937 rng(77);
-  for (int rows : {1, 8, 32}) {
+  for (int rows : {1, 8, 32, 512}) {  // 512 rows: 3,072 pairs on the prefill tiles
     // several routings so consecutive calls touch different experts (no L2 reuse across calls)
     const int kRoutings = 8;
     std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
@@ -250,7 +250,7 @@ void bench_experts() {
     const double us = time_us([&](int i, cudaStream_t s) {
       auto& [pr, pe, pw, n, b] = routes[i % kRoutings];
       CHECK_CUDA(moe_routed_experts(x, pr, pe, pw, n, d1, d3, d2, D, I, 32, 10.f, scratch, out, s));
-    });
+    }, rows > 32 ? 8 : 40);
     report("moe", "routed experts x6 per row", rows, bytes, us);
   }
 }

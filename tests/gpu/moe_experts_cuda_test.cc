@@ -160,11 +160,14 @@ void check(int64_t E, int64_t D, int64_t I, int64_t rows, int k, int64_t ref_pai
 TEST(MoeExpertsCuda, SmallShapesMatchOracleAndPairsAreIndependent) {
   check(5, 256, 128, 9, 3, 1000, 10.f, 1);
   check(7, 160, 96, 37, 2, 1000, 0.f, 2);  // no clamp; some experts get no rows
-  check(6, 256, 128, 400, 3, 120, 10.f, 4);  // 1,200 pairs: segment runs of 2 pairs per scan thread
+  // 1,200 pairs: prefill tiles (pieces of up to 64 pairs), segment runs of 2 pairs per scan thread
+  check(6, 256, 128, 400, 3, 120, 10.f, 4);
 }
 
 TEST(MoeExpertsCuda, V41ShapesMatchOracle) {
-  check(8, 5120, 2304, 3, 6, 6, 10.f, 3);  // D 5120, moe_inter 2304, 6 active (spec §2.1)
+  // D 5120, moe_inter 2304, 6 active (spec §2.1); 48 rows = 288 pairs take the 64 x 64 prefill
+  // tiles, and each row's 6 pairs launched alone (the row tiles) must give the same bits.
+  check(8, 5120, 2304, 48, 6, 6, 10.f, 3);
 }
 
 }  // namespace

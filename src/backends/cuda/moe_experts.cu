@@ -1,9 +1,10 @@
 // Grouped routed experts: a segment table of the expert-sorted pairs, then gate/up + SwiGLU and
-// down on the tensor-core row tiles of lowp_mma.cuh, CTAs taking (expert segment, 16-column tile).
+// down on the tensor-core row tiles (lowp_rows.cuh), CTAs taking (expert segment, 16-column tile);
+// at prefill sizes on the 64 x 64 tiles (lowp_prefill.cuh) over each segment's 64-pair pieces.
 #include <algorithm>
 #include <initializer_list>
 
-#include "backends/cuda/lowp_rows.cuh"
+#include "backends/cuda/lowp_prefill.cuh"
 #include "backends/cuda/moe_experts.cuh"
 
 namespace dsv4::cuda {
@@ -14,23 +15,19 @@ using lowp::LowpWeight;
 
 constexpr int kSegThreads = 1024;
 constexpr int kMaxSegCtas = 512;  // CTAs along the segment axis; each loops over segments
+// Pairs from which the routed experts run on the 64 x 64 prefill tiles (weights read once per 64
+// pairs of an expert instead of once per 8).
+constexpr int64_t kPrefillPairs = 256;
 
 __device__ __forceinline__ LowpWeight as_lowp(const Fp4View& v) {
   return LowpWeight{v.w, v.scale, v.out, v.in, v.in / 2, v.in / 32, 1, 32};
 }
 
-// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs. Thread t
-// counts the segment starts in its run of pairs; a shuffle scan (warps, then the warp totals) gives
-// each run its first segment index.
-__global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
-                                                               int64_t n_pairs, int32_t* __restrict__ seg) {
-  __shared__ int32_t warp_total[kSegThreads / 32];
+// Exclusive prefix sum of c over the kSegThreads threads of the block (shuffles within warps, then
+// over the warp totals); total gets the sum of all. Every thread must call it.
+__device__ __forceinline__ int32_t block_scan(int32_t c, int32_t* warp_total, int32_t& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
-  const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
-  int32_t c = 0;
-  for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
-  int32_t incl = c;  // inclusive scan over the warp
+  int32_t incl = c;
   for (int o = 1; o < 32; o <<= 1) {
     const int32_t t = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += t;
@@ -46,13 +43,55 @@ __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __r
     warp_total[lane] = w;  // inclusive over warps 0 .. lane
   }
   __syncthreads();
-  int32_t k = incl - c + (warp ? warp_total[warp - 1] : 0);
-  if (threadIdx.x == kSegThreads - 1) {
-    seg[0] = k + c;
-    seg[1 + k + c] = static_cast<int32_t>(n_pairs);
+  total = warp_total[kSegThreads / 32 - 1];
+  return incl - c + (warp ? warp_total[warp - 1] : 0);
+}
+
+// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs. Thread t
+// counts the segment starts in its run of pairs; the scan gives the run its first segment index.
+__global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
+                                                               int64_t n_pairs, int32_t* __restrict__ seg) {
+  __shared__ int32_t warp_total[kSegThreads / 32];
+  const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
+  const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
+  int32_t c = 0, total = 0;
+  for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
+  int32_t k = block_scan(c, warp_total, total);
+  if (threadIdx.x == 0) {
+    seg[0] = total;
+    seg[1 + total] = static_cast<int32_t>(n_pairs);
   }
   for (int64_t p = p0; p < p1; ++p)
     if (p == 0 || pair_expert[p] != pair_expert[p - 1]) seg[1 + k++] = static_cast<int32_t>(p);
+}
+
+// Prefill pieces: tiles[0] = T; piece j covers pairs [tiles[1 + 2j], tiles[2 + 2j]), up to 64 pairs
+// of one segment (one expert), the segments' pieces in segment order.
+__global__ void __launch_bounds__(kSegThreads) pieces_kernel(const int32_t* __restrict__ seg,
+                                                              int32_t* __restrict__ tiles) {
+  __shared__ int32_t warp_total[kSegThreads / 32];
+  const int32_t S = seg[0], per = (S + kSegThreads - 1) / kSegThreads;
+  const int32_t i0 = min(S, static_cast<int32_t>(threadIdx.x) * per), i1 = min(S, i0 + per);
+  int32_t c = 0, total = 0;
+  for (int32_t i = i0; i < i1; ++i) c += (seg[2 + i] - seg[1 + i] + lowp::kPRows - 1) / lowp::kPRows;
+  int32_t j = block_scan(c, warp_total, total);
+  if (threadIdx.x == 0) tiles[0] = total;
+  for (int32_t i = i0; i < i1; ++i)
+    for (int32_t a = seg[1 + i]; a < seg[2 + i]; a += lowp::kPRows, ++j) {
+      tiles[1 + 2 * j] = a;
+      tiles[2 + 2 * j] = min(a + lowp::kPRows, seg[2 + i]);
+    }
+}
+
+// cpu::swiglu_clamped<float> of one element from the bf16 outputs g (w1) and up (w3), times the
+// pair's routing weight, rounded to bf16 (the one definition both paths use).
+__device__ __forceinline__ float swiglu_h(float g, float up, float weight, float limit) {
+  if (limit > 0) {
+    up = fminf(fmaxf(up, -limit), limit);
+    g = fminf(g, limit);
+  }
+  const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+  return round_bf16(__fmul_rn(weight, __fmul_rn(sg, up)));
 }
 
 // kDown = false: x rows gathered by pair_row through W1 and W3 -> SwiGLU -> h. kDown = true: h rows
@@ -80,16 +119,54 @@ __global__ void __launch_bounds__(lowp::kMaxSlices * 32, 2) experts_kernel(
       lowp::rows_tile<Fmt::fp4, 2>(
           W, blockIdx.y, q1 - q0, [&](int64_t r) { return x + int64_t(pair_row[q0 + r]) * D; }, act_block, L, smem4,
           [&](int64_t r, int64_t col, const float (&v)[2]) {
-            // cpu::swiglu_clamped<float> on the bf16 outputs of the two linears
-            float g = round_bf16(v[0]), up = round_bf16(v[1]);
-            if (limit > 0) {
-              up = fminf(fmaxf(up, -limit), limit);
-              g = fminf(g, limit);
-            }
-            const float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            h[(q0 + r) * I + col] = round_bf16(__fmul_rn(pair_weight[q0 + r], __fmul_rn(sg, up)));
+            h[(q0 + r) * I + col] = swiglu_h(round_bf16(v[0]), round_bf16(v[1]), pair_weight[q0 + r], limit);
           });
     }
+  }
+}
+
+// Prefill: CTA (x, y, z) takes columns [64 x, 64 x + 64) of pieces y, y + gridDim.y, ... (tiles),
+// weight w1 (z = 0, into a) or w3 (z = 1, into u) for the gate, w2 (into out) for the down. Every
+// output's arithmetic is fp4_linear's on its row alone, as in experts_kernel.
+template <bool kDown>
+__global__ void __launch_bounds__(256, 2) experts_prefill_kernel(
+    const float* __restrict__ x, const int32_t* __restrict__ pair_row, const int32_t* __restrict__ pair_expert,
+    const Fp4View* __restrict__ w1, const Fp4View* __restrict__ w3, const Fp4View* __restrict__ w2, int64_t D,
+    int64_t I, int act_block, int kw, const int32_t* __restrict__ tiles, float* __restrict__ a,
+    float* __restrict__ u, const float* __restrict__ h, float* __restrict__ out) {
+  extern __shared__ float4 smem4[];
+  __shared__ const float* rows[lowp::kPRows];
+  const int32_t T = tiles[0];
+  for (int32_t j = blockIdx.y; j < T; j += gridDim.y) {
+    const int32_t p0 = tiles[1 + 2 * j], n = tiles[2 + 2 * j] - p0;
+    const int e = pair_expert[p0];
+    if (e < 0) continue;  // another rank's expert (uniform over the CTA)
+    __syncthreads();      // the previous piece's readers of rows[] are done
+    if (static_cast<int>(threadIdx.x) < n)
+      rows[threadIdx.x] = kDown ? h + int64_t(p0 + threadIdx.x) * I : x + int64_t(pair_row[p0 + threadIdx.x]) * D;
+    __syncthreads();
+    const int64_t col0 = int64_t(blockIdx.x) * lowp::kPCols;
+    if constexpr (kDown) {
+      lowp::prefill_tile<Fmt::fp4>(
+          [&](int r) { return rows[r]; }, n, as_lowp(w2[e]), act_block, kw, col0, smem4,
+          [&](int r, int64_t col, float v) { out[int64_t(p0 + r) * D + col] = round_bf16(v); });
+    } else {
+      float* y = blockIdx.z ? u : a;
+      lowp::prefill_tile<Fmt::fp4>(
+          [&](int r) { return rows[r]; }, n, as_lowp(blockIdx.z ? w3[e] : w1[e]), act_block, kw, col0, smem4,
+          [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * I + col] = round_bf16(v); });
+    }
+  }
+}
+
+// h = swiglu_h(a, u) in place over a, for every pair of a held expert; CTAs over pairs.
+__global__ void swiglu_pairs_kernel(float* __restrict__ a, const float* __restrict__ u,
+                                    const int32_t* __restrict__ pair_expert, const float* __restrict__ pair_weight,
+                                    int64_t n_pairs, int64_t I, float limit) {
+  for (int64_t p = blockIdx.x; p < n_pairs; p += gridDim.x) {
+    if (pair_expert[p] < 0) continue;
+    const float w = pair_weight[p];
+    for (int64_t i = p * I + threadIdx.x; i < (p + 1) * I; i += blockDim.x) a[i] = swiglu_h(a[i], u[i], w, limit);
   }
 }
 
@@ -100,7 +177,9 @@ int smem_optin() {
     cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (v < 48 * 1024) v = 48 * 1024;
     for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false>),
-                          reinterpret_cast<const void*>(experts_kernel<true>)})
+                          reinterpret_cast<const void*>(experts_kernel<true>),
+                          reinterpret_cast<const void*>(experts_prefill_kernel<false>),
+                          reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
     return v;
   }();
@@ -117,6 +196,25 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
       (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(scratch) & 15))
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
+  if (n_pairs >= kPrefillPairs) {  // speed only: every pair gets the bits of the row tiles
+    const size_t limit = static_cast<size_t>(smem_optin());
+    if (lowp::prefill_smem<Fmt::fp4>() > limit) return cudaErrorInvalidValue;
+    float* a = scratch;                                                      // [n_pairs, I], then h in place
+    float* u = scratch + n_pairs * I;                                        // [n_pairs, I]
+    int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
+    int32_t* tiles = seg + n_pairs + 2;  // [1 + 2 T], T <= n_pairs / 64 + S (S <= n_pairs)
+    segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
+    pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, tiles);
+    const unsigned ys = static_cast<unsigned>(std::min<int64_t>((n_pairs + 63) / 64 + std::min<int64_t>(n_pairs, 384), 65535));
+    const int kwg = lowp::k_slices(D, static_cast<int>(D / act_block)), kwd = lowp::k_slices(I, static_cast<int>(I / act_block));
+    experts_prefill_kernel<false><<<dim3(static_cast<unsigned>((I + 63) / 64), ys, 2), 256, lowp::prefill_smem<Fmt::fp4>(), s>>>(
+        x, pair_row, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, a, out);
+    swiglu_pairs_kernel<<<static_cast<unsigned>(std::min<int64_t>(n_pairs, 8192)), 256, 0, s>>>(
+        a, u, pair_expert, pair_weight, n_pairs, I, swiglu_limit);
+    experts_prefill_kernel<true><<<dim3(static_cast<unsigned>((D + 63) / 64), ys, 1), 256, lowp::prefill_smem<Fmt::fp4>(), s>>>(
+        x, pair_row, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, a, out);
+    return cudaGetLastError();
+  }
   const int64_t rows = std::min<int64_t>(n_pairs, lowp::kPassRows);  // sizes the staging only
   const unsigned seg_ctas = static_cast<unsigned>(std::min<int64_t>(n_pairs, kMaxSegCtas));
   const int64_t tiles_g = (I + 15) / 16, tiles_d = (D + 15) / 16;
