@@ -14,8 +14,8 @@ namespace {
 using lowp::Fmt;
 using lowp::LowpWeight;
 
-// 64 registers a thread at most: two 16-warp CTAs (or four of 8) resident per SM.
-constexpr int kRowMinBlocks = 2;
+// lowp::kRowRegs registers a thread at most: two 16-warp CTAs (or four of 8) resident per SM.
+constexpr int kRowMinBlocks = 65536 / (lowp::kMaxSlices * 32 * lowp::kRowRegs);
 
 template <Fmt F>
 __global__ void __launch_bounds__(lowp::kMaxSlices * 32, kRowMinBlocks)
@@ -54,23 +54,30 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
       [&](int r, int64_t col, float v) { y[(row0 + r) * W.out + col] = round_bf16(v); });
 }
 
-// Per-device shared-memory limit, read once (the engine runs on one device per process).
-int smem_optin() {
-  static const int l = [] {
-    int dev = 0, v = 0;
+// Per-device limits, read once (the engine runs on one device per process).
+const lowp::SmCaps& caps() {
+  static const lowp::SmCaps c = [] {
+    int dev = 0, optin = 0, per_sm = 0, sms = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (v < 48 * 1024) v = 48 * 1024;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (optin < 48 * 1024) optin = 48 * 1024;
     for (const void* k : {reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
                           reinterpret_cast<const void*>(tc_linear_pair_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
                           reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
-    return v;
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    lowp::SmCaps r;
+    r.sms = sms > 0 ? sms : 1;
+    r.smem_block = static_cast<size_t>(optin);
+    r.smem_sm = per_sm > optin ? static_cast<size_t>(per_sm) : static_cast<size_t>(optin);
+    return r;
   }();
-  return l;
+  return c;
 }
+int smem_optin() { return static_cast<int>(caps().smem_block); }
 
 // Rows above which the 64 x 64 prefill tiles run (weights read once per 64 rows, not per 8).
 constexpr int64_t kPrefillRows = 32;
@@ -99,7 +106,7 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
   // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
   if (rows > kPrefillRows) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
   const int64_t tiles = (W.out + 15) / 16;
-  const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, static_cast<size_t>(smem_optin()));
+  const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   tc_linear_kernel<F><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, W, act_block, L, y);
   return cudaGetLastError();
@@ -130,7 +137,7 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
   if (rows == 0 || W1.out == 0) return cudaSuccess;
   const int64_t tiles = (W1.out + 15) / 16;
   const lowp::TileLayout L =
-      lowp::tile_layout<Fmt::fp8>(W1.in, act_block, rows, 2, tiles, static_cast<size_t>(smem_optin()));
+      lowp::tile_layout<Fmt::fp8>(W1.in, act_block, rows, 2, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   tc_linear_pair_kernel<Fmt::fp8><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, L1, L3,
                                                                                                  act_block, L, y1, y3);

@@ -10,7 +10,8 @@ namespace dsv4::cuda::lowp {
 
 constexpr int kPassRows = 8;     // the MMA's N side: rows per pass over the weights
 constexpr int kStageChunks = 4;  // chunks per ring stage: 128 (FP8) / 64 (FP4) bytes of each column
-constexpr int kDepth = 2;        // ring stages per warp and weight: one landing while one is used
+constexpr int kMaxDepth = 4;     // ring stages per warp and weight (TileLayout::depth: 1 .. 4)
+constexpr int kRowRegs = 64;     // registers per thread of the row kernels (their launch bounds)
 // Bytes per staged column: 32 bytes past a multiple of 128 (FP8) / 16 past 64 (FP4), so the 8
 // columns g of one fragment read fall on distinct banks.
 template <Fmt F> constexpr int kColStride = F == Fmt::fp8 ? 160 : 80;
@@ -36,23 +37,40 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+__device__ __forceinline__ void cp_async_wait_n(int n) {  // n in 0 .. kMaxDepth - 1
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
 
 // Shared memory of one row-tile CTA: partials float4 [nw][kw][32]; per warp its scales float
-// [rt][ustride], its codes f16 [rt][stride] and its weight ring [nw][kDepth][kStageBytes].
-// nwarps <= kw warps take slices s = warp, warp + nwarps, ... (speed only: a slice's arithmetic is
-// the same whichever warp runs it).
+// [rt][ustride], its codes f16 [rt][stride] and its weight ring [nw][depth][kStageBytes] (ring
+// bytes). nwarps <= kw warps take slices s = warp, warp + nwarps, ...; nwarps and depth are speed
+// only (a slice's arithmetic is the same whichever warp runs it, however deep its ring).
 struct TileLayout {
-  int kw = 1, nwarps = 1, rt = 1, stride = 0, ustride = 0, nw = 1, ring = 0;
+  int kw = 1, nwarps = 1, depth = 1, rt = 1, stride = 0, ustride = 0, nw = 1, ring = 0;
   __host__ __device__ size_t bytes() const {
     return sizeof(float4) * size_t(nw) * kw * 32 +
            size_t(nwarps) * (sizeof(float) * size_t(rt) * ustride + 2 * size_t(rt) * stride + size_t(ring));
   }
 };
 
+// What the launch planning needs of the device.
+struct SmCaps {
+  int sms = 132;
+  size_t smem_sm = 228 * 1024, smem_block = 227 * 1024;
+};
+
 // The layout for nw weights [out, in] in a launch of `ctas` CTAs and passes of up to min(rows, 8)
-// rows, fitting `smem_limit` bytes where it can (fewer warps per CTA, each taking more slices).
+// rows. Warps per CTA (kw / 1, 2, 4) and ring depth (2 .. 4 stages, fewer for short slices) are
+// chosen for the least waves x memory round trips per warp (a warp waits about once per depth - 1
+// stages; a wave lasts as long as its warps), then the fewest waves; nothing fitting leaves one
+// warp and a 1-stage ring.
 template <Fmt F>
-inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, int64_t ctas, size_t smem_limit) {
+inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, int64_t ctas, const SmCaps& caps) {
   TileLayout L;
   const int units = static_cast<int>(in / act_block);
   L.kw = k_slices(in, units);
@@ -61,13 +79,31 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
   L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);  // rows 2 apart: other banks
   L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
   L.nw = nw;
-  L.ring = nw * kDepth * kStageBytes<F>;
-  // Many CTAs: 2 slices per warp, so more CTAs are resident at once and the last wave is short.
-  for (int per = (L.kw > 8 && ctas >= 256) ? 2 : 1;; per *= 2) {
-    L.nwarps = (L.kw + per - 1) / per;
-    if (L.bytes() <= smem_limit || L.nwarps == 1) break;
+  const int nst = (umax * (act_block / kChunk) + kStageChunks - 1) / kStageChunks;  // stages of the longest slice
+  const int dmax = nst < kMaxDepth ? nst : kMaxDepth, dmin = nst < 2 ? 1 : 2;
+  TileLayout best = L;
+  best.nwarps = 1, best.depth = 1, best.ring = nw * kStageBytes<F>;
+  int64_t best_score = -1, best_waves = 0;
+  for (int per = 1; per <= 4; per *= 2) {
+    TileLayout T = L;
+    T.nwarps = (L.kw + per - 1) / per;
+    if (per > 1 && T.nwarps == (L.kw + per / 2 - 1) / (per / 2)) continue;  // same as the last
+    for (int d = dmax; d >= dmin; --d) {
+      T.depth = d, T.ring = nw * d * kStageBytes<F>;
+      const size_t b = T.bytes();
+      if (b > caps.smem_block) continue;
+      int64_t occ = static_cast<int64_t>(caps.smem_sm / (b + 1024));
+      const int64_t by_regs = 65536 / (int64_t(kRowRegs) * 32 * T.nwarps);
+      occ = occ < by_regs ? occ : by_regs;
+      if (occ < 1) continue;
+      const int64_t slots = int64_t(caps.sms) * occ, waves = (ctas + slots - 1) / slots;
+      const int64_t trips = (int64_t(per) * nst + (d > 1 ? d - 2 : 0)) / (d > 1 ? d - 1 : 1), score = waves * trips;
+      if (best_score < 0 || score < best_score || (score == best_score && waves < best_waves)) {
+        best = T, best_score = score, best_waves = waves;
+      }
+    }
   }
-  return L;
+  return best;
 }
 
 // Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
@@ -96,7 +132,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
     for (int s = warp; s < L.kw; s += L.nwarps) {
       const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);
       const int c0 = u0 * uc, c1 = u1 * uc, nst = (c1 - c0 + kStageChunks - 1) / kStageChunks;
-      // Stage t of the slice (chunks c0 + 4t ..) into ring slot t % kDepth: 16-byte pieces, 8 lanes
+      // Stage t of the slice (chunks c0 + 4t ..) into ring slot t % depth: 16-byte pieces, 8 lanes
       // per 128 contiguous bytes of a column; a group is committed even when empty so the count
       // of pending groups stays uniform. Absent columns are not copied (their outputs are not emitted).
       auto issue = [&](int t) {
@@ -107,24 +143,23 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
             const int j = i / per_col, piece = i - j * per_col;
 #pragma unroll
             for (int w = 0; w < NW; ++w)
-              cp_async16(ring + (w * kDepth + t % kDepth) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
+              cp_async16(ring + (w * L.depth + t % L.depth) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
                          W[w].w + (col_base + j) * W[w].row_bytes + int64_t(ca) * CB + 16 * piece);
           }
         }
         cp_async_commit();
       };
-#pragma unroll
-      for (int t = 0; t < kDepth - 1; ++t) issue(t);  // in flight while the rows stage
+      for (int t = 0; t < L.depth - 1; ++t) issue(t);  // in flight while the rows stage
       stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
                     act_block, xq, L.stride, xs, L.ustride);
       float acc[NW][4];
 #pragma unroll
       for (int i = 0; i < NW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
       for (int t = 0; t < nst; ++t) {
-        issue(t + kDepth - 1);
-        cp_async_wait<kDepth - 1>();  // stage t has landed (this lane's pieces) ...
+        issue(t + L.depth - 1);
+        cp_async_wait_n(L.depth - 1);  // stage t has landed (this lane's pieces) ...
         __syncwarp();                 // ... and every lane's
-        const uint8_t* buf = ring + (t % kDepth) * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+        const uint8_t* buf = ring + (t % L.depth) * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
 #pragma unroll
         for (int cc = 0; cc < kStageChunks; ++cc) {
           const int c = c0 + t * kStageChunks + cc;
@@ -136,7 +171,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
             const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * L.ustride + ub] : 0.f;
 #pragma unroll
             for (int i = 0; i < NW; ++i) {
-              const uint8_t* wp = buf + i * kDepth * kStageBytes<F> + cc * CB;
+              const uint8_t* wp = buf + i * L.depth * kStageBytes<F> + cc * CB;
               WFrag<F> f;
               if constexpr (F == Fmt::fp8) {
                 f.c0 = *reinterpret_cast<const uint2*>(wp);
@@ -152,7 +187,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
             }
           }
         }
-        __syncwarp();  // the slot is refilled two stages on
+        __syncwarp();  // the slot is refilled depth - 1 stages on
       }
 #pragma unroll
       for (int i = 0; i < NW; ++i) part[(i * L.kw + s) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);

@@ -98,7 +98,7 @@ __device__ __forceinline__ float swiglu_h(float g, float up, float weight, float
 // through W2 -> out. CTA (i, j) takes column tile j of segments i, i + gridDim.x, ...; each pair's
 // arithmetic is fp4_linear's on its row alone (same K slices, same fragments, same fold).
 template <bool kDown>
-__global__ void __launch_bounds__(lowp::kMaxSlices * 32, 2) experts_kernel(
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32, 65536 / (lowp::kMaxSlices * 32 * lowp::kRowRegs)) experts_kernel(
     const float* __restrict__ x, const int32_t* __restrict__ pair_row, const int32_t* __restrict__ pair_expert,
     const float* __restrict__ pair_weight, const Fp4View* __restrict__ w1, const Fp4View* __restrict__ w3,
     const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, float limit, lowp::TileLayout L,
@@ -170,21 +170,28 @@ __global__ void swiglu_pairs_kernel(float* __restrict__ a, const float* __restri
   }
 }
 
-int smem_optin() {
-  static const int l = [] {
-    int dev = 0, v = 0;
+const lowp::SmCaps& caps() {  // per-device limits, read once
+  static const lowp::SmCaps c = [] {
+    int dev = 0, optin = 0, per_sm = 0, sms = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (v < 48 * 1024) v = 48 * 1024;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (optin < 48 * 1024) optin = 48 * 1024;
     for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false>),
                           reinterpret_cast<const void*>(experts_kernel<true>),
                           reinterpret_cast<const void*>(experts_prefill_kernel<false>),
                           reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
-    return v;
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    lowp::SmCaps r;
+    r.sms = sms > 0 ? sms : 1;
+    r.smem_block = static_cast<size_t>(optin);
+    r.smem_sm = per_sm > optin ? static_cast<size_t>(per_sm) : static_cast<size_t>(optin);
+    return r;
   }();
-  return l;
+  return c;
 }
+int smem_optin() { return static_cast<int>(caps().smem_block); }
 
 }  // namespace
 
@@ -219,8 +226,8 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
   const unsigned seg_ctas = static_cast<unsigned>(std::min<int64_t>(n_pairs, kMaxSegCtas));
   const int64_t tiles_g = (I + 15) / 16, tiles_d = (D + 15) / 16;
   const size_t limit = static_cast<size_t>(smem_optin());
-  const lowp::TileLayout Lg = lowp::tile_layout<Fmt::fp4>(D, act_block, rows, 2, seg_ctas * tiles_g, limit);
-  const lowp::TileLayout Ld = lowp::tile_layout<Fmt::fp4>(I, act_block, rows, 1, seg_ctas * tiles_d, limit);
+  const lowp::TileLayout Lg = lowp::tile_layout<Fmt::fp4>(D, act_block, rows, 2, seg_ctas * tiles_g, caps());
+  const lowp::TileLayout Ld = lowp::tile_layout<Fmt::fp4>(I, act_block, rows, 1, seg_ctas * tiles_d, caps());
   if (std::max(Lg.bytes(), Ld.bytes()) > limit) return cudaErrorInvalidValue;
   float* h = scratch;  // bf16 values [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + n_pairs * I);  // [n_pairs + 2]
