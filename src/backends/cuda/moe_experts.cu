@@ -179,10 +179,13 @@ const lowp::SmCaps& caps() {  // per-device limits, read once
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (optin < 48 * 1024) optin = 48 * 1024;
     for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false>),
-                          reinterpret_cast<const void*>(experts_kernel<true>),
-                          reinterpret_cast<const void*>(experts_prefill_kernel<false>),
-                          reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
+                          reinterpret_cast<const void*>(experts_kernel<true>)})
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    // the prefill kernels also hold static shared memory (their row pointers): ask for what they use
+    for (const void* k : {reinterpret_cast<const void*>(experts_prefill_kernel<false>),
+                          reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(lowp::prefill_smem<Fmt::fp4>()));
     lowp::SmCaps r;
     r.sms = sms > 0 ? sms : 1;
     r.smem_block = static_cast<size_t>(optin);
@@ -205,7 +208,7 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
   if (n_pairs == 0) return cudaSuccess;
   if (n_pairs >= kPrefillPairs) {  // speed only: every pair gets the bits of the row tiles
     const size_t limit = static_cast<size_t>(smem_optin());
-    if (lowp::prefill_smem<Fmt::fp4>() > limit) return cudaErrorInvalidValue;
+    if (lowp::prefill_smem<Fmt::fp4>() + sizeof(const float*) * lowp::kPRows > limit) return cudaErrorInvalidValue;
     float* a = scratch;                                                      // [n_pairs, I], then h in place
     float* u = scratch + n_pairs * I;                                        // [n_pairs, I]
     int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
