@@ -22,8 +22,8 @@ namespace dsv4::cuda::lowp {
 // f16 holds every e4m3 value and every e2m1 value times 2^-14 exactly, so the products are exact.
 constexpr int kChunk = 32;
 
-__host__ __device__ inline int slice_begin(int s, int units, int kw) {
-  return static_cast<int>((static_cast<int64_t>(s) * units) / kw);
+__host__ __device__ inline int slice_begin(int s, int units, int kw) {  // s * units < 2^32
+  return static_cast<int>((static_cast<uint32_t>(s) * static_cast<uint32_t>(units)) / static_cast<uint32_t>(kw));
 }
 
 // K slices of a weight `in` wide along K with `units` act blocks: one per kChunksPerSlice chunks, 1 to
@@ -77,8 +77,9 @@ struct WPtr {
     ok0 = col0 < W.out, ok1 = col0 + 8 < W.out;
     p0 = W.w + col0 * W.row_bytes + (kChunkBytes / 4) * q;
     p1 = p0 + 8 * W.row_bytes;
-    s0 = W.scale + (col0 / W.scale_rows) * W.scale_stride;
-    s1 = W.scale + ((col0 + 8) / W.scale_rows) * W.scale_stride;
+    const int rsh = __ffs(W.scale_rows) - 1;  // scale_rows: 1 (FP4) or the FP8 block, a power of two
+    s0 = W.scale + (col0 >> rsh) * W.scale_stride;
+    s1 = W.scale + ((col0 + 8) >> rsh) * W.scale_stride;
     sh = __ffs(W.scale_cols / kChunk) - 1;  // scale_cols / 32 is a power of two (checked at launch)
   }
   __device__ __forceinline__ void load(int c, WFrag<F>& f, float& ws0, float& ws1) const {
@@ -179,8 +180,11 @@ __device__ __forceinline__ void quant_quad(float4 v, float amax, unsigned quad, 
                                            float* xs) {
   const uint8_t sb = fp8_ue8m0_scale(amax);
   const float s = ue8m0_to_f32(sb);
-  // 1 / s for s = 2^(sb - 127): the power of two 2^(127 - sb), a normal float for sb <= 253
-  const float inv_s = sb <= 253 ? __uint_as_float(static_cast<uint32_t>(254 - sb) << 23) : __fdiv_rn(1.0f, s);
+  // 1 / s for s = 2^(sb - 127), exactly: 2^(127 - sb), a normal float for sb <= 253; 2^-127 (subnormal)
+  // for sb = 254; NaN for the NaN scale 255 (never chosen: fp8_ue8m0_scale clamps to 254)
+  const float inv_s = sb <= 253   ? __uint_as_float(static_cast<uint32_t>(254 - sb) << 23)
+                      : sb == 254 ? __uint_as_float(0x00400000u)
+                                  : __uint_as_float(0x7FC00000u);
   if ((quad & (group - 1)) == 0) xs[quad >> gshift] = s;
   const __nv_fp8x2_storage_t c01 =
       __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.x, inv_s), __fmul_rn(v.y, inv_s)), __NV_SATFINITE, __NV_E4M3);
@@ -210,7 +214,7 @@ __device__ __forceinline__ void stage_warp(RowPtr row_ptr, int R, int64_t k0, in
   const int group = act_block / 4, gshift = __ffs(group) - 1;  // lanes per act block (8, 16, 32)
   const unsigned quads = static_cast<unsigned>(len / 4), total = static_cast<unsigned>(R) * quads;
   // item / quads as a multiply-high: exact for item * quads < 2^32 (item < 2^14, quads < 2^16).
-  const unsigned magic = static_cast<unsigned>((0x100000000ull + quads - 1) / quads);
+  const unsigned magic = 0xFFFFFFFFu / quads + 1u;  // ceil(2^32 / quads) for quads >= 2 (here >= 8)
   constexpr int kBatch = 4;  // loads in flight per lane before any is used
   for (unsigned base = 0; base < total; base += 32 * kBatch) {  // warp-uniform trip counts (shuffles below)
     float4 v[kBatch];

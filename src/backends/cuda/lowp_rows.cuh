@@ -121,7 +121,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
   __half* xq_all = reinterpret_cast<__half*>(xs_all + L.nwarps * L.rt * L.ustride);
   __half* xq = xq_all + warp * L.rt * L.stride;
   uint8_t* ring = reinterpret_cast<uint8_t*>(xq_all + L.nwarps * L.rt * L.stride) + warp * L.ring;
-  const int units = static_cast<int>(W[0].in / act_block), uc = act_block / kChunk, ucs = __ffs(uc) - 1;
+  const int units = static_cast<int>(W[0].in) / act_block, uc = act_block / kChunk, ucs = __ffs(uc) - 1;
   const int64_t col_base = tile * 16, col0 = col_base + g;
   const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;
   const int ncols = static_cast<int>(W[0].out - col_base < 16 ? W[0].out - col_base : 16);
@@ -132,34 +132,44 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
     for (int s = warp; s < L.kw; s += L.nwarps) {
       const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);
       const int c0 = u0 * uc, c1 = u1 * uc, nst = (c1 - c0 + kStageChunks - 1) / kStageChunks;
-      // Stage t of the slice (chunks c0 + 4t ..) into ring slot t % depth: 16-byte pieces, 8 lanes
-      // per 128 contiguous bytes of a column; a group is committed even when empty so the count
-      // of pending groups stays uniform. Absent columns are not copied (their outputs are not emitted).
-      auto issue = [&](int t) {
+      // Stage t of the slice (chunks c0 + 4t ..) into ring slot `slot`: 16-byte pieces, 8 lanes per
+      // 128 contiguous bytes of a column; a group is committed even when empty so the count of
+      // pending groups stays uniform. Absent columns are not copied (their outputs are not emitted).
+      constexpr int kPieces = kStageChunks * CB / 16;  // per column of a full stage: 8 (FP8), 4 (FP4)
+      auto issue = [&](int t, int slot) {
         const int ca = c0 + t * kStageChunks, pc = c1 - ca < kStageChunks ? c1 - ca : kStageChunks;
         if (pc > 0) {
           const int per_col = pc * CB / 16;
-          for (int i = lane; i < ncols * per_col; i += 32) {
-            const int j = i / per_col, piece = i - j * per_col;
 #pragma unroll
-            for (int w = 0; w < NW; ++w)
-              cp_async16(ring + (w * L.depth + t % L.depth) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
-                         W[w].w + (col_base + j) * W[w].row_bytes + int64_t(ca) * CB + 16 * piece);
+          for (int i = lane; i < 16 * kPieces; i += 32) {
+            const int j = i / kPieces, piece = i % kPieces;
+            if (j < ncols && piece < per_col) {
+#pragma unroll
+              for (int w = 0; w < NW; ++w)
+                cp_async16(ring + (w * L.depth + slot) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
+                           W[w].w + (col_base + j) * W[w].row_bytes + int64_t(ca) * CB + 16 * piece);
+            }
           }
         }
         cp_async_commit();
       };
-      for (int t = 0; t < L.depth - 1; ++t) issue(t);  // in flight while the rows stage
+      int islot = 0;  // the ring slot of the next stage issued
+      for (int t = 0; t < L.depth - 1; ++t) {  // in flight while the rows stage
+        issue(t, islot);
+        islot = islot + 1 == L.depth ? 0 : islot + 1;
+      }
       stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
                     act_block, xq, L.stride, xs, L.ustride);
       float acc[NW][4];
 #pragma unroll
       for (int i = 0; i < NW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-      for (int t = 0; t < nst; ++t) {
-        issue(t + L.depth - 1);
+      for (int t = 0, cslot = 0; t < nst; ++t) {
+        issue(t + L.depth - 1, islot);
+        islot = islot + 1 == L.depth ? 0 : islot + 1;
         cp_async_wait_n(L.depth - 1);  // stage t has landed (this lane's pieces) ...
         __syncwarp();                 // ... and every lane's
-        const uint8_t* buf = ring + (t % L.depth) * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+        const uint8_t* buf = ring + cslot * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+        cslot = cslot + 1 == L.depth ? 0 : cslot + 1;
 #pragma unroll
         for (int cc = 0; cc < kStageChunks; ++cc) {
           const int c = c0 + t * kStageChunks + cc;
