@@ -82,6 +82,10 @@ double time_us(const std::function<void(int, cudaStream_t)>& fn, int calls = 40)
 }
 
 double g_bw = 0;
+// DSV4_BENCH_ROWS1=1: rows 1 only (layout sweeps).
+std::vector<int> rows_list(std::vector<int> all) {
+  return std::getenv("DSV4_BENCH_ROWS1") ? std::vector<int>{1} : all;
+}
 
 void report(const char* kind, const char* name, int rows, double bytes, double us) {
   const double floor_us = bytes / g_bw * 1e6;
@@ -115,7 +119,7 @@ void bench_fp8(const char* name, int64_t out, int64_t in) {
   for (int c = 0; c < nc; ++c)
     w[c] = Fp8View{device_random(out * in, 11 + c), device_random(((out + 31) / 32) * ((in + 31) / 32), 5 + c, scale_byte),
                    out, in, 32};
-  for (int rows : {1, 8, 32}) {
+  for (int rows : rows_list({1, 8, 32})) {
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
     float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
     const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(fp8_linear(x, rows, w[i % nc], 32, y, s)); });
@@ -135,7 +139,7 @@ void bench_fp8_pair(const char* name, int64_t out, int64_t in) {
     w3[c] = Fp8View{device_random(out * in, 71 + c), device_random(((out + 31) / 32) * ((in + 31) / 32), 6 + c, scale_byte),
                     out, in, 32};
   }
-  for (int rows : {1, 8, 32}) {
+  for (int rows : rows_list({1, 8, 32})) {
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
     float* y1 = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
     float* y3 = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
@@ -153,7 +157,7 @@ void bench_fp4(const char* name, int64_t out, int64_t in) {
   std::vector<Fp4View> w(nc);
   for (int c = 0; c < nc; ++c)
     w[c] = Fp4View{device_random(out * in / 2, 21 + c), device_random(out * (in / 32), 7 + c, scale_byte), out, in};
-  for (int rows : {1, 8, 32}) {
+  for (int rows : rows_list({1, 8, 32})) {
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
     float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
     const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(fp4_linear(x, rows, w[i % nc], 32, y, s)); });
@@ -199,8 +203,9 @@ void bench_experts() {
   if (!wanted("routed experts")) return;
   const int64_t E = 384, D = 5120, I = 2304;
   const double expert_bytes = 3.0 * (double(I) * D / 2 + double(I) * (D / 32));
-  std::vector<Fp4View> v1(E), v3(E), v2(E);
-  for (int64_t e = 0; e < E; ++e) {
+  static std::vector<Fp4View> v1(E), v3(E), v2(E);  // generated once (layout sweeps call this again)
+  static const Fp4View *d1 = nullptr, *d3 = nullptr, *d2 = nullptr;
+  for (int64_t e = 0; e < E && !d1; ++e) {
     v1[e] = Fp4View{device_random(I * D / 2, 100 + e), device_random(I * (D / 32), 9, scale_byte), I, D};
     v3[e] = Fp4View{device_random(I * D / 2, 500 + e), device_random(I * (D / 32), 10, scale_byte), I, D};
     v2[e] = Fp4View{device_random(D * I / 2, 900 + e), device_random(D * (I / 32), 11, scale_byte), D, I};
@@ -210,9 +215,9 @@ void bench_experts() {
     CHECK_CUDA(cudaMemcpy(d, v.data(), sizeof(Fp4View) * E, cudaMemcpyHostToDevice));
     return reinterpret_cast<const Fp4View*>(d);
   };
-  const Fp4View *d1 = up(v1), *d3 = up(v3), *d2 = up(v2);
+  if (!d1) d1 = up(v1), d3 = up(v3), d2 = up(v2);
   std::mt19937 rng(77);
-  for (int rows : {1, 8, 32, 512}) {  // 512 rows: 3,072 pairs on the prefill tiles
+  for (int rows : rows_list({1, 8, 32, 512})) {  // 512 rows: 3,072 pairs on the prefill tiles
     // several routings so consecutive calls touch different experts (no L2 reuse across calls)
     const int kRoutings = 8;
     std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
@@ -323,9 +328,22 @@ int main() {
   }
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines out as measured, even if the run is cut short
   g_bw = copy_bandwidth();
   std::printf("device %s, %d SMs, L2 %d MB; D2D copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, g_bw / 1e9);
+  if (std::getenv("DSV4_BENCH_SWEEP")) {  // the listed lines under each forced row-tile layout
+    for (const auto [per, depth] : {std::pair{0, 0}, {1, 2}, {1, 3}, {1, 4}, {2, 2}, {2, 3}, {2, 4}, {4, 2}, {4, 3}}) {
+      set_lowp_layout_override(per, depth);
+      std::printf("layout: slices per warp %d, ring depth %d (0: planner)\n", per, depth);
+      bench_fp8("wq_a [1280, 5120]", 1280, 5120);
+      bench_fp8("wq_b [32768, 1280]", 32768, 1280);
+      bench_fp8("wo_b [5120, 8192]", 5120, 8192);
+      bench_experts();
+    }
+    set_lowp_layout_override(0, 0);
+    return 0;
+  }
   if (std::getenv("DSV4_BENCH_PROBES")) {  // the fixed cost of a launch and the cost per chunk of K
     bench_fp8("probe [16, 32]", 16, 32);
     bench_fp8("probe [16, 256]", 16, 256);

@@ -144,6 +144,10 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
   return cudaGetLastError();
 }
 
+void set_lowp_layout_override(int slices_per_warp, int ring_depth) {
+  lowp::g_layout_override = lowp::LayoutOverride{slices_per_warp, ring_depth};
+}
+
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s) {
   if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear (no act_quant)
   const LowpWeight L{W.w, W.scale, W.out, W.in, W.in / 2, W.in / 32, 1, 32};

@@ -27,6 +27,11 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
                             float* y1, float* y3, cudaStream_t s);
 // FP4 experts: e2m1 weights with a ue8m0 scale per 32 along K; activations act_quant'ed per act_block.
 cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_block, float* y, cudaStream_t s);
+// Benchmarks only: the FP8 / FP4 row kernels (fp8_linear, fp4_linear, fp8_linear_pair,
+// moe_routed_experts at up to 255 pairs) take K slices per warp `slices_per_warp` (1, 2, 4) and a
+// weight ring of `ring_depth` stages where the shape allows; 0, 0 restores the planner's choice.
+// Speed only: every output's bits are the same under any setting.
+void set_lowp_layout_override(int slices_per_warp, int ring_depth);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
 // A block-diagonal bf16 linear in one launch (attention's grouped wo_a): W [groups * out, in] holds

@@ -64,6 +64,13 @@ struct SmCaps {
   size_t smem_sm = 228 * 1024, smem_block = 227 * 1024;
 };
 
+// Benchmarks only (set_lowp_layout_override in linear.cuh): fixes the slices per warp (1, 2, 4) and
+// the ring depth the planner picks where they fit; 0 = its own choice. Speed only, never the bits.
+struct LayoutOverride {
+  int per = 0, depth = 0;
+};
+inline LayoutOverride g_layout_override;
+
 // The layout for nw weights [out, in] in a launch of `ctas` CTAs and passes of up to min(rows, 8)
 // rows. Warps per CTA (kw / 1, 2, 4) and ring depth (2 .. 4 stages, fewer for short slices) are
 // chosen for the least waves x memory round trips per warp (a warp waits about once per depth - 1
@@ -84,11 +91,14 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
   TileLayout best = L;
   best.nwarps = 1, best.depth = 1, best.ring = nw * kStageBytes<F>;
   int64_t best_score = -1, best_waves = 0;
+  const LayoutOverride o = g_layout_override;
   for (int per = 1; per <= 4; per *= 2) {
+    if (o.per > 0 && per != o.per) continue;
     TileLayout T = L;
     T.nwarps = (L.kw + per - 1) / per;
-    if (per > 1 && T.nwarps == (L.kw + per / 2 - 1) / (per / 2)) continue;  // same as the last
+    if (o.per == 0 && per > 1 && T.nwarps == (L.kw + per / 2 - 1) / (per / 2)) continue;  // same as the last
     for (int d = dmax; d >= dmin; --d) {
+      if (o.depth > 0 && d != (o.depth < dmax ? (o.depth > dmin ? o.depth : dmin) : dmax)) continue;
       T.depth = d, T.ring = nw * d * kStageBytes<F>;
       const size_t b = T.bytes();
       if (b > caps.smem_block) continue;
