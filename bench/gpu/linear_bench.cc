@@ -344,13 +344,6 @@ int main() {
     set_lowp_layout_override(0, 0);
     return 0;
   }
-  if (std::getenv("DSV4_BENCH_PROBES")) {  // the fixed cost of a launch and the cost per chunk of K
-    bench_fp8("probe [16, 32]", 16, 32);
-    bench_fp8("probe [16, 256]", 16, 256);
-    bench_fp8("probe [16, 5120]", 16, 5120);
-    bench_fp8("probe [16, 40960]", 16, 40960);
-    bench_fp8("probe [2112, 5120]", 2112, 5120);
-  }
   bench_fp8("wq_a [1280, 5120]", 1280, 5120);
   bench_fp8("wkv [512, 5120]", 512, 5120);
   bench_fp8("wq_b [32768, 1280]", 32768, 1280);

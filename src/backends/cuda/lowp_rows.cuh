@@ -10,7 +10,7 @@ namespace dsv4::cuda::lowp {
 
 constexpr int kPassRows = 8;     // the MMA's N side: rows per pass over the weights
 constexpr int kStageChunks = 4;  // chunks per ring stage: 128 (FP8) / 64 (FP4) bytes of each column
-constexpr int kMaxDepth = 4;     // ring stages per warp and weight (TileLayout::depth: 1 .. 4)
+constexpr int kMaxDepth = 4;     // ring stages per warp and weight at most (TileLayout::depth)
 constexpr int kRowRegs = 64;     // registers per thread of the row kernels (their launch bounds)
 // Bytes per staged column: 32 bytes past a multiple of 128 (FP8) / 16 past 64 (FP4), so the 8
 // columns g of one fragment read fall on distinct banks.
@@ -64,18 +64,19 @@ struct SmCaps {
   size_t smem_sm = 228 * 1024, smem_block = 227 * 1024;
 };
 
-// Benchmarks only (set_lowp_layout_override in linear.cuh): fixes the slices per warp (1, 2, 4) and
-// the ring depth the planner picks where they fit; 0 = its own choice. Speed only, never the bits.
+// Benchmarks only (set_lowp_layout_override in linear.cuh): fixes the slices per warp and the ring
+// depth (capped by the slice's stages) where they fit; 0 = the planner's choice. Speed only, never
+// the bits.
 struct LayoutOverride {
   int per = 0, depth = 0;
 };
 inline LayoutOverride g_layout_override;
 
 // The layout for nw weights [out, in] in a launch of `ctas` CTAs and passes of up to min(rows, 8)
-// rows. Warps per CTA (kw / 1, 2, 4) and ring depth (2 .. 4 stages, fewer for short slices) are
-// chosen for the least waves x memory round trips per warp (a warp waits about once per depth - 1
-// stages; a wave lasts as long as its warps), then the fewest waves; nothing fitting leaves one
-// warp and a 1-stage ring.
+// rows. A ring of 2 stages (1 for slices of one stage); one slice per warp, two when the launch has
+// more CTAs than SMs and more than 8 slices; more per warp only where shared memory requires. Measured on
+// an H200 (docs/perf.md, CUDA linears, the layout sweep of linear_bench): deeper rings and 4
+// slices per warp were slower or no faster at batch 1 on every V4.1 shape.
 template <Fmt F>
 inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, int64_t ctas, const SmCaps& caps) {
   TileLayout L;
@@ -87,33 +88,18 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
   L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
   L.nw = nw;
   const int nst = (umax * (act_block / kChunk) + kStageChunks - 1) / kStageChunks;  // stages of the longest slice
-  const int dmax = nst < kMaxDepth ? nst : kMaxDepth, dmin = nst < 2 ? 1 : 2;
-  TileLayout best = L;
-  best.nwarps = 1, best.depth = 1, best.ring = nw * kStageBytes<F>;
-  int64_t best_score = -1, best_waves = 0;
   const LayoutOverride o = g_layout_override;
-  for (int per = 1; per <= 4; per *= 2) {
-    if (o.per > 0 && per != o.per) continue;
-    TileLayout T = L;
-    T.nwarps = (L.kw + per - 1) / per;
-    if (o.per == 0 && per > 1 && T.nwarps == (L.kw + per / 2 - 1) / (per / 2)) continue;  // same as the last
-    for (int d = dmax; d >= dmin; --d) {
-      if (o.depth > 0 && d != (o.depth < dmax ? (o.depth > dmin ? o.depth : dmin) : dmax)) continue;
-      T.depth = d, T.ring = nw * d * kStageBytes<F>;
-      const size_t b = T.bytes();
-      if (b > caps.smem_block) continue;
-      int64_t occ = static_cast<int64_t>(caps.smem_sm / (b + 1024));
-      const int64_t by_regs = 65536 / (int64_t(kRowRegs) * 32 * T.nwarps);
-      occ = occ < by_regs ? occ : by_regs;
-      if (occ < 1) continue;
-      const int64_t slots = int64_t(caps.sms) * occ, waves = (ctas + slots - 1) / slots;
-      const int64_t trips = (int64_t(per) * nst + (d > 1 ? d - 2 : 0)) / (d > 1 ? d - 1 : 1), score = waves * trips;
-      if (best_score < 0 || score < best_score || (score == best_score && waves < best_waves)) {
-        best = T, best_score = score, best_waves = waves;
-      }
-    }
+  int depth = o.depth > 0 ? o.depth : 2;
+  depth = depth < nst ? depth : nst;
+  L.depth = depth < 1 ? 1 : depth;
+  L.ring = nw * L.depth * kStageBytes<F>;
+  int per = o.per > 0 ? o.per : (L.kw > 8 && ctas > int64_t(caps.sms) ? 2 : 1);
+  for (;; per *= 2) {
+    L.nwarps = (L.kw + per - 1) / per;
+    if (L.bytes() <= caps.smem_block || L.nwarps == 1) break;
   }
-  return best;
+  if (L.bytes() > caps.smem_block) L.depth = 1, L.ring = nw * kStageBytes<F>;
+  return L;
 }
 
 // Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
