@@ -32,36 +32,15 @@ __device__ float sum_squares8_shared(const float* sh, int64_t n, float* red) {
 }
 
 // RMSNorm of x [n] into sh (bf16 values), with every thread of the block: x staged in sh by
-// coalesced loads, its sum of squares in the oracle's order, then normalised in place. The first
-// kHeld elements of each thread (x and w) are loaded before the sum, so no load waits behind it.
-// x may be sh.
+// coalesced loads, its sum of squares in the oracle's order, then normalised in place. x may be sh.
 __device__ void norm_into(const float* x, int64_t n, const float* w, float eps, float* sh, float* red) {
-  constexpr int kHeld = 8;
-  float xv[kHeld], wv[kHeld];
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    xv[k] = i < n ? x[i] : 0.0f;
-    wv[k] = w && i < n ? w[i] : 1.0f;
-  }
   if (x != sh) {
-#pragma unroll
-    for (int k = 0; k < kHeld; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < n) sh[i] = xv[k];
-    }
-    for (int64_t i = threadIdx.x + static_cast<int64_t>(kHeld) * blockDim.x; i < n; i += blockDim.x) sh[i] = x[i];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sh[i] = x[i];
+    __syncthreads();
   }
-  __syncthreads();
   const float ss = sum_squares8_shared(sh, n, red);
   const float r = 1.0f / sqrtf(__fadd_rn(ss / static_cast<float>(n), eps));
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    const float v = __fmul_rn(xv[k], r);
-    if (i < n) sh[i] = rb(w ? __fmul_rn(wv[k], v) : v);
-  }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kHeld) * blockDim.x; i < n; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = __fmul_rn(sh[i], r);
     sh[i] = rb(w ? __fmul_rn(w[i], v) : v);
   }

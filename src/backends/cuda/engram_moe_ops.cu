@@ -50,12 +50,9 @@ __global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int6
 
 __device__ inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Row r's routing by one block of kThreads: scores in shared memory, K rounds of an argmax (ties to
-// the lower index; the maximum of a total order, so any reduction tree gives it) by warp 0 from
-// registers where E <= 32 * kWarpPer, else by the block. sh holds score [E] and biased [E]; wv / wi
-// [kThreads / 32] and chosen [K] are shared scratch.
-constexpr int kWarpPer = 16;
-
+// Row r's routing by one block of kThreads: scores in shared memory, K rounds of a block argmax
+// (ties to the lower index; the maximum of a total order, so any reduction tree gives it). sh holds
+// score [E] and biased [E]; wv / wi [kThreads / 32] and chosen [K] are shared scratch.
 __device__ void route_row(int64_t r, const float* logits, int64_t E, int K, const float* bias, const float* bias_vl,
                           const uint8_t* image, float route_scale, int32_t* sel, float* wts, float* sh, float* wv,
                           int* wi, int* chosen) {
@@ -69,60 +66,28 @@ __device__ void route_row(int64_t r, const float* logits, int64_t E, int K, cons
     biased[e] = score[e] + b[e];
   }
   __syncthreads();
-  if (E <= 32 * kWarpPer) {
-    // Warp 0 alone: lane l holds biased[l + 32 i] in registers, K rounds of a warp argmax with no
-    // block barrier; the winner's lane drops it.
-    if (warp == 0) {
-      float v[kWarpPer];
-#pragma unroll
-      for (int i = 0; i < kWarpPer; ++i) v[i] = lane + 32 * i < E ? biased[lane + 32 * i] : -INFINITY;
-      for (int k = 0; k < K; ++k) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < kWarpPer; ++i) {
-          const int e = lane + 32 * i;
-          if (e < E && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-          const float v2 = __shfl_xor_sync(kAll, bv, o);
-          const int i2 = __shfl_xor_sync(kAll, bi, o);
-          if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
-        }
-#pragma unroll
-        for (int i = 0; i < kWarpPer; ++i)
-          if (lane + 32 * i == bi) v[i] = -INFINITY;
-        if (lane == 0) {
-          chosen[k] = bi;
-          sel[r * K + k] = bi;
-        }
-      }
+  for (int k = 0; k < K; ++k) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const float v = biased[e];
+      if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(kAll, bv, o);
+      const int i2 = __shfl_xor_sync(kAll, bi, o);
+      if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+    }
+    if (lane == 0) { wv[warp] = bv; wi[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
+        if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) { bv = wv[w]; bi = wi[w]; }
+      chosen[k] = bi;
+      sel[r * K + k] = bi;
+      biased[bi] = -INFINITY;
     }
     __syncthreads();
-  } else {
-    for (int k = 0; k < K; ++k) {
-      float bv = -INFINITY;
-      int bi = 0x7fffffff;
-      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-        const float v = biased[e];
-        if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_xor_sync(kAll, bv, o);
-        const int i2 = __shfl_xor_sync(kAll, bi, o);
-        if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
-      }
-      if (lane == 0) { wv[warp] = bv; wi[warp] = bi; }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
-          if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) { bv = wv[w]; bi = wi[w]; }
-        chosen[k] = bi;
-        sel[r * K + k] = bi;
-        biased[bi] = -INFINITY;
-      }
-      __syncthreads();
-    }
   }
   if (threadIdx.x == 0) {
     float sum = 0.0f;
@@ -267,10 +232,6 @@ __global__ void combine_expand_kernel(const float* out, const float* shared, con
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const float* o = mix + r * static_cast<int64_t>(C) * (C + 2);
   if (blockIdx.x == 0 && threadIdx.x < C) pi[r * C + threadIdx.x] = o[threadIdx.x];
-  // The row's mix to shared memory and the streams to registers before the barrier of
-  // sorted_row_pairs, so only the routed outputs' loads follow it.
-  __shared__ float mx[80];  // C*(C+2) for C <= 8
-  if (threadIdx.x < C * (C + 2)) mx[threadIdx.x] = o[threadIdx.x];
   float hv[8], hn[8];
   if (i < D) {
 #pragma unroll
@@ -279,7 +240,7 @@ __global__ void combine_expand_kernel(const float* out, const float* shared, con
   }
   sorted_row_pairs(sel, pair_of, r, K, p);
   if (i >= D) return;
-  fwd_expand_elem(mx, C, combined_elem(out, shared, p, K, D, r, i), hv, hn);
+  fwd_expand_elem(o, C, combined_elem(out, shared, p, K, D, r, i), hv, hn);
 #pragma unroll
   for (int k = 0; k < 8; ++k)
     if (k < C) h[(r * C + k) * D + i] = hn[k];

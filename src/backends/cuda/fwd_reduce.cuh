@@ -38,15 +38,9 @@ constexpr int kFwdSlice = 32;
 __device__ __forceinline__ float fwd_slice_sumsq(float v) { return fwd_warp_sum(__fmul_rn(v, v)); }
 
 __device__ __forceinline__ float fwd_slices_sum(const float* p, int64_t stride, int S) {
-  const int lane = threadIdx.x & 31;
-  float v[8];  // the first 8 x 32 partials: every load issued before the first add waits
-#pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = lane + 32 * k < S ? p[(lane + 32 * k) * stride] : 0.0f;
   float t = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    if (lane + 32 * k < S) t = __fadd_rn(t, v[k]);
-  for (int s = lane + 256; s < S; s += 32) t = __fadd_rn(t, p[s * stride]);
+#pragma unroll 4
+  for (int s = threadIdx.x & 31; s < S; s += 32) t = __fadd_rn(t, p[s * stride]);
   return fwd_warp_sum(t);
 }
 

@@ -142,20 +142,15 @@ __global__ void __launch_bounds__(kThreads) hc_pass1_kernel(const float* __restr
   }
 }
 
-// The mix of one row from its partials, by one block of kThreads: the row's partials staged in
-// shared memory by coalesced loads (one latency), m[j] (j <= nm) = fwd_slices_sum of partial j,
-// then warp 0 forms the coefficients, lane l < C*C holding A[l] through Sinkhorn (each row / column
-// sum in the serial order of cpu::sinkhorn, by shuffles). stage: shared float [S * kHcPartStride].
+// The mix of one row from its partials, by one block of kThreads: m[j] (j <= nm) = fwd_slices_sum
+// of partial j, then warp 0 forms the coefficients, lane l < C*C holding A[l] through Sinkhorn
+// (each row / column sum in the serial order of cpu::sinkhorn, by shuffles).
 __device__ void mix_block(const float* part, int S, int C, int64_t n, const float* base, float s0, float s1, float s2,
-                          float norm_eps, float eps, int iters, float* o, float* stage) {
+                          float norm_eps, float eps, int iters, float* o) {
   __shared__ float m[kMaxMix + 1];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nm = C * (C + 2);
-  const int total = S * kHcPartStride;  // a multiple of 2: float2 copies (part is 8-byte aligned)
-  for (int i = threadIdx.x; i < total / 2; i += kThreads)
-    reinterpret_cast<float2*>(stage)[i] = reinterpret_cast<const float2*>(part)[i];
-  __syncthreads();
   for (int j = warp; j <= nm; j += kThreads / 32) {
-    const float v = fwd_slices_sum(stage + j, kHcPartStride, S);
+    const float v = fwd_slices_sum(part + j, kHcPartStride, S);
     if (lane == 0) m[j] = v;
   }
   __syncthreads();
@@ -169,25 +164,14 @@ __device__ void mix_block(const float* part, int S, int C, int64_t n, const floa
   const bool mine = lane < C * C;
   float a = mine ? ma * rho * s2 + base[2 * C + lane] : 0.0f;
   const int j = mine ? lane / C : 0, k = mine ? lane % C : 0;
-  // C <= 4 (pass1_shape_ok): the sums unrolled, their shuffles issued together.
   auto row_sum = [&](float v) {
-    float x[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) x[u] = __shfl_sync(kAll, v, (j * C + u) & 31);
     float t = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (u < C) t += x[u];
+    for (int u = 0; u < C; ++u) t += __shfl_sync(kAll, v, j * C + u);
     return t;
   };
   auto col_sum = [&](float v) {
-    float x[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) x[u] = __shfl_sync(kAll, v, (u * C + k) & 31);
     float t = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (u < C) t += x[u];
+    for (int u = 0; u < C; ++u) t += __shfl_sync(kAll, v, u * C + k);
     return t;
   };
   float mx = __shfl_sync(kAll, a, j * C);
@@ -201,16 +185,13 @@ __device__ void mix_block(const float* part, int S, int C, int64_t n, const floa
   if (mine) o[2 * C + lane] = a;
 }
 
-inline size_t mix_smem(int64_t D) { return static_cast<size_t>(D / kFwdSlice) * kHcPartStride * sizeof(float); }
-
 __global__ void __launch_bounds__(kThreads) hc_mix_from_partials_kernel(const float* part, int C, int64_t D,
                                                                         const float* base, float s0, float s1, float s2,
                                                                         float norm_eps, float eps, int iters, float* mix) {
-  extern __shared__ float stage[];
   const int64_t r = blockIdx.x;
   const int S = static_cast<int>(D / kFwdSlice), nm = C * (C + 2);
   mix_block(part + r * S * kHcPartStride, S, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, eps, iters,
-            mix + r * nm, stage);
+            mix + r * nm);
 }
 
 // Blocks (b < A, r): columns [b * kApplyCols, ...) of row r normalised with the statistic of the
@@ -224,8 +205,7 @@ __global__ void __launch_bounds__(kThreads) hc_norm_mix_kernel(const float* __re
   const int S = static_cast<int>(D / kFwdSlice), nm = C * (C + 2);
   const float* pr = part + r * S * kHcPartStride;
   if (blockIdx.x == gridDim.x - 1) {
-    extern __shared__ float stage[];
-    mix_block(pr, S, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix + r * nm, stage);
+    mix_block(pr, S, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix + r * nm);
     return;
   }
   __shared__ float total;
@@ -263,31 +243,11 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* sr
   for (int c = 0; c < 8; ++c) p[c] = kCollapse && c < C ? pi[r * pi_stride + c] : 0.0f;
   const float* row = kCollapse ? src + r * C * n : src + r * n;
   auto value = [&](int64_t e) { return kCollapse ? collapse_elem(p, C, row + e, n) : row[e]; };
-  // Every load of the held slices first (predicated, independent), then the arithmetic.
   float v[kNormHeld];
-  if (kCollapse) {
-    float hv[kNormHeld][4];
 #pragma unroll
-    for (int k = 0; k < kNormHeld; ++k) {
-      const int64_t e = static_cast<int64_t>(warp + kWarps * k) * kFwdSlice + lane;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) hv[k][c] = e < n && c < C ? row[c * n + e] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kNormHeld; ++k) {
-      const int64_t e = static_cast<int64_t>(warp + kWarps * k) * kFwdSlice + lane;
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (c < C) sum = __fadd_rn(sum, __fmul_rn(p[c], hv[k][c]));
-      v[k] = C <= 4 ? (e < n ? rbf16(sum) : 0.0f) : (e < n ? value(e) : 0.0f);  // C > 4: collapse_elem
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kNormHeld; ++k) {
-      const int64_t e = static_cast<int64_t>(warp + kWarps * k) * kFwdSlice + lane;
-      v[k] = e < n ? row[e] : 0.0f;
-    }
+  for (int k = 0; k < kNormHeld; ++k) {
+    const int64_t e = static_cast<int64_t>(warp + kWarps * k) * kFwdSlice + lane;
+    v[k] = e < n ? value(e) : 0.0f;
   }
 #pragma unroll
   for (int k = 0; k < kNormHeld; ++k) {
@@ -333,23 +293,15 @@ __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stri
   y[r * D + i] = collapse_elem(p, C, h + r * C * D + i, D);
 }
 
-// The row's mix staged in shared memory (one load per coefficient for the block).
 __global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D, float* h) {
-  __shared__ float mx[80];  // C*(C+2) for C <= 8
   const int64_t r = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (threadIdx.x < C * (C + 2)) mx[threadIdx.x] = mix[r * static_cast<int64_t>(C) * (C + 2) + threadIdx.x];
-  float hv[8], out[8];
-  float yv = 0.0f;
-  if (i < D) {
-    yv = y[r * D + i];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (j < C) hv[j] = h[(r * C + j) * D + i];
-  }
-  __syncthreads();
   if (i >= D) return;
-  fwd_expand_elem(mx, C, yv, hv, out);
+  float hv[8], out[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (j < C) hv[j] = h[(r * C + j) * D + i];
+  fwd_expand_elem(mix + r * static_cast<int64_t>(C) * (C + 2), C, y[r * D + i], hv, out);
 #pragma unroll
   for (int k = 0; k < 8; ++k)
     if (k < C) h[(r * C + k) * D + i] = out[k];
@@ -419,9 +371,8 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
                                  cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (!pass1_shape_ok(C, D)) return cudaErrorInvalidValue;
-  if (mix_smem(D) > 48 * 1024) return cudaErrorInvalidValue;
-  hc_mix_from_partials_kernel<<<static_cast<unsigned>(rows), kThreads, mix_smem(D), s>>>(
-      partials, C, D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
+  hc_mix_from_partials_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(partials, C, D, base, s0, s1, s2,
+                                                                               norm_eps, hc_eps, iters, mix);
   return cudaGetLastError();
 }
 
@@ -431,8 +382,7 @@ cudaError_t hc_norm_and_mix(const float* partials, const float* x, int64_t rows,
   if (rows == 0) return cudaSuccess;
   if (!pass1_shape_ok(C, D)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((D + kApplyCols - 1) / kApplyCols + 1), static_cast<unsigned>(rows));
-  if (mix_smem(D) > 48 * 1024) return cudaErrorInvalidValue;
-  hc_norm_mix_kernel<<<grid, kThreads, mix_smem(D), s>>>(partials, x, C, D, w, eps, base, s0, s1, s2, norm_eps, hc_eps, iters, y,
+  hc_norm_mix_kernel<<<grid, kThreads, 0, s>>>(partials, x, C, D, w, eps, base, s0, s1, s2, norm_eps, hc_eps, iters, y,
                                                mix);
   return cudaGetLastError();
 }
