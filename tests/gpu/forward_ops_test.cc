@@ -4,7 +4,6 @@
 // count, bit for bit.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -51,30 +50,21 @@ void expect_bf16_close(const std::vector<float>& a, const std::vector<float>& b,
   EXPECT_EQ(bad, 0) << what;
 }
 
-// n = 1280 (whole 32-value slices, all held in registers), 1000 (a partial last slice) and 7000
-// (past the slices a block holds in registers, so the second pass re-reads the row).
 TEST(ForwardOps, RmsNormMatchesOracleAndRowsAreIndependent) {
-  for (const int64_t n : {int64_t{1280}, int64_t{1000}, int64_t{7000}}) {
-    SCOPED_TRACE(n);
-    const int64_t rows = 7;
-    const auto x = random_bf16(rows * n, 1), w = random_bf16(n, 2);
-    std::vector<float> ref(rows * n);
-    cpu::rmsnorm_rows<float>(x.data(), rows, n, w.data(), 1e-6f, ref.data());
-    auto dx = to_device(x), dw = to_device(w);
-    DeviceBuffer dy(rows * n * 4);
-    ASSERT_EQ(rmsnorm_rows(dx.as<float>(), rows, n, dw.as<float>(), 1e-6f, dy.as<float>(), nullptr), cudaSuccess);
-    const auto y = to_host<float>(dy, rows * n);
-    expect_bf16_close(y, ref, 1, "rmsnorm");
-    // Row 3 alone gives the same bits as within 7 rows.
-    DeviceBuffer d1(n * 4);
-    ASSERT_EQ(rmsnorm_rows(dx.as<float>() + 3 * n, 1, n, dw.as<float>(), 1e-6f, d1.as<float>(), nullptr), cudaSuccess);
-    const auto y1 = to_host<float>(d1, n);
-    EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + 3 * n));
-    // In place (y aliases x), no weight: the oracle's weight-1 form.
-    cpu::rmsnorm_rows<float>(x.data(), rows, n, nullptr, 1e-6f, ref.data());
-    ASSERT_EQ(rmsnorm_rows(dx.as<float>(), rows, n, nullptr, 1e-6f, dx.as<float>(), nullptr), cudaSuccess);
-    expect_bf16_close(to_host<float>(dx, rows * n), ref, 1, "rmsnorm in place");
-  }
+  const int64_t rows = 7, n = 1280;
+  const auto x = random_bf16(rows * n, 1), w = random_bf16(n, 2);
+  std::vector<float> ref(rows * n);
+  cpu::rmsnorm_rows<float>(x.data(), rows, n, w.data(), 1e-6f, ref.data());
+  auto dx = to_device(x), dw = to_device(w);
+  DeviceBuffer dy(rows * n * 4);
+  ASSERT_EQ(rmsnorm_rows(dx.as<float>(), rows, n, dw.as<float>(), 1e-6f, dy.as<float>(), nullptr), cudaSuccess);
+  const auto y = to_host<float>(dy, rows * n);
+  expect_bf16_close(y, ref, 1, "rmsnorm");
+  // Row 3 alone gives the same bits as within 7 rows.
+  DeviceBuffer d1(n * 4);
+  ASSERT_EQ(rmsnorm_rows(dx.as<float>() + 3 * n, 1, n, dw.as<float>(), 1e-6f, d1.as<float>(), nullptr), cudaSuccess);
+  const auto y1 = to_host<float>(d1, n);
+  EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + 3 * n));
 }
 
 TEST(ForwardOps, MixesCollapseExpandMatchOracle) {
@@ -194,19 +184,14 @@ TEST(ForwardOps, FusedLaunchesEqualTheirParts) {
   const auto h = random_bf16(rows * C * D, 21), w = random_bf16(D, 22, 0.5f);
   auto mix = random_bf16(rows * nm, 23, 0.7f);
   auto dh = to_device(h), dw = to_device(w), dmix = to_device(mix);
-  for (const int64_t Dc : {D, int64_t{6400}, int64_t{1000}}) {  // 6400: past the values held in registers
-    SCOPED_TRACE(Dc);
-    const auto hc = random_bf16(rows * C * Dc, 29), wc = random_bf16(Dc, 30, 0.5f);
-    auto dhc = to_device(hc), dwc = to_device(wc);
-    DeviceBuffer x1(rows * Dc * 4), y1(rows * Dc * 4), x2(rows * Dc * 4), y2(rows * Dc * 4);
-    ASSERT_EQ(hc_collapse(dhc.as<float>(), dmix.as<float>(), nm, rows, C, Dc, x1.as<float>(), nullptr), cudaSuccess);
-    ASSERT_EQ(rmsnorm_rows(x1.as<float>(), rows, Dc, dwc.as<float>(), 1e-6f, y1.as<float>(), nullptr), cudaSuccess);
-    ASSERT_EQ(hc_collapse_rmsnorm(dhc.as<float>(), dmix.as<float>(), nm, rows, C, Dc, dwc.as<float>(), 1e-6f,
-                                  x2.as<float>(), y2.as<float>(), nullptr),
-              cudaSuccess);
-    EXPECT_TRUE(to_host<float>(x1, rows * Dc) == to_host<float>(x2, rows * Dc)) << "collapse part";
-    EXPECT_TRUE(to_host<float>(y1, rows * Dc) == to_host<float>(y2, rows * Dc)) << "rmsnorm part";
-  }
+  DeviceBuffer x1(rows * D * 4), y1(rows * D * 4), x2(rows * D * 4), y2(rows * D * 4);
+  ASSERT_EQ(hc_collapse(dh.as<float>(), dmix.as<float>(), nm, rows, C, D, x1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(rmsnorm_rows(x1.as<float>(), rows, D, dw.as<float>(), 1e-6f, y1.as<float>(), nullptr), cudaSuccess);
+  ASSERT_EQ(hc_collapse_rmsnorm(dh.as<float>(), dmix.as<float>(), nm, rows, C, D, dw.as<float>(), 1e-6f,
+                                x2.as<float>(), y2.as<float>(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(to_host<float>(x1, rows * D) == to_host<float>(x2, rows * D)) << "collapse part";
+  EXPECT_TRUE(to_host<float>(y1, rows * D) == to_host<float>(y2, rows * D)) << "rmsnorm part";
   // Combine + expand + pre-mix: K distinct experts per row, pairs a fixed permutation.
   std::vector<int32_t> sel(rows * K), pair_of(rows * K);
   for (int64_t r = 0; r < rows; ++r)
@@ -302,7 +287,7 @@ TEST(ForwardOps, FusedMixesMatchOracle) {
   ThreadPool pool(1);
   const auto ref = cpu::hc_mixes<float>(pool, h.data(), rows, C, D, P, 1e-6f, 1e-6f, 20);
   auto dh = to_device(h), dfn = to_device(P.fn.w), db = to_device(P.base);
-  DeviceBuffer part(hc_partials_floats(rows, D) * 4), mix(rows * nm * 4), mix1(nm * 4);
+  DeviceBuffer part(rows * kHcSplits * (nm + 1) * 4), mix(rows * nm * 4), mix1(nm * 4);
   ASSERT_EQ(hc_mix_partials(dh.as<float>(), dfn.as<float>(), rows, C, D, part.as<float>(), nullptr), cudaSuccess);
   ASSERT_EQ(hc_mix_from_partials(part.as<float>(), rows, C, D, db.as<float>(), 0.3f, 0.6f, 0.9f, 1e-6f, 1e-6f, 20,
                                  mix.as<float>(), nullptr),
@@ -321,88 +306,6 @@ TEST(ForwardOps, FusedMixesMatchOracle) {
             cudaSuccess);
   const auto m1 = to_host<float>(mix1, nm);
   EXPECT_TRUE(std::equal(m1.begin(), m1.end(), m.begin() + 2 * nm));
-}
-
-// V4.1's sub-layer entry in two launches (hc_mix_collapse_partials, hc_norm_and_mix) equals its
-// parts bit for bit: hc_mix_partials + hc_mix_from_partials for the mix, hc_collapse_rmsnorm with
-// the known pre-mix for x and y. 11 rows span two row groups of the partials launch; a row alone
-// equals the row in the batch.
-TEST(ForwardOps, SlicedMixCollapseNormEqualsItsParts) {
-  const int C = 4;
-  const int64_t rows = 11, D = 512, n = C * D, nm = C * (C + 2);
-  const auto fn = random_bf16(nm * n, 31, 0.02f), base = random_bf16(nm, 32, 0.5f);
-  const auto h = random_bf16(rows * n, 33), w = random_bf16(D, 34, 0.5f), pi = random_bf16(rows * nm, 35, 0.7f);
-  auto dfn = to_device(fn), db = to_device(base), dh = to_device(h), dw = to_device(w), dpi = to_device(pi);
-  DeviceBuffer part1(hc_partials_floats(rows, D) * 4), part2(hc_partials_floats(rows, D) * 4);
-  DeviceBuffer mix1(rows * nm * 4), mix2(rows * nm * 4), x1(rows * D * 4), y1(rows * D * 4), x2(rows * D * 4),
-      y2(rows * D * 4);
-  const float s0 = 0.3f, s1 = 0.6f, s2 = 0.9f, eps = 1e-6f;
-  ASSERT_EQ(hc_mix_partials(dh.as<float>(), dfn.as<float>(), rows, C, D, part1.as<float>(), nullptr), cudaSuccess);
-  ASSERT_EQ(hc_mix_from_partials(part1.as<float>(), rows, C, D, db.as<float>(), s0, s1, s2, eps, eps, 20,
-                                 mix1.as<float>(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(hc_collapse_rmsnorm(dh.as<float>(), dpi.as<float>(), nm, rows, C, D, dw.as<float>(), eps, x1.as<float>(),
-                                y1.as<float>(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(hc_mix_collapse_partials(dh.as<float>(), dfn.as<float>(), dpi.as<float>(), nm, rows, C, D,
-                                     part2.as<float>(), x2.as<float>(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(hc_norm_and_mix(part2.as<float>(), x2.as<float>(), rows, C, D, dw.as<float>(), eps, db.as<float>(), s0, s1,
-                            s2, eps, eps, 20, y2.as<float>(), mix2.as<float>(), nullptr),
-            cudaSuccess);
-  const auto m1 = to_host<uint32_t>(mix1, rows * nm), m2 = to_host<uint32_t>(mix2, rows * nm);
-  const auto xa = to_host<uint32_t>(x1, rows * D), xb = to_host<uint32_t>(x2, rows * D);
-  const auto ya = to_host<uint32_t>(y1, rows * D), yb = to_host<uint32_t>(y2, rows * D);
-  EXPECT_TRUE(m1 == m2) << "mix";
-  EXPECT_TRUE(xa == xb) << "collapse";
-  EXPECT_TRUE(ya == yb) << "rmsnorm";
-  // Row 9 (the second row group) alone.
-  ASSERT_EQ(hc_mix_collapse_partials(dh.as<float>() + 9 * n, dfn.as<float>(), dpi.as<float>() + 9 * nm, nm, 1, C, D,
-                                     part2.as<float>(), x2.as<float>(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(hc_norm_and_mix(part2.as<float>(), x2.as<float>(), 1, C, D, dw.as<float>(), eps, db.as<float>(), s0, s1, s2,
-                            eps, eps, 20, y2.as<float>(), mix2.as<float>(), nullptr),
-            cudaSuccess);
-  const auto m9 = to_host<uint32_t>(mix2, nm), y9 = to_host<uint32_t>(y2, D);
-  EXPECT_TRUE(std::equal(m9.begin(), m9.end(), m1.begin() + 9 * nm)) << "mix of a row alone";
-  EXPECT_TRUE(std::equal(y9.begin(), y9.end(), ya.begin() + 9 * D)) << "y of a row alone";
-}
-
-// Pairs of a prefill-sized selection (more pairs than a block's threads, experts with no pairs)
-// against a stable sort by expert on the host; the (row, slot) order within an expert is the row
-// order, so the permutation is unique.
-TEST(ForwardOps, PairsOfManyRowsAreAStableSortByExpert) {
-  const int64_t rows = 300, E = 40;
-  const int K = 6;
-  std::mt19937 rng(41);
-  std::vector<int32_t> sel(rows * K);
-  std::vector<float> wts(rows * K);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::vector<int32_t> experts(E - 5);  // experts E-5 .. E-1 never chosen
-    for (int64_t e = 0; e < E - 5; ++e) experts[e] = static_cast<int32_t>(e);
-    std::shuffle(experts.begin(), experts.end(), rng);
-    for (int j = 0; j < K; ++j) {
-      sel[r * K + j] = experts[j];
-      wts[r * K + j] = static_cast<float>(r * K + j) * 0.25f;
-    }
-  }
-  std::vector<int64_t> order(rows * K);
-  for (int64_t i = 0; i < rows * K; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return sel[a] < sel[b]; });
-  auto ds = to_device(sel), dw = to_device(wts);
-  DeviceBuffer prow(rows * K * 4), pexp(rows * K * 4), pw(rows * K * 4), pof(rows * K * 4);
-  ASSERT_EQ(moe_pairs(ds.as<int32_t>(), dw.as<float>(), rows, K, E, prow.as<int32_t>(), pexp.as<int32_t>(),
-                      pw.as<float>(), pof.as<int32_t>(), nullptr),
-            cudaSuccess);
-  const auto pr = to_host<int32_t>(prow, rows * K), pe = to_host<int32_t>(pexp, rows * K);
-  const auto pwh = to_host<float>(pw, rows * K);
-  const auto po = to_host<int32_t>(pof, rows * K);
-  int bad = 0;
-  for (int64_t p = 0; p < rows * K; ++p) {
-    const int64_t i = order[p];
-    bad += pr[p] != i / K || pe[p] != sel[i] || pwh[p] != wts[i] || po[i] != p;
-  }
-  EXPECT_EQ(bad, 0);
 }
 
 // Engram of the tiny and small presets' first Engram layer (table rows gathered from pinned host

@@ -11,37 +11,12 @@ namespace {
 using namespace attn;
 constexpr int kThreads = 256;
 
-// Sum of squares of sh [n] (shared memory) in the oracle's order (sum_squares8: 8 interleaved
-// partial sums by the first 8 lanes of warp 0, combined by combine8), broadcast through red[32].
-// Reading shared memory, each lane's chain waits only on its adds, not on global loads.
-__device__ float sum_squares8_shared(const float* sh, int64_t n, float* red) {
-  if (threadIdx.x < 32) {
-    const int j = threadIdx.x & 7;
-    float l = 0.0f;
-    const int64_t n8 = n & ~int64_t{7};
-    if (threadIdx.x < 8) {
-#pragma unroll 8
-      for (int64_t k = j; k < n8; k += 8) l = __fadd_rn(l, __fmul_rn(sh[k], sh[k]));
-      if (n8 + j < n) l = __fadd_rn(l, __fmul_rn(sh[n8 + j], sh[n8 + j]));
-    }
-    l = combine8(l);
-    if (threadIdx.x == 0) red[32] = l;
-  }
-  __syncthreads();
-  return red[32];
-}
-
-// RMSNorm of x [n] into sh (bf16 values), with every thread of the block: x staged in sh by
-// coalesced loads, its sum of squares in the oracle's order, then normalised in place. x may be sh.
+// RMSNorm of x [n] into sh (bf16 values), with every thread of the block.
 __device__ void norm_into(const float* x, int64_t n, const float* w, float eps, float* sh, float* red) {
-  if (x != sh) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sh[i] = x[i];
-    __syncthreads();
-  }
-  const float ss = sum_squares8_shared(sh, n, red);
+  const float ss = sum_squares8(x, n, red);
   const float r = 1.0f / sqrtf(__fadd_rn(ss / static_cast<float>(n), eps));
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = __fmul_rn(sh[i], r);
+    const float v = __fmul_rn(x[i], r);
     sh[i] = rb(w ? __fmul_rn(w[i], v) : v);
   }
   __syncthreads();
@@ -108,30 +83,19 @@ __global__ void rope_heads_kernel(float* x, int64_t rows, int64_t heads, int64_t
   }
 }
 
-// One block per row: the packed row as 32-bit words where the row length allows, the projection
-// rows float by float; every load of a thread is independent of its stores (restrict), so the
-// copies do not wait on each other.
-__global__ void ring_write_kernel(const PieceDev* pieces, const int32_t* row_piece, int64_t cap,
-                                  const uint8_t* __restrict__ packed, int64_t row_bytes, const float* __restrict__ kp,
-                                  const float* __restrict__ gp, int64_t d) {
+__global__ void ring_write_kernel(const PieceDev* pieces, const int32_t* row_piece, int64_t cap, const uint8_t* packed,
+                                  int64_t row_bytes, const float* kp, const float* gp, int64_t d) {
   const int64_t r = blockIdx.x;
   const PieceDev pc = pieces[row_piece[r]];
   const int64_t i = r - pc.row0;
   const int64_t keep = pc.T < cap ? pc.T : cap;
   if (i < pc.T - keep) return;
   const int64_t slot = (pc.start + i) % cap;
-  if (row_bytes % 4 == 0) {
-    const uint32_t* __restrict__ src = reinterpret_cast<const uint32_t*>(packed + r * row_bytes);
-    uint32_t* __restrict__ dst = reinterpret_cast<uint32_t*>(pc.window + slot * row_bytes);
-    for (int64_t b = threadIdx.x; b < row_bytes / 4; b += blockDim.x) dst[b] = src[b];
-  } else {
-    for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) pc.window[slot * row_bytes + b] = packed[r * row_bytes + b];
-  }
+  for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) pc.window[slot * row_bytes + b] = packed[r * row_bytes + b];
   if (kp)
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      const float kv = kp[r * d + c], g = gp[r * d + c];
-      pc.comp_kv[slot * d + c] = kv;
-      pc.comp_gate[slot * d + c] = g;
+      pc.comp_kv[slot * d + c] = kp[r * d + c];
+      pc.comp_gate[slot * d + c] = gp[r * d + c];
     }
 }
 
@@ -238,7 +202,7 @@ cudaError_t ring_write(const PieceDev* pieces, const int32_t* row_piece, int64_t
                        const uint8_t* packed, int64_t row_bytes, const float* kp, const float* gp, int64_t d,
                        cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  ring_write_kernel<<<rows, 256, 0, s>>>(pieces, row_piece, cap, packed, row_bytes, kp, gp, d);
+  ring_write_kernel<<<rows, 128, 0, s>>>(pieces, row_piece, cap, packed, row_bytes, kp, gp, d);
   return cudaGetLastError();
 }
 

@@ -18,7 +18,6 @@ cudaError_t embed_streams(const uint16_t* embed, const int32_t* ids, int64_t row
                           float* h, float* pi, cudaStream_t s);
 
 // y bf16 [rows, n] = w * (x * rsqrt(mean(x^2) + eps)) (w may be null: weight 1); y may alias x.
-// The sum of squares in 32-value slices (fwd_reduce.cuh), one block per row.
 cudaError_t rmsnorm_rows(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
                          cudaStream_t s);
 
@@ -28,36 +27,23 @@ cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, in
                                 const float* base, float s0, float s1, float s2, float norm_eps,
                                 float hc_eps, int iters, float* mix, cudaStream_t s);
 
-// The mixes' fp32 GEMV fused with the row statistics, for C <= 4 and D % 32 == 0: per 32-column
-// slice s of D (all C streams of it), partials f32 [rows, D/32, kHcPartStride] hold at j < nm the
-// slice's part of m = h · fn^T, at nm its part of sum(h^2) and, when the launch also collapses, at
-// nm + 1 its part of sum(x^2) of the collapsed row. The row's values are fwd_slices_sum over the
-// slices (fwd_reduce.cuh): the slices depend on the shape only, many blocks share a row.
-constexpr int kHcPartStride = 26;  // C*(C+2) + 2 for C <= 4
-inline int64_t hc_partials_floats(int64_t rows, int64_t D) { return rows * (D / 32) * kHcPartStride; }
+// The mixes' fp32 GEMV fused with the row statistics, for C <= 4: m = h · fn^T [rows, C*(C+2)]
+// and sum(h^2), each as kHcSplits fixed K-slices (partials f32 [rows, kHcSplits, C*(C+2) + 1])
+// summed in slice order by hc_mix_from_partials. The slices depend on the shape only.
+constexpr int kHcSplits = 16;
 cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C, int64_t D, float* partials,
                             cudaStream_t s);
-// hc_mix_partials plus the collapse with a known pre-mix: x bf16 [rows, D] = sum_c pi[r * pi_stride
-// + c] * h[r, c, :] (as hc_collapse) and its slice statistics.
-cudaError_t hc_mix_collapse_partials(const float* h, const float* fn, const float* pi, int64_t pi_stride, int64_t rows,
-                                     int C, int64_t D, float* partials, float* x, cudaStream_t s);
 // mix as hc_mix_coefficients, from hc_mix_partials' output.
 cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int64_t D, const float* base, float s0,
                                  float s1, float s2, float norm_eps, float hc_eps, int iters, float* mix,
                                  cudaStream_t s);
-// After hc_mix_collapse_partials: y bf16 [rows, D] = RMSNorm(x; w) (as rmsnorm_rows, the statistic
-// from the partials) and mix (as hc_mix_from_partials) in one launch; the mix's Sinkhorn runs in
-// its own block beside the normalising blocks.
-cudaError_t hc_norm_and_mix(const float* partials, const float* x, int64_t rows, int C, int64_t D, const float* w,
-                            float eps, const float* base, float s0, float s1, float s2, float norm_eps, float hc_eps,
-                            int iters, float* y, float* mix, cudaStream_t s);
 
 // y bf16 [rows, D] = sum_c pi[r * pi_stride + c] * h[r, c, :].
 cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C,
                         int64_t D, float* y, cudaStream_t s);
 
 // hc_collapse then rmsnorm_rows in one launch (one block per row, the same per-element arithmetic and
-// statistic order as the two kernels): x bf16 [rows, D] = collapse, y bf16 [rows, D] = RMSNorm(x; w).
+// reduction order as the two kernels): x bf16 [rows, D] = collapse, y bf16 [rows, D] = RMSNorm(x; w).
 cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
                                 const float* w, float eps, float* x, float* y, cudaStream_t s);
 
@@ -98,7 +84,7 @@ cudaError_t moe_route(const float* logits, int64_t rows, int64_t E, int K, const
                       float* wts, cudaStream_t s);
 
 // (row, slot) pairs sorted by (expert, row): pair_row/pair_expert/pair_weight [rows*K] and, per
-// (row, slot), its pair index pair_of [rows*K]. One block per expert; deterministic (integer counts).
+// (row, slot), its pair index pair_of [rows*K]. One block; deterministic.
 cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
                       int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of,
                       cudaStream_t s);

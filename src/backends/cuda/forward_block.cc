@@ -19,18 +19,15 @@ namespace {
 // Either way the same device code computes every value.
 constexpr int64_t kFusedRoutePairs = 96;
 
-// The fused mixes need C <= 4 and whole 32-column slices (block_ops.cuh).
-bool sliced_mixes(int C, int64_t D) { return C * (C + 2) <= 24 && D % 32 == 0; }
-
 // Mixing coefficients of one sub-layer: m = fp32-linear(h; fn) and the row statistics (fused in
-// fixed 32-column slices where the shape allows), then the per-row Sinkhorn.
+// fixed K-slices for C <= 4), then the per-row Sinkhorn.
 Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* mix) {
   const cpu::ModelConfig& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
   const auto shape = shape_text({{"rows", rows}, {"C", C}, {"D", D}});
-  if (sliced_mixes(C, D)) {
-    DSV4_ASSIGN_OR_RETURN(float* part, c.alloc<float>(hc_partials_floats(rows, D), "hc mix partials"));
+  if (nm <= 24 && (C * D) % kHcSplits == 0) {
+    DSV4_ASSIGN_OR_RETURN(float* part, c.alloc<float>(rows * kHcSplits * (nm + 1), "hc mix partials"));
     DSV4_CUDA_LAUNCH(hc_mix_partials(h, P.fn.w, rows, C, D, part, c.stream), "hc_mix_partials", shape);
     DSV4_CUDA_LAUNCH(hc_mix_from_partials(part, rows, C, D, P.base, P.scale[0], P.scale[1], P.scale[2], cfg.norm_eps,
                                           cfg.hc_eps, cfg.hc_sinkhorn_iters, mix, c.stream),
@@ -43,35 +40,6 @@ Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* m
   DSV4_CUDA_LAUNCH(hc_mix_coefficients(m, h, rows, C, D, P.base, P.scale[0], P.scale[1], P.scale[2], cfg.norm_eps,
                                        cfg.hc_eps, cfg.hc_sinkhorn_iters, mix, c.stream),
                    "hc_mix_coefficients", shape);
-  return ok_status();
-}
-
-// One sub-layer's entry: its mix from h, and xn = RMSNorm(collapse(h; pre)). V4.1 collapses with
-// the previous pre-mix `pi` (known before this sub-layer's mix), so where the slices allow, the
-// mixes' GEMV, the collapse and both row statistics run in one launch over 32-column slices and the
-// normalisation beside the Sinkhorn in a second; the values equal mixes() then
-// hc_collapse_rmsnorm (forward_ops_test). V4 collapses with the sub-layer's own pre-mix: mixes first.
-Status mix_and_norm(OpCtx& c, const HcDevice& P, const float* norm, const float* h, const float* pi,
-                    int64_t pi_stride, int64_t rows, float* mix, float* x, float* xn) {
-  const cpu::ModelConfig& cfg = *c.cfg;
-  const int C = cfg.hc_mult;
-  const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
-  const auto shape = shape_text({{"rows", rows}, {"C", C}, {"D", D}});
-  if (!cfg.v4() && sliced_mixes(C, D)) {
-    DSV4_ASSIGN_OR_RETURN(float* part, c.alloc<float>(hc_partials_floats(rows, D), "hc mix partials"));
-    DSV4_CUDA_LAUNCH(hc_mix_collapse_partials(h, P.fn.w, pi, pi_stride, rows, C, D, part, x, c.stream),
-                     "hc_mix_collapse_partials", shape);
-    DSV4_CUDA_LAUNCH(hc_norm_and_mix(part, x, rows, C, D, norm, cfg.norm_eps, P.base, P.scale[0], P.scale[1],
-                                     P.scale[2], cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters, xn, mix, c.stream),
-                     "hc_norm_and_mix", shape);
-    return ok_status();
-  }
-  DSV4_RETURN_IF_ERROR(mixes(c, P, h, rows, mix));
-  // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
-  const float* pre = cfg.v4() ? mix : pi;
-  DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, pre, cfg.v4() ? nm : pi_stride, rows, C, D, norm, cfg.norm_eps, x, xn,
-                                       c.stream),
-                   "hc_collapse_rmsnorm", shape);
   return ok_status();
 }
 
@@ -111,9 +79,15 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_ASSIGN_OR_RETURN(float* y, c.alloc<float>(rows * D, "block y"));
   DSV4_ASSIGN_OR_RETURN(float* amix, c.alloc<float>(rows * nm, "attention mixes"));
   DSV4_ASSIGN_OR_RETURN(float* fmix, c.alloc<float>(rows * nm, "ffn mixes"));
-  // Attention sub-layer, collapsed with the incoming pre-mix (V4.1) or its own (V4).
-  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes + collapse + rmsnorm",
-                             [&] { return mix_and_norm(c, L.hc_attn, L.attn_norm, h, pi, C, rows, amix, x, xn); }));
+  // Attention sub-layer, collapsed with the incoming pre-mix.
+  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_attn, h, rows, amix); }));
+  DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
+    // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, L.attn_norm,
+                                         cfg.norm_eps, x, xn, c.stream),
+                     "hc_collapse_rmsnorm(attn_norm)", shape);
+    return ok_status();
+  }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.in", xn, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, rows * D));
@@ -122,9 +96,14 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.h", h, rows * C * D));
-  // FFN sub-layer, collapsed with the attention pre-mix (V4.1) or its own (V4).
-  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes + collapse + rmsnorm",
-                             [&] { return mix_and_norm(c, L.hc_ffn, L.ffn_norm, h, amix, nm, rows, fmix, x, xn); }));
+  // FFN sub-layer, collapsed with the attention pre-mix.
+  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
+  DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
+                                         c.stream),
+                     "hc_collapse_rmsnorm(ffn_norm)", shape);
+    return ok_status();
+  }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.in", xn, rows * D));
   MoeOut m;
   DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, m));
