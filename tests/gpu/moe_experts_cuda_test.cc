@@ -88,6 +88,10 @@ DeviceBuffer to_device(const std::vector<T>& v) {
   return b;
 }
 
+// Calls of 256 pairs and more take the 64 x 64 tiles here (the forward's default starts at
+// kMoeTilePairs), so the cases below test the tiles against the row kernels.
+constexpr int64_t kTestTilePairs = 256;
+
 std::vector<float> run(const Experts& X, const DeviceBuffer& dx, const Pairs& p, float limit) {
   const int64_t n = static_cast<int64_t>(p.row.size());
   DeviceBuffer drow = to_device(p.row), dexp = to_device(p.expert), dw = to_device(p.weight);
@@ -95,7 +99,7 @@ std::vector<float> run(const Experts& X, const DeviceBuffer& dx, const Pairs& p,
   cudaMemset(out.get(), 0xFF, out.bytes());
   const cudaError_t e = moe_routed_experts(dx.as<float>(), drow.as<int32_t>(), dexp.as<int32_t>(), dw.as<float>(), n,
                                            X.d1.as<Fp4View>(), X.d3.as<Fp4View>(), X.d2.as<Fp4View>(), X.D, X.I, 32,
-                                           limit, scratch.as<float>(), out.as<float>(), nullptr);
+                                           limit, scratch.as<float>(), out.as<float>(), nullptr, kTestTilePairs);
   const Status st = launch_status(e, "moe_routed_experts", shape_text({{"pairs", n}, {"D", X.D}, {"I", X.I}}));
   EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);

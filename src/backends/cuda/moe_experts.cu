@@ -15,9 +15,6 @@ using lowp::LowpWeight;
 
 constexpr int kSegThreads = 1024;
 constexpr int kMaxSegCtas = 512;  // CTAs along the segment axis; each loops over segments
-// Pairs from which the routed experts run on the 64 x 64 prefill tiles (weights read once per 64
-// pairs of an expert instead of once per 8).
-constexpr int64_t kPrefillPairs = 256;
 
 __device__ __forceinline__ LowpWeight as_lowp(const Fp4View& v) {
   return LowpWeight{v.w, v.scale, v.out, v.in, v.in / 2, v.in / 32, 1, 32};
@@ -201,12 +198,12 @@ int smem_optin() { return static_cast<int>(caps().smem_block); }
 cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const int32_t* pair_expert,
                                const float* pair_weight, int64_t n_pairs, const Fp4View* w1, const Fp4View* w3,
                                const Fp4View* w2, int64_t D, int64_t I, int act_block, float swiglu_limit,
-                               float* scratch, float* out, cudaStream_t s) {
+                               float* scratch, float* out, cudaStream_t s, int64_t tile_pairs) {
   if (n_pairs < 0 || (act_block != 32 && act_block != 64 && act_block != 128) || D % act_block || I % act_block ||
       (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(scratch) & 15))
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
-  if (n_pairs >= kPrefillPairs) {  // speed only: every pair gets the bits of the row tiles
+  if (n_pairs >= std::max<int64_t>(1, tile_pairs)) {  // speed only: every pair gets the bits of the row tiles
     const size_t limit = static_cast<size_t>(smem_optin());
     if (lowp::prefill_smem<Fmt::fp4>() + sizeof(const float*) * lowp::kPRows > limit) return cudaErrorInvalidValue;
     float* a = scratch;                                                      // [n_pairs, I], then h in place
