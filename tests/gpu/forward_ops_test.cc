@@ -67,6 +67,55 @@ TEST(ForwardOps, RmsNormMatchesOracleAndRowsAreIndependent) {
   EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + 3 * n));
 }
 
+// The row norms spread a few rows over many blocks (each recomputes the row's statistic in the
+// one-block order) and run one block per row in large launches or in place: every row's bits are
+// the same either way. Widths: one slot per thread, several (not a multiple of the block), and past
+// the held slots (the tail path), each against the oracle too.
+TEST(ForwardOps, RowNormsEqualAcrossBlockSpreads) {
+  const int C = 4, nm = C * (C + 2);
+  for (int64_t D : {256, 1280, 6700}) {
+    SCOPED_TRACE(D);
+    const int64_t rows = 300;  // one block per row
+    const auto x = random_bf16(rows * D, 31), w = random_bf16(D, 32);
+    std::vector<float> ref(rows * D);
+    cpu::rmsnorm_rows<float>(x.data(), rows, D, w.data(), 1e-6f, ref.data());
+    auto dx = to_device(x), dw = to_device(w), dinp = to_device(x);
+    DeviceBuffer dy(rows * D * 4), d1(D * 4);
+    ASSERT_EQ(rmsnorm_rows(dx.as<float>(), rows, D, dw.as<float>(), 1e-6f, dy.as<float>(), nullptr), cudaSuccess);
+    ASSERT_EQ(rmsnorm_rows(dinp.as<float>(), rows, D, dw.as<float>(), 1e-6f, dinp.as<float>(), nullptr), cudaSuccess);
+    const auto y = to_host<float>(dy, rows * D);
+    expect_bf16_close(y, ref, 1, "rmsnorm");
+    EXPECT_TRUE(to_host<float>(dinp, rows * D) == y) << "in place";
+    for (int64_t r : {0, 171, 299}) {  // alone: spread over one block per slot
+      ASSERT_EQ(rmsnorm_rows(dx.as<float>() + r * D, 1, D, dw.as<float>(), 1e-6f, d1.as<float>(), nullptr),
+                cudaSuccess);
+      const auto y1 = to_host<float>(d1, D);
+      EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + r * D)) << "row " << r << " alone";
+    }
+    const auto h = random_bf16(rows * C * D, 33);
+    const auto mix = random_bf16(rows * nm, 34, 0.7f);
+    auto dh = to_device(h), dmix = to_device(mix);
+    DeviceBuffer x0(rows * D * 4), y0(rows * D * 4), xa(D * 4), ya(D * 4);
+    ASSERT_EQ(hc_collapse_rmsnorm(dh.as<float>(), dmix.as<float>(), nm, rows, C, D, dw.as<float>(), 1e-6f,
+                                  x0.as<float>(), y0.as<float>(), nullptr),
+              cudaSuccess);
+    const auto xs = to_host<float>(x0, rows * D), ys = to_host<float>(y0, rows * D);
+    for (int64_t r : {0, 171, 299}) {
+      ASSERT_EQ(hc_collapse_rmsnorm(dh.as<float>() + r * C * D, dmix.as<float>() + r * nm, nm, 1, C, D,
+                                    dw.as<float>(), 1e-6f, xa.as<float>(), ya.as<float>(), nullptr),
+                cudaSuccess);
+      const auto x1 = to_host<float>(xa, D), y1 = to_host<float>(ya, D);
+      EXPECT_TRUE(std::equal(x1.begin(), x1.end(), xs.begin() + r * D)) << "collapse, row " << r << " alone";
+      EXPECT_TRUE(std::equal(y1.begin(), y1.end(), ys.begin() + r * D)) << "norm, row " << r << " alone";
+    }
+    // The collapse against the oracle's (one row): bf16(sum_c pre_c h_c), within a bf16 step.
+    std::vector<float> cref(D);
+    const std::vector<float> pre(mix.begin() + 171 * nm, mix.begin() + 171 * nm + C);
+    cpu::hc_collapse<float>(h.data() + 171 * C * D, C, D, pre, cref.data());
+    expect_bf16_close(std::vector<float>(xs.begin() + 171 * D, xs.begin() + 172 * D), cref, 1, "collapse");
+  }
+}
+
 TEST(ForwardOps, MixesCollapseExpandMatchOracle) {
   const int C = 4;
   const int64_t rows = 3, D = 256, nm = C * (C + 2);

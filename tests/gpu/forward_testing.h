@@ -56,6 +56,17 @@ inline int64_t argmax(const float* v, int64_t n) {
   return b;
 }
 
+// FNV-1a over the bytes of every vector in turn: two builds print the same digest only when their
+// outputs agree bit for bit (a kernel rewritten to keep its sum order is checked this way).
+inline uint64_t digest(const std::vector<std::vector<float>>& vs) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& v : vs) {
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
 // The whole-model gate of a backend on weights `w` (the gate weights: cpu::synthetic_weights with
 // WeightProfile::gate, seed cpu::gate::kSeed): backend_logits(k) returns its logits
 // [gate::kPromptLength, V] of gate prompt k fed whole to a fresh stream (empty on failure: the
@@ -80,6 +91,8 @@ cpu::gate::Verdict whole_model_gate(
   }
   std::vector<std::vector<float>> b(gate::kPrompts);
   for (int k = 0; k < gate::kPrompts; ++k) b[k] = backend_logits(k);
+  std::printf("backend logits digest (FNV-1a of the bytes, all gate prompts): %016llx\n",
+              static_cast<unsigned long long>(digest(b)));
   gate::Verdict v;
   bool ok = true;
   for (int k = 0; k < gate::kPrompts; ++k) {

@@ -3,6 +3,8 @@
 #include "backends/cuda/fwd_reduce.cuh"
 #include "core/bf16.h"
 
+#include <algorithm>
+
 namespace dsv4::cuda {
 
 namespace {
@@ -11,28 +13,80 @@ constexpr int kThreads = 256;
 
 __device__ inline float rbf16(float x) { return dsv4::round_bf16(x); }
 
+// Block (chunk, row): element i of row r copied into the C streams; chunk 0 writes the pre-mix.
 __global__ void embed_kernel(const uint16_t* embed, const int32_t* ids, int C, int64_t D, float* h, float* pi) {
-  const int64_t r = blockIdx.x;
-  const uint16_t* e = embed + static_cast<int64_t>(ids[r]) * D;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float v = dsv4::bf16_to_f32(e[i]);
-    for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
-  }
-  if (threadIdx.x < C) pi[r * C + threadIdx.x] = threadIdx.x == 0 ? 1.0f : 0.0f;
+  const int64_t r = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (blockIdx.x == 0 && threadIdx.x < C) pi[r * C + threadIdx.x] = threadIdx.x == 0 ? 1.0f : 0.0f;
+  if (i >= D) return;
+  const float v = dsv4::bf16_to_f32(embed[static_cast<int64_t>(ids[r]) * D + i]);
+  for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
 }
 
-__global__ void rmsnorm_kernel(const float* x, int64_t n, const float* w, float eps, float* y) {
+// RMSNorm of one row's values, optionally the mHC collapse of the row's kC streams first (kC = 0:
+// the values are x itself). Every block of row r computes the row's whole sum of squares in the
+// one-block order — thread t takes elements t, t + 256, ... in turn (acc += v * v), then
+// fwd_block_sum — so a row's bits do not depend on how many blocks share it; block b then writes
+// the elements of slots [b * kper, (b + 1) * kper) of each thread. The first K slots stay in
+// registers and all their loads are issued before any arithmetic (out-of-range slots read the
+// row's last element and are dropped); longer rows recompute their tail from memory.
+template <int kC, int K>
+__global__ void __launch_bounds__(kThreads) norm_rows_kernel(const float* src, const float* __restrict__ pi,
+                                                             int64_t pi_stride, int64_t D, const float* __restrict__ w,
+                                                             float eps, int kper, float* x, float* y) {
   __shared__ float red[kThreads / 32];
-  const float* xr = x + blockIdx.x * n;
-  float* yr = y + blockIdx.x * n;
+  const int64_t r = blockIdx.y;
+  const int t = threadIdx.x;
+  float p[kC > 0 ? kC : 1];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) p[c] = pi[r * pi_stride + c];
+  const float* row = src + r * (kC > 0 ? kC : 1) * D;
+  auto value = [&](int64_t i) {  // collapse_kernel's expression, or the plain value
+    if constexpr (kC > 0) {
+      float s = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) s += p[c] * row[c * D + i];
+      return rbf16(s);
+    } else {
+      return row[i];
+    }
+  };
+  float v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = t + static_cast<int64_t>(k) * kThreads;
+    v[k] = value(i < D ? i : D - 1);
+  }
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += xr[i] * xr[i];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = t + static_cast<int64_t>(k) * kThreads;
+    if (i < D) acc += v[k] * v[k];
+  }
+  for (int64_t i = t + static_cast<int64_t>(K) * kThreads; i < D; i += kThreads) {
+    const float e = value(i);
+    acc += e * e;
+  }
   const float sum = fwd_block_sum<kThreads>(acc, red);
-  const float mean = sum / static_cast<float>(n);
-  const float r = 1.0f / sqrtf(mean + eps);
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    const float v = xr[i] * r;
-    yr[i] = rbf16(w ? w[i] * v : v);
+  const float mean = sum / static_cast<float>(D);
+  const float rs = 1.0f / sqrtf(mean + eps);
+  const int k0 = static_cast<int>(blockIdx.x) * kper, k1 = k0 + kper;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = t + static_cast<int64_t>(k) * kThreads;
+    if (k >= k0 && k < k1 && i < D) {
+      if constexpr (kC > 0) x[r * D + i] = v[k];
+      const float e = v[k] * rs;
+      y[r * D + i] = rbf16(w ? w[i] * e : e);
+    }
+  }
+  for (int k = k0 > K ? k0 : K; k < k1; ++k) {  // the tail beyond the held slots, recomputed
+    const int64_t i = t + static_cast<int64_t>(k) * kThreads;
+    if (i >= D) break;
+    const float val = value(i);
+    if constexpr (kC > 0) x[r * D + i] = val;
+    const float e = val * rs;
+    y[r * D + i] = rbf16(w ? w[i] * e : e);
   }
 }
 
@@ -86,42 +140,58 @@ __global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, 
 }
 
 constexpr int kMaxMix = 24;  // C*(C+2) for C <= 4
+constexpr int kHcGroup = 5;  // values per partials block (GEMV outputs j, then j == nm: the sum of squares)
+constexpr int kHcHeld = 8;   // elements per thread whose loads are in flight together
 
-// Block (slice, row): partial GEMV of all nm outputs and the partial sum of squares over one slice.
-__global__ void hc_partials_kernel(const float* h, const float* fn, int nm, int64_t n, float* partials) {
-  const int64_t r = blockIdx.y, sl = blockIdx.x;
+// Block (slice, group, row): values j0 .. j0 + kHcGroup - 1 (j0 = group * kHcGroup) of one K-slice:
+// for j < nm the partial GEMV h . fn[j], for j == nm the partial sum of h^2. Thread t accumulates
+// elements t, t + 256, ... of the slice in turn (acc += h * fn, acc += h * h), then each value takes
+// fwd_block_sum's tree (warp xor tree, then the warp partials by an xor tree over a zero-padded
+// warp). A value's arithmetic depends on the slice and the thread only, never on the group or
+// the row count of the launch.
+__global__ void __launch_bounds__(kThreads) hc_partials_kernel(const float* __restrict__ h,
+                                                               const float* __restrict__ fn, int nm, int64_t n,
+                                                               float* __restrict__ partials) {
+  const int64_t r = blockIdx.z, sl = blockIdx.x;
+  const int j0 = static_cast<int>(blockIdx.y) * kHcGroup;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t len = n / kHcSplits, i0 = sl * len;
   const float* hr = h + r * n;
-  float acc[kMaxMix + 1];
+  float acc[kHcGroup];
 #pragma unroll
-  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i0 + len; i += kThreads) {
-    const float hv = hr[i];
-    acc[kMaxMix] += hv * hv;
+  for (int q = 0; q < kHcGroup; ++q) acc[q] = 0.0f;
+  for (int64_t base = 0; base < len; base += static_cast<int64_t>(kHcHeld) * kThreads) {
+    float hv[kHcHeld], fv[kHcHeld][kHcGroup];
 #pragma unroll
-    for (int j = 0; j < kMaxMix; ++j)
-      if (j < nm) acc[j] += hv * fn[j * n + i];
-  }
-  // The nm + 1 block sums, each with fwd_block_sum's tree (warp xor tree, then the warp partials
-  // by an xor tree over a zero-padded warp), all behind one barrier.
-  __shared__ float wsum[kMaxMix + 1][kThreads / 32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int e = 0; e < kHcHeld; ++e) {  // every load unconditional (clamped into the slice and rows)
+      const int64_t o = base + t + static_cast<int64_t>(e) * kThreads;
+      const int64_t i = i0 + (o < len ? o : len - 1);
+      hv[e] = hr[i];
 #pragma unroll
-  for (int j = 0; j <= kMaxMix; ++j) {
-    if (j < nm || j == kMaxMix) {
-      float v = acc[j];
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) wsum[j][warp] = v;
+      for (int q = 0; q < kHcGroup; ++q) fv[e][q] = fn[static_cast<int64_t>(min(j0 + q, nm - 1)) * n + i];
+    }
+#pragma unroll
+    for (int e = 0; e < kHcHeld; ++e) {
+      if (base + t + static_cast<int64_t>(e) * kThreads >= len) break;
+#pragma unroll
+      for (int q = 0; q < kHcGroup; ++q) {
+        if (j0 + q < nm) acc[q] += hv[e] * fv[e][q];
+        else if (j0 + q == nm) acc[q] += hv[e] * hv[e];
+      }
     }
   }
-  __syncthreads();
-  float* out = partials + (r * kHcSplits + sl) * (nm + 1);
-  for (int j = warp; j <= nm; j += kThreads / 32) {
-    const int src = j < nm ? j : kMaxMix;
-    float t = lane < kThreads / 32 ? wsum[src][lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    if (lane == 0) out[j] = t;
+  __shared__ float wsum[kHcGroup][kThreads / 32];
+#pragma unroll
+  for (int q = 0; q < kHcGroup; ++q) {
+    float v = acc[q];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) wsum[q][warp] = v;
   }
+  __syncthreads();
+  if (warp >= kHcGroup || j0 + warp > nm) return;
+  float v = lane < kThreads / 32 ? wsum[warp][lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) partials[(r * kHcSplits + sl) * (nm + 1) + j0 + warp] = v;
 }
 
 // One warp per row: lane j sums m[j] over the slices in slice order; lane l < C*C holds A[l]
@@ -172,64 +242,6 @@ __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stri
   float s = 0.0f;
   for (int c = 0; c < C; ++c) s += p[c] * h[(r * C + c) * D + i];
   y[r * D + i] = rbf16(s);
-}
-
-// One block per row: the collapse of collapse_kernel per element, then rmsnorm_kernel on it, with
-// the same per-element expressions and the same per-thread accumulation order (elements t, t + 256,
-// ... in turn) and block tree. The row's pre-mix sits in registers; up to kRegs elements per
-// thread stay in registers for the second pass (longer rows re-read what the thread wrote).
-constexpr int kCollapseRegs = 24;
-
-__global__ void collapse_rmsnorm_kernel(const float* __restrict__ h, const float* __restrict__ pi, int64_t pi_stride,
-                                        int C, int64_t D, const float* __restrict__ w, float eps, float* __restrict__ x,
-                                        float* __restrict__ y) {
-  __shared__ float red[kThreads / 32];
-  const int64_t r = blockIdx.x;
-  float p[8];
-  for (int c = 0; c < C; ++c) p[c] = pi[r * pi_stride + c];
-  const float* hr = h + r * C * D;
-  float* xr = x + r * D;
-  float* yr = y + r * D;
-  float xv[kCollapseRegs];
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kCollapseRegs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < D) {
-      float s = 0.0f;
-      for (int c = 0; c < C; ++c) s += p[c] * hr[c * D + i];
-      xv[k] = rbf16(s);
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kCollapseRegs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < D) {
-      xr[i] = xv[k];
-      acc += xv[k] * xv[k];
-    }
-  }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kCollapseRegs) * kThreads; i < D; i += kThreads) {
-    float s = 0.0f;
-    for (int c = 0; c < C; ++c) s += p[c] * hr[c * D + i];
-    xr[i] = rbf16(s);
-    acc += xr[i] * xr[i];
-  }
-  const float sum = fwd_block_sum<kThreads>(acc, red);
-  const float mean = sum / static_cast<float>(D);
-  const float rs = 1.0f / sqrtf(mean + eps);
-#pragma unroll
-  for (int k = 0; k < kCollapseRegs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < D) {
-      const float v = xv[k] * rs;
-      yr[i] = rbf16(w ? w[i] * v : v);
-    }
-  }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kCollapseRegs) * kThreads; i < D; i += kThreads) {
-    const float v = xr[i] * rs;
-    yr[i] = rbf16(w ? w[i] * v : v);
-  }
 }
 
 __global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D, float* h) {
@@ -284,20 +296,50 @@ inline dim3 row_grid(int64_t width, int64_t rows) {
   return dim3(static_cast<unsigned>((width + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
 }
 
+// Blocks a launch of norm_rows_kernel aims at (about two per SM of a large GPU): a row of few rows
+// is spread over up to one block per slot. Speed only: a row's bits do not depend on it.
+constexpr int64_t kNormBlocks = 256;
+
+template <int kC, int K>
+cudaError_t launch_norm_rows(const float* src, const float* pi, int64_t pi_stride, int64_t rows, int64_t D,
+                             const float* w, float eps, bool spread, float* x, float* y, cudaStream_t s) {
+  const int64_t slots = (D + kThreads - 1) / kThreads;
+  const int64_t want = spread ? std::clamp<int64_t>((kNormBlocks + rows - 1) / rows, 1, slots) : 1;
+  const int64_t kper = (slots + want - 1) / want;
+  const dim3 grid(static_cast<unsigned>((slots + kper - 1) / kper), static_cast<unsigned>(rows));
+  norm_rows_kernel<kC, K><<<grid, kThreads, 0, s>>>(src, pi, pi_stride, D, w, eps, static_cast<int>(kper), x, y);
+  return cudaGetLastError();
+}
+
+// The smallest held-slot count covering D (24 at most: longer rows take the kernel's tail path).
+template <int kC>
+cudaError_t norm_rows(const float* src, const float* pi, int64_t pi_stride, int64_t rows, int64_t D, const float* w,
+                      float eps, bool spread, float* x, float* y, cudaStream_t s) {
+  const int64_t slots = (D + kThreads - 1) / kThreads;
+  if (slots <= 1) return launch_norm_rows<kC, 1>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  if (slots <= 2) return launch_norm_rows<kC, 2>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  if (slots <= 4) return launch_norm_rows<kC, 4>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  if (slots <= 8) return launch_norm_rows<kC, 8>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  if (slots <= 16) return launch_norm_rows<kC, 16>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  if (slots <= 20) return launch_norm_rows<kC, 20>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+  return launch_norm_rows<kC, 24>(src, pi, pi_stride, rows, D, w, eps, spread, x, y, s);
+}
+
 }  // namespace
 
 cudaError_t embed_streams(const uint16_t* embed, const int32_t* ids, int64_t rows, int C, int64_t D, float* h,
                           float* pi, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(embed, ids, C, D, h, pi);
+  if (C > kThreads) return cudaErrorInvalidValue;
+  embed_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(embed, ids, C, D, h, pi);
   return cudaGetLastError();
 }
 
 cudaError_t rmsnorm_rows(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
                          cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, n, w, eps, y);
-  return cudaGetLastError();
+  if (n <= 0) return cudaErrorInvalidValue;
+  return norm_rows<0>(x, nullptr, 0, rows, n, w, eps, /*spread=*/x != y, nullptr, y, s);  // in place: one block a row
 }
 
 cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, int C, int64_t D, const float* base,
@@ -315,7 +357,9 @@ cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C
   if (rows == 0) return cudaSuccess;
   const int64_t n = static_cast<int64_t>(C) * D;
   if (C * (C + 2) > kMaxMix || n % kHcSplits) return cudaErrorInvalidValue;
-  hc_partials_kernel<<<dim3(kHcSplits, static_cast<unsigned>(rows)), kThreads, 0, s>>>(h, fn, C * (C + 2), n, partials);
+  const int nm = C * (C + 2);
+  const dim3 grid(kHcSplits, static_cast<unsigned>((nm + kHcGroup) / kHcGroup), static_cast<unsigned>(rows));
+  hc_partials_kernel<<<grid, kThreads, 0, s>>>(h, fn, nm, n, partials);
   return cudaGetLastError();
 }
 
@@ -339,8 +383,14 @@ cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int6
 cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
                                 const float* w, float eps, float* x, float* y, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  collapse_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(h, pi, pi_stride, C, D, w, eps, x, y);
-  return cudaGetLastError();
+  if (D <= 0) return cudaErrorInvalidValue;
+  switch (C) {
+    case 1: return norm_rows<1>(h, pi, pi_stride, rows, D, w, eps, true, x, y, s);
+    case 2: return norm_rows<2>(h, pi, pi_stride, rows, D, w, eps, true, x, y, s);
+    case 3: return norm_rows<3>(h, pi, pi_stride, rows, D, w, eps, true, x, y, s);
+    case 4: return norm_rows<4>(h, pi, pi_stride, rows, D, w, eps, true, x, y, s);
+    default: return cudaErrorInvalidValue;  // the family's hc_mult is 4
+  }
 }
 
 cudaError_t hc_expand(const float* y, const float* mix, int64_t rows, int C, int64_t D, float* h, cudaStream_t s) {

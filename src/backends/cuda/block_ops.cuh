@@ -42,8 +42,10 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
 cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C,
                         int64_t D, float* y, cudaStream_t s);
 
-// hc_collapse then rmsnorm_rows in one launch (one block per row, the same per-element arithmetic and
-// reduction order as the two kernels): x bf16 [rows, D] = collapse, y bf16 [rows, D] = RMSNorm(x; w).
+// hc_collapse then rmsnorm_rows in one launch (the same per-element arithmetic and reduction order as
+// the two kernels): x bf16 [rows, D] = collapse, y bf16 [rows, D] = RMSNorm(x; w). C <= 4. A launch of
+// few rows spreads each row over several blocks, each recomputing the row's statistic in the same
+// order, so the bits never depend on the row count.
 cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
                                 const float* w, float eps, float* x, float* y, cudaStream_t s);
 

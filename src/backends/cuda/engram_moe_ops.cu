@@ -48,6 +48,8 @@ __global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int6
   for (int64_t i = threadIdx.x; i < D; i += kThreads) hc[i] = dsv4::round_bf16(hc[i] + gate * value[i]);
 }
 
+constexpr int kRegExperts = 512;  // up to this many experts the top-k rounds run in warp 0's registers
+
 __device__ inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Row r's routing by one block of kThreads: scores in shared memory, K rounds of a block argmax
@@ -63,32 +65,63 @@ __device__ void route_row(int64_t r, const float* logits, int64_t E, int K, cons
     biased[e] = score[e] + b[e];
   }
   __syncthreads();
-  for (int k = 0; k < K; ++k) {
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-      const float v = biased[e];
-      if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
-    }
-    best_v[threadIdx.x] = bv;
-    best_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-      if (threadIdx.x < o) {
-        const float v2 = best_v[threadIdx.x + o];
-        const int i2 = best_i[threadIdx.x + o];
-        if (v2 > best_v[threadIdx.x] || (v2 == best_v[threadIdx.x] && i2 < best_i[threadIdx.x])) {
-          best_v[threadIdx.x] = v2;
-          best_i[threadIdx.x] = i2;
+  if (E <= kRegExperts) {
+    // Warp 0 from registers: lane l holds experts l, l + 32, ...; each round a lane's best (the
+    // first of equal values), then the warp's by shuffles, (value, index) ordered as below. The
+    // pick is the unique largest (value, lowest index), whatever the order it is searched in.
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      float v[kRegExperts / 32];
+#pragma unroll
+      for (int j = 0; j < kRegExperts / 32; ++j) v[j] = lane + 32 * j < E ? biased[lane + 32 * j] : -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < kRegExperts / 32; ++j) {
+          const int e = lane + 32 * j;
+          if (e < E && (v[j] > bv || (v[j] == bv && e < bi))) { bv = v[j]; bi = e; }
         }
+        for (int o = 16; o > 0; o >>= 1) {
+          const float v2 = __shfl_xor_sync(0xffffffffu, bv, o);
+          const int i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+          if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+        }
+#pragma unroll
+        for (int j = 0; j < kRegExperts / 32; ++j)
+          if (lane + 32 * j == bi) v[j] = -INFINITY;
+        if (lane == 0) sel[r * K + k] = bi;
+      }
+    }
+    __syncthreads();
+  } else {
+    for (int k = 0; k < K; ++k) {
+      float bv = -INFINITY;
+      int bi = 0x7fffffff;
+      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+        const float v = biased[e];
+        if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
+      }
+      best_v[threadIdx.x] = bv;
+      best_i[threadIdx.x] = bi;
+      __syncthreads();
+      for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if (threadIdx.x < o) {
+          const float v2 = best_v[threadIdx.x + o];
+          const int i2 = best_i[threadIdx.x + o];
+          if (v2 > best_v[threadIdx.x] || (v2 == best_v[threadIdx.x] && i2 < best_i[threadIdx.x])) {
+            best_v[threadIdx.x] = v2;
+            best_i[threadIdx.x] = i2;
+          }
+        }
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) {
+        sel[r * K + k] = best_i[0];
+        biased[best_i[0]] = -INFINITY;
       }
       __syncthreads();
     }
-    if (threadIdx.x == 0) {
-      sel[r * K + k] = best_i[0];
-      biased[best_i[0]] = -INFINITY;
-    }
-    __syncthreads();
   }
   if (threadIdx.x == 0) {
     float sum = 0.0f;
@@ -111,25 +144,51 @@ __global__ void route_kernel(const float* logits, int64_t E, int K, const float*
   route_row(blockIdx.x, logits, E, K, bias, bias_vl, image, route_scale, sel, wts, sh, best_v, best_i);
 }
 
-// The pairs of every row by one block: thread e counts expert e's pairs, a serial prefix gives
+// In place on c [n] (shared memory), by the whole block: c[e] = sum of c[0 .. e-1]. Thread t sums
+// a contiguous run of entries, the run totals are scanned by warp shuffles and over the warps'
+// totals (scan: shared int32 [32]); integers, so the result is exact.
+__device__ void exclusive_scan_block(int32_t* c, int64_t n, int32_t* scan) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
+  const int64_t per = (n + blockDim.x - 1) / blockDim.x, e0 = t * per, e1 = e0 + per < n ? e0 + per : n;
+  int32_t run = 0;
+  for (int64_t e = e0; e < e1; ++e) run += c[e];
+  int32_t inc = run;  // inclusive scan of the runs within the warp
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t u = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += u;
+  }
+  if (lane == 31) scan[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t w = lane < nw ? scan[lane] : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t u = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += u;
+    }
+    if (lane < nw) scan[lane] = w;  // inclusive totals of warps 0 .. lane
+  }
+  __syncthreads();
+  int32_t at = (warp > 0 ? scan[warp - 1] : 0) + inc - run;
+  for (int64_t e = e0; e < e1; ++e) {
+    const int32_t k = c[e];
+    c[e] = at;
+    at += k;
+  }
+  __syncthreads();
+}
+
+// The pairs of every row by one block: thread e counts expert e's pairs, a block scan gives
 // offsets, thread e writes its pairs in row order. The result depends only on sel.
 __device__ void pairs_block(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E, int32_t* pair_row,
                             int32_t* pair_expert, float* pair_weight, int32_t* pair_of, int32_t* counts) {
+  __shared__ int32_t scan[32];
   for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
     int32_t n = 0;
     for (int64_t i = 0; i < rows * K; ++i) n += sel[i] == e;
     counts[e] = n;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t at = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const int32_t n = counts[e];
-      counts[e] = at;
-      at += n;
-    }
-  }
-  __syncthreads();
+  exclusive_scan_block(counts, E, scan);
   for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
     int32_t p = counts[e];
     for (int64_t i = 0; i < rows * K; ++i)
