@@ -178,6 +178,22 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
                                                                                 : CompFormat::fp4_e4m3_16;
   auto shape = [&](int64_t out, int64_t in) { return shape_text({{"layer", layer}, {"rows", R}, {"out", out}, {"in", in}}); };
 
+  // The window key (b) and the compressor (c) read only x and write nothing the query path reads: with
+  // a side stream they run there beside the query (a) and the indexer's query projections, and the
+  // index scores (or, without an indexer, the sparse attention) wait for them. The same launches run
+  // either way.
+  const cudaStream_t ks = c.side ? c.side : s;
+  bool joined = !c.side;
+  auto join = [&]() -> Status {
+    if (joined) return ok_status();
+    joined = true;
+    return cuda_status(cudaStreamWaitEvent(s, c.join, 0), "attention: joining the key path");
+  };
+  if (c.side) {
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.fork, s), "attention: forking the key path"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ks, c.fork, 0), "attention: forking the key path"));
+  }
+
   // a. query: qr = q_norm(wq_a x); q = wq_b qr with RoPE on each head's tail.
   DSV4_ASSIGN_OR_RETURN(float* qa, take<float>(ar, R * Q, "attention qa"));
   DSV4_ASSIGN_OR_RETURN(float* qr, take<float>(ar, R * Q, "attention qr"));
@@ -191,8 +207,8 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   DSV4_ASSIGN_OR_RETURN(float* kv, take<float>(ar, R * d, "attention kv"));
   DSV4_ASSIGN_OR_RETURN(float* kvn, take<float>(ar, R * d, "attention kvn"));
   DSV4_ASSIGN_OR_RETURN(uint8_t* kvp, take<uint8_t>(ar, R * wrow, "attention packed kv"));
-  DSV4_CUDA_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, s), "wkv", shape(d, cfg.dim));
-  DSV4_CUDA_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, kvp, s), "kv norm/rope/pack", shape(d, d));
+  DSV4_CUDA_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, ks), "wkv", shape(d, cfg.dim));
+  DSV4_CUDA_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, kvp, ks), "kv norm/rope/pack", shape(d, d));
 
   // c. compressor (KV source): rows of groups completed by this call, before anything reads them.
   float* kp = nullptr;
@@ -205,24 +221,25 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
       DSV4_ASSIGN_OR_RETURN(kp, take<float>(ar, R * d, "compressor kv projection"));
       DSV4_ASSIGN_OR_RETURN(gp, take<float>(ar, R * d, "compressor gate projection"));
       if (A.comp_wkv.w && A.comp_wgate.w) {
-        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv, kp, s), "compressor wkv", shape(d, cfg.dim));
-        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate, gp, s), "compressor wgate", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv, kp, ks), "compressor wkv", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate, gp, ks), "compressor wgate", shape(d, cfg.dim));
       } else {
-        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv32, kp, s), "compressor wkv", shape(d, cfg.dim));
-        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate32, gp, s), "compressor wgate", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wkv32, kp, ks), "compressor wkv", shape(d, cfg.dim));
+        DSV4_CUDA_LAUNCH(f32_linear(x, R, A.comp_wgate32, gp, ks), "compressor wgate", shape(d, cfg.dim));
       }
-      DSV4_CUDA_LAUNCH(compress_pool2(t.emit[2], ne, pieces, kp, gp, t.cap, d, A.comp_norm, eps, lat, s),
+      DSV4_CUDA_LAUNCH(compress_pool2(t.emit[2], ne, pieces, kp, gp, t.cap, d, A.comp_norm, eps, lat, ks),
                        "compressor pool", shape(d, ne));
     } else {
       DSV4_ASSIGN_OR_RETURN(float* l1, take<float>(ar, R * d, "compressor projection"));
-      DSV4_CUDA_LAUNCH(bf16_linear(x, R, A.comp_wkv, l1, s), "compressor wkv", shape(d, cfg.dim));
-      DSV4_CUDA_LAUNCH(compress_norm1(t.emit[1], ne, l1, d, A.comp_norm, eps, lat, s), "compressor norm", shape(d, ne));
+      DSV4_CUDA_LAUNCH(bf16_linear(x, R, A.comp_wkv, l1, ks), "compressor wkv", shape(d, cfg.dim));
+      DSV4_CUDA_LAUNCH(compress_norm1(t.emit[1], ne, l1, d, A.comp_norm, eps, lat, ks), "compressor norm", shape(d, ne));
     }
     DSV4_ASSIGN_OR_RETURN(float* ik, take<float>(ar, ne * ihd, "index key projection"));
-    DSV4_CUDA_LAUNCH(bf16_linear(lat, ne, A.idx_wk, ik, s), "indexer wk", shape(ihd, d));
-    DSV4_CUDA_LAUNCH(emit_rows(t.emit[ratio], ne, pieces, lat, d, ik, ihd, A.idx_k_norm, eps, A.freqs, nf, ratio, fmt, s),
+    DSV4_CUDA_LAUNCH(bf16_linear(lat, ne, A.idx_wk, ik, ks), "indexer wk", shape(ihd, d));
+    DSV4_CUDA_LAUNCH(emit_rows(t.emit[ratio], ne, pieces, lat, d, ik, ihd, A.idx_k_norm, eps, A.freqs, nf, ratio, fmt, ks),
                      "compressed/index rows", shape(d, ne));
   }
+  if (c.side) DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.join, ks), "attention: key path done"));
 
   // Indexer (index source): scores against the published index keys, candidates, top-k.
   if (role.index_source) {
@@ -235,6 +252,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     DSV4_CUDA_LAUNCH(rope_heads(qi, R, IH, ihd, A.freqs, nf, c.pos, false, true, s), "indexer q rope/qdq", shape(IH * ihd, ihd));
     DSV4_CUDA_LAUNCH(bf16_linear(x, R, A.idx_weights_proj, wt, s), "indexer weights_proj", shape(IH, cfg.dim));
     const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) * std::pow(static_cast<double>(IH), -0.5));
+    DSV4_RETURN_IF_ERROR(join());
     DSV4_CUDA_LAUNCH(index_scores(qi, wt, wscale, pieces, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                      "index scores", shape(lc, IH * ihd));
     if (role.candidate_source) {
@@ -256,6 +274,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   const int64_t n_sel = role.ratio > 0 ? cfg.index_topk : 0;
   DSV4_ASSIGN_OR_RETURN(float* aw, take<float>(ar, sparse_attention_work_floats(R, H, cfg.window, n_sel), "attention scores"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  DSV4_RETURN_IF_ERROR(join());
   DSV4_CUDA_LAUNCH(sparse_attention(q, kvn, pieces, t.row_piece, c.pos, R, H, d, cfg.window, cap, c.topk,
                                     n_sel, fmt, A.sink, scale, A.freqs, nf, G, o, aw, s),
                    "sparse attention", shape(H * d, cfg.window + (role.ratio > 0 ? cfg.index_topk : 0)));

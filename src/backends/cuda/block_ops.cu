@@ -196,9 +196,13 @@ __global__ void __launch_bounds__(kThreads) hc_partials_kernel(const float* __re
 
 // One warp per row: lane j sums m[j] over the slices in slice order; lane l < C*C holds A[l]
 // through Sinkhorn, each row / column sum taken in the serial order of cpu::sinkhorn by shuffles.
-__global__ void hc_mix_partials_kernel(const float* partials, int C, int64_t n, const float* base, float s0, float s1,
+// kC > 0: C is kC at compile time (the shuffles of each sum unrolled and issued together; the same
+// additions in the same order as the runtime-C form).
+template <int kC>
+__global__ void hc_mix_partials_kernel(const float* partials, int C_, int64_t n, const float* base, float s0, float s1,
                                        float s2, float norm_eps, float eps, int iters, float* mix) {
   constexpr unsigned kAll = 0xffffffffu;
+  const int C = kC > 0 ? kC : C_;
   const int64_t r = blockIdx.x;
   const int lane = threadIdx.x, nm = C * (C + 2);
   float mj = 0.0f;
@@ -368,8 +372,12 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
                                  cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (C * (C + 2) > kMaxMix) return cudaErrorInvalidValue;
-  hc_mix_partials_kernel<<<static_cast<unsigned>(rows), 32, 0, s>>>(
-      partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
+  if (C == 4)
+    hc_mix_partials_kernel<4><<<static_cast<unsigned>(rows), 32, 0, s>>>(
+        partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
+  else
+    hc_mix_partials_kernel<0><<<static_cast<unsigned>(rows), 32, 0, s>>>(
+        partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
   return cudaGetLastError();
 }
 

@@ -38,6 +38,10 @@ struct CallCtx {
   const AttentionDevice* attn = nullptr;               // [n_layers] per-layer attention weights
 
   cudaStream_t stream = nullptr;
+  // When set: a second stream and two events (the forward's; OpCtx::side) on which a V4.1 layer runs
+  // its window key and compressor beside the query path (attention.cc).
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   Arena* scratch = nullptr;  // per-call scratch; reset by the forward after the call
   // Tensor-parallel rank (tp_forward.h): this rank's heads and output groups; the groups' wo_a outputs are
   // gathered from every rank before the whole wo_b. Null on one GPU.

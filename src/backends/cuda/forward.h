@@ -113,6 +113,8 @@ class Forward {
   ForwardOptions options_;
   std::unique_ptr<AttnGeometry> geo_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;                        // OpCtx::side
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;        // OpCtx::fork, OpCtx::join
   std::unique_ptr<Arena> scratch_;
   std::unique_ptr<CallMeta> meta_;
   std::unique_ptr<GraphCache> graphs_;

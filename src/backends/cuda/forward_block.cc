@@ -79,8 +79,18 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_ASSIGN_OR_RETURN(float* y, c.alloc<float>(rows * D, "block y"));
   DSV4_ASSIGN_OR_RETURN(float* amix, c.alloc<float>(rows * nm, "attention mixes"));
   DSV4_ASSIGN_OR_RETURN(float* fmix, c.alloc<float>(rows * nm, "ffn mixes"));
+  // V4.1 collapses each sub-layer with a pre-mix it already holds (the attention with pi, the FFN
+  // with the attention's), so a sub-layer's mixes are needed only by its expand: with a side stream
+  // they run there beside the collapse and the attention or MoE, which read h and never write it.
+  // The same kernels run either way: the bits do not depend on it.
+  const bool beside = !cfg.v4() && side_on(c);
+  auto start_mixes = [&](const HcDevice& P, float* mix) -> Status {
+    if (!beside) return timed(c, "hc mixes", [&] { return mixes(c, P, h, rows, mix); });
+    return run_beside(c, "hc mixes beside", [&](OpCtx& s) { return mixes(s, P, h, rows, mix); });
+  };
+  auto end_mixes = [&]() -> Status { return join_beside(c); };
   // Attention sub-layer, collapsed with the incoming pre-mix.
-  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_attn, h, rows, amix); }));
+  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_attn, amix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
     DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, L.attn_norm,
@@ -91,13 +101,14 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.in", xn, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, rows * D));
+  DSV4_RETURN_IF_ERROR(end_mixes());
   DSV4_RETURN_IF_ERROR(timed(c, "hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", shape);
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.h", h, rows * C * D));
   // FFN sub-layer, collapsed with the attention pre-mix.
-  DSV4_RETURN_IF_ERROR(timed(c, "hc mixes", [&] { return mixes(c, L.hc_ffn, h, rows, fmix); }));
+  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_ffn, fmix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
                                          c.stream),
@@ -111,6 +122,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
     DSV4_CUDA_LAUNCH(moe_combine(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, y, c.stream), "moe_combine(probe)", shape);
     DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.out", y, rows * D));
   }
+  DSV4_RETURN_IF_ERROR(end_mixes());
   // The MoE's combine, the FFN expand and the next pre-mix in one launch.
   return timed(c, "moe combine + hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(moe_combine_expand(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, fmix, C, h, pi, c.stream),
@@ -134,6 +146,28 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
   DSV4_ASSIGN_OR_RETURN(int32_t* pair_of, c.alloc<int32_t>(P, "pair index"));
   DSV4_ASSIGN_OR_RETURN(float* routed, c.alloc<float>(P * D, "routed expert outputs"));
   DSV4_ASSIGN_OR_RETURN(float* scratch, c.alloc<float>(std::max<int64_t>(P * 3 * I, int64_t(exl3_routed_experts_scratch_bytes(P, M.exl3) / sizeof(float)) + 1), "routed expert scratch"));
+  // Shared expert: the same clamped SwiGLU, no routing weight. It reads only x, so with a side
+  // stream it runs there beside the router and the routed experts (the same kernels either way).
+  const int64_t SI = M.shared_w1.out;
+  float* so = nullptr;
+  auto shared_expert = [&](OpCtx& s) -> Status {
+    DSV4_ASSIGN_OR_RETURN(float* a, s.alloc<float>(rows * SI, "shared a"));
+    DSV4_ASSIGN_OR_RETURN(float* u, s.alloc<float>(rows * SI, "shared u"));
+    DSV4_ASSIGN_OR_RETURN(float* v, s.alloc<float>(rows * SI, "shared v"));
+    DSV4_ASSIGN_OR_RETURN(so, s.alloc<float>(rows * D, "shared out"));
+    const auto sshape = shape_text({{"rows", rows}, {"I", SI}, {"D", D}});
+    DSV4_CUDA_LAUNCH(fp8_linear_pair(x, rows, M.shared_w1, M.shared_w3, cfg.act_block, a, u, s.stream),
+                     "fp8_linear_pair(shared.w1, shared.w3)", sshape);
+    DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.shared_clamp ? cfg.swiglu_limit : 0.0f, v, s.stream),
+                     "swiglu(shared)", sshape);
+    DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, s.stream), "fp8_linear(shared.w2)", sshape);
+    return ok_status();
+  };
+  if (side_on(c)) {
+    DSV4_RETURN_IF_ERROR(run_beside(c, "shared expert beside", shared_expert));
+  } else {
+    DSV4_RETURN_IF_ERROR(timed(c, "moe shared expert", [&] { return shared_expert(c); }));
+  }
   DSV4_RETURN_IF_ERROR(timed(c, "moe router", [&]() -> Status {
     DSV4_CUDA_LAUNCH(f32_linear_either(x, rows, M.gate, M.gate16, logits, c.stream), "f32_linear(router)", shape);
     if (M.tid2eid) {
@@ -168,21 +202,7 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
                      "moe_routed_experts", shape);
     return ok_status();
   }));
-  // Shared expert: the same clamped SwiGLU, no routing weight.
-  const int64_t SI = M.shared_w1.out;
-  DSV4_ASSIGN_OR_RETURN(float* a, c.alloc<float>(rows * SI, "shared a"));
-  DSV4_ASSIGN_OR_RETURN(float* u, c.alloc<float>(rows * SI, "shared u"));
-  DSV4_ASSIGN_OR_RETURN(float* v, c.alloc<float>(rows * SI, "shared v"));
-  DSV4_ASSIGN_OR_RETURN(float* so, c.alloc<float>(rows * D, "shared out"));
-  const auto sshape = shape_text({{"rows", rows}, {"I", SI}, {"D", D}});
-  DSV4_RETURN_IF_ERROR(timed(c, "moe shared expert", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(fp8_linear_pair(x, rows, M.shared_w1, M.shared_w3, cfg.act_block, a, u, c.stream),
-                     "fp8_linear_pair(shared.w1, shared.w3)", sshape);
-    DSV4_CUDA_LAUNCH(swiglu_rows(a, u, rows, SI, cfg.shared_clamp ? cfg.swiglu_limit : 0.0f, v, c.stream),
-                     "swiglu(shared)", sshape);
-    DSV4_CUDA_LAUNCH(fp8_linear(v, rows, M.shared_w2, cfg.act_block, so, c.stream), "fp8_linear(shared.w2)", sshape);
-    return ok_status();
-  }));
+  DSV4_RETURN_IF_ERROR(join_beside(c));  // the shared expert, when it ran beside
   out = MoeOut{routed, so, sel, pair_of, K};
   return ok_status();
 }
