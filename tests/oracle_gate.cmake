@@ -10,6 +10,7 @@ if(DSV4_TESTS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_compile_options(oracle_gate_fma PRIVATE -mfma -ffp-contract=fast)
   # The weights must be the plain build's: their generator keeps separate roundings.
   set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backends/cpu/synthetic.cc
+                              ${PROJECT_SOURCE_DIR}/src/backends/cpu/synthetic_exl3.cc
                               TARGET_DIRECTORY oracle_gate_fma PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
   set_target_properties(oracle_gate_fma PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 

@@ -4,8 +4,10 @@
 // ref32's distance to its own ref64 and an FNV-1a hash of that ref64, which the test requires to
 // equal the plain build's ref64 bit for bit (so the distances are to the gate's reference).
 //
-// Usage: oracle_gate_fma PRESET VARIANT [PROMPTS]   (tiny|small, v41|v4-0731; PROMPTS <= 8)
-// Output: one line per prompt "prompt K err2 ref2 rows top1 ref64_hash"; exit 77 without FMA.
+// Usage: oracle_gate_fma PRESET VARIANT [PROMPTS [exl3]]   (tiny|small, v41|v4-0731; PROMPTS <= 8;
+//        exl3: the EXL3 gate weights, cpu::exl3_gate_weights, V4.1 only)
+// Output: one line per prompt "prompt K err2 ref2 rows top1 ref64_hash top1_hash" (top1_hash: of
+// its ref64's top-1 ids, gate::top1_ids); exit 77 without FMA.
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -14,14 +16,16 @@
 #include "backends/cpu/gate.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
+#include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace {
 
-uint64_t fnv1a(const std::vector<float>& v) {
+template <typename T>
+uint64_t fnv1a(const std::vector<T>& v) {
   uint64_t h = 0xcbf29ce484222325ULL;
   const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  for (size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
   return h;
 }
 
@@ -34,7 +38,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: oracle_gate_fma PRESET VARIANT [PROMPTS]\n");
+    std::fprintf(stderr, "usage: oracle_gate_fma PRESET VARIANT [PROMPTS [exl3]]\n");
     return 2;
   }
   auto preset = family::parse_preset(argv[1]);
@@ -44,9 +48,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "oracle_gate_fma: bad arguments\n");
     return 2;
   }
-  const auto cfg = cpu::model_config_from(family::preset_config(*preset, *variant));
-  std::shared_ptr<const cpu::ModelWeights> w =
-      cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
+  const bool exl3 = argc > 4 && std::strcmp(argv[4], "exl3") == 0;
+  const family::Config fc = family::preset_config(*preset, *variant);
+  const auto cfg = cpu::model_config_from(fc);
+  std::shared_ptr<const cpu::ModelWeights> w;
+  if (exl3) {
+    auto e = cpu::exl3_gate_weights(fc);
+    if (!e.ok()) {
+      std::fprintf(stderr, "oracle_gate_fma: %s\n", e.status().to_string().c_str());
+      return 1;
+    }
+    w = std::move(*e);
+  } else {
+    w = cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
+  }
   for (int k = 0; k < n; ++k) {
     auto l32 = cpu::gate::oracle_logits(w, cpu::Precision::ref32, k);
     auto l64 = cpu::gate::oracle_logits(w, cpu::Precision::ref64, k);
@@ -56,8 +71,8 @@ int main(int argc, char** argv) {
     }
     cpu::gate::Distance d;
     d.add(*l32, *l64, cfg.vocab);
-    std::printf("prompt %d %.17g %.17g %" PRId64 " %" PRId64 " %016" PRIx64 "\n", k, d.err2, d.ref2, d.rows, d.top1,
-                fnv1a(*l64));
+    std::printf("prompt %d %.17g %.17g %" PRId64 " %" PRId64 " %016" PRIx64 " %016" PRIx64 "\n", k, d.err2, d.ref2,
+                d.rows, d.top1, fnv1a(*l64), fnv1a(cpu::gate::top1_ids(*l64, cfg.vocab)));
   }
   return 0;
 }

@@ -7,6 +7,9 @@
 //   bf16 spacing off (one op kind computed from wrongly rounded parameters), and the oracle with
 //   every quantization step skipped (act_quant, KV and index QDQ: what an unquantized port computes).
 // Printed as information: logits stored in bf16, a defect below the gate's resolution.
+// The same three on the EXL3 gate weights (exl3_gate_weights: the gate weights with the Mia layout's
+// linears re-encoded as EXL3, V4.1), so the gate is meetable and still sees defects on EXL3 linears
+// (exl3_forward_cuda_test runs the CUDA forward on them).
 // DSV4_GATE_PRESETS=tiny,small adds the small presets (minutes on 2 cores; docs/numerics.md).
 #include <gtest/gtest.h>
 
@@ -19,37 +22,41 @@
 #include "backends/cpu/gate.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
+#include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cpu {
 namespace {
 
-uint64_t fnv1a(const std::vector<float>& v) {  // as oracle_gate_fma hashes its ref64
+template <typename T>
+uint64_t fnv1a(const std::vector<T>& v) {  // as oracle_gate_fma hashes its ref64
   uint64_t h = 0xcbf29ce484222325ULL;
   const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  for (size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
   return h;
 }
 
 struct FmaPrompt {
   gate::Distance d;  // the FMA build's ref32 against its ref64
-  uint64_t ref64_hash = 0;
+  uint64_t ref64_hash = 0, top1_hash = 0;  // of its ref64 and of its ref64's top-1 ids
 };
 
-// Runs oracle_gate_fma; empty when the CPU has no FMA (exit 77), a failed expectation otherwise.
-std::map<int, FmaPrompt> run_fma(const std::string& preset, const std::string& variant, bool& no_fma) {
+// Runs oracle_gate_fma (`args` after preset and variant); empty when the CPU has no FMA (exit 77), a
+// failed expectation otherwise.
+std::map<int, FmaPrompt> run_fma(const std::string& preset, const std::string& variant, bool& no_fma,
+                                 const std::string& args = "") {
   std::map<int, FmaPrompt> out;
-  const std::string cmd = std::string(DSV4_BINARY_DIR) + "/oracle_gate_fma " + preset + " " + variant;
+  const std::string cmd = std::string(DSV4_BINARY_DIR) + "/oracle_gate_fma " + preset + " " + variant + " " + args;
   FILE* f = popen(cmd.c_str(), "r");
   EXPECT_NE(f, nullptr) << cmd;
   if (!f) return out;
   int k;
   double err2, ref2;
   int64_t rows, top1;
-  uint64_t hash;
-  while (std::fscanf(f, " prompt %d %lg %lg %" SCNd64 " %" SCNd64 " %" SCNx64, &k, &err2, &ref2, &rows, &top1,
-                     &hash) == 6)
-    out[k] = {{err2, ref2, rows, top1}, hash};
+  uint64_t hash, top1_hash;
+  while (std::fscanf(f, " prompt %d %lg %lg %" SCNd64 " %" SCNd64 " %" SCNx64 " %" SCNx64, &k, &err2, &ref2, &rows,
+                     &top1, &hash, &top1_hash) == 7)
+    out[k] = {{err2, ref2, rows, top1}, hash, top1_hash};
   const int status = pclose(f);
   no_fma = WIFEXITED(status) && WEXITSTATUS(status) == 77;
   if (!no_fma) EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << " failed";
@@ -61,17 +68,42 @@ std::vector<float> bf16_rounded(std::vector<float> v) {
   return v;
 }
 
+// The one-op defect: every layer's attention RMSNorm, every other weight one bf16 spacing up.
+void nudge_attn_norms(ModelWeights& w) {
+  for (auto& l : w.layers)
+    for (size_t i = 1; i < l.attn_norm.size(); i += 2)
+      l.attn_norm[i] = bf16_to_f32(static_cast<bf16_t>(f32_to_bf16(l.attn_norm[i]) + 1));
+}
+
+// Adds the FMA-built oracle's ref32 distance on prompt k (to its own ref64) to v.backend, after
+// checking that its ref64 is the plain build's ref64 `r64`: bit for bit on dense weights (every
+// double product there is of two floats, exact, so a fused multiply-add changes nothing), else
+// (`bit_exact` false: EXL3 linears multiply doubles by Wq, inexact products whose last bits a
+// contraction changes, and the fp32 head leaves its double sums to one float rounding) the same
+// top-1 ids and the same sum of squares to within 1e-12 relative.
+void add_fma(const std::map<int, FmaPrompt>& fma, int k, const std::vector<float>& r64, int64_t vocab,
+             bool bit_exact, gate::Verdict& v) {
+  ASSERT_EQ(fma.count(k), 1u) << "oracle_gate_fma printed no line for prompt " << k;
+  const FmaPrompt& p = fma.at(k);
+  if (bit_exact) {
+    EXPECT_EQ(p.ref64_hash, fnv1a(r64)) << "the FMA build's ref64 differs from the plain one on prompt " << k;
+  } else {
+    gate::Distance self;
+    self.add(r64, r64, vocab);
+    EXPECT_EQ(p.top1_hash, fnv1a(gate::top1_ids(r64, vocab))) << "the FMA build's ref64 top-1 differs on prompt " << k;
+    EXPECT_NEAR(p.d.ref2 / self.ref2, 1.0, 1e-12) << "the FMA build's ref64 differs from the plain one on prompt " << k;
+  }
+  v.backend.add(p.d);
+}
+
 void check_gate(family::Preset preset, family::Variant variant) {
   const std::string pname(family::preset_name(preset)), vname = variant == family::Variant::v4 ? "v4-0731" : "v41";
   SCOPED_TRACE(pname + " " + vname);
   const auto cfg = model_config_from(family::preset_config(preset, variant));
   const int64_t V = cfg.vocab;
   std::shared_ptr<const ModelWeights> w = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
-  // The one-op defect: every layer's attention RMSNorm, every other weight one bf16 spacing up.
   std::shared_ptr<ModelWeights> bad = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
-  for (auto& l : bad->layers)
-    for (size_t i = 1; i < l.attn_norm.size(); i += 2)
-      l.attn_norm[i] = bf16_to_f32(static_cast<bf16_t>(f32_to_bf16(l.attn_norm[i]) + 1));
+  nudge_attn_norms(*bad);
   OracleOptions unq;
   unq.unquantized = true;
 
@@ -90,11 +122,7 @@ void check_gate(family::Preset preset, family::Variant variant) {
     norm_v.backend.add(*rb, *r64, V);
     unq_v.backend.add(*ru, *r64, V);
     bf16_v.backend.add(bf16_rounded(*r32), *r64, V);
-    if (!no_fma) {
-      ASSERT_EQ(fma.count(k), 1u) << "oracle_gate_fma printed no line for prompt " << k;
-      EXPECT_EQ(fma.at(k).ref64_hash, fnv1a(*r64)) << "the FMA build's ref64 differs from the plain one on prompt " << k;
-      fma_v.backend.add(fma.at(k).d);
-    }
+    if (!no_fma) add_fma(fma, k, *r64, V, true, fma_v);
   }
   std::printf("%s %s, %d prompts x %d tokens, gate weights (seed %" PRIu64 "):\n", pname.c_str(), vname.c_str(),
               gate::kPrompts, gate::kPromptLength, gate::kSeed);
@@ -120,6 +148,49 @@ TEST(OracleGate, FmaBuildPassesWorseBackendsFail) {
     if (!wanted(std::string(family::preset_name(p)).c_str())) continue;
     check_gate(p, family::Variant::v41);
     check_gate(p, family::Variant::v4);
+  }
+}
+
+TEST(OracleGate, Exl3GateWeightsAreMeetable) {
+  for (family::Preset p : {family::Preset::tiny, family::Preset::small}) {
+    const std::string pname(family::preset_name(p));
+    if (!wanted(pname.c_str())) continue;
+    SCOPED_TRACE(pname + " v41 EXL3");
+    auto w = exl3_gate_weights(family::preset_config(p, family::Variant::v41));
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    ASSERT_TRUE((*w)->head.exl3 && (*w)->layers[0].attn.wq_a.exl3 && (*w)->layers[0].ffn.experts[0].w1.exl3);
+    const int64_t V = (*w)->config.vocab;
+    bool no_fma = false;
+    const auto fma = run_fma(pname, "v41", no_fma, std::to_string(gate::kPrompts) + " exl3");
+    auto bad = exl3_gate_weights(family::preset_config(p, family::Variant::v41));
+    ASSERT_TRUE(bad.ok());
+    nudge_attn_norms(**bad);
+    OracleOptions unq;
+    unq.unquantized = true;
+    gate::Verdict fma_v, norm_v, unq_v;
+    for (int k = 0; k < gate::kPrompts; ++k) {
+      auto r32 = gate::oracle_logits(*w, Precision::ref32, k);
+      auto r64 = gate::oracle_logits(*w, Precision::ref64, k);
+      auto rb = gate::oracle_logits(*bad, Precision::ref32, k);
+      auto ru = gate::oracle_logits(*w, unq, k);
+      ASSERT_TRUE(r32.ok() && r64.ok() && rb.ok() && ru.ok());
+      gate::Distance floor;
+      floor.add(*r32, *r64, V);
+      for (gate::Verdict* v : {&fma_v, &norm_v, &unq_v}) v->floor.add(floor);
+      norm_v.backend.add(*rb, *r64, V);
+      unq_v.backend.add(*ru, *r64, V);
+      if (!no_fma) add_fma(fma, k, *r64, V, false, fma_v);
+    }
+    std::printf("%s v41, EXL3 gate weights, %d prompts x %d tokens:\n", pname.c_str(), gate::kPrompts,
+                gate::kPromptLength);
+    std::printf("  FMA-built oracle:            %s\n", fma_v.summary().c_str());
+    std::printf("  attn_norm off (every layer): %s\n", norm_v.summary().c_str());
+    std::printf("  unquantized:                 %s\n", unq_v.summary().c_str());
+    EXPECT_EQ(fma_v.floor.top1, fma_v.floor.rows) << "ref32 and ref64 disagree on a top-1";
+    EXPECT_FALSE(no_fma) << "oracle_gate_fma needs a CPU with FMA instructions";
+    EXPECT_TRUE(fma_v.pass()) << fma_v.summary();
+    EXPECT_FALSE(norm_v.pass()) << norm_v.summary();
+    EXPECT_FALSE(unq_v.pass()) << unq_v.summary();
   }
 }
 

@@ -1,12 +1,15 @@
-// The CUDA forward on a synthetic EXL3 pack (Mia layout; tiny by default, DSV4_GPU_PRESET=small the
-// larger preset) against the CPU oracle on the same pack: a per-layer NRMS table, logits NRMS vs the
-// floor F = NRMS(ref32, ref64) with the gate NRMS(CUDA, ref64) <= 1.05 F (DESIGN.md), and the exact
-// equalities on CUDA — pieces == whole, a k-row verify == k single steps, batched == alone. Before
-// that, the EXL3 pieces alone against the oracle's formula in double (cpu::exl3_linear_bf16/_acc):
-// the linear kinds through their ordinary calls (FP8, FP4, bf16 block-diagonal wo_a, fp32 head) and
-// the grouped routed experts, each row bit-identical alone and in a batch. Their bounds: bf16 outputs
-// within NRMS 2^-8 of ref64 (a bf16 ulp is at most 2^-7 relative: more is a wrong sum, not
-// rounding), fp32 outputs within 1e-5.
+// The CUDA forward on EXL3 linears (Mia layout; tiny by default, DSV4_GPU_PRESET=small the larger
+// preset) against the CPU oracle on the same weights. The whole-model gate (docs/numerics.md): the
+// gate weights with every linear the Mia layout stores as EXL3 re-encoded as the pack writer encodes
+// it (cpu::exl3_gate_weights), gate::kPrompts prompts pooled, NRMS(CUDA, ref64) <= 1.05 F and top-1 on
+// every row. On a synthetic pack written by write_synthetic_exl3_pack (random-profile values, loaded
+// by load_weights as `--backend cuda` does): the EXL3 pieces alone against the oracle's formula in
+// double (cpu::exl3_linear_bf16/_acc) — the linear kinds through their ordinary calls (FP8, FP4, bf16
+// block-diagonal wo_a, fp32 head) and the grouped routed experts, each row bit-identical alone and
+// in a batch, bf16 outputs within NRMS 2^-8 of ref64 (a bf16 ulp is at most 2^-7 relative: more is a
+// wrong sum, not rounding), fp32 outputs within 1e-5; the exact equalities on CUDA — pieces ==
+// whole, a k-row verify == k single steps, batched == alone; and, as information only (random
+// weights are chaotic), the one-prompt ratio NRMS(CUDA, ref64) / F with its per-layer table.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/moe.h"
+#include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/exl3_view.h"
@@ -39,7 +43,10 @@ namespace {
 
 using gpu_testing::all_rows;
 using gpu_testing::argmax;
+using gpu_testing::LogitsRun;
 using gpu_testing::nrms;
+using gpu_testing::oracle_run;
+using gpu_testing::print_layer_table;
 using gpu_testing::prompt;
 
 using cpu::Piece;
@@ -82,19 +89,38 @@ std::shared_ptr<const cpu::ModelWeights> weights() {
   return w;
 }
 
-std::shared_ptr<const ModelDevice> device_model() {
-  static std::shared_ptr<const ModelDevice> model = [] {
-    if (!weights()) return std::shared_ptr<const ModelDevice>();
-    auto m = ModelDevice::upload(*weights(), ModelDeviceOptions{});
+// The EXL3 gate weights of the preset (cpu::exl3_gate_weights: V4.1, no drafter).
+std::shared_ptr<const cpu::ModelWeights> gate_weights() {
+  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+    auto preset = family::parse_preset(preset_name());
+    EXPECT_TRUE(preset.ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = cpu::exl3_gate_weights(family::preset_config(preset.ok() ? *preset : family::Preset::tiny,
+                                                          family::Variant::v41));
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    std::printf("EXL3 gate weights (preset %s): encoded in %.1f s\n", preset_name().c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return r.ok() ? std::shared_ptr<const cpu::ModelWeights>(*r) : nullptr;
+  }();
+  return w;
+}
+
+// The device model of the pack (gate false) or of the gate weights, uploaded once.
+std::shared_ptr<const ModelDevice> device_model(bool gate = false) {
+  static std::shared_ptr<const ModelDevice> models[2];
+  std::shared_ptr<const ModelDevice>& model = models[gate];
+  const auto w = gate ? gate_weights() : weights();
+  if (!model && w) {
+    auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (m.ok()) std::printf("EXL3 model on the device: %.1f MiB of weights\n", (*m)->weight_bytes() / 1048576.0);
-    return m.ok() ? std::shared_ptr<const ModelDevice>(std::move(*m)) : nullptr;
-  }();
+    if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
+  }
   return model;
 }
 
-std::unique_ptr<Forward> cuda_forward() {
-  auto model = device_model();
+std::unique_ptr<Forward> cuda_forward(bool gate = false) {
+  auto model = device_model(gate);
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 4096;
@@ -248,30 +274,27 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
   EXPECT_LE(n, std::ldexp(1.0, -8));
 }
 
-struct LogitsRun {
-  std::vector<float> logits;
-  std::vector<std::vector<float>> layers;  // the streams after every layer
-};
-
-LogitsRun oracle_run(cpu::Precision p, const std::vector<int32_t>& toks) {
-  LogitsRun run;
-  cpu::OracleOptions o;
-  o.precision = p;
-  o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
-  auto oracle = std::move(cpu::Oracle::create(weights(), o)).value();
-  auto r = oracle->forward({Piece{oracle->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (r.ok()) run.logits = (*r)[0].logits;
-  return run;
+// The whole-model gate (docs/numerics.md) on the EXL3 gate weights: gate::kPrompts prompts of
+// gate::kPromptLength tokens each fed whole to a fresh stream, every row's logits pooled.
+TEST(CudaExl3Forward, WholeModelGate) {
+  auto f = cuda_forward(true);
+  ASSERT_TRUE(f);
+  auto v = gpu_testing::forward_gate(*f, gate_weights(), "preset " + preset_name() + ", EXL3 gate weights");
+  std::printf("whole-model gate, EXL3 %s, %d prompts x %d tokens: %s\n", preset_name().c_str(), cpu::gate::kPrompts,
+              cpu::gate::kPromptLength, v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
 }
 
-TEST(CudaExl3Forward, MatchesOracleWithinFloor) {
+// Information only (the pack's random-profile values are chaotic: docs/numerics.md): the per-layer
+// table and the one-prompt ratio NRMS(CUDA, ref64) / F of a 40-token prompt on the written pack, and
+// the time of single-row decode steps after it.
+TEST(CudaExl3Forward, RandomPackOnePromptRatio) {
   ASSERT_TRUE(weights());
   const int n = 40;
   const auto toks = prompt(n, 0);
   const int64_t V = weights()->config.vocab;
-  LogitsRun r32 = oracle_run(cpu::Precision::ref32, toks);
-  LogitsRun r64 = oracle_run(cpu::Precision::ref64, toks);
+  LogitsRun r32 = oracle_run(weights(), cpu::Precision::ref32, toks);
+  LogitsRun r64 = oracle_run(weights(), cpu::Precision::ref64, toks);
   auto f = cuda_forward();
   ASSERT_TRUE(f);
   LogitsRun cu;
@@ -284,14 +307,12 @@ TEST(CudaExl3Forward, MatchesOracleWithinFloor) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   cu.logits = (*r)[0].logits;
   f->set_profile(nullptr);
+  f->set_layer_probe(nullptr);
   for (const auto& [op, ms] : ops) std::printf("op %-20s %8.3f ms\n", op.c_str(), ms);
   ASSERT_EQ(cu.layers.size(), r64.layers.size());
-  std::printf("EXL3 pack, preset %s: per-layer NRMS of the residual streams against ref64\n", preset_name().c_str());
-  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
-  for (size_t l = 0; l < cu.layers.size(); ++l) {
-    const double a = nrms(cu.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
-    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
-  }
+  std::printf("EXL3 pack, preset %s, random values: per-layer NRMS of the residual streams against ref64\n",
+              preset_name().c_str());
+  print_layer_table(cu, r32, r64);
   const double F = nrms(r32.logits, r64.logits), N = nrms(cu.logits, r64.logits);
   int agree = 0, agree32 = 0;
   for (int i = 0; i < n; ++i) {
@@ -299,18 +320,15 @@ TEST(CudaExl3Forward, MatchesOracleWithinFloor) {
     agree += argmax(&cu.logits[i * V], V) == ref;
     agree32 += argmax(&r32.logits[i * V], V) == ref;
   }
-  std::printf("logits: F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), top-1 vs ref64: cuda %d/%d, "
-              "ref32 %d/%d\n", F, N, N / F, agree, n, agree32, n);
-  EXPECT_LE(N, 1.05 * F);
-  // Informational: single-row decode steps after the prompt (wall time, synchronized per step).
+  std::printf("EXL3 pack, one prompt (information): F = NRMS(ref32,ref64) = %.4e, NRMS(cuda,ref64) = %.4e (%.3f F), "
+              "top-1 vs ref64: cuda %d/%d, ref32 %d/%d\n", F, N, N / F, agree, n, agree32, n);
+  EXPECT_LT(N, 0.5);  // a broken forward lands near NRMS 1; rounding chance stays within a few F
+  // Single-row decode steps after the prompt (wall time, synchronized per step).
   const auto t0 = std::chrono::steady_clock::now();
   const int steps = 16;
   for (int i = 0; i < steps; ++i) ASSERT_TRUE(f->forward({Piece{*s, {toks[i]}, {0}}}).ok());
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
   std::printf("decode on the pack: %.3f ms per single-row step (%d steps, after %d prompt rows)\n", ms, steps, n);
-  if (agree32 == n) {
-    EXPECT_EQ(agree, n);  // top-1 on every position where the references themselves meet it
-  }
 }
 
 // Logits of `toks` fed to a fresh stream in the given piece sizes (all rows' logits).

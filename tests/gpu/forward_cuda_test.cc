@@ -27,7 +27,10 @@ namespace {
 
 using gpu_testing::all_rows;
 using gpu_testing::argmax;
+using gpu_testing::LogitsRun;
 using gpu_testing::nrms;
+using gpu_testing::oracle_run;
+using gpu_testing::print_layer_table;
 using gpu_testing::prompt;
 
 using cpu::Piece;
@@ -82,65 +85,15 @@ std::unique_ptr<Forward> cuda_forward(bool gate = false) {
   return f.ok() ? std::move(*f) : nullptr;
 }
 
-// Logits [n, V] of one whole-prompt call, with the streams after every layer.
-struct LogitsRun {
-  std::vector<float> logits;
-  std::vector<std::vector<float>> layers;
-};
-
-LogitsRun oracle_run(cpu::Precision p, const std::vector<int32_t>& toks,
-                     const std::shared_ptr<const cpu::ModelWeights>& w = weights()) {
-  LogitsRun run;
-  cpu::OracleOptions o;
-  o.precision = p;
-  o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
-  auto oracle = std::move(cpu::Oracle::create(w, o)).value();
-  auto r = oracle->forward({Piece{oracle->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (r.ok()) run.logits = (*r)[0].logits;
-  return run;
-}
-
-void print_layer_table(const LogitsRun& cu, const LogitsRun& r32, const LogitsRun& r64) {
-  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
-  for (size_t l = 0; l < cu.layers.size() && l < r64.layers.size(); ++l) {
-    const double a = nrms(cu.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
-    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
-  }
-}
-
 // The whole-model gate (docs/numerics.md): the gate weights, gate::kPrompts prompts of
 // gate::kPromptLength tokens each fed whole to a fresh stream, every row's logits pooled.
 TEST(CudaForward, WholeModelGate) {
   auto f = cuda_forward(true);
   ASSERT_TRUE(f);
-  const auto w = gate_weights();
-  const int64_t V = w->config.vocab;
-  const int L = cpu::gate::kPromptLength;
-  LogitsRun cu0, r32, r64;  // prompt 0's streams after every layer
-  auto v = gpu_testing::whole_model_gate(
-      w,
-      [&](int k) {
-        if (k == 0) f->set_layer_probe([&](int, const std::vector<float>& h) { cu0.layers.push_back(h); });
-        auto s = f->open_stream();
-        std::vector<float> out;
-        if (!s.ok()) return out;
-        auto r = f->forward({Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
-        f->set_layer_probe(nullptr);
-        EXPECT_TRUE(r.ok()) << r.status().to_string();
-        if (r.ok()) out = std::move((*r)[0].logits);
-        EXPECT_TRUE(f->close_stream(*s).ok());
-        return out;
-      },
-      [&](int k, cpu::OracleOptions& o) {
-        LogitsRun* run = o.precision == cpu::Precision::ref32 ? &r32 : &r64;
-        if (k == 0) o.layer_probe = [run](int, const std::vector<float>& h) { run->layers.push_back(h); };
-      });
-  std::printf("preset %s, variant %s, gate weights: per-layer NRMS of the residual streams against ref64, prompt 0\n",
-              preset_name().c_str(), variant_name().c_str());
-  print_layer_table(cu0, r32, r64);
+  auto v = gpu_testing::forward_gate(*f, gate_weights(),
+                                     "preset " + preset_name() + ", variant " + variant_name() + ", gate weights");
   std::printf("whole-model gate, %s %s, %d prompts x %d tokens: %s\n", preset_name().c_str(), variant_name().c_str(),
-              cpu::gate::kPrompts, L, v.summary().c_str());
+              cpu::gate::kPrompts, cpu::gate::kPromptLength, v.summary().c_str());
   EXPECT_TRUE(v.pass()) << v.summary();
 }
 
@@ -149,8 +102,8 @@ TEST(CudaForward, WholeModelGate) {
 TEST(CudaForward, RandomWeightsOnePromptRatio) {
   const auto toks = prompt(40, 0);
   const int64_t V = weights()->config.vocab;
-  LogitsRun r32 = oracle_run(cpu::Precision::ref32, toks);
-  LogitsRun r64 = oracle_run(cpu::Precision::ref64, toks);
+  LogitsRun r32 = oracle_run(weights(), cpu::Precision::ref32, toks);
+  LogitsRun r64 = oracle_run(weights(), cpu::Precision::ref64, toks);
   auto f = cuda_forward();
   ASSERT_TRUE(f);
   LogitsRun cu;

@@ -1,5 +1,6 @@
-// Helpers shared by the GPU forward tests: the fixed test prompts, row lists, NRMS, argmax and the
-// whole-model gate (docs/numerics.md) of a backend against the CPU oracle.
+// Helpers shared by the GPU forward tests: the fixed test prompts, row lists, NRMS, argmax, oracle runs
+// with their per-layer streams, and the whole-model gate (docs/numerics.md) of a backend against the
+// CPU oracle.
 #pragma once
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -67,6 +69,35 @@ inline uint64_t digest(const std::vector<std::vector<float>>& vs) {
   return h;
 }
 
+// Logits [n, V] of one whole-prompt call, with the streams after every layer.
+struct LogitsRun {
+  std::vector<float> logits;
+  std::vector<std::vector<float>> layers;
+};
+
+// The oracle on weights `w` at precision p: `toks` fed whole to a fresh stream, every row's logits.
+inline LogitsRun oracle_run(const std::shared_ptr<const cpu::ModelWeights>& w, cpu::Precision p,
+                            const std::vector<int32_t>& toks) {
+  LogitsRun run;
+  cpu::OracleOptions o;
+  o.precision = p;
+  o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
+  auto oracle = cpu::Oracle::create(w, o);
+  if (!oracle.ok()) return run;
+  auto r = (*oracle)->forward({cpu::Piece{(*oracle)->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
+  if (r.ok()) run.logits = (*r)[0].logits;
+  return run;
+}
+
+// One line per layer: NRMS of the backend's and of ref32's streams against ref64, and their ratio.
+inline void print_layer_table(const LogitsRun& backend, const LogitsRun& r32, const LogitsRun& r64) {
+  std::printf("layer  NRMS(cuda,ref64)  NRMS(ref32,ref64)  ratio\n");
+  for (size_t l = 0; l < backend.layers.size() && l < r64.layers.size() && l < r32.layers.size(); ++l) {
+    const double a = nrms(backend.layers[l], r64.layers[l]), b = nrms(r32.layers[l], r64.layers[l]);
+    std::printf("%5zu  %16.3e  %17.3e  %5.2f\n", l, a, b, b > 0 ? a / b : 0.0);
+  }
+}
+
 // The whole-model gate of a backend on weights `w` (the gate weights: cpu::synthetic_weights with
 // WeightProfile::gate, seed cpu::gate::kSeed): backend_logits(k) returns its logits
 // [gate::kPromptLength, V] of gate prompt k fed whole to a fresh stream (empty on failure: the
@@ -109,6 +140,38 @@ cpu::gate::Verdict whole_model_gate(
     v.backend.add(b[k], *r64, V);
   }
   return ok ? v : gate::Verdict{};  // no rows: pass() is false
+}
+
+// whole_model_gate for a forward `f` (a cuda::Forward, or anything with open_stream, forward,
+// close_stream and set_layer_probe) on the gate weights `w`: each gate prompt fed whole to a fresh
+// stream of f; prompt 0's per-layer stream table (f, ref32 against ref64) is printed under `title`.
+template <typename Backend>
+cpu::gate::Verdict forward_gate(Backend& f, const std::shared_ptr<const cpu::ModelWeights>& w,
+                                const std::string& title) {
+  const int64_t V = w->config.vocab;
+  const int L = cpu::gate::kPromptLength;
+  LogitsRun f0, r32, r64;  // prompt 0's streams after every layer
+  const cpu::gate::Verdict v = whole_model_gate(
+      w,
+      [&](int k) {
+        if (k == 0) f.set_layer_probe([&](int, const std::vector<float>& h) { f0.layers.push_back(h); });
+        auto s = f.open_stream();
+        std::vector<float> out;
+        if (!s.ok()) return out;
+        auto r = f.forward({cpu::Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
+        f.set_layer_probe(nullptr);
+        if (r.ok()) out = std::move((*r)[0].logits);
+        else std::printf("gate prompt %d: %s\n", k, r.status().to_string().c_str());
+        if (!f.close_stream(*s).ok()) out.clear();
+        return out;
+      },
+      [&](int k, cpu::OracleOptions& o) {
+        LogitsRun* run = o.precision == cpu::Precision::ref32 ? &r32 : &r64;
+        if (k == 0) o.layer_probe = [run](int, const std::vector<float>& h) { run->layers.push_back(h); };
+      });
+  std::printf("%s: per-layer NRMS of the residual streams against ref64, gate prompt 0\n", title.c_str());
+  print_layer_table(f0, r32, r64);
+  return v;
 }
 
 }  // namespace dsv4::gpu_testing

@@ -4,9 +4,10 @@
 # once per preset and variant. Prints the per-layer
 # NRMS table, logits NRMS(CUDA, ref64) against the floor F = NRMS(ref32, ref64) (gate 1.05 F), top-1
 # agreement, and checks the exact equalities (pieces == whole, verify == single steps, batched ==
-# alone, rollback and snapshot == continuing). Then the same on a synthetic EXL3 pack of each preset
-# (tests/gpu/exl3_forward_cuda_test: CUDA vs the oracle on the pack, the gate and the exact
-# equalities). Exit status: 0 all passed, 77 no GPU, else failed.
+# alone, rollback and snapshot == continuing). Then EXL3 on each preset (tests/gpu/exl3_forward_cuda_test:
+# the whole-model gate on the EXL3 gate weights, and on a written synthetic pack the EXL3 pieces, the
+# exact equalities and the one-prompt ratio as information). Exit status: 0 all passed, 77 no GPU,
+# else failed.
 #   DSV4_BUILD_DIR  build directory (default: build-gpu beside the sources)
 #   DSV4_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: native, the GPU of this machine)
 #   DSV4_TEST_BIN   run this prebuilt test binary instead of building
@@ -32,7 +33,7 @@ for variant in v41 v4-0731; do
   done
 done
 for preset in tiny small; do  # EXL3 packs exist for V4.1 only
-  echo "== preset $preset, synthetic EXL3 pack"
+  echo "== preset $preset, EXL3 (gate weights and a synthetic pack)"
   DSV4_GPU_PRESET=$preset "$exl3_bin" || status=$?
   [ "$status" = 77 ] && exit 77
 done

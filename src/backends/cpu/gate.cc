@@ -17,6 +17,19 @@ std::vector<int32_t> prompt(int k, int64_t vocab) {
   return t;
 }
 
+std::vector<int32_t> top1_ids(std::span<const float> logits, int64_t vocab) {
+  DSV4_CHECK(vocab > 0 && logits.size() % vocab == 0);
+  std::vector<int32_t> ids(logits.size() / vocab);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float* a = &logits[r * vocab];
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v)
+      if (a[v] > a[best]) best = v;
+    ids[r] = static_cast<int32_t>(best);
+  }
+  return ids;
+}
+
 void Distance::add(std::span<const float> x, std::span<const float> ref, int64_t vocab) {
   DSV4_CHECK(x.size() == ref.size() && vocab > 0 && ref.size() % vocab == 0);
   const int64_t n = static_cast<int64_t>(ref.size()) / vocab;

@@ -25,6 +25,9 @@ inline constexpr double kTolerance = 1.05;
 // (Numerical Recipes constants) seeded with 1000 + k.
 std::vector<int32_t> prompt(int k, int64_t vocab);
 
+// The top-1 of each row of logits [rows, vocab]: the largest logit, the lowest id on ties.
+std::vector<int32_t> top1_ids(std::span<const float> logits, int64_t vocab);
+
 // Squared distances of logits [rows, vocab] to a reference, summed over rows (pooled NRMS), and
 // the rows whose top-1 (largest logit, lowest id on ties) equals the reference's.
 struct Distance {

@@ -11,6 +11,12 @@
 
 namespace dsv4::cpu {
 
+// Appends to `w` the stored linear L of group g (L's dims must be g's padded dims) as its next
+// block-diagonal part: Wq decoded once (exl3::decode_wq), exactly, and kept transposed; suh, svh and
+// bias widened to float; L itself kept for a device to upload. Shared by the loader and in-memory
+// re-encodings (synthetic_exl3.h), so both hold what the oracle and a device compute from.
+void add_exl3_part(Exl3Weight& w, const family::Exl3Group& g, exl3::Linear L);
+
 // Reads and decodes the EXL3 linears standing for `release_group` (one, or o_groups slices as
 // block-diagonal parts) via exl3::load_linear; Wq is decoded once, exactly, and kept transposed.
 // nullptr when the plan has no EXL3 linear for that group. Errors name the tensor and the file.

@@ -120,6 +120,15 @@ int exl3_synth_bits(const Exl3Group& g) {
   return 5;
 }
 
+exl3::Linear encode_synth_exl3(const Exl3Group& g, std::span<const float> dense, uint64_t seed) {
+  const int64_t row0 = g.slice < 0 ? 0 : int64_t{g.slice} * g.out;
+  DSV4_CHECK(static_cast<int64_t>(dense.size()) >= (row0 + g.out) * g.in);
+  std::vector<float> wt(g.in_padded * g.out_padded, 0.0f);  // W [in, out] = release rows transposed
+  for (int64_t k = 0; k < g.in; ++k)
+    for (int64_t n = 0; n < g.out; ++n) wt[k * g.out_padded + n] = dense[(row0 + n) * g.in + k];
+  return exl3::quantize_linear(g.prefix, wt, g.in_padded, g.out_padded, exl3_synth_bits(g), synth_codebook(g), seed);
+}
+
 StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::string& dir, const Exl3SynthOptions& o) {
   DSV4_RETURN_IF_ERROR(validate_config(c));
   DSV4_ASSIGN_OR_RETURN(const Exl3PackPlan plan, exl3_pack_plan(c));
@@ -173,15 +182,10 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
     for (const Exl3Group& g : plan.groups) {
       if (g.shard != shard) continue;
       if (dense_of != g.release) dense = release_dense(c, table, g.release, o.seed), dense_of = g.release;
-      const int64_t rel_in = g.in, row0 = g.slice < 0 ? 0 : int64_t{g.slice} * g.out;
-      std::vector<float> wt(g.in_padded * g.out_padded, 0.0f);  // W [in, out] = release rows transposed
-      for (int64_t k = 0; k < g.in; ++k)
-        for (int64_t n = 0; n < g.out; ++n) wt[k * g.out_padded + n] = dense[(row0 + n) * rel_in + k];
-      const int bits = exl3_synth_bits(g);
-      const exl3::Linear L = exl3::quantize_linear(g.prefix, wt, g.in_padded, g.out_padded, bits, synth_codebook(g), o.seed);
+      const exl3::Linear L = encode_synth_exl3(g, dense, o.seed);
       DSV4_RETURN_IF_ERROR(add_exl3(w, L));
       q.tensor_storage[L.name] = storage_of(L);
-      bit_weights += double(bits) * g.in_padded * g.out_padded;
+      bit_weights += double(L.bits) * g.in_padded * g.out_padded;
       weights += double(g.in_padded) * g.out_padded;
       ++result.exl3_linears;
     }

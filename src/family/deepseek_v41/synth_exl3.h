@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
 #include "family/deepseek_v41/exl3_layout.h"
 #include "family/deepseek_v41/synth.h"
+#include "formats/exl3/linear.h"
 
 namespace dsv4::family {
 
@@ -33,6 +35,13 @@ struct Exl3SynthResult {
 // mixes them, formats.md §1.9): routed experts 2 (even ids) or 3 (odd), attention and its compressor/
 // indexer 5, shared experts, Engram, the head and DSpark stages 4.
 int exl3_synth_bits(const Exl3Group& g);
+
+// The EXL3 linear the synthetic pack stores for group `g`, from the release linear's exact values
+// `dense` [release out, in] (row-major; wo_a's slice g reads rows [g·g.out, (g+1)·g.out)): transposed
+// to W [in, out], zero-padded to g's padded dims and encoded by exl3::quantize_linear with
+// exl3_synth_bits(g) and the synthetic codebook (mul1; shared experts MCG; the head 3INST). A pure
+// function of (g, dense, seed): the pack writer and in-memory re-encodings (cpu/synthetic_exl3.h) share it.
+exl3::Linear encode_synth_exl3(const Exl3Group& g, std::span<const float> dense, uint64_t seed);
 
 // Writes the pack of `c` into `dir` (config.json with an EXL3 quantization_config, quantization_config.json
 // with tensor_storage, sharded safetensors
