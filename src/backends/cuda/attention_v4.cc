@@ -69,6 +69,7 @@ class OpTimer {
       cudaEventDestroy(m.e1);
     }
   }
+  bool on() const { return on_; }
   void begin() {
     if (!on_) return;
     Mark m;
@@ -250,6 +251,23 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     t.max_lc = ct.max_lc[k];
   }
 
+  // The window key (b) and the compressors (c) read only x and write nothing the query path reads:
+  // with a side stream (and no per-launch timing) they run there beside the query (a) and the
+  // indexer's query projections; the index scores and the sparse attention wait for them. The same
+  // launches run either way.
+  const bool beside = c.side && !timer.on();
+  const cudaStream_t ks = beside ? c.side : s;
+  bool joined = !beside;
+  auto join = [&]() -> Status {
+    if (joined) return ok_status();
+    joined = true;
+    return cuda_status(cudaStreamWaitEvent(s, c.join, 0), "V4 attention: joining the key path");
+  };
+  if (beside) {
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.fork, s), "V4 attention: forking the key path"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ks, c.fork, 0), "V4 attention: forking the key path"));
+  }
+
   // a. query: qr = q_norm(wq_a x); q = wq_b qr; per-head bf16 RMS norm, RoPE of each head's tail.
   DSV4_ASSIGN_OR_RETURN(float* qa, take<float>(ar, R * Q, "attention qa"));
   DSV4_ASSIGN_OR_RETURN(float* qr, take<float>(ar, R * Q, "attention qr"));
@@ -264,9 +282,9 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
   DSV4_ASSIGN_OR_RETURN(float* kv, take<float>(ar, R * d, "attention kv"));
   DSV4_ASSIGN_OR_RETURN(float* kvn, take<float>(ar, R * d, "attention kvn"));
   DSV4_ASSIGN_OR_RETURN(uint8_t* kvp, take<uint8_t>(ar, R * wrow, "attention packed kv"));
-  V4_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, s), "wkv", shape(d, cfg.dim));
-  V4_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, nullptr, s), "kv norm/rope", shape(d, d));
-  V4_LAUNCH(v4_pack_rows(kvn, R, d, rd, kvp, s), "kv V4 rows", shape(wrow, d));
+  V4_LAUNCH(fp8_linear(x, R, A.wkv, ab, kv, ks), "wkv", shape(d, cfg.dim));
+  V4_LAUNCH(norm_rope_rows(kv, R, d, A.kv_norm, eps, A.freqs, nf, c.pos, kvn, nullptr, ks), "kv norm/rope", shape(d, d));
+  V4_LAUNCH(v4_pack_rows(kvn, R, d, rd, kvp, ks), "kv V4 rows", shape(wrow, d));
 
   // c. compressors: the indexer's (ratio 4) then the main one, rows of the groups this call completes.
   const int64_t w = geo.proj_width[layer], pcap = geo.proj_cap[layer], iw = 2 * static_cast<int64_t>(cfg.index_head_dim);
@@ -275,19 +293,20 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     if (role.overlap) {
       DSV4_ASSIGN_OR_RETURN(ikp, take<float>(ar, R * iw, "indexer compressor kv projection"));
       DSV4_ASSIGN_OR_RETURN(igp, take<float>(ar, R * iw, "indexer compressor gate projection"));
-      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wkv32, A.idx_comp_wkv, ikp, s), "indexer compressor wkv", shape(iw, cfg.dim));
-      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wgate32, A.idx_comp_wgate, igp, s), "indexer compressor wgate",
+      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wkv32, A.idx_comp_wkv, ikp, ks), "indexer compressor wkv", shape(iw, cfg.dim));
+      V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wgate32, A.idx_comp_wgate, igp, ks), "indexer compressor wgate",
                        shape(iw, cfg.dim));
       V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, ikp, igp, iw, true, ratio, pcap, A.idx_comp_ape, A.idx_comp_norm,
-                                   eps, A.freqs, nf, true, rd, s), "indexer compressor pool/keys", shape(iw, t.n_emit));
+                                   eps, A.freqs, nf, true, rd, ks), "indexer compressor pool/keys", shape(iw, t.n_emit));
     }
     DSV4_ASSIGN_OR_RETURN(kp, take<float>(ar, R * w, "compressor kv projection"));
     DSV4_ASSIGN_OR_RETURN(gp, take<float>(ar, R * w, "compressor gate projection"));
-    V4_LAUNCH(f32_linear_either(x, R, A.comp_wkv32, A.comp_wkv, kp, s), "compressor wkv", shape(w, cfg.dim));
-    V4_LAUNCH(f32_linear_either(x, R, A.comp_wgate32, A.comp_wgate, gp, s), "compressor wgate", shape(w, cfg.dim));
+    V4_LAUNCH(f32_linear_either(x, R, A.comp_wkv32, A.comp_wkv, kp, ks), "compressor wkv", shape(w, cfg.dim));
+    V4_LAUNCH(f32_linear_either(x, R, A.comp_wgate32, A.comp_wgate, gp, ks), "compressor wgate", shape(w, cfg.dim));
     V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
-                                 A.freqs, nf, false, rd, s), "compressor pool/rows", shape(w, t.n_emit));
+                                 A.freqs, nf, false, rd, ks), "compressor pool/rows", shape(w, t.n_emit));
   }
+  if (beside) DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.join, ks), "V4 attention: key path done"));
 
   // d. the compressed rows each query attends: ratio 4 by the indexer (descending score order),
   // larger ratios every visible row ascending.
@@ -308,6 +327,7 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
       V4_LAUNCH(v4_hadamard_fp4(qi, R * IH, ihd, s), "indexer q hadamard/qdq", shape(IH * ihd, ihd));
       V4_LAUNCH(bf16_linear(x, R, A.idx_weights_proj, wt, s), "indexer weights_proj", shape(IH, cfg.dim));
       const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) * std::pow(static_cast<double>(IH), -0.5));
+      DSV4_RETURN_IF_ERROR(join());
       V4_LAUNCH(index_scores(qi, wt, wscale, t.pd, t.row_piece, c.pos, R, IH, ihd, ratio, sc, lc, lc, s),
                        "index scores", shape(lc, IH * ihd));
       DSV4_ASSIGN_OR_RETURN(int32_t* tw, take<int32_t>(ar, topk_work_ints(R, lc, n_sel), "top-k chunks"));
@@ -325,6 +345,7 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
   const int64_t G = cfg.o_groups, O = cfg.o_lora, gin = H * d / G;
   DSV4_ASSIGN_OR_RETURN(float* o, take<float>(ar, R * H * d, "attention o"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  DSV4_RETURN_IF_ERROR(join());
   V4_LAUNCH(v4_sparse_attention(q, kvn, t.pv, t.row_piece, c.pos, R, H, d, rd, cfg.window, cap, sel, n_sel, A.sink,
                                        scale, A.freqs, nf, G, o, s), "sparse attention", shape(H * d, cfg.window + n_sel));
   V4_LAUNCH(v4_window_write(t.pv, t.row_piece, R, cap, kvp, wrow, s), "window ring write", shape(wrow, d));

@@ -3,6 +3,7 @@
 // index-key rows (see attention_kernels.cuh).
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attn_device.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -52,6 +53,8 @@ __global__ void norm_rope_rows_kernel(const float* x, int64_t n, const float* w,
                                       int n_freq, const int64_t* pos, float* y, uint8_t* packed) {
   extern __shared__ float sh[];
   __shared__ float red[33];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   norm_into(x + r * n, n, w, eps, sh, red);
   if (freqs) rope_tail(sh, n, freqs, n_freq, pos[r], false);
@@ -62,6 +65,8 @@ __global__ void norm_rope_rows_kernel(const float* x, int64_t n, const float* w,
 // One warp per (row, head).
 __global__ void rope_heads_kernel(float* x, int64_t rows, int64_t heads, int64_t hd, const float* freqs, int n_freq,
                                   const int64_t* pos, bool inverse, bool fp4_qdq) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t wid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (wid >= rows * heads) return;
@@ -191,8 +196,8 @@ cudaError_t norm_rope_rows(const float* x, int64_t rows, int64_t n, const float*
                            int n_freq, const int64_t* pos, float* y, uint8_t* packed, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if ((packed && n % 32) || n * 4 > 48 * 1024) return cudaErrorInvalidValue;
-  norm_rope_rows_kernel<<<rows, kThreads, n * sizeof(float), s>>>(x, n, w, eps, freqs, n_freq, pos, y, packed);
-  return cudaGetLastError();
+  return launch_pdl(norm_rope_rows_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), n * sizeof(float), s, x, n, w,
+                    eps, freqs, n_freq, pos, y, packed);
 }
 
 cudaError_t rope_heads(float* x, int64_t rows, int64_t heads, int64_t hd, const float* freqs, int n_freq,
@@ -200,8 +205,8 @@ cudaError_t rope_heads(float* x, int64_t rows, int64_t heads, int64_t hd, const 
   if (rows * heads == 0) return cudaSuccess;
   if (fp4_qdq && hd % 32) return cudaErrorInvalidValue;
   const int64_t warps = rows * heads;
-  rope_heads_kernel<<<(warps + 7) / 8, 256, 0, s>>>(x, rows, heads, hd, freqs, n_freq, pos, inverse, fp4_qdq);
-  return cudaGetLastError();
+  return launch_pdl(rope_heads_kernel, dim3(static_cast<unsigned>((warps + 7) / 8)), dim3(256), 0, s, x, rows, heads, hd,
+                    freqs, n_freq, pos, inverse, fp4_qdq);
 }
 
 cudaError_t ring_write(const PieceDev* pieces, const int32_t* row_piece, int64_t rows, int64_t cap,

@@ -1,6 +1,7 @@
 // Embedding, RMSNorm, mHC mixes / collapse / expand, taps, SwiGLU and row gathers (block_ops.cuh).
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/fwd_reduce.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "core/bf16.h"
 
 #include <algorithm>
@@ -35,6 +36,8 @@ __global__ void __launch_bounds__(kThreads) norm_rows_kernel(const float* src, c
                                                              int64_t pi_stride, int64_t D, const float* __restrict__ w,
                                                              float eps, int kper, float* x, float* y) {
   __shared__ float red[kThreads / 32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.y;
   const int t = threadIdx.x;
   float p[kC > 0 ? kC : 1];
@@ -152,6 +155,8 @@ constexpr int kHcHeld = 8;   // elements per thread whose loads are in flight to
 __global__ void __launch_bounds__(kThreads) hc_partials_kernel(const float* __restrict__ h,
                                                                const float* __restrict__ fn, int nm, int64_t n,
                                                                float* __restrict__ partials) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.z, sl = blockIdx.x;
   const int j0 = static_cast<int>(blockIdx.y) * kHcGroup;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
@@ -202,6 +207,8 @@ template <int kC>
 __global__ void hc_mix_partials_kernel(const float* partials, int C_, int64_t n, const float* base, float s0, float s1,
                                        float s2, float norm_eps, float eps, int iters, float* mix) {
   constexpr unsigned kAll = 0xffffffffu;
+  pdl_wait();
+  pdl_launch_dependents();
   const int C = kC > 0 ? kC : C_;
   const int64_t r = blockIdx.x;
   const int lane = threadIdx.x, nm = C * (C + 2);
@@ -249,6 +256,8 @@ __global__ void collapse_kernel(const float* h, const float* pi, int64_t pi_stri
 }
 
 __global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D, float* h) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= D) return;
@@ -282,6 +291,8 @@ __global__ void tap_kernel(const float* h, int C, int64_t D, int n_taps, int t, 
 }
 
 __global__ void swiglu_kernel(const float* a, const float* u, int64_t n, float limit, float* v) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float g = a[i], up = u[i];
@@ -311,8 +322,8 @@ cudaError_t launch_norm_rows(const float* src, const float* pi, int64_t pi_strid
   const int64_t want = spread ? std::clamp<int64_t>((kNormBlocks + rows - 1) / rows, 1, slots) : 1;
   const int64_t kper = (slots + want - 1) / want;
   const dim3 grid(static_cast<unsigned>((slots + kper - 1) / kper), static_cast<unsigned>(rows));
-  norm_rows_kernel<kC, K><<<grid, kThreads, 0, s>>>(src, pi, pi_stride, D, w, eps, static_cast<int>(kper), x, y);
-  return cudaGetLastError();
+  return launch_pdl(norm_rows_kernel<kC, K>, grid, dim3(kThreads), 0, s, src, pi, pi_stride, D, w, eps,
+                    static_cast<int>(kper), x, y);
 }
 
 // The smallest held-slot count covering D (24 at most: longer rows take the kernel's tail path).
@@ -363,8 +374,7 @@ cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C
   if (C * (C + 2) > kMaxMix || n % kHcSplits) return cudaErrorInvalidValue;
   const int nm = C * (C + 2);
   const dim3 grid(kHcSplits, static_cast<unsigned>((nm + kHcGroup) / kHcGroup), static_cast<unsigned>(rows));
-  hc_partials_kernel<<<grid, kThreads, 0, s>>>(h, fn, nm, n, partials);
-  return cudaGetLastError();
+  return launch_pdl(hc_partials_kernel, grid, dim3(kThreads), 0, s, h, fn, nm, n, partials);
 }
 
 cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int64_t D, const float* base, float s0,
@@ -372,13 +382,9 @@ cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int
                                  cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (C * (C + 2) > kMaxMix) return cudaErrorInvalidValue;
-  if (C == 4)
-    hc_mix_partials_kernel<4><<<static_cast<unsigned>(rows), 32, 0, s>>>(
-        partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
-  else
-    hc_mix_partials_kernel<0><<<static_cast<unsigned>(rows), 32, 0, s>>>(
-        partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters, mix);
-  return cudaGetLastError();
+  return launch_pdl(C == 4 ? hc_mix_partials_kernel<4> : hc_mix_partials_kernel<0>, dim3(static_cast<unsigned>(rows)),
+                    dim3(32), 0, s, partials, C, static_cast<int64_t>(C) * D, base, s0, s1, s2, norm_eps, hc_eps, iters,
+                    mix);
 }
 
 cudaError_t hc_collapse(const float* h, const float* pi, int64_t pi_stride, int64_t rows, int C, int64_t D,
@@ -404,8 +410,7 @@ cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stri
 cudaError_t hc_expand(const float* y, const float* mix, int64_t rows, int C, int64_t D, float* h, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (C > 8) return cudaErrorInvalidValue;
-  expand_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(y, mix, C, D, h);
-  return cudaGetLastError();
+  return launch_pdl(expand_kernel, row_grid(D, rows), dim3(kThreads), 0, s, y, mix, C, D, h);
 }
 
 cudaError_t hc_take_pre(const float* mix, int64_t rows, int C, float* pi, cudaStream_t s) {
@@ -426,8 +431,8 @@ cudaError_t swiglu_rows(const float* a, const float* u, int64_t rows, int64_t I,
                         cudaStream_t s) {
   const int64_t n = rows * I;
   if (n == 0) return cudaSuccess;
-  swiglu_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a, u, n, limit, v);
-  return cudaGetLastError();
+  return launch_pdl(swiglu_kernel, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)), dim3(kThreads), 0, s, a,
+                    u, n, limit, v);
 }
 
 cudaError_t gather_rows(const float* in, const int64_t* index, int64_t n, int64_t width, float* out,

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/fwd_reduce.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "core/bf16.h"
 #include "core/fp8.h"
 #include "core/ue8m0.h"
@@ -218,6 +219,8 @@ __global__ void route_pairs_kernel(const float* logits, int64_t rows, int64_t E,
   __shared__ float best_v[kThreads];
   __shared__ int best_i[kThreads];
   __shared__ int32_t counts[4096];
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t r = 0; r < rows; ++r)
     route_row(r, logits, E, K, bias, bias_vl, image, route_scale, sel, wts, sh, best_v, best_i);
   __threadfence_block();
@@ -247,6 +250,8 @@ __global__ void combine_kernel(const float* out, const float* shared, const int3
 // takes the row's pre-mix.
 __global__ void combine_expand_kernel(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
                                       int K, int64_t D, const float* mix, int C, float* h, float* pi) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const float* o = mix + r * static_cast<int64_t>(C) * (C + 2);
@@ -282,8 +287,7 @@ cudaError_t moe_combine_expand(const float* out, const float* shared, const int3
   if (rows == 0) return cudaSuccess;
   if (K > 16 || C > 8 || C > kThreads) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((D + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
-  combine_expand_kernel<<<grid, kThreads, 0, s>>>(out, shared, sel, pair_of, K, D, mix, C, h, pi);
-  return cudaGetLastError();
+  return launch_pdl(combine_expand_kernel, grid, dim3(kThreads), 0, s, out, shared, sel, pair_of, K, D, mix, C, h, pi);
 }
 
 cudaError_t engram_gather(const uint8_t* codes, const uint8_t* scales, const int64_t* table_rows, int64_t n, int dim,
@@ -323,9 +327,8 @@ cudaError_t moe_route_pairs(const float* logits, int64_t rows, int64_t E, int K,
                             cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (K < 1 || K > 16 || K > E || E > 4096) return cudaErrorInvalidValue;
-  route_pairs_kernel<<<1, kThreads, 2 * E * sizeof(float), s>>>(logits, rows, E, K, bias, bias_vl, image, route_scale,
-                                                                sel, wts, pair_row, pair_expert, pair_weight, pair_of);
-  return cudaGetLastError();
+  return launch_pdl(route_pairs_kernel, dim3(1), dim3(kThreads), 2 * E * sizeof(float), s, logits, rows, E, K, bias,
+                    bias_vl, image, route_scale, sel, wts, pair_row, pair_expert, pair_weight, pair_of);
 }
 
 cudaError_t moe_combine(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/exl3_gemm.cuh"
 #include "backends/cuda/exl3_tile.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "core/bf16.h"
 
 namespace dsv4::cuda {
@@ -37,22 +38,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// Programmatic dependent launch (compute capability 9.0+): every launch lets the next kernel of the
+// Programmatic dependent launch (pdl.cuh): every launch lets the next kernel of the
 // stream start once its blocks have streamed their tiles (the next one's weight loads and launch
 // overlap this one's epilogue; triggering at the start instead slowed the 1-slice wq_b shape from
 // 19.9 to 24.5 us), and waits for the previous kernel's completion and memory only before reading
 // anything a kernel writes (activations, pair tables). No-ops without a programmatic dependency.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 enum class Mode : int { plain = 0, gate_up = 1, down = 2 };
 
 struct Split {

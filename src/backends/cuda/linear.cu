@@ -108,8 +108,8 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
   const int64_t tiles = (W.out + 15) / 16;
   const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
-  tc_linear_kernel<F><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, W, act_block, L, y);
-  return cudaGetLastError();
+  return launch_pdl(tc_linear_kernel<F>, dim3(static_cast<unsigned>(tiles)), dim3(L.nwarps * 32), L.bytes(), s, x, rows, W,
+                    act_block, L, y);
 }
 
 LowpWeight as_lowp(const Fp8View& W) {
@@ -139,9 +139,8 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
   const lowp::TileLayout L =
       lowp::tile_layout<Fmt::fp8>(W1.in, act_block, rows, 2, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
-  tc_linear_pair_kernel<Fmt::fp8><<<static_cast<unsigned>(tiles), L.nwarps * 32, L.bytes(), s>>>(x, rows, L1, L3,
-                                                                                                 act_block, L, y1, y3);
-  return cudaGetLastError();
+  return launch_pdl(tc_linear_pair_kernel<Fmt::fp8>, dim3(static_cast<unsigned>(tiles)), dim3(L.nwarps * 32), L.bytes(), s,
+                    x, rows, L1, L3, act_block, L, y1, y3);
 }
 
 void set_lowp_layout_override(int slices_per_warp, int ring_depth) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/lowp_mma.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace dsv4::cuda::lowp {
 
@@ -105,7 +106,8 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
 // Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
 // row_ptr(r)), in passes of 8 rows; blockDim.x = 32 L.nwarps. For each valid (row, column) one
 // thread of warp 0 calls emit(r, col, v) with v[i] the fp32 sum of weight i, the arithmetic of
-// lowp_mma.cuh. Contains __syncthreads: every thread of the CTA must call it.
+// lowp_mma.cuh. Contains __syncthreads: every thread of the CTA must call it. Launched by launch_pdl
+// (pdl.cuh): it waits for the previous kernel before staging the rows, after its first weight loads.
 template <Fmt F, int NW, typename RowPtr, typename Emit>
 __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
                                           int act_block, const TileLayout& L, float4* smem, Emit emit) {
@@ -154,6 +156,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
         issue(t, islot);
         islot = islot + 1 == L.depth ? 0 : islot + 1;
       }
+      pdl_wait();  // the weights' first stages are in flight; the rows may come from the previous kernel
       stage_warp<F>([&](int r) { return row_ptr(r0 + r); }, R, int64_t(u0) * act_block, (u1 - u0) * act_block,
                     act_block, xq, L.stride, xs, L.ustride);
       float acc[NW][4];
@@ -198,6 +201,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
 #pragma unroll
       for (int i = 0; i < NW; ++i) part[(i * L.kw + s) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     }
+    pdl_launch_dependents();  // the weights are streamed: the next kernel may start loading its own
     __syncthreads();
     if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
       float4 t[NW];

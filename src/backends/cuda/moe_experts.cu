@@ -49,6 +49,8 @@ __device__ __forceinline__ int32_t block_scan(int32_t c, int32_t* warp_total, in
 __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
                                                                int64_t n_pairs, int32_t* __restrict__ seg) {
   __shared__ int32_t warp_total[kSegThreads / 32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
   const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
   int32_t c = 0, total = 0;
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(lowp::kMaxSlices * 32, 65536 / (lowp::kMaxSlic
     const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, float limit, lowp::TileLayout L,
     const int32_t* __restrict__ seg, float* __restrict__ h, float* __restrict__ out) {
   extern __shared__ float4 smem4[];
+  pdl_wait();  // the segment table and the rows come from the previous kernels
   const int32_t S = seg[0];
   for (int32_t sgi = blockIdx.x; sgi < S; sgi += gridDim.x) {
     const int64_t q0 = seg[1 + sgi], q1 = seg[2 + sgi];
@@ -231,12 +234,14 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
   if (std::max(Lg.bytes(), Ld.bytes()) > limit) return cudaErrorInvalidValue;
   float* h = scratch;  // bf16 values [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + n_pairs * I);  // [n_pairs + 2]
-  segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
-  experts_kernel<false><<<dim3(seg_ctas, static_cast<unsigned>(tiles_g)), Lg.nwarps * 32, Lg.bytes(), s>>>(
-      x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Lg, seg, h, out);
-  experts_kernel<true><<<dim3(seg_ctas, static_cast<unsigned>(tiles_d)), Ld.nwarps * 32, Ld.bytes(), s>>>(
-      x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Ld, seg, h, out);
-  return cudaGetLastError();
+  cudaError_t e = launch_pdl(segment_kernel, dim3(1), dim3(kSegThreads), 0, s, pair_expert, n_pairs, seg);
+  if (e == cudaSuccess)
+    e = launch_pdl(experts_kernel<false>, dim3(seg_ctas, static_cast<unsigned>(tiles_g)), dim3(Lg.nwarps * 32), Lg.bytes(),
+                   s, x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Lg, seg, h, out);
+  if (e == cudaSuccess)
+    e = launch_pdl(experts_kernel<true>, dim3(seg_ctas, static_cast<unsigned>(tiles_d)), dim3(Ld.nwarps * 32), Ld.bytes(),
+                   s, x, pair_row, pair_expert, pair_weight, w1, w3, w2, D, I, act_block, swiglu_limit, Ld, seg, h, out);
+  return e;
 }
 
 }  // namespace dsv4::cuda
