@@ -80,10 +80,14 @@ std::vector<float> dense(const Fp4Weight& W) {
 }
 std::vector<float> dense(const Bf16Weight& W) { return W.w; }
 
-// The linear as a loaded pack holds it: the EXL3 weight, no dense values.
+// The linear as a loaded pack holds it: the EXL3 weight, no dense values; a bf16 matrix takes the
+// EXL3 weight's totals as its shape (load.cc's matrix(): wo_a's block-diagonal parts summed on both sides).
 void set_exl3(Fp8Weight& W, std::shared_ptr<const Exl3Weight> e) { W.exl3 = std::move(e), W.w = {}, W.scale = {}; }
 void set_exl3(Fp4Weight& W, std::shared_ptr<const Exl3Weight> e) { W.exl3 = std::move(e), W.w = {}, W.scale = {}; }
-void set_exl3(Bf16Weight& W, std::shared_ptr<const Exl3Weight> e) { W.exl3 = std::move(e), W.w = {}; }
+void set_exl3(Bf16Weight& W, std::shared_ptr<const Exl3Weight> e) {
+  W.out = e->out, W.in = e->in, W.w = {};
+  W.exl3 = std::move(e);
+}
 
 struct Job {
   LinearRef linear;

@@ -86,6 +86,14 @@ TEST(SyntheticExl3, ReencodedReleaseEqualsTheLoadedPack) {
                      "layers.2.ffn.shared_experts.w1");
   ASSERT_TRUE(R.dspark && P.dspark);
   expect_same_stored(R.dspark->main_proj.exl3.get(), P.dspark->main_proj.exl3.get(), "mtp.0.main_proj");
+  // The shapes the backends check EXL3 linears against: wo_a's are the block-diagonal totals.
+  const auto& ra = R.layers[0].attn;
+  const auto& pa = P.layers[0].attn;
+  EXPECT_EQ(ra.wo_a.out, pa.wo_a.out);
+  EXPECT_EQ(ra.wo_a.in, pa.wo_a.in);
+  EXPECT_EQ(ra.wq_a.out, pa.wq_a.out);
+  EXPECT_EQ(ra.wq_a.in, pa.wq_a.in);
+  EXPECT_EQ(R.layers[2].ffn.experts[1].w2.in, P.layers[2].ffn.experts[1].w2.in);
   // Every linear the same: a linear left dense (or encoded otherwise) would move the logits.
   for (Precision p : {Precision::ref32, Precision::ref64}) {
     const auto a = logits(*rel, p), b = logits(*pack, p);
