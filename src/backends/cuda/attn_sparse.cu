@@ -71,22 +71,18 @@ __global__ void __launch_bounds__(64 * kScoreHeads) sparse_scores_kernel(SparseA
     kptr[threadIdx.x] = ptr;
   }
   __syncthreads();
-  for (int i0 = threadIdx.x; i0 < 64 * (D / 8); i0 += kBatch * 64 * kScoreHeads) {
-    Raw8 raw[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * 64 * kScoreHeads, e = i / (D / 8), k = (i % (D / 8)) * 8;
-      raw[u] = i < 64 * (D / 8) ? raw8(kind[e], kptr[e], D, k) : Raw8{};
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * 64 * kScoreHeads, e = i / (D / 8), k = (i % (D / 8)) * 8;
-      if (i >= 64 * (D / 8) || kind[e] == kInvalid) continue;
-      float v[8];
-      decode8(kind[e], raw[u], v);
-      *reinterpret_cast<uint4*>(keys + e * ks + k) = pack_bf16x8(v);
-    }
-  }
+  stage_keys8<kBatch>(
+      static_cast<int>(threadIdx.x), 64 * kScoreHeads, 64 * (D / 8), D,
+      [&](int i, const void*& ptr, int64_t& k) {
+        const int e = i / (D / 8);
+        ptr = kptr[e];
+        k = (i % (D / 8)) * 8;
+        return kind[e];
+      },
+      [&](int i, int kd, const float* v) {  // invalid entries' keys are never read
+        const int e = i / (D / 8), k = (i % (D / 8)) * 8;
+        if (kd != kInvalid) *reinterpret_cast<uint4*>(keys + e * ks + k) = pack_bf16x8(v);
+      });
   __syncthreads();
   const int hl = threadIdx.x / 64, e = threadIdx.x % 64;
   const int64_t idx = b0 + e;
@@ -212,26 +208,20 @@ sparse_accum_kernel(SparseArgs a, int64_t r0, const float* score, int cs) {
     }
     loaders_sync();
     const int nv = boff[nb], per = cs / 8;
-    for (int i0 = lt; i0 < nv * per; i0 += kBatch * kLoaders) {
-      Raw8 raw[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = i0 + u * kLoaders;
-        const int e = i < nv * per ? vidx[i / per] : 0;
-        raw[u] = i < nv * per ? raw8(kind[e], kptr[e], a.d, c0 + 8 * (i % per)) : Raw8{};
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = i0 + u * kLoaders;
-        if (i >= nv * per) continue;
-        const int ci = i / per, j = i % per;
-        float v[8];
-        decode8(kind[vidx[ci]], raw[u], v);
-        float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
-        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-      }
-    }
+    stage_keys8<kBatch>(
+        lt, kLoaders, nv * per, a.d,
+        [&](int i, const void*& ptr, int64_t& k) {
+          const int e = vidx[i / per];
+          ptr = kptr[e];
+          k = c0 + 8 * (i % per);
+          return static_cast<int>(kind[e]);
+        },
+        [&](int i, int, const float* v) {
+          const int ci = i / per, j = i % per;
+          float4* dst = reinterpret_cast<float4*>(keys + static_cast<int64_t>(ci) * cs + 8 * j);
+          dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+          dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+        });
     __syncthreads();
     return;
   }

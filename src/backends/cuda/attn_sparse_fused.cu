@@ -137,44 +137,36 @@ sparse_fused_kernel(SparseArgs a, int64_t r0) {
     float* scb = sc + (it & 1) * kHeads * S * 64;
     // 1. Staging.
     const int nF = ns * 8 * per, nS = ns * 64 * cper;
-    for (int i0 = t; i0 < nF + nS; i0 += kB * kThreads) {
-      Raw8 raw[kB];
-      int kd[kB];
+    stage_keys8<kB>(
+        t, kThreads, nF + nS, D,
+        [&](int i, const void*& ptr, int64_t& k) {
+          int64_t e;
+          if (i < nF) {
+            const int blk = i >> (lg_per + 3), rem = i & (8 * per - 1);
+            e = int64_t{vb[sb + blk]} * 64 + 8 * c + (rem >> lg_per);
+            k = (rem & (per - 1)) * 8;
+          } else {
+            const int i2 = i - nF, blk = i2 >> (lg_cper + 6), rem = i2 & (64 * cper - 1);
+            e = int64_t{vb[sb + blk]} * 64 + (rem >> lg_cper);
+            k = int64_t{c} * cs + (rem & (cper - 1)) * 8;
+          }
+          const int kd = e < n ? kind[e] : kInvalid;
+          if (kd != kInvalid) ptr = kptr[e];
+          return kd;
+        },
+        [&](int i, int, const float* v) {  // invalid entries stage zeros
+          if (i < nF) {
+            const int blk = i >> (lg_per + 3), rem = i & (8 * per - 1), ee = rem >> lg_per, m8 = rem & (per - 1);
+            float* dst = keyF + ((blk * 8 + ee) * 8) * jr + m8;
 #pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const int i = i0 + u * kThreads;
-        int64_t e = n, k = 0;
-        if (i < nF) {
-          const int blk = i >> (lg_per + 3), rem = i & (8 * per - 1);
-          e = int64_t{vb[sb + blk]} * 64 + 8 * c + (rem >> lg_per);
-          k = (rem & (per - 1)) * 8;
-        } else if (i < nF + nS) {
-          const int i2 = i - nF, blk = i2 >> (lg_cper + 6), rem = i2 & (64 * cper - 1);
-          e = int64_t{vb[sb + blk]} * 64 + (rem >> lg_cper);
-          k = int64_t{c} * cs + (rem & (cper - 1)) * 8;
-        }
-        kd[u] = e < n ? kind[e] : kInvalid;
-        raw[u] = kd[u] != kInvalid ? raw8(kd[u], kptr[e], D, k) : Raw8{};
-      }
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const int i = i0 + u * kThreads;
-        if (i >= nF + nS) continue;
-        float v[8];
-        decode8(kd[u], raw[u], v);
-        if (i < nF) {
-          const int blk = i >> (lg_per + 3), rem = i & (8 * per - 1), ee = rem >> lg_per, m8 = rem & (per - 1);
-          float* dst = keyF + ((blk * 8 + ee) * 8) * jr + m8;
-#pragma unroll
-          for (int q = 0; q < 8; ++q) dst[q * jr] = v[q];
-        } else {
-          const int i2 = i - nF, blk = i2 >> (lg_cper + 6), rem = i2 & (64 * cper - 1);
-          float4* dst = reinterpret_cast<float4*>(keyS + (blk * 64 + (rem >> lg_cper)) * cs + (rem & (cper - 1)) * 8);
-          dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-          dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-        }
-      }
-    }
+            for (int q = 0; q < 8; ++q) dst[q * jr] = v[q];
+          } else {
+            const int i2 = i - nF, blk = i2 >> (lg_cper + 6), rem = i2 & (64 * cper - 1);
+            float4* dst = reinterpret_cast<float4*>(keyS + (blk * 64 + (rem >> lg_cper)) * cs + (rem & (cper - 1)) * 8);
+            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+          }
+        });
     __syncthreads();
     // 2. Scores of this rank's entries, sent to every rank.
     if (t < kWork) {

@@ -1,6 +1,7 @@
 // Key lists of the sparse attention kernels (attn_sparse.cu, attn_sparse_fused.cu): the launch
-// arguments, entry idx of a row's list (window part, then the selected compressed rows) and the
-// raw loads / exact decoding of eight consecutive key elements in every row format.
+// arguments, entry idx of a row's list (window part, then the selected compressed rows), the raw
+// loads / exact decoding of eight consecutive key elements in every row format, and the loop that
+// stages such runs of keys into shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -110,6 +111,35 @@ __device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  }
+}
+
+// Stages `total` runs of eight key elements into shared memory, the nt threads of the caller
+// taking runs i = t0, t0 + nt, ... with KB raw loads in flight per thread: all KB issued (in u
+// order), then each decoded and stored in the same order. at(i, ptr, k) gives run i's entry kind
+// (kInvalid: nothing loaded, decoded as zeros), its key row ptr and first element k;
+// store(i, kind, v) writes the decoded float v[8]. Only called for i < total.
+template <int KB, typename At, typename Store>
+__device__ __forceinline__ void stage_keys8(int t0, int nt, int total, int64_t d, At at, Store store) {
+  for (int i0 = t0; i0 < total; i0 += KB * nt) {
+    Raw8 raw[KB];
+    int kd[KB];
+#pragma unroll
+    for (int u = 0; u < KB; ++u) {
+      const int i = i0 + u * nt;
+      const void* ptr = nullptr;
+      int64_t k = 0;
+      kd[u] = i < total ? at(i, ptr, k) : kInvalid;
+      raw[u] = kd[u] != kInvalid ? raw8(kd[u], ptr, d, k) : Raw8{};
+    }
+#pragma unroll
+    for (int u = 0; u < KB; ++u) {
+      const int i = i0 + u * nt;
+      if (i >= total) continue;
+      float v[8];
+      decode8(kd[u], raw[u], v);
+      store(i, kd[u], v);
+    }
   }
 }
 

@@ -2,7 +2,6 @@
 // the shape's K slices, each staging its slice of up to 8 rows act_quant'ed into shared memory and
 // streaming its weights through mma.m16n8k16; the slices combine in a fixed order.
 #include <algorithm>
-#include <initializer_list>
 
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
@@ -56,25 +55,11 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
 
 // Per-device limits, read once (the engine runs on one device per process).
 const lowp::SmCaps& caps() {
-  static const lowp::SmCaps c = [] {
-    int dev = 0, optin = 0, per_sm = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (optin < 48 * 1024) optin = 48 * 1024;
-    for (const void* k : {reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
-                          reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
-                          reinterpret_cast<const void*>(tc_linear_pair_kernel<Fmt::fp8>),
-                          reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
-                          reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    lowp::SmCaps r;
-    r.sms = sms > 0 ? sms : 1;
-    r.smem_block = static_cast<size_t>(optin);
-    r.smem_sm = per_sm > optin ? static_cast<size_t>(per_sm) : static_cast<size_t>(optin);
-    return r;
-  }();
+  static const lowp::SmCaps c = lowp::device_caps({reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
+                                                   reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
+                                                   reinterpret_cast<const void*>(tc_linear_pair_kernel<Fmt::fp8>),
+                                                   reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
+                                                   reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)});
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }

@@ -4,6 +4,8 @@
 // column, no weight registers in flight) with its rows act_quant'ed beside them.
 #pragma once
 
+#include <initializer_list>
+
 #include "backends/cuda/lowp_mma.cuh"
 #include "backends/cuda/pdl.cuh"
 
@@ -64,6 +66,23 @@ struct SmCaps {
   int sms = 132;
   size_t smem_sm = 228 * 1024, smem_block = 227 * 1024;
 };
+
+// The current device's limits (the engine runs on one device per process: callers read them once,
+// into a static). Each kernel in `optin` is allowed the block opt-in of dynamic shared memory.
+inline SmCaps device_caps(std::initializer_list<const void*> optin_kernels) {
+  int dev = 0, optin = 0, per_sm = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (optin < 48 * 1024) optin = 48 * 1024;
+  for (const void* k : optin_kernels) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  SmCaps r;
+  r.sms = sms > 0 ? sms : 1;
+  r.smem_block = static_cast<size_t>(optin);
+  r.smem_sm = per_sm > optin ? static_cast<size_t>(per_sm) : static_cast<size_t>(optin);
+  return r;
+}
 
 // Benchmarks only (set_lowp_layout_override in linear.cuh): fixes the slices per warp and the ring
 // depth (capped by the slice's stages) where they fit; 0 = the planner's choice. Speed only, never

@@ -172,24 +172,13 @@ __global__ void swiglu_pairs_kernel(float* __restrict__ a, const float* __restri
 
 const lowp::SmCaps& caps() {  // per-device limits, read once
   static const lowp::SmCaps c = [] {
-    int dev = 0, optin = 0, per_sm = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (optin < 48 * 1024) optin = 48 * 1024;
-    for (const void* k : {reinterpret_cast<const void*>(experts_kernel<false>),
-                          reinterpret_cast<const void*>(experts_kernel<true>)})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    const lowp::SmCaps r = lowp::device_caps({reinterpret_cast<const void*>(experts_kernel<false>),
+                                              reinterpret_cast<const void*>(experts_kernel<true>)});
     // the prefill kernels also hold static shared memory (their row pointers): ask for what they use
     for (const void* k : {reinterpret_cast<const void*>(experts_prefill_kernel<false>),
                           reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(lowp::prefill_smem<Fmt::fp4>()));
-    lowp::SmCaps r;
-    r.sms = sms > 0 ? sms : 1;
-    r.smem_block = static_cast<size_t>(optin);
-    r.smem_sm = per_sm > optin ? static_cast<size_t>(per_sm) : static_cast<size_t>(optin);
     return r;
   }();
   return c;

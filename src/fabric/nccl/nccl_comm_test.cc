@@ -24,16 +24,7 @@
 namespace dsv4::fabric {
 namespace {
 
-int failures = 0;
-#define CHECK_TRUE(cond, ...)                                       \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-      std::printf(__VA_ARGS__);                                     \
-      std::printf("\n");                                            \
-      ++failures;                                                   \
-    }                                                               \
-  } while (0)
+using testing::failures;
 
 uint32_t bits(float f) {
   uint32_t b;
@@ -148,7 +139,7 @@ int run_reduce(Control& control) {
   cudaFree(dp);
   cudaFree(ds);
   comm->reset();
-  return failures == 0 ? 0 : 1;
+  return failures() == 0 ? 0 : 1;
 }
 
 // Rank 1 dies after the communicator is up; rank 0 is inside a collective that can never finish. As in
@@ -210,7 +201,7 @@ int run_stall(Control& control) {
     CHECK_TRUE(!s.ok(), "the collective finished without rank 1");
     CHECK_TRUE(waited >= 1.9 && waited < 4.0, "the wait took %.2f s (limit 2 s)", waited);
     std::printf("rank 0: a wedged peer: the wait ended after %.2f s: '%s': %s\n", waited, s.message().c_str(),
-                failures ? "FAIL" : "PASS");
+                failures() ? "FAIL" : "PASS");
   }
   // Barrier (bounded by liveness), then a clean close.
   auto all = control.all_gather({});
@@ -218,7 +209,7 @@ int run_stall(Control& control) {
   CHECK_TRUE(bye.ok(), "rank %d: %s", rank, bye.to_string().c_str());
   std::printf("rank %d: closed cleanly after the stall: %s\n", rank, bye.ok() ? "PASS" : "FAIL");
   std::fflush(stdout);
-  _exit(failures == 0 ? 0 : 1);  // the aborted communicator is left to its abort thread
+  _exit(failures() == 0 ? 0 : 1);  // the aborted communicator is left to its abort thread
 }
 
 int run_rank(const testing::RankArgs& a) {

@@ -1,7 +1,8 @@
 // Tests only: the rank-process harness shared by the multi-GPU tests (fabric_nccl_test, tp_forward_test). The
 // parent (no CUDA) starts `SELF --rank R --port P --world N --scenario S` per rank on a free loopback port,
 // waits for every rank with a deadline (ranks still running then are killed and count as hung), and returns the
-// exit codes in rank order; a rank checks that it has its GPU and bootstraps its control channel.
+// exit codes in rank order; a rank checks that it has its GPU and bootstraps its control channel, and
+// counts its failed checks (CHECK_TRUE).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +23,23 @@
 extern char** environ;
 
 namespace dsv4::fabric::testing {
+
+// The failed checks of this process; a rank exits 1 when any failed.
+inline int& failures() {
+  static int n = 0;
+  return n;
+}
+
+// Prints a failed check (condition and message) and counts it; the test goes on.
+#define CHECK_TRUE(cond, ...)                                     \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                   \
+      std::printf("\n");                                          \
+      ++::dsv4::fabric::testing::failures();                      \
+    }                                                             \
+  } while (0)
 
 // What a rank process was started with.
 struct RankArgs {

@@ -77,66 +77,70 @@ std::vector<int32_t> ratios(std::initializer_list<std::pair<int32_t, int32_t>> r
   return v;
 }
 
+// The keys every small preset sets (the rest are its release's); its DSpark stages tap the last
+// three layers.
+struct SmallShape {
+  int64_t hidden = 0;
+  int32_t layers = 0, heads = 0, head_dim = 0, q_lora = 0, o_lora = 0, o_groups = 0, window = 0;
+  std::vector<int32_t> compress;  // compress_ratios: layers + 3 stages
+  int32_t index_heads = 0, index_topk = 0, experts = 0, experts_per_tok = 0, moe_inter = 0, markov_rank = 0;
+};
+
+void set_shape(Config& c, const SmallShape& s) {
+  c.hidden_size = s.hidden;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.head_dim = s.head_dim;
+  c.q_lora_rank = s.q_lora;
+  c.o_lora_rank = s.o_lora;
+  c.o_groups = s.o_groups;
+  c.sliding_window = s.window;
+  c.compress_ratios = s.compress;
+  c.index_n_heads = s.index_heads;
+  c.index_topk = s.index_topk;
+  c.n_routed_experts = s.experts;
+  c.num_experts_per_tok = s.experts_per_tok;
+  c.moe_intermediate_size = s.moe_inter;
+  c.dspark_target_layer_ids = {s.layers - 3, s.layers - 2, s.layers - 1};
+  c.dspark_markov_rank = s.markov_rank;
+}
+
 Config v41_small_shape(Preset p) {
   Config c = v41_flash_config();
   if (p == Preset::tiny) {
     // 10 layers + 3 stages. Roles: 0 SWA, 1 SWA+Engram, 2 full r2, 3 reuse r2, 4 full r2 + Engram,
     // 5 full r1 + candidate source, 6 reuse r1, 7 reindex r1 (tap), 8 reuse r1 (tap), 9 reuse (tap).
-    c.hidden_size = 256;
-    c.num_hidden_layers = 10;
-    c.num_attention_heads = 4;
-    c.head_dim = 128;
-    c.q_lora_rank = 128;
-    c.o_lora_rank = 64;
-    c.o_groups = 2;
-    c.sliding_window = 16;
-    c.compress_ratios = ratios({{0, 2}, {2, 3}, {1, 5}, {0, 3}});
+    set_shape(c, {.hidden = 256, .layers = 10, .heads = 4, .head_dim = 128, .q_lora = 128, .o_lora = 64,
+                  .o_groups = 2, .window = 16, .compress = ratios({{0, 2}, {2, 3}, {1, 5}, {0, 3}}),
+                  .index_heads = 4, .index_topk = 8, .experts = 8, .experts_per_tok = 2, .moe_inter = 64,
+                  .markov_rank = 32});
     c.kv_source_layer_ids = {2, 4, 5};
     c.index_source_layer_ids = {2, 4, 5, 7};
     c.candidate_source_layer_id = 5;
     c.candidate_topk_blocks = 4;
     c.candidate_block_size = 4;
-    c.index_n_heads = 4;
-    c.index_topk = 8;
-    c.n_routed_experts = 8;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 64;
     c.engram_layer_ids = {1, 4};
     c.engram_n_heads = 2;
     c.engram_head_dim = 64;
     c.engram_vocab_size = 1000;
-    c.dspark_target_layer_ids = {7, 8, 9};
-    c.dspark_markov_rank = 32;
     c.dspark_n_routed_experts = 4;
     c.dspark_num_experts_per_tok = 2;
     c.vision = VisionConfig{64, 1, 1, 128, 14, 3, 1024, 295936, std::nullopt, 10000};
   } else {
     // 16 layers + 3 stages, the real head_dim 512 (so the production KV row layouts apply).
-    c.hidden_size = 512;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 8;
-    c.head_dim = 512;
-    c.q_lora_rank = 256;
-    c.o_lora_rank = 256;
-    c.o_groups = 4;
-    c.sliding_window = 128;
-    c.compress_ratios = ratios({{0, 2}, {2, 6}, {1, 8}, {0, 3}});
+    set_shape(c, {.hidden = 512, .layers = 16, .heads = 8, .head_dim = 512, .q_lora = 256, .o_lora = 256,
+                  .o_groups = 4, .window = 128, .compress = ratios({{0, 2}, {2, 6}, {1, 8}, {0, 3}}),
+                  .index_heads = 8, .index_topk = 64, .experts = 16, .experts_per_tok = 4, .moe_inter = 256,
+                  .markov_rank = 64});
     c.kv_source_layer_ids = {2, 5, 8};
     c.index_source_layer_ids = {2, 5, 8, 11, 13};
     c.candidate_source_layer_id = 8;
     c.candidate_topk_blocks = 16;
     c.candidate_block_size = 8;
-    c.index_n_heads = 8;
-    c.index_topk = 64;
-    c.n_routed_experts = 16;
-    c.num_experts_per_tok = 4;
-    c.moe_intermediate_size = 256;
     c.engram_layer_ids = {1, 5};
     c.engram_n_heads = 4;
     c.engram_head_dim = 64;
     c.engram_vocab_size = 4000;
-    c.dspark_target_layer_ids = {13, 14, 15};
-    c.dspark_markov_rank = 64;
     c.dspark_n_routed_experts = 8;
     c.dspark_num_experts_per_tok = 2;
     c.vision = VisionConfig{128, 2, 2, 256, 14, 3, 1024, 295936, std::nullopt, 10000};
@@ -149,39 +153,15 @@ Config v4_small_shape(Preset p) {
   Config c = v4_flash_0731_config();
   if (p == Preset::tiny) {
     // 8 layers + 3 stages: 0-1 SWA (hash-routed 0-2), CSA ratio 4 on 2/4/6, HCA ratio 16 on 3/5/7.
-    c.hidden_size = 256;
-    c.num_hidden_layers = 8;
-    c.num_attention_heads = 4;
-    c.head_dim = 128;
-    c.q_lora_rank = 128;
-    c.o_lora_rank = 128;
-    c.o_groups = 2;
-    c.sliding_window = 16;
-    c.compress_ratios = {0, 0, 4, 16, 4, 16, 4, 16, 0, 0, 0};
-    c.index_n_heads = 4;
-    c.index_topk = 8;
-    c.n_routed_experts = 8;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 128;
-    c.dspark_target_layer_ids = {5, 6, 7};
-    c.dspark_markov_rank = 32;
+    set_shape(c, {.hidden = 256, .layers = 8, .heads = 4, .head_dim = 128, .q_lora = 128, .o_lora = 128,
+                  .o_groups = 2, .window = 16, .compress = {0, 0, 4, 16, 4, 16, 4, 16, 0, 0, 0},
+                  .index_heads = 4, .index_topk = 8, .experts = 8, .experts_per_tok = 2, .moe_inter = 128,
+                  .markov_rank = 32});
   } else {
-    c.hidden_size = 512;
-    c.num_hidden_layers = 12;
-    c.num_attention_heads = 8;
-    c.head_dim = 512;
-    c.q_lora_rank = 256;
-    c.o_lora_rank = 256;
-    c.o_groups = 4;
-    c.sliding_window = 128;
-    c.compress_ratios = {0, 0, 4, 32, 4, 32, 4, 32, 4, 32, 4, 32, 0, 0, 0};
-    c.index_n_heads = 8;
-    c.index_topk = 64;
-    c.n_routed_experts = 16;
-    c.num_experts_per_tok = 4;
-    c.moe_intermediate_size = 256;
-    c.dspark_target_layer_ids = {9, 10, 11};
-    c.dspark_markov_rank = 64;
+    set_shape(c, {.hidden = 512, .layers = 12, .heads = 8, .head_dim = 512, .q_lora = 256, .o_lora = 256,
+                  .o_groups = 4, .window = 128, .compress = {0, 0, 4, 32, 4, 32, 4, 32, 4, 32, 4, 32, 0, 0, 0},
+                  .index_heads = 8, .index_topk = 64, .experts = 16, .experts_per_tok = 4, .moe_inter = 256,
+                  .markov_rank = 64});
   }
   c.dspark_n_routed_experts = c.n_routed_experts;
   c.dspark_num_experts_per_tok = c.num_experts_per_tok;

@@ -3,6 +3,7 @@
 // their results within a TP size and across TP sizes.
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "../forward_testing.h"
 #include "tp_testing.h"
@@ -37,17 +38,26 @@ int32_t top(const std::vector<float>& logits, int64_t row, int64_t V) {
   return static_cast<int32_t>(argmax(logits.data() + row * V, V));
 }
 
+// Opens a stream and prefills the prompt; its argmax and logits row become d's first token. d stays empty
+// when the prefill fails (the stream is left open: the decoding then ends at once).
+int32_t first_token(cuda::Forward& f, const std::vector<int32_t>& prompt, Decoded& d) {
+  const int64_t V = f.config().vocab;
+  const int32_t s = open(f);
+  std::vector<float> last = call(f, {Piece{s, prompt, {static_cast<int32_t>(prompt.size()) - 1}}});
+  if (static_cast<int64_t>(last.size()) != V) return s;
+  d.tokens.push_back(top(last, 0, V));
+  d.logits = std::move(last);
+  return s;
+}
+
 }  // namespace
 
 Decoded decode_plain(cuda::Forward& f, const std::vector<int32_t>& prompt, int n) {
   const int64_t V = f.config().vocab;
   Decoded d;
-  const int32_t s = open(f);
-  std::vector<float> last = call(f, {Piece{s, prompt, {static_cast<int32_t>(prompt.size()) - 1}}});
-  if (static_cast<int64_t>(last.size()) != V) return d;
-  int32_t t = top(last, 0, V);
-  d.tokens.push_back(t);
-  d.logits = last;
+  const int32_t s = first_token(f, prompt, d);
+  if (d.tokens.empty()) return d;
+  int32_t t = d.tokens.back();
   while (static_cast<int>(d.tokens.size()) < n) {
     const std::vector<float> row = call(f, {Piece{s, {t}, {0}}});
     if (static_cast<int64_t>(row.size()) != V) return d;
@@ -63,12 +73,9 @@ Decoded decode_drafted(cuda::Forward& f, const std::vector<int32_t>& prompt, int
                        const std::vector<int32_t>* proposals) {
   const int64_t V = f.config().vocab;
   Decoded d;
-  const int32_t s = open(f);
-  std::vector<float> last = call(f, {Piece{s, prompt, {static_cast<int32_t>(prompt.size()) - 1}}});
-  if (static_cast<int64_t>(last.size()) != V) return d;
-  int32_t t = top(last, 0, V);
-  d.tokens.push_back(t);
-  d.logits = last;
+  const int32_t s = first_token(f, prompt, d);
+  if (d.tokens.empty()) return d;
+  int32_t t = d.tokens.back();
   while (static_cast<int>(d.tokens.size()) < n) {
     auto drafted = f.draft(s, t);
     CHECK_TRUE(drafted.ok(), "draft: %s", drafted.ok() ? "" : drafted.status().to_string().c_str());

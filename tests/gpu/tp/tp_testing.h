@@ -1,4 +1,4 @@
-// What the files of tp_forward_test share: the failure count and its check macro, the preset, and the
+// What the files of tp_forward_test share: the checks (rank_process_testing.h's), the preset, and the
 // scenarios each file runs on a rank (tp_forward_test.cc has the harness and main).
 #pragma once
 
@@ -13,23 +13,11 @@
 #include "backends/cuda/forward.h"
 #include "fabric/control.h"
 #include "fabric/nccl/nccl_comm.h"
+#include "fabric/nccl/rank_process_testing.h"
 
 namespace dsv4::fabric::tp_testing {
 
-inline int& failures() {
-  static int n = 0;
-  return n;
-}
-
-#define CHECK_TRUE(cond, ...)                                     \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                   \
-      std::printf("\n");                                          \
-      ++::dsv4::fabric::tp_testing::failures();                   \
-    }                                                             \
-  } while (0)
+using testing::failures;  // and CHECK_TRUE: rank_process_testing.h
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
