@@ -145,31 +145,13 @@ __global__ void route_kernel(const float* logits, int64_t E, int K, const float*
   route_row(blockIdx.x, logits, E, K, bias, bias_vl, image, route_scale, sel, wts, sh, best_v, best_i);
 }
 
-// In place on c [n] (shared memory), by the whole block: c[e] = sum of c[0 .. e-1]. Thread t sums
-// a contiguous run of entries, the run totals are scanned by warp shuffles and over the warps'
-// totals (scan: shared int32 [32]); integers, so the result is exact.
+// In place on c [n] (shared memory), by the whole block: c[e] = sum of c[0 .. e-1]. Thread t takes a
+// contiguous run of entries; block_exclusive_scan of the run totals gives each run its start.
 __device__ void exclusive_scan_block(int32_t* c, int64_t n, int32_t* scan) {
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
-  const int64_t per = (n + blockDim.x - 1) / blockDim.x, e0 = t * per, e1 = e0 + per < n ? e0 + per : n;
-  int32_t run = 0;
+  const int64_t per = (n + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per, e1 = e0 + per < n ? e0 + per : n;
+  int32_t run = 0, total = 0;
   for (int64_t e = e0; e < e1; ++e) run += c[e];
-  int32_t inc = run;  // inclusive scan of the runs within the warp
-  for (int o = 1; o < 32; o <<= 1) {
-    const int32_t u = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += u;
-  }
-  if (lane == 31) scan[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int32_t w = lane < nw ? scan[lane] : 0;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t u = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += u;
-    }
-    if (lane < nw) scan[lane] = w;  // inclusive totals of warps 0 .. lane
-  }
-  __syncthreads();
-  int32_t at = (warp > 0 ? scan[warp - 1] : 0) + inc - run;
+  int32_t at = block_exclusive_scan(run, scan, total);
   for (int64_t e = e0; e < e1; ++e) {
     const int32_t k = c[e];
     c[e] = at;

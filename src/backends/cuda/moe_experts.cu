@@ -6,6 +6,7 @@
 
 #include "backends/cuda/lowp_prefill.cuh"
 #include "backends/cuda/moe_experts.cuh"
+#include "backends/cuda/fwd_reduce.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -20,29 +21,6 @@ __device__ __forceinline__ LowpWeight as_lowp(const Fp4View& v) {
   return LowpWeight{v.w, v.scale, v.out, v.in, v.in / 2, v.in / 32, 1, 32};
 }
 
-// Exclusive prefix sum of c over the kSegThreads threads of the block (shuffles within warps, then
-// over the warp totals); total gets the sum of all. Every thread must call it.
-__device__ __forceinline__ int32_t block_scan(int32_t c, int32_t* warp_total, int32_t& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int32_t incl = c;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int32_t t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
-  if (lane == 31) warp_total[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    int32_t w = warp_total[lane];
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t t = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += t;
-    }
-    warp_total[lane] = w;  // inclusive over warps 0 .. lane
-  }
-  __syncthreads();
-  total = warp_total[kSegThreads / 32 - 1];
-  return incl - c + (warp ? warp_total[warp - 1] : 0);
-}
 
 // seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs. Thread t
 // counts the segment starts in its run of pairs; the scan gives the run its first segment index.
@@ -55,7 +33,7 @@ __global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __r
   const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
   int32_t c = 0, total = 0;
   for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
-  int32_t k = block_scan(c, warp_total, total);
+  int32_t k = block_exclusive_scan(c, warp_total, total);
   if (threadIdx.x == 0) {
     seg[0] = total;
     seg[1 + total] = static_cast<int32_t>(n_pairs);
@@ -73,7 +51,7 @@ __global__ void __launch_bounds__(kSegThreads) pieces_kernel(const int32_t* __re
   const int32_t i0 = min(S, static_cast<int32_t>(threadIdx.x) * per), i1 = min(S, i0 + per);
   int32_t c = 0, total = 0;
   for (int32_t i = i0; i < i1; ++i) c += (seg[2 + i] - seg[1 + i] + lowp::kPRows - 1) / lowp::kPRows;
-  int32_t j = block_scan(c, warp_total, total);
+  int32_t j = block_exclusive_scan(c, warp_total, total);
   if (threadIdx.x == 0) tiles[0] = total;
   for (int32_t i = i0; i < i1; ++i)
     for (int32_t a = seg[1 + i]; a < seg[2 + i]; a += lowp::kPRows, ++j) {
