@@ -9,6 +9,13 @@ import OpenAI from 'openai';
 
 export const BIN = process.env.DSV4_BIN || new URL('../../../build/dsv4', import.meta.url).pathname;
 
+// The test clients open one connection per request. The openai client's default agent keeps idle
+// sockets for 4 s and the server closes idle keep-alive connections after 5 s; on a loaded 2-core
+// machine the client's timer can fire late and a request go out on a socket the server is closing
+// (ECONNRESET: "Connection error." with maxRetries 0). That race belongs to HTTP/1.1 keep-alive, not
+// to the server under test; a client that retries (the openai default) never sees it.
+export const clientAgent = new http.Agent({ keepAlive: false });
+
 // Spawns the server on a free port; resolves once it prints "ready on http://HOST:PORT".
 export async function startServer(extraArgs = [], { fake = true, readyTimeoutMs = 20000, until = 'ready' } = {}) {
   const args = ['serve', '--port', '0', ...(fake ? ['--fake-engine'] : []), ...extraArgs];
@@ -36,7 +43,7 @@ export async function startServer(extraArgs = [], { fake = true, readyTimeoutMs 
     proc,
     exited,
     stderr: () => stderr,
-    client: (opts = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, ...opts }),
+    client: (opts = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, httpAgent: clientAgent, ...opts }),
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
       await exited;

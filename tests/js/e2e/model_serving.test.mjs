@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import OpenAI from 'openai';
 import { spawn } from 'node:child_process';
-import { startServer, request, parseSse, waitFor, BIN } from './harness.mjs';
+import { startServer, request, parseSse, waitFor, BIN, clientAgent } from './harness.mjs';
 import { parsePrometheus, sample } from './prometheus.mjs';
 import fs from 'node:fs';
 import zlib from 'node:zlib';
@@ -38,7 +38,7 @@ before(async () => {
     '--max-prompt-tokens', '1500', '--max-tokens', '256', '--sse-keepalive-seconds', '0.05',
     '--prompt-cache-page', '32',
   ], { fake: false, readyTimeoutMs: 240000 });
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0, httpAgent: clientAgent });
 });
 after(async () => server.stop());
 
