@@ -82,9 +82,21 @@ double time_us(const std::function<void(int, cudaStream_t)>& fn, int calls = 40)
 }
 
 double g_bw = 0;
-// DSV4_BENCH_ROWS1=1: rows 1 only (layout sweeps).
+// DSV4_BENCH_ROWS1=1: rows 1 only (layout sweeps); DSV4_BENCH_ROWS=8,16,...: those row counts.
 std::vector<int> rows_list(std::vector<int> all) {
-  return std::getenv("DSV4_BENCH_ROWS1") ? std::vector<int>{1} : all;
+  if (std::getenv("DSV4_BENCH_ROWS1")) return {1};
+  if (const char* list = std::getenv("DSV4_BENCH_ROWS")) {
+    std::vector<int> v;
+    for (const char* p = list; *p;) {
+      char* end = nullptr;
+      const long n = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (n > 0) v.push_back(static_cast<int>(n));
+      p = *end == ',' ? end + 1 : end;
+    }
+    if (!v.empty()) return v;
+  }
+  return all;
 }
 
 void report(const char* kind, const char* name, int rows, double bytes, double us) {
@@ -172,7 +184,7 @@ void bench_bf16(const char* name, int64_t out, int64_t in, bool f32_out) {
   std::vector<Bf16View> w(nc);
   for (int c = 0; c < nc; ++c)
     w[c] = Bf16View{reinterpret_cast<const uint16_t*>(device_random(out * in * 2, 31 + c, bf16_hi)), out, in};
-  for (int rows : {1, 8, 32}) {
+  for (int rows : rows_list({1, 8, 32})) {
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * in, 3, bf16_hi));
     float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * out, 4));
     const double us = time_us([&](int i, cudaStream_t s) {
@@ -190,7 +202,7 @@ void bench_bf16_grouped(const char* name, int64_t G, int64_t O, int64_t in) {
   std::vector<Bf16View> w(nc);
   for (int c = 0; c < nc; ++c)
     w[c] = Bf16View{reinterpret_cast<const uint16_t*>(device_random(G * O * in * 2, 41 + c, bf16_hi)), G * O, in};
-  for (int rows : {1, 8, 32}) {
+  for (int rows : rows_list({1, 8, 32})) {
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * G * rows * in, 3, bf16_hi));
     float* y = reinterpret_cast<float*>(device_random(sizeof(float) * rows * G * O, 4));
     const double us = time_us([&](int i, cudaStream_t s) { CHECK_CUDA(bf16_grouped_linear(x, rows, w[i % nc], G, y, s)); });
@@ -342,6 +354,22 @@ int main() {
       bench_experts();
     }
     set_lowp_layout_override(0, 0);
+    return 0;
+  }
+  if (std::getenv("DSV4_BENCH_TILE_SWEEP")) {  // the listed lines with the tile kernels from each row count on
+    for (const int64_t t : {0, 4, 8, 16}) {
+      set_lowp_tile_rows(t);
+      set_bf16_tile_rows(t);
+      std::printf("tile kernels above %lld rows (0: the defaults, FP8/FP4 32 and bf16 64)\n", static_cast<long long>(t));
+      bench_fp8("wq_a [1280, 5120]", 1280, 5120);
+      bench_fp8("wq_b [32768, 1280]", 32768, 1280);
+      bench_fp8("wo_b [5120, 8192]", 5120, 8192);
+      bench_fp8_pair("shared w1+w3 pair [2 x 2304, 5120]", 2304, 5120);
+      bench_fp8("shared w2 [5120, 2304]", 5120, 2304);
+      bench_bf16_grouped("wo_a grouped 8x[1024, 4096]", 8, 1024, 4096);
+    }
+    set_lowp_tile_rows(0);
+    set_bf16_tile_rows(0);
     return 0;
   }
   bench_fp8("wq_a [1280, 5120]", 1280, 5120);

@@ -85,11 +85,12 @@ TEST(WideLinearCuda, Bf16RowsBitIdenticalForEveryLaunchSize) {
 }
 
 // One grouped launch equals G per-group launches (then [G, R, O] -> [R, G, O]) bit for bit, at the
-// V4.1 wo_a shape (8 groups of [1024, 4096]) and a ragged one; row counts on both kernels.
+// V4.1 wo_a shape (8 groups of [1024, 4096]) and a ragged one; row counts on both kernels (40 rows:
+// the grouped launch takes the tiles above 16 rows, the plain per-group launches the row kernel).
 TEST(WideLinearCuda, GroupedEqualsPerGroupLaunches) {
   struct Shape { int64_t G, O, in; };
   for (const Shape sh : {Shape{8, 1024, 4096}, Shape{3, 40, 72}}) {
-    for (const int64_t rows : {1, 5, 70}) {
+    for (const int64_t rows : {1, 5, 40, 70}) {
       SCOPED_TRACE("G=" + std::to_string(sh.G) + " O=" + std::to_string(sh.O) + " rows=" + std::to_string(rows));
       const std::vector<float> x = random_bf16(sh.G * rows * sh.in, uint32_t(rows * 3 + sh.O));  // [G, rows, in]
       const std::vector<uint16_t> w = weight_bits(sh.G * sh.O * sh.in, uint32_t(sh.G + sh.in));

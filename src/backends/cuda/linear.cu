@@ -64,8 +64,16 @@ const lowp::SmCaps& caps() {
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
 
-// Rows above which the 64 x 64 prefill tiles run (weights read once per 64 rows, not per 8).
-constexpr int64_t kPrefillRows = 32;
+// Rows above which the 64 x 64 prefill tiles run (weights read once per 64 rows, not per 8): 32, and
+// 16 for weights of at least kWideOut columns, whose many column tiles keep the prefill grid full
+// (H200, linear_bench tile sweep in docs/perf.md: wq_b [32768, 1280] at 24 / 32 rows 147.5 / 196.8 us
+// on the row tile, 118 on the prefill tiles; wq_a, wo_b, shared w2 no faster on the prefill tiles
+// below 32 rows). set_lowp_tile_rows overrides it in benchmarks.
+constexpr int64_t kPrefillRows = 32, kWidePrefillRows = 16, kWideOut = 16384;
+int64_t g_prefill_rows = 0;
+int64_t prefill_rows(int64_t out) {
+  return g_prefill_rows > 0 ? g_prefill_rows : out >= kWideOut ? kWidePrefillRows : kPrefillRows;
+}
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -89,7 +97,7 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
   if (bad_shape(x, rows, W, act_block)) return cudaErrorInvalidValue;
   if (rows == 0 || W.out == 0) return cudaSuccess;
   // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
-  if (rows > kPrefillRows) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
+  if (rows > prefill_rows(W.out)) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
   const int64_t tiles = (W.out + 15) / 16;
   const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
@@ -111,7 +119,7 @@ cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_b
 
 cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, const Fp8View& W3, int act_block,
                             float* y1, float* y3, cudaStream_t s) {
-  if (W1.exl3 || W3.exl3 || rows > kPrefillRows) {  // two launches: the same bits
+  if (W1.exl3 || W3.exl3 || rows > (g_prefill_rows > 0 ? g_prefill_rows : kPrefillRows)) {  // two launches: the same bits
     const cudaError_t e = fp8_linear(x, rows, W1, act_block, y1, s);
     return e != cudaSuccess ? e : fp8_linear(x, rows, W3, act_block, y3, s);
   }
@@ -127,6 +135,8 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
   return launch_pdl(tc_linear_pair_kernel<Fmt::fp8>, dim3(static_cast<unsigned>(tiles)), dim3(L.nwarps * 32), L.bytes(), s,
                     x, rows, L1, L3, act_block, L, y1, y3);
 }
+
+void set_lowp_tile_rows(int64_t rows) { g_prefill_rows = rows; }
 
 void set_lowp_layout_override(int slices_per_warp, int ring_depth) {
   lowp::g_layout_override = lowp::LayoutOverride{slices_per_warp, ring_depth};

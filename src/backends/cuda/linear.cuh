@@ -32,6 +32,11 @@ cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_b
 // weight ring of `ring_depth` stages where the shape allows; 0, 0 restores the planner's choice.
 // Speed only: every output's bits are the same under any setting.
 void set_lowp_layout_override(int slices_per_warp, int ring_depth);
+// Benchmarks only: the row count above which the FP8/FP4 linears run the 64 x 64 prefill tiles
+// (set_lowp_tile_rows) and the bf16 linears their tile kernel (set_bf16_tile_rows); 0: the defaults.
+// Speed only: a row's bits are the same on either path (linear_cuda_test, wide_linear_test).
+void set_lowp_tile_rows(int64_t rows);
+void set_bf16_tile_rows(int64_t rows);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
 // A block-diagonal bf16 linear in one launch (attention's grouped wo_a): W [groups * out, in] holds

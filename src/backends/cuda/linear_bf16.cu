@@ -25,7 +25,11 @@ namespace {
 constexpr int kChunk = 32;
 constexpr int kMaxSlices = 16;   // warps per CTA of the row kernel
 constexpr int kPassRows = 8;     // the MMA's N side: rows per pass of the row kernel
-constexpr int kRowKernelMax = 64;  // launches of more rows take the tile kernel
+// Launches of more rows take the tile kernel: 64, and 16 for grouped launches (H200, linear_bench tile
+// sweep in docs/perf.md: wo_a grouped 8 x [1024, 4096] at 24 / 32 / 64 rows 128.6 / 167.9 / 325.7 us on
+// the row kernel, 90-92 on the tiles). set_bf16_tile_rows overrides both in benchmarks.
+constexpr int kRowKernelMax = 64, kGroupedRowKernelMax = 16;
+int64_t g_row_kernel_max = 0;
 constexpr int kRing = 8;         // weight chunks in flight per thread (row kernel), cp.async into shared memory
 
 // K slices for `out` columns and `chunks` chunks: enough warps (16-column tiles x slices, at least
@@ -339,7 +343,7 @@ cudaError_t launch(const float* x, int64_t rows, const uint16_t* w, int64_t out,
   Bf16Args a{x, w, y, rows * in, out * in, y_row, out, rows, out, in, 0, 0};
   a.chunks = static_cast<int>((in + kChunk - 1) / kChunk);
   a.kw = bf16_slices(out, a.chunks);
-  if (rows <= kRowKernelMax) {
+  if (rows <= (g_row_kernel_max > 0 ? g_row_kernel_max : G > 1 ? kGroupedRowKernelMax : kRowKernelMax)) {
     const int umax = (a.chunks + a.kw - 1) / a.kw;
     const int stride = umax * kChunk + (umax % 2 == 0 ? kChunk : 0);
     int rt = static_cast<int>(std::min<int64_t>(rows, kPassRows));
@@ -354,6 +358,8 @@ cudaError_t launch(const float* x, int64_t rows, const uint16_t* w, int64_t out,
 }
 
 }  // namespace
+
+void set_bf16_tile_rows(int64_t rows) { g_row_kernel_max = rows; }
 
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
   if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::bf16, s);  // a pack's linear
