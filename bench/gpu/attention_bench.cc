@@ -22,6 +22,7 @@
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "bench_device.h"
 
 using namespace dsv4;
 using namespace dsv4::cuda;
@@ -234,8 +235,7 @@ void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int6
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { std::printf("no CUDA device\n"); return 77; }
+  const cudaDeviceProp prop = dsv4::bench::bench_device();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<int64_t> contexts;
   bool kernels_only = false;
@@ -244,8 +244,6 @@ int main(int argc, char** argv) {
     else contexts.push_back(std::atoll(argv[i]));
   }
   if (contexts.empty()) contexts = {4096, 65536};
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
   // Floor bandwidth: a 2 GiB device-to-device copy (bytes read + written) measured here, as the
   // EXL3 bench does; the layer's bytes divided by it give its floor time.
   double peak = 0;

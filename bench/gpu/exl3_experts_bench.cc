@@ -14,7 +14,9 @@
 
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/exl3_gemm.cuh"
+#include "bench_device.h"
 #include "graph_timing.h"
+#include "routing.h"
 
 namespace {
 
@@ -77,13 +79,7 @@ double time_us(F&& fn, int calls = 20) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device\n");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  const cudaDeviceProp prop = dsv4::bench::bench_device();
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const int64_t E = 384, D = 5120, I = 2304;
   auto bits_of = [](int64_t e) { return e % 2 == 0 ? 2 : 3; };
@@ -119,23 +115,14 @@ int main() {
     const int kRoutings = 8;
     std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
     for (int k = 0; k < kRoutings; ++k) {
-      std::vector<std::pair<int32_t, int32_t>> t;  // (expert, row)
-      for (int r = 0; r < rows; ++r) {
-        std::vector<int32_t> ex(E);
-        for (int e = 0; e < E; ++e) ex[e] = e;
-        std::shuffle(ex.begin(), ex.end(), rng);
-        for (int j = 0; j < 6; ++j) t.emplace_back(ex[j], r);
-      }
-      std::sort(t.begin(), t.end());
-      std::vector<int32_t> pr, pe;
+      const dsv4::bench::RoutedPairs t = dsv4::bench::random_routing(rng, E, rows, 6);
+      const std::vector<int32_t>& pr = t.row;
+      const std::vector<int32_t>& pe = t.expert;
       double bytes = 0;
-      for (size_t i = 0; i < t.size(); ++i) {
-        pe.push_back(t[i].first);
-        pr.push_back(t[i].second);
+      for (size_t i = 0; i < pe.size(); ++i)
         if (i == 0 || pe[i] != pe[i - 1]) bytes += 3.0 * D * I * bits_of(pe[i]) / 8;
-      }
-      routes.emplace_back(device_copy(pr), device_copy(pe), device_copy(std::vector<float>(t.size(), 0.25f)),
-                          static_cast<int64_t>(t.size()), bytes);
+      routes.emplace_back(device_copy(pr), device_copy(pe), device_copy(std::vector<float>(pe.size(), 0.25f)),
+                          static_cast<int64_t>(pe.size()), bytes);
     }
     const int64_t P = std::get<3>(routes[0]);
     auto* x = static_cast<float*>(device_fill(sizeof(float) * rows * D, 0));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/exl3_device.h"
+#include "bench_device.h"
 #include "formats/exl3/half.h"
 #include "graph_timing.h"
 
@@ -149,13 +150,7 @@ void moe_bench(double bandwidth) {
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";  // optional: measure shapes whose name contains this
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 77;
-  }
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
+  const cudaDeviceProp prop = dsv4::bench::bench_device();
   const double bandwidth = copy_bandwidth();
   std::printf("device: %s, %d SMs, L2 %d MB; measured copy bandwidth %.0f GB/s\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, bandwidth / 1e9);

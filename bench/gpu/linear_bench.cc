@@ -17,7 +17,9 @@
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe_experts.cuh"
+#include "bench_device.h"
 #include "graph_timing.h"
+#include "routing.h"
 
 namespace {
 
@@ -234,28 +236,19 @@ void bench_experts() {
     const int kRoutings = 8;
     std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
     for (int k = 0; k < kRoutings; ++k) {
-      std::vector<std::tuple<int32_t, int32_t>> t;
-      for (int r = 0; r < rows; ++r) {
-        std::vector<int32_t> ex(E);
-        for (int e = 0; e < E; ++e) ex[e] = e;
-        std::shuffle(ex.begin(), ex.end(), rng);
-        for (int j = 0; j < 6; ++j) t.emplace_back(ex[j], r);
-      }
-      std::sort(t.begin(), t.end());
-      std::vector<int32_t> pr, pe;
-      std::vector<float> pw(t.size(), 0.25f);
+      const dsv4::bench::RoutedPairs t = dsv4::bench::random_routing(rng, E, rows, 6);
+      const std::vector<int32_t>& pr = t.row;
+      const std::vector<int32_t>& pe = t.expert;
+      std::vector<float> pw(pe.size(), 0.25f);
       int distinct = 0;
-      for (size_t i = 0; i < t.size(); ++i) {
-        pe.push_back(std::get<0>(t[i])), pr.push_back(std::get<1>(t[i]));
-        distinct += i == 0 || pe[i] != pe[i - 1];
-      }
+      for (size_t i = 0; i < pe.size(); ++i) distinct += i == 0 || pe[i] != pe[i - 1];
       auto* a = reinterpret_cast<int32_t*>(device_random(pr.size() * 4, 0));
       auto* b = reinterpret_cast<int32_t*>(device_random(pe.size() * 4, 0));
       auto* c = reinterpret_cast<float*>(device_random(pw.size() * 4, 0));
       CHECK_CUDA(cudaMemcpy(a, pr.data(), pr.size() * 4, cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(b, pe.data(), pe.size() * 4, cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(c, pw.data(), pw.size() * 4, cudaMemcpyHostToDevice));
-      routes.emplace_back(a, b, c, static_cast<int64_t>(t.size()), distinct * expert_bytes);
+      routes.emplace_back(a, b, c, static_cast<int64_t>(pe.size()), distinct * expert_bytes);
     }
     const int64_t n_pairs = std::get<3>(routes[0]);
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * D, 3, bf16_hi));
@@ -333,13 +326,7 @@ void bench_prefill(double rate) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device\n");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  const cudaDeviceProp prop = dsv4::bench::bench_device();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines out as measured, even if the run is cut short
   g_bw = copy_bandwidth();
   std::printf("device %s, %d SMs, L2 %d MB; D2D copy bandwidth %.0f GB/s (read + write)\n", prop.name,

@@ -85,14 +85,20 @@ Status SafetensorsWriter::check_new(const std::string& name, DType dtype,
   return ok_status();
 }
 
+Status SafetensorsWriter::check_new_sized(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                          size_t given, int64_t* nbytes) const {
+  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, nbytes));
+  if (static_cast<int64_t>(given) != *nbytes) {
+    return error(StatusCode::invalid_argument, "tensor '{}': {} bytes given but {} {} needs {}", name, given,
+                 dtype_name(dtype), shape_string(shape), *nbytes);
+  }
+  return ok_status();
+}
+
 Status SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                               std::vector<uint8_t> bytes) {
   int64_t nbytes = 0;
-  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
-  if (static_cast<int64_t>(bytes.size()) != nbytes) {
-    return error(StatusCode::invalid_argument, "tensor '{}': {} bytes given but {} {} needs {}", name,
-                 bytes.size(), dtype_name(dtype), shape_string(shape), nbytes);
-  }
+  DSV4_RETURN_IF_ERROR(check_new_sized(name, dtype, shape, bytes.size(), &nbytes));
   names_.insert(name);
   payload_bytes_ += nbytes;
   items_.push_back(Item{std::move(name), dtype, std::move(shape), nbytes, std::move(bytes), {}, {}});
@@ -102,11 +108,7 @@ Status SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t
 Status SafetensorsWriter::add_borrowed(std::string name, DType dtype, std::vector<int64_t> shape,
                                        std::span<const uint8_t> bytes) {
   int64_t nbytes = 0;
-  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
-  if (static_cast<int64_t>(bytes.size()) != nbytes) {
-    return error(StatusCode::invalid_argument, "tensor '{}': {} bytes given but {} {} needs {}", name,
-                 bytes.size(), dtype_name(dtype), shape_string(shape), nbytes);
-  }
+  DSV4_RETURN_IF_ERROR(check_new_sized(name, dtype, shape, bytes.size(), &nbytes));
   names_.insert(name);
   payload_bytes_ += nbytes;
   items_.push_back(Item{std::move(name), dtype, std::move(shape), nbytes, {}, bytes, {}});

@@ -73,6 +73,9 @@ class SafetensorsWriter {
  private:
   Status check_new(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                    int64_t* nbytes) const;
+  // check_new, and `given` bytes must be the tensor's size.
+  Status check_new_sized(const std::string& name, DType dtype, const std::vector<int64_t>& shape, size_t given,
+                         int64_t* nbytes) const;
 
   std::vector<Item> items_;
   std::set<std::string> names_;

@@ -41,20 +41,8 @@
 namespace dsv4::cuda {
 namespace {
 
-using gpu_testing::all_rows;
-using gpu_testing::argmax;
-using gpu_testing::LogitsRun;
-using gpu_testing::nrms;
-using gpu_testing::oracle_run;
-using gpu_testing::print_layer_table;
-using gpu_testing::prompt;
-
+using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name
 using cpu::Piece;
-
-std::string preset_name() {
-  const char* p = std::getenv("DSV4_GPU_PRESET");
-  return p ? p : "tiny";
-}
 
 // The pack is written once per run into DSV4_EXL3_PACK_DIR (or a fresh temporary folder).
 const std::string& pack_dir() {

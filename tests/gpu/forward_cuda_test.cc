@@ -25,25 +25,8 @@
 namespace dsv4::cuda {
 namespace {
 
-using gpu_testing::all_rows;
-using gpu_testing::argmax;
-using gpu_testing::LogitsRun;
-using gpu_testing::nrms;
-using gpu_testing::oracle_run;
-using gpu_testing::print_layer_table;
-using gpu_testing::prompt;
-
+using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name, variant_name
 using cpu::Piece;
-
-std::string preset_name() {
-  const char* p = std::getenv("DSV4_GPU_PRESET");
-  return p ? p : "tiny";
-}
-
-std::string variant_name() {
-  const char* v = std::getenv("DSV4_GPU_VARIANT");
-  return v ? v : "v41";
-}
 
 std::shared_ptr<const cpu::ModelWeights> weights() {
   static std::shared_ptr<const cpu::ModelWeights> w = [] {

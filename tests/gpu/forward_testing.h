@@ -1,12 +1,13 @@
-// Helpers shared by the GPU forward tests: the fixed test prompts, row lists, NRMS, argmax, oracle runs
-// with their per-layer streams, and the whole-model gate (docs/numerics.md) of a backend against the
-// CPU oracle.
+// Helpers shared by the GPU forward tests: the preset and variant they run, the fixed test prompts,
+// row lists, NRMS, argmax, oracle runs with their per-layer streams, and the whole-model gate
+// (docs/numerics.md) of a backend against the CPU oracle.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <limits>
@@ -18,6 +19,17 @@
 #include "backends/cpu/gate.h"
 
 namespace dsv4::gpu_testing {
+
+// The environment variable `name`, or `fallback` when it is not set.
+inline std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+// The preset (DSV4_GPU_PRESET, tiny by default) and variant (DSV4_GPU_VARIANT, v41 by default) a
+// test runs; family::parse_preset / parse_variant read them.
+inline std::string preset_name() { return env_or("DSV4_GPU_PRESET", "tiny"); }
+inline std::string variant_name() { return env_or("DSV4_GPU_VARIANT", "v41"); }
 
 // A deterministic prompt of n token ids over the V4.1 vocabulary; `salt` picks another one.
 inline std::vector<int32_t> prompt(int n, int salt = 0) {

@@ -31,14 +31,10 @@ namespace dsv4::cuda {
 namespace {
 
 using gpu_testing::nrms;
+using gpu_testing::preset_name;
 using gpu_testing::prompt;
 
 using cpu::Piece;
-
-std::string preset_name() {
-  const char* p = std::getenv("DSV4_GPU_PRESET");
-  return p ? p : "tiny";
-}
 
 int prompt_len() {
   const char* p = std::getenv("DSV4_PROBE_TOKENS");

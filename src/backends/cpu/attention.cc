@@ -70,13 +70,7 @@ void head_rms_bf16(float* q, int64_t n, float eps) {
 }
 
 std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k) {
-  std::vector<int32_t> idx(score.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  k = std::min<int64_t>(k, static_cast<int64_t>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  idx.resize(k);
+  std::vector<int32_t> idx = select_topk_desc(score, k);
   std::sort(idx.begin(), idx.end());
   return idx;
 }

@@ -150,7 +150,10 @@ StatusOr<std::vector<uint8_t>> LaneBackend::snapshot(lanes::StreamId stream) {
 
 Status LaneBackend::restore(lanes::StreamId stream, std::span<const uint8_t> bytes, int64_t rows) {
   DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
-  Status st = fwd_->restore(s->fwd_stream, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  return settle_restore(stream, s, fwd_->restore(s->fwd_stream, std::vector<uint8_t>(bytes.begin(), bytes.end())), rows);
+}
+
+Status LaneBackend::settle_restore(lanes::StreamId stream, Slot* s, Status st, int64_t rows) {
   if (st.ok()) {
     DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
     if (len == rows) return ok_status();
@@ -171,16 +174,7 @@ StatusOr<lanes::SnapshotParts> LaneBackend::snapshot_parts(lanes::StreamId strea
 Status LaneBackend::restore_parts(lanes::StreamId stream, std::span<const uint8_t> bounded,
                                   std::span<const lanes::RowChunks> tables, int64_t rows) {
   DSV4_ASSIGN_OR_RETURN(Slot * s, find(stream));
-  Status st = fwd_->restore_parts(s->fwd_stream, bounded, tables);
-  if (st.ok()) {
-    DSV4_ASSIGN_OR_RETURN(int64_t len, fwd_->length(s->fwd_stream));
-    if (len == rows) return ok_status();
-    st = error(StatusCode::data_loss, "stream {}: snapshot holds {} rows, expected {}", stream, len, rows);
-  }
-  // Leave the stream empty and usable.
-  (void)fwd_->close_stream(s->fwd_stream);
-  DSV4_ASSIGN_OR_RETURN(s->fwd_stream, fwd_->open_stream());
-  return st;
+  return settle_restore(stream, s, fwd_->restore_parts(s->fwd_stream, bounded, tables), rows);
 }
 
 void LaneBackend::release(lanes::StreamId stream) {

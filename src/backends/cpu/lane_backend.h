@@ -56,6 +56,9 @@ class LaneBackend final : public lanes::Backend {
     lanes::StreamSpec spec;
   };
   StatusOr<Slot*> find(lanes::StreamId stream);
+  // The end of a restore of s (st: the forward's verdict): ok when the stream then holds `rows` rows;
+  // otherwise the stream is left empty and usable and the error returned.
+  Status settle_restore(lanes::StreamId stream, Slot* s, Status st, int64_t rows);
 
   std::unique_ptr<StreamForward> fwd_;
   lanes::BackendInfo info_;

@@ -121,14 +121,7 @@ Status begin_attention_call(CallCtx& c) {
   std::memcpy(t->staging.data() + off_rows, row_piece.data(), sizeof(int32_t) * c.rows);
   std::memcpy(t->staging.data() + off_emit1, emit[1].data(), sizeof(EmitDev) * emit[1].size());
   std::memcpy(t->staging.data() + off_emit2, emit[2].data(), sizeof(EmitDev) * emit[2].size());
-  uint8_t* dev = nullptr;
-  if (c.meta) {
-    DSV4_ASSIGN_OR_RETURN(dev, c.meta->put_n(t->staging.data(), total, "attention call tables"));
-  } else {
-    DSV4_ASSIGN_OR_RETURN(dev, take<uint8_t>(*c.scratch, total, "attention call tables"));
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, t->staging.data(), total, cudaMemcpyHostToDevice, c.stream),
-                                     "attention call tables upload"));
-  }
+  DSV4_ASSIGN_OR_RETURN(uint8_t* dev, put_call_tables(c.meta, *c.scratch, c.stream, t->staging, "attention call tables"));
   t->pieces = reinterpret_cast<PieceDev*>(dev);
   t->row_piece = reinterpret_cast<int32_t*>(dev + off_rows);
   t->emit[1] = reinterpret_cast<EmitDev*>(dev + off_emit1);

@@ -152,6 +152,29 @@ std::vector<int64_t> header(const AttnGeometry& g, int64_t length) {
   return h;
 }
 
+// The snapshot's parts after the header, in order (see the layout below): device address and bytes of
+// what a stream of `length` positions has written.
+std::vector<std::pair<void*, size_t>> snapshot_parts(const AttnGeometry& g, const std::vector<LayerCachesDev>& layers,
+                                                     const std::vector<uint8_t*>& dspark, int64_t length) {
+  std::vector<std::pair<void*, size_t>> parts;
+  for (int l = 0; l < g.n_layers; ++l) {
+    const LayerSizes z = layer_sizes(g, l);
+    const LayerCachesDev& d = layers[l];
+    parts.push_back({d.window, z.window});
+    if (g.kv_source[l]) {
+      const int64_t rows = length / g.ratio[l];
+      parts.push_back({d.compressed, rows * g.compressed_row});
+      parts.push_back({d.index_keys, g.index_keys[l] ? rows * g.index_row : 0});
+      parts.push_back({d.comp_kv, z.comp_kv});
+      parts.push_back({d.comp_gate, z.comp_gate});
+      parts.push_back({d.idx_comp_kv, z.idx_kv});
+      parts.push_back({d.idx_comp_gate, z.idx_gate});
+    }
+  }
+  for (uint8_t* r : dspark) parts.push_back({r, static_cast<size_t>(g.ring_capacity * g.window_row)});
+  return parts;
+}
+
 }  // namespace
 
 // Layout: magic, int64 count, header, then per layer the whole window ring, the written compressed
@@ -163,22 +186,7 @@ StatusOr<std::vector<uint8_t>> StreamCaches::to_bytes(cudaStream_t s) const {
   const int64_t n = static_cast<int64_t>(h.size());
   put_bytes(out, &n, 8);
   put_bytes(out, h.data(), h.size() * 8);
-  std::vector<std::pair<const void*, size_t>> parts;
-  for (int l = 0; l < geo_.n_layers; ++l) {
-    const LayerSizes z = layer_sizes(geo_, l);
-    const LayerCachesDev& d = layers_[l];
-    parts.push_back({d.window, z.window});
-    if (geo_.kv_source[l]) {
-      const int64_t rows = length_ / geo_.ratio[l];
-      parts.push_back({d.compressed, rows * geo_.compressed_row});
-      parts.push_back({d.index_keys, geo_.index_keys[l] ? rows * geo_.index_row : 0});
-      parts.push_back({d.comp_kv, z.comp_kv});
-      parts.push_back({d.comp_gate, z.comp_gate});
-      parts.push_back({d.idx_comp_kv, z.idx_kv});
-      parts.push_back({d.idx_comp_gate, z.idx_gate});
-    }
-  }
-  for (uint8_t* r : dspark_) parts.push_back({r, static_cast<size_t>(geo_.ring_capacity * geo_.window_row)});
+  const std::vector<std::pair<void*, size_t>> parts = snapshot_parts(geo_, layers_, dspark_, length_);
   size_t at = out.size(), total = at;
   for (auto& p : parts) total += p.second;
   out.resize(total);
@@ -206,22 +214,7 @@ Status StreamCaches::from_bytes(const std::vector<uint8_t>& bytes, cudaStream_t 
   if (length < 0 || length > geo_.max_context)
     return error(StatusCode::out_of_range, "stream caches snapshot: length {} exceeds max context {}", length,
                  geo_.max_context);
-  std::vector<std::pair<void*, size_t>> parts;
-  for (int l = 0; l < geo_.n_layers; ++l) {
-    const LayerSizes z = layer_sizes(geo_, l);
-    const LayerCachesDev& d = layers_[l];
-    parts.push_back({d.window, z.window});
-    if (geo_.kv_source[l]) {
-      const int64_t rows = length / geo_.ratio[l];
-      parts.push_back({d.compressed, rows * geo_.compressed_row});
-      parts.push_back({d.index_keys, geo_.index_keys[l] ? rows * geo_.index_row : 0});
-      parts.push_back({d.comp_kv, z.comp_kv});
-      parts.push_back({d.comp_gate, z.comp_gate});
-      parts.push_back({d.idx_comp_kv, z.idx_kv});
-      parts.push_back({d.idx_comp_gate, z.idx_gate});
-    }
-  }
-  for (uint8_t* r : dspark_) parts.push_back({r, static_cast<size_t>(geo_.ring_capacity * geo_.window_row)});
+  const std::vector<std::pair<void*, size_t>> parts = snapshot_parts(geo_, layers_, dspark_, length);
   size_t at = 16 + 8 * n, total = at;
   for (auto& p : parts) total += p.second;
   if (total != bytes.size()) return error(StatusCode::data_loss, "stream caches snapshot: {} bytes, expected {}", bytes.size(), total);

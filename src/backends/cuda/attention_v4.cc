@@ -183,14 +183,7 @@ Status begin_attention_call_v4(CallCtx& c) {
   std::memcpy(t->staging.data() + off[2], row_piece.data(), 4 * R);
   for (size_t k = 0; k < nr; ++k)
     if (!emit[k].empty()) std::memcpy(t->staging.data() + off[3 + k], emit[k].data(), sizeof(EmitDev) * emit[k].size());
-  uint8_t* dev = nullptr;
-  if (c.meta) {
-    DSV4_ASSIGN_OR_RETURN(dev, c.meta->put_n(t->staging.data(), total, "V4 attention call tables"));
-  } else {
-    DSV4_ASSIGN_OR_RETURN(dev, take<uint8_t>(*c.scratch, total, "V4 attention call tables"));
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, t->staging.data(), total, cudaMemcpyHostToDevice, c.stream),
-                                     "V4 attention call tables upload"));
-  }
+  DSV4_ASSIGN_OR_RETURN(uint8_t* dev, put_call_tables(c.meta, *c.scratch, c.stream, t->staging, "V4 attention call tables"));
   t->pv = reinterpret_cast<PieceV4*>(dev + off[0]);
   t->pd = reinterpret_cast<PieceDev*>(dev + off[1]);
   t->row_piece = reinterpret_cast<int32_t*>(dev + off[2]);

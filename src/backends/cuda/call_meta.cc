@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/upload.h"
 
 namespace dsv4::cuda {
 
@@ -47,6 +49,16 @@ StatusOr<void*> CallMeta::put(const void* src, size_t n, std::string_view what) 
 Status CallMeta::upload(cudaStream_t s) {
   if (used_ == 0) return ok_status();
   return cuda_status(cudaMemcpyAsync(device_, host_, used_, cudaMemcpyHostToDevice, s), "uploading call metadata");
+}
+
+StatusOr<uint8_t*> put_call_tables(CallMeta* meta, Arena& scratch, cudaStream_t s, const std::vector<uint8_t>& host,
+                                   std::string_view what) {
+  if (meta) return meta->put_n(host.data(), host.size(), what);
+  DSV4_ASSIGN_OR_RETURN(void* p, arena_alloc(scratch, std::max<size_t>(host.size(), 1), what));
+  uint8_t* dev = static_cast<uint8_t*>(p);
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, s),
+                                   std::string(what) + " upload"));
+  return dev;
 }
 
 PinnedBuffer::~PinnedBuffer() {

@@ -6,11 +6,15 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
 namespace dsv4::cuda {
+
+class Arena;  // arena.h
 
 // Not thread-safe. The host image must not be rewritten before the upload has completed (the
 // forward synchronizes at the end of every call, before the next begin()).
@@ -45,6 +49,12 @@ class CallMeta {
   void* device_ = nullptr;
   size_t capacity_ = 0, used_ = 0;
 };
+
+// The device address of a call's host-built tables `host`: staged into `meta` when set (they reach
+// the device with the call's metadata upload), else taken from `scratch` (256-aligned) and copied
+// now on `s` (then `host` must stay unchanged until that copy has run). `what` names them in errors.
+StatusOr<uint8_t*> put_call_tables(CallMeta* meta, Arena& scratch, cudaStream_t s, const std::vector<uint8_t>& host,
+                                   std::string_view what);
 
 // A pinned host buffer that only grows (the logits of a call come back into it).
 class PinnedBuffer {

@@ -135,20 +135,7 @@ __global__ void markov_pick_kernel(float* li, const float* bias, int64_t V, int3
     li[v] += bias[v];
     if (li[v] > best || at == V) { best = li[v]; at = v; }
   }
-  bv[threadIdx.x] = best;
-  bi[threadIdx.x] = at;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) {
-      const float v2 = bv[threadIdx.x + o];
-      const int64_t i2 = bi[threadIdx.x + o];
-      if (v2 > bv[threadIdx.x] || (v2 == bv[threadIdx.x] && i2 < bi[threadIdx.x])) {
-        bv[threadIdx.x] = v2;
-        bi[threadIdx.x] = i2;
-      }
-    }
-    __syncthreads();
-  }
+  block_argmax(best, at, bv, bi);
   const float mx = bv[0];
   float part = 0.0f;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) part += expf(li[v] - mx);

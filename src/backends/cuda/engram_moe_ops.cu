@@ -103,20 +103,7 @@ __device__ void route_row(int64_t r, const float* logits, int64_t E, int K, cons
         const float v = biased[e];
         if (v > bv || (v == bv && e < bi)) { bv = v; bi = static_cast<int>(e); }
       }
-      best_v[threadIdx.x] = bv;
-      best_i[threadIdx.x] = bi;
-      __syncthreads();
-      for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if (threadIdx.x < o) {
-          const float v2 = best_v[threadIdx.x + o];
-          const int i2 = best_i[threadIdx.x + o];
-          if (v2 > best_v[threadIdx.x] || (v2 == best_v[threadIdx.x] && i2 < best_i[threadIdx.x])) {
-            best_v[threadIdx.x] = v2;
-            best_i[threadIdx.x] = i2;
-          }
-        }
-        __syncthreads();
-      }
+      block_argmax(bv, bi, best_v, best_i);
       if (threadIdx.x == 0) {
         sel[r * K + k] = best_i[0];
         biased[best_i[0]] = -INFINITY;

@@ -21,6 +21,28 @@ __device__ inline float fwd_block_sum(float v, float* red) {
   return t;
 }
 
+// Block argmax of the threads' candidates (v, i): the largest value, the lowest index among equal
+// values; a selection, no arithmetic, so the pick is the same whatever the tree's order. sv, si:
+// shared [blockDim.x], blockDim.x a power of two; every thread must call it, and every thread may
+// read the pick from sv[0], si[0] after it returns (until they are rewritten).
+template <typename Index>
+__device__ inline void block_argmax(float v, Index i, float* sv, Index* si) {
+  sv[threadIdx.x] = v;
+  si[threadIdx.x] = i;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {
+      const float v2 = sv[threadIdx.x + o];
+      const Index i2 = si[threadIdx.x + o];
+      if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) {
+        sv[threadIdx.x] = v2;
+        si[threadIdx.x] = i2;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Exclusive prefix sum of c over the threads of the block (shuffles within warps, then over the warp
 // totals; integers, so exact); total gets the sum of all. warp_total: shared int32 [32]. Every thread
 // must call it; blockDim.x a multiple of 32.

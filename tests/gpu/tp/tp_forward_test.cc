@@ -47,10 +47,7 @@ using gpu_testing::prompt;
 
 using cpu::Piece;
 
-std::string preset_name() {
-  const char* p = std::getenv("DSV4_TP_PRESET");
-  return p ? p : "small";
-}
+std::string preset_name() { return gpu_testing::env_or("DSV4_TP_PRESET", "small"); }
 
 // DSV4_TP_HEADS overrides the preset's attention heads (the groups stay): the CUDA sparse attention runs heads in
 // blocks of 4 per rank, so tiny at TP 2 and small at TP 4 need 8 and 16 heads.
