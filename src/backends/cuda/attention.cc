@@ -175,17 +175,14 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   // a side stream they run there beside the query (a) and the indexer's query projections, and the
   // index scores (or, without an indexer, the sparse attention) wait for them. The same launches run
   // either way.
-  const cudaStream_t ks = c.side ? c.side : s;
+  const cudaStream_t ks = c.side ? c.side.stream : s;
   bool joined = !c.side;
   auto join = [&]() -> Status {
     if (joined) return ok_status();
     joined = true;
-    return cuda_status(cudaStreamWaitEvent(s, c.join, 0), "attention: joining the key path");
+    return join_side(c.side, s, "attention: joining the key path");
   };
-  if (c.side) {
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.fork, s), "attention: forking the key path"));
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ks, c.fork, 0), "attention: forking the key path"));
-  }
+  if (c.side) DSV4_RETURN_IF_ERROR(fork_side(c.side, s, "attention: forking the key path"));
 
   // a. query: qr = q_norm(wq_a x); q = wq_b qr with RoPE on each head's tail.
   DSV4_ASSIGN_OR_RETURN(float* qa, take<float>(ar, R * Q, "attention qa"));
@@ -232,7 +229,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
     DSV4_CUDA_LAUNCH(emit_rows(t.emit[ratio], ne, pieces, lat, d, ik, ihd, A.idx_k_norm, eps, A.freqs, nf, ratio, fmt, ks),
                      "compressed/index rows", shape(d, ne));
   }
-  if (c.side) DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.join, ks), "attention: key path done"));
+  if (c.side) DSV4_RETURN_IF_ERROR(end_side(c.side, "attention: key path done"));
 
   // Indexer (index source): scores against the published index keys, candidates, top-k.
   if (role.index_source) {

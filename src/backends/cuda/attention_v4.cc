@@ -249,17 +249,14 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
   // indexer's query projections; the index scores and the sparse attention wait for them. The same
   // launches run either way.
   const bool beside = c.side && !timer.on();
-  const cudaStream_t ks = beside ? c.side : s;
+  const cudaStream_t ks = beside ? c.side.stream : s;
   bool joined = !beside;
   auto join = [&]() -> Status {
     if (joined) return ok_status();
     joined = true;
-    return cuda_status(cudaStreamWaitEvent(s, c.join, 0), "V4 attention: joining the key path");
+    return join_side(c.side, s, "V4 attention: joining the key path");
   };
-  if (beside) {
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.fork, s), "V4 attention: forking the key path"));
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ks, c.fork, 0), "V4 attention: forking the key path"));
-  }
+  if (beside) DSV4_RETURN_IF_ERROR(fork_side(c.side, s, "V4 attention: forking the key path"));
 
   // a. query: qr = q_norm(wq_a x); q = wq_b qr; per-head bf16 RMS norm, RoPE of each head's tail.
   DSV4_ASSIGN_OR_RETURN(float* qa, take<float>(ar, R * Q, "attention qa"));
@@ -299,7 +296,7 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
                                  A.freqs, nf, false, rd, ks), "compressor pool/rows", shape(w, t.n_emit));
   }
-  if (beside) DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.join, ks), "V4 attention: key path done"));
+  if (beside) DSV4_RETURN_IF_ERROR(end_side(c.side, "V4 attention: key path done"));
 
   // d. the compressed rows each query attends: ratio 4 by the indexer (descending score order),
   // larger ratios every visible row ascending.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/model_config.h"
+#include "backends/cuda/side_stream.h"
 
 namespace dsv4::cuda {
 
@@ -38,10 +39,9 @@ struct CallCtx {
   const AttentionDevice* attn = nullptr;               // [n_layers] per-layer attention weights
 
   cudaStream_t stream = nullptr;
-  // When set: a second stream and two events (the forward's; OpCtx::side) on which a V4.1 layer runs
-  // its window key and compressor beside the query path (attention.cc).
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
+  // When set (the forward's, as OpCtx::side): where a layer runs its window key and compressors beside
+  // its query path (attention.cc, attention_v4.cc).
+  SideStream side;
   Arena* scratch = nullptr;  // per-call scratch; reset by the forward after the call
   // Tensor-parallel rank (tp_forward.h): this rank's heads and output groups; the groups' wo_a outputs are
   // gathered from every rank before the whole wo_b. Null on one GPU.

@@ -54,9 +54,7 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   if (!f->model_->dspark) g.dspark_stages = 0;
   f->geo_ = std::make_unique<AttnGeometry>(g);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->side_, cudaStreamNonBlocking), "creating the forward's side stream"));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&f->fork_, cudaEventDisableTiming), "creating the forward's events"));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&f->join_, cudaEventDisableTiming), "creating the forward's events"));
+  DSV4_RETURN_IF_ERROR(create_side_stream(f->side_));
   const int64_t rows = options.max_call_rows;
   int64_t tp_bytes = 0;  // tensor-parallel gathers (tp_forward.h): head rows, expert outputs, output groups
   if (options.collective) {
@@ -81,9 +79,7 @@ Forward::~Forward() {
   graphs_.reset();
   streams_.clear();
   if (stream_) cudaStreamDestroy(stream_);
-  if (side_) cudaStreamDestroy(side_);
-  if (fork_) cudaEventDestroy(fork_);
-  if (join_) cudaEventDestroy(join_);
+  destroy_side_stream(side_);
 }
 
 StatusOr<int32_t> Forward::open_stream() {
@@ -229,8 +225,6 @@ OpCtx Forward::op_ctx(cudaStream_t s) {
   OpCtx o{&model_->config, s, scratch_.get()};
   o.collective = options_.collective.get();
   o.side = side_;
-  o.fork = fork_;
-  o.join = join_;
   if (profile_ && profile_sync_) o.profile = profile_;
   if (profile_ && !profile_sync_) o.marks = &marks_;
   return o;
@@ -309,8 +303,6 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   c.attn = M.attention.data();
   c.stream = stream_;
   c.side = side_;
-  c.fork = fork_;
-  c.join = join_;
   c.scratch = scratch_.get();
   c.collective = options_.collective.get();
   // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.

@@ -113,8 +113,7 @@ class Forward {
   ForwardOptions options_;
   std::unique_ptr<AttnGeometry> geo_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_ = nullptr;                        // OpCtx::side
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;        // OpCtx::fork, OpCtx::join
+  SideStream side_;  // OpCtx::side, CallCtx::side
   std::unique_ptr<Arena> scratch_;
   std::unique_ptr<CallMeta> meta_;
   std::unique_ptr<GraphCache> graphs_;

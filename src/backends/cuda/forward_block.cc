@@ -88,7 +88,6 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
     if (!beside) return timed(c, "hc mixes", [&] { return mixes(c, P, h, rows, mix); });
     return run_beside(c, "hc mixes beside", [&](OpCtx& s) { return mixes(s, P, h, rows, mix); });
   };
-  auto end_mixes = [&]() -> Status { return join_beside(c); };
   // Attention sub-layer, collapsed with the incoming pre-mix.
   DSV4_RETURN_IF_ERROR(start_mixes(L.hc_attn, amix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
@@ -101,7 +100,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.in", xn, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, rows * D));
-  DSV4_RETURN_IF_ERROR(end_mixes());
+  DSV4_RETURN_IF_ERROR(join_beside(c));
   DSV4_RETURN_IF_ERROR(timed(c, "hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", shape);
     return ok_status();
@@ -122,7 +121,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
     DSV4_CUDA_LAUNCH(moe_combine(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, y, c.stream), "moe_combine(probe)", shape);
     DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.out", y, rows * D));
   }
-  DSV4_RETURN_IF_ERROR(end_mixes());
+  DSV4_RETURN_IF_ERROR(join_beside(c));
   // The MoE's combine, the FFN expand and the next pre-mix in one launch.
   return timed(c, "moe combine + hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(moe_combine_expand(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, fmix, C, h, pi, c.stream),

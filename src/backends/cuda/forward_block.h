@@ -18,6 +18,7 @@
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/model.h"
+#include "backends/cuda/side_stream.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
@@ -42,11 +43,10 @@ struct OpCtx {
   // is then reported with the section that raised it.
   std::map<std::string, double>* profile = nullptr;
   const int32_t* ids = nullptr;  // device int32 [rows]: the call's token ids (V4 hash-routed MoE)
-  // Set by the forward: a second stream and two events on which block_forward runs a V4.1 sub-layer's
-  // mixes beside its collapse and its attention or MoE (the mixes feed only the sub-layer's expand).
-  // Unused while a profile, marks or an op probe is set, so every section stays on one stream.
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
+  // Set by the forward: where block_forward runs a V4.1 sub-layer's mixes beside its collapse and its
+  // attention or MoE (they feed only the sub-layer's expand) and the shared expert beside the routed
+  // experts. Unused while a profile, marks or an op probe is set, so every section stays on one stream.
+  SideStream side;
   bool side_pending = false;  // work was run beside (run_beside) and not joined yet
   // When set instead of profile: every timed() section is bracketed by two events on the stream,
   // appended here, with no synchronization (device time per op at full queue depth); the owner
@@ -77,16 +77,15 @@ Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n);
 inline bool side_on(const OpCtx& c) { return c.side && !c.profile && !c.marks && !c.op_probe; }
 
 // Enqueues f(s) (s: c on the side stream) after everything enqueued on c.stream so far, then
-// records c.join after it. The side stream runs in order: later run_beside work follows earlier.
+// ends the side's work there (end_side). The side stream runs in order: later run_beside work follows earlier.
 template <typename F>
 Status run_beside(OpCtx& c, const char* what, F&& f) {
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.fork, c.stream), what));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(c.side, c.fork, 0), what));
+  DSV4_RETURN_IF_ERROR(fork_side(c.side, c.stream, what));
   OpCtx s = c;
-  s.stream = c.side;
-  s.side = nullptr;
+  s.stream = c.side.stream;
+  s.side = SideStream{};
   DSV4_RETURN_IF_ERROR(f(s));
-  DSV4_RETURN_IF_ERROR(cuda_status(cudaEventRecord(c.join, c.side), what));
+  DSV4_RETURN_IF_ERROR(end_side(c.side, what));
   c.side_pending = true;
   return ok_status();
 }
@@ -95,7 +94,7 @@ Status run_beside(OpCtx& c, const char* what, F&& f) {
 inline Status join_beside(OpCtx& c) {
   if (!c.side_pending) return ok_status();
   c.side_pending = false;
-  return cuda_status(cudaStreamWaitEvent(c.stream, c.join, 0), "joining the side stream");
+  return join_side(c.side, c.stream, "joining the side stream");
 }
 
 // Runs f (returning Status); with c.profile set, its device time lands under `name`.

@@ -119,7 +119,7 @@ cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_b
 
 cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, const Fp8View& W3, int act_block,
                             float* y1, float* y3, cudaStream_t s) {
-  if (W1.exl3 || W3.exl3 || rows > (g_prefill_rows > 0 ? g_prefill_rows : kPrefillRows)) {  // two launches: the same bits
+  if (W1.exl3 || W3.exl3 || rows > prefill_rows(W1.out)) {  // two launches: the same bits
     const cudaError_t e = fp8_linear(x, rows, W1, act_block, y1, s);
     return e != cudaSuccess ? e : fp8_linear(x, rows, W3, act_block, y3, s);
   }
