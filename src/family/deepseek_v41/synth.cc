@@ -1,8 +1,12 @@
-// write_synthetic_checkpoint: the expected tensor table streamed into shards with generated values.
+// write_checkpoint: the expected tensor table streamed into shards with the bytes of a tensor source.
 #include "family/deepseek_v41/synth.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
+#include <memory>
 #include <system_error>
+#include <utility>
 
 #include "core/safetensors_writer.h"
 #include "tokenizer/engram_token_map.h"
@@ -60,7 +64,24 @@ Status write_text(const std::string& path, std::string_view text, bool sync) {
 
 }  // namespace
 
+TensorSource synthetic_tensor_source(const Config& c, uint64_t seed) {
+  // The table is the source's own: scale tensors are generated from their weight's spec.
+  auto ct = std::make_shared<const std::pair<Config, TensorTable>>(c, expected_tensors(c));
+  TensorSource s;
+  s.fill = [ct, seed](const TensorSpec& t, int64_t off, std::span<uint8_t> out) {
+    synth_bytes(ct->first, ct->second, t, seed, off, out);
+    return ok_status();
+  };
+  s.origin = fmt::format("dsv4 synth, seed {}", seed);
+  return s;
+}
+
 StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::string& dir, const SynthOptions& o) {
+  return write_checkpoint(c, dir, o, synthetic_tensor_source(c, o.seed));
+}
+
+StatusOr<SynthResult> write_checkpoint(const Config& c, const std::string& dir, const SynthOptions& o,
+                                       const TensorSource& src) {
   DSV4_RETURN_IF_ERROR(validate_config(c));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -79,11 +100,9 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
     w.set_metadata("format", "pt");
     for (; i < table.tensors.size() && table.tensors[i].shard == shard; ++i) {
       const TensorSpec* t = &table.tensors[i];
-      DSV4_RETURN_IF_ERROR(w.add_generated(t->name, t->dtype, t->shape,
-                                           [&c, &table, t, seed = o.seed](int64_t off, std::span<uint8_t> out) {
-                                             synth_bytes(c, table, *t, seed, off, out);
-                                             return ok_status();
-                                           }));
+      DSV4_RETURN_IF_ERROR(w.add_generated(t->name, t->dtype, t->shape, [&src, t](int64_t off, std::span<uint8_t> out) {
+        return src.fill(*t, off, out);
+      }));
     }
     const std::string file = table.shard_file(shard);
     DSV4_RETURN_IF_ERROR(sharded.write_shard(file, w));
@@ -94,7 +113,7 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
   DSV4_RETURN_IF_ERROR(sharded.finish());
   DSV4_RETURN_IF_ERROR(write_text(dir + "/config.json", config_to_json(c), o.sync));
   if (c.has_engram()) {
-    DSV4_ASSIGN_OR_RETURN(const EngramTokenMap map, synth_engram_token_map(c));
+    DSV4_ASSIGN_OR_RETURN(const EngramTokenMap map, engram_token_map_of(c, src));
     DSV4_RETURN_IF_ERROR(write_engram_token_map_file(dir + "/" + std::string(kEngramTokenMapFile), map));
   }
   if (auto tok = synth_tokenizer_json()) {
@@ -104,6 +123,11 @@ StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::str
   result.payload_bytes = done;
   result.shards = table.num_shards;
   return result;
+}
+
+StatusOr<EngramTokenMap> engram_token_map_of(const Config& c, const TensorSource& src) {
+  if (src.engram_token_map) return *src.engram_token_map;
+  return synth_engram_token_map(c);
 }
 
 }  // namespace dsv4::family

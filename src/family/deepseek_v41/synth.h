@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "family/deepseek_v41/config.h"
+#include "family/deepseek_v41/tensors.h"
 #include "tokenizer/engram_token_map.h"
 
 namespace dsv4::family {
@@ -27,7 +29,7 @@ struct SynthProgress {
 };
 
 struct SynthOptions {
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // of the random values (write_checkpoint takes its bytes from its source instead)
   bool sync = true;  // fsync files (off for throwaway test output)
   std::function<void(const SynthProgress&)> progress;  // called after each shard
 };
@@ -39,9 +41,33 @@ struct SynthResult {
   bool wrote_tokenizer = false;  // false while no tokenizer.json is available to this build
 };
 
+// Where a checkpoint writer takes each tensor's stored bytes from: the random values of synth_values.h,
+// or weights a backend encodes (`dsv4 synth --profile gate`, backends/cpu/release_encode.h).
+struct TensorSource {
+  // Fills payload bytes [offset, offset + out.size()) of `t`, a tensor of expected_tensors(c); any
+  // boundaries (the writers ask chunk by chunk, tensor after tensor).
+  std::function<Status(const TensorSpec& t, int64_t offset, std::span<uint8_t> out)> fill;
+  // Written as engram_token_map.json (models with Engram layers); nullopt: synth_engram_token_map(c).
+  std::optional<EngramTokenMap> engram_token_map;
+  // Where the values come from, as recorded in an EXL3 pack's engram_shards.json ("dsv4 synth, seed 0").
+  std::string origin;
+};
+
+// The random values of `c` for `seed` (synth_values.h): what write_synthetic_checkpoint writes.
+TensorSource synthetic_tensor_source(const Config& c, uint64_t seed);
+
 // Writes the checkpoint of `c` into `dir` (created if absent; files there with the same names are
-// replaced). Output is a pure function of (config, seed): byte-identical on every run and machine.
-// Values per synth_values.h. Memory stays bounded (tensors are generated chunk by chunk).
+// replaced): config.json, the shards of expected_tensors(c) with the bytes of `src`, the index, the
+// Engram token map and tokenizer.json. o.seed is not used (the source holds the values).
+StatusOr<SynthResult> write_checkpoint(const Config& c, const std::string& dir, const SynthOptions& o,
+                                       const TensorSource& src);
+
+// The Engram token map the writers write with `src`: its own, else synth_engram_token_map(c).
+StatusOr<EngramTokenMap> engram_token_map_of(const Config& c, const TensorSource& src);
+
+// write_checkpoint with synthetic_tensor_source(c, o.seed). Output is a pure function of (config,
+// seed): byte-identical on every run and machine. Memory stays bounded (tensors are generated chunk
+// by chunk).
 StatusOr<SynthResult> write_synthetic_checkpoint(const Config& c, const std::string& dir, const SynthOptions& o);
 
 // The tokenizer.json to ship with a synthetic checkpoint (the V4.1 tokenizer; V4-0731 uses the same

@@ -1,4 +1,4 @@
-// write_synthetic_exl3_pack: release values -> dense linears -> EXL3 tensors, native tensors copied.
+// write_exl3_pack: release bytes of a tensor source -> dense linears -> EXL3 tensors, native tensors copied.
 #include "family/deepseek_v41/synth_exl3.h"
 
 #include <filesystem>
@@ -11,7 +11,6 @@
 #include "core/sha256.h"
 #include "core/ue8m0.h"
 #include "family/deepseek_v41/exl3_sources.h"
-#include "family/deepseek_v41/synth_values.h"
 #include "formats/exl3/quantize.h"
 #include "tokenizer/engram_token_map.h"
 
@@ -26,12 +25,20 @@ exl3::Codebook synth_codebook(const Exl3Group& g) {
   return exl3::Codebook::mul1;
 }
 
-// The release linear's exact values, [out, in] row-major, from the synthetic release bytes.
-std::vector<float> release_dense(const Config& c, const TensorTable& t, const std::string& group, uint64_t seed) {
+// The whole stored bytes of `t` from `src`.
+StatusOr<std::vector<uint8_t>> all_bytes(const TensorSource& src, const TensorSpec& t) {
+  std::vector<uint8_t> b(static_cast<size_t>(t.bytes()));
+  DSV4_RETURN_IF_ERROR(src.fill(t, 0, b));
+  return b;
+}
+
+// The release linear's exact values, [out, in] row-major, decoded from its release bytes in `src`.
+StatusOr<std::vector<float>> release_dense(const Config& c, const TensorTable& t, const std::string& group,
+                                           const TensorSource& src) {
   const TensorSpec* w = t.find(group + ".weight");
   DSV4_CHECK(w != nullptr);
   const int64_t out = w->shape[0];
-  const std::vector<uint8_t> wb = synth_rows(c, t, *w, seed, 0, out);
+  DSV4_ASSIGN_OR_RETURN(const std::vector<uint8_t> wb, all_bytes(src, *w));
   if (w->role == TensorRole::linear) {
     std::vector<float> v(wb.size() / 2);
     for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(static_cast<uint16_t>(wb[2 * i] | wb[2 * i + 1] << 8));
@@ -39,7 +46,7 @@ std::vector<float> release_dense(const Config& c, const TensorTable& t, const st
   }
   const TensorSpec* s = t.find(group + ".scale");
   DSV4_CHECK(s != nullptr);
-  const std::vector<uint8_t> sb = synth_rows(c, t, *s, seed, 0, s->shape[0]);
+  DSV4_ASSIGN_OR_RETURN(const std::vector<uint8_t> sb, all_bytes(src, *s));
   const int64_t scols = s->shape[1];
   if (w->role == TensorRole::fp4_weight) {
     const int64_t in = w->shape[1] * 2;
@@ -100,12 +107,9 @@ Status write_text(const std::string& path, std::string_view text, bool sync) {
   });
 }
 
-Status add_release_tensor(SafetensorsWriter& w, const Config& c, const TensorTable& table, const TensorSpec* t,
-                          uint64_t seed) {
-  return w.add_generated(t->name, t->dtype, t->shape, [&c, &table, t, seed](int64_t off, std::span<uint8_t> out) {
-    synth_bytes(c, table, *t, seed, off, out);
-    return ok_status();
-  });
+Status add_release_tensor(SafetensorsWriter& w, const TensorSpec* t, const TensorSource& src) {
+  return w.add_generated(t->name, t->dtype, t->shape,
+                         [&src, t](int64_t off, std::span<uint8_t> out) { return src.fill(*t, off, out); });
 }
 
 }  // namespace
@@ -130,6 +134,11 @@ exl3::Linear encode_synth_exl3(const Exl3Group& g, std::span<const float> dense,
 }
 
 StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::string& dir, const Exl3SynthOptions& o) {
+  return write_exl3_pack(c, dir, o, synthetic_tensor_source(c, o.seed));
+}
+
+StatusOr<Exl3SynthResult> write_exl3_pack(const Config& c, const std::string& dir, const Exl3SynthOptions& o,
+                                          const TensorSource& src) {
   DSV4_RETURN_IF_ERROR(validate_config(c));
   DSV4_ASSIGN_OR_RETURN(const Exl3PackPlan plan, exl3_pack_plan(c));
   if (o.release_dir.empty() && !plan.release_shards.empty())
@@ -148,14 +157,14 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
 
   // The release shards holding the Engram tables, written whole as the release writer would.
   EngramSources sources;
-  sources.origin = fmt::format("synthetic release shards (dsv4 synth, seed {})", o.seed);
+  sources.origin = fmt::format("synthetic release shards ({})", src.origin);
   std::map<int32_t, std::vector<std::string>> table_shards;
   for (size_t i : plan.release_shards) table_shards[table.tensors[i].shard].push_back(table.tensors[i].name);
   for (const auto& [shard, names] : table_shards) {
     SafetensorsWriter w;
     w.set_metadata("format", "pt");
     for (const TensorSpec& t : table.tensors)
-      if (t.shard == shard) DSV4_RETURN_IF_ERROR(add_release_tensor(w, c, table, &t, o.seed));
+      if (t.shard == shard) DSV4_RETURN_IF_ERROR(add_release_tensor(w, &t, src));
     const std::string path = (fs::path(o.release_dir) / table.shard_file(shard)).string();
     DSV4_RETURN_IF_ERROR(w.write(path, wo));
     DSV4_ASSIGN_OR_RETURN(std::string digest, sha256_file_hex(path));
@@ -176,12 +185,15 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
     w.set_metadata("format", "pt");
     for (size_t i = 0; i < table.tensors.size(); ++i)
       if (in_pack[i] && table.tensors[i].shard == shard)
-        DSV4_RETURN_IF_ERROR(add_release_tensor(w, c, table, &table.tensors[i], o.seed));
+        DSV4_RETURN_IF_ERROR(add_release_tensor(w, &table.tensors[i], src));
     std::string dense_of;
     std::vector<float> dense;  // [out, in] of the release group, reused across wo_a slices
     for (const Exl3Group& g : plan.groups) {
       if (g.shard != shard) continue;
-      if (dense_of != g.release) dense = release_dense(c, table, g.release, o.seed), dense_of = g.release;
+      if (dense_of != g.release) {
+        DSV4_ASSIGN_OR_RETURN(dense, release_dense(c, table, g.release, src));
+        dense_of = g.release;
+      }
       const exl3::Linear L = encode_synth_exl3(g, dense, o.seed);
       DSV4_RETURN_IF_ERROR(add_exl3(w, L));
       q.tensor_storage[L.name] = storage_of(L);
@@ -211,7 +223,7 @@ StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::
   if (!sources.shards.empty())
     DSV4_RETURN_IF_ERROR(write_text(dir + "/" + std::string(kEngramSourcesFile), engram_sources_json(sources), o.sync));
   if (c.has_engram()) {
-    DSV4_ASSIGN_OR_RETURN(const EngramTokenMap map, synth_engram_token_map(c));
+    DSV4_ASSIGN_OR_RETURN(const EngramTokenMap map, engram_token_map_of(c, src));
     DSV4_RETURN_IF_ERROR(write_engram_token_map_file(dir + "/" + std::string(kEngramTokenMapFile), map));
   }
   if (auto tok = synth_tokenizer_json()) DSV4_RETURN_IF_ERROR(write_text(dir + "/tokenizer.json", *tok, o.sync));

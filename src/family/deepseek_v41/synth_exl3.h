@@ -16,7 +16,7 @@
 namespace dsv4::family {
 
 struct Exl3SynthOptions {
-  uint64_t seed = 0;      // the synthetic release's seed: the pack approximates that checkpoint
+  uint64_t seed = 0;      // the synthetic release's seed (the pack approximates it) and the encoder's
   bool sync = true;
   std::string release_dir;  // where the release's Engram shards are written (created if absent)
   std::function<void(const SynthProgress&)> progress;  // after each pack shard
@@ -52,5 +52,11 @@ exl3::Linear encode_synth_exl3(const Exl3Group& g, std::span<const float> dense,
 // the head 3INST (no marker), so every marker form is exercised. A pure function of (config, seed).
 StatusOr<Exl3SynthResult> write_synthetic_exl3_pack(const Config& c, const std::string& dir,
                                                     const Exl3SynthOptions& o);
+
+// The same pack with every release tensor's bytes from `src` (write_synthetic_exl3_pack is this with
+// synthetic_tensor_source(c, o.seed)): native tensors and the Engram release shards as `src` holds
+// them, each EXL3 linear encoded from the values its release bytes decode to, encoder seed o.seed.
+StatusOr<Exl3SynthResult> write_exl3_pack(const Config& c, const std::string& dir, const Exl3SynthOptions& o,
+                                          const TensorSource& src);
 
 }  // namespace dsv4::family
