@@ -1,4 +1,5 @@
-// `dsv4 synth`: writes a synthetic checkpoint in the release layout, or lists its tensor table.
+// `dsv4 synth`: writes a synthetic checkpoint in the release layout (random values or the whole-model
+// gate's weights), or an EXL3 pack, or lists its tensor table.
 #include <CLI/CLI.hpp>
 
 #include <fmt/ranges.h>
@@ -7,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include "backends/cpu/gate.h"
+#include "backends/cpu/gate_checkpoint.h"
 #include "cli/command.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
@@ -22,13 +25,18 @@ int run_synth(int argc, char** argv) {
   CLI::App app{"Write a synthetic checkpoint (config.json, sharded safetensors with the official names, "
                "dtypes, shapes and shard grouping, model.safetensors.index.json, tokenizer.json)",
                "dsv4 synth"};
-  std::string preset_s, variant_s = "v41", out, format = "release", engram_out;
+  std::string preset_s, variant_s = "v41", out, format = "release", engram_out, profile = "random";
   uint64_t seed = 0;
   bool list = false, no_sync = false;
   app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
                                        "(the release shape: 510 GB for v41, 167 GB for v4-0731; free space is checked first)")->required();
   app.add_option("--variant", variant_s, "v41 (V4.1-Flash) or v4-0731 (V4-Flash-0731)")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the random weights; same seed, same bytes")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the random weights; same seed, same bytes (--profile random only)")
+      ->capture_default_str();
+  app.add_option("--profile", profile, "random (the random weights of --seed) or gate (the whole-model gate's weights, "
+                                       "docs/numerics.md: tiny and small presets; with --format exl3 their linears "
+                                       "encoded as the EXL3 gate weights are)")
+      ->check(CLI::IsMember({"random", "gate"}))->capture_default_str();
   app.add_option("--out", out, "output directory (created if absent; same-named files are replaced)");
   app.add_flag("--list", list, "print the tensor table (name, dtype, [shape], shard file; tab-separated) "
                                "and write nothing; totals go to stderr");
@@ -67,6 +75,24 @@ int run_synth(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 synth: --out DIR is required unless --list is given\n");
     return 2;
   }
+  const bool gate = profile == "gate";
+  if (gate) {
+    // The gate weights are built in memory before they are written: a full preset would not fit.
+    if (*preset == Preset::full) {
+      std::fprintf(stderr, "dsv4 synth: --profile gate is for the tiny and small presets, not full\n");
+      return 2;
+    }
+    if (app.count("--seed") && seed != cpu::gate::kSeed) {
+      std::fprintf(stderr, "dsv4 synth: --profile gate writes the gate weights of seed %llu; --seed is for "
+                   "--profile random\n", static_cast<unsigned long long>(cpu::gate::kSeed));
+      return 2;
+    }
+    seed = cpu::gate::kSeed;
+    if (c.has_engram())
+      std::fprintf(stderr, "note: the Engram hash multipliers are the release's (derived from the layer ids; no file "
+                   "holds them): every tensor is the gate weights', but V4.1 logits differ from those of the in-memory "
+                   "gate weights (docs/numerics.md, \"The gate on written files\")\n");
+  }
   {
     // Refuse up front when the weights cannot fit (the full presets are 167-510 GB), naming both sizes.
     namespace fs = std::filesystem;
@@ -81,6 +107,7 @@ int run_synth(int argc, char** argv) {
       return 2;
     }
   }
+  const std::string what = gate ? "gate profile" : "seed " + std::to_string(seed);
   if (format == "exl3") {
     Exl3SynthOptions xo;
     xo.seed = seed;
@@ -91,15 +118,15 @@ int run_synth(int argc, char** argv) {
       if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
       std::fflush(stderr);
     };
-    auto r = write_synthetic_exl3_pack(c, out, xo);
+    auto r = gate ? cpu::write_gate_exl3_pack(c, out, xo) : write_synthetic_exl3_pack(c, out, xo);
     if (!r.ok()) {
       std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
       return 1;
     }
-    std::printf("wrote %s: EXL3 pack, %s %s seed %llu, %lld tensors (%d EXL3 linears, %.2f bits/weight), %lld bytes in "
+    std::printf("wrote %s: EXL3 pack, %s %s %s, %lld tensors (%d EXL3 linears, %.2f bits/weight), %lld bytes in "
                 "%d shards; %d release shard(s) with the Engram tables in %s\n", out.c_str(),
                 std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(),
-                static_cast<unsigned long long>(seed), static_cast<long long>(r->tensors), r->exl3_linears, r->bits,
+                what.c_str(), static_cast<long long>(r->tensors), r->exl3_linears, r->bits,
                 static_cast<long long>(r->payload_bytes), r->shards, r->release_shards, xo.release_dir.c_str());
     return 0;
   }
@@ -112,14 +139,14 @@ int run_synth(int argc, char** argv) {
     if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
-  auto r = write_synthetic_checkpoint(c, out, o);
+  auto r = gate ? cpu::write_gate_checkpoint(c, out, o) : write_synthetic_checkpoint(c, out, o);
   if (!r.ok()) {
     std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
     return 1;
   }
-  std::printf("wrote %s: %s %s seed %llu, %lld tensors, %lld bytes in %d shards%s\n", out.c_str(),
+  std::printf("wrote %s: %s %s %s, %lld tensors, %lld bytes in %d shards%s\n", out.c_str(),
               std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(),
-              static_cast<unsigned long long>(seed), static_cast<long long>(r->tensors),
+              what.c_str(), static_cast<long long>(r->tensors),
               static_cast<long long>(r->payload_bytes), r->shards,
               r->wrote_tokenizer ? ", tokenizer.json" : " (no tokenizer.json in this build)");
   return 0;
@@ -127,6 +154,7 @@ int run_synth(int argc, char** argv) {
 
 }  // namespace
 
-DSV4_COMMAND("synth", "write a synthetic checkpoint in the release layout (or --list its tensors)", run_synth);
+DSV4_COMMAND("synth", "write a synthetic checkpoint in the release layout, random or the gate's weights (or --list "
+                      "its tensors)", run_synth);
 
 }  // namespace dsv4::cli

@@ -1,0 +1,156 @@
+// The gate weights written as files (`dsv4 synth --profile gate`) load, through load_weights, to the
+// weights they were written from, bit for bit, and give the same logits; what cannot be held exactly
+// is refused by name. Tiny presets (DSV4_GATE_PRESETS=tiny,small adds small).
+#include "backends/cpu/gate_checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "backends/cpu/forward.h"
+#include "backends/cpu/gate.h"
+#include "backends/cpu/load.h"
+#include "backends/cpu/release_encode.h"
+#include "backends/cpu/synthetic.h"
+#include "backends/cpu/weights_testing.h"
+#include "family/deepseek_v41/preset.h"
+
+namespace dsv4::cpu {
+namespace {
+
+namespace fs = std::filesystem;
+using weights_testing::differences;
+
+std::string temp_dir(const std::string& tag) {
+  const fs::path p = fs::temp_directory_path() / ("dsv4_gate_ckpt_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::vector<family::Preset> presets() {
+  const char* e = std::getenv("DSV4_GATE_PRESETS");
+  if (e && std::string(e).find("small") != std::string::npos) return {family::Preset::tiny, family::Preset::small};
+  return {family::Preset::tiny};
+}
+
+// Logits of every row of the first 16 tokens of gate prompt 0, fed whole to a fresh stream.
+std::vector<float> logits(std::shared_ptr<const ModelWeights> w, Precision p) {
+  OracleOptions o;
+  o.precision = p;
+  o.threads = 2;
+  std::vector<int32_t> toks = gate::prompt(0, w->config.vocab), rows;
+  auto oracle = Oracle::create(std::move(w), o);
+  EXPECT_TRUE(oracle.ok()) << oracle.status().to_string();
+  if (!oracle.ok()) return {};
+  toks.resize(16);
+  for (int i = 0; i < 16; ++i) rows.push_back(i);
+  auto r = (*oracle)->forward({Piece{(*oracle)->open_stream(), toks, rows}});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? (*r)[0].logits : std::vector<float>{};
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+family::SynthOptions fast() {
+  family::SynthOptions o;
+  o.sync = false;
+  return o;
+}
+
+TEST(GateCheckpoint, ReleaseLoadsToTheGateWeights) {
+  for (family::Preset p : presets())
+    for (family::Variant v : {family::Variant::v41, family::Variant::v4}) {
+      const family::Config c = family::preset_config(p, v);
+      const std::string title = std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v));
+      const std::string dir = temp_dir("release");
+      auto r = write_gate_checkpoint(c, dir, fast());
+      ASSERT_TRUE(r.ok()) << title << ": " << r.status().to_string();
+      auto loaded = load_weights(dir);
+      fs::remove_all(dir);
+      ASSERT_TRUE(loaded.ok()) << title << ": " << loaded.status().to_string();
+      auto written = written_gate_weights(c);
+      ASSERT_TRUE(written.ok()) << written.status().to_string();
+      // Every tensor, the drafter and the Engram hash layout: the weights the files were written from.
+      const auto d = differences(**loaded, **written);
+      EXPECT_TRUE(d.empty()) << title << ", loaded differs in:\n" << joined(d);
+      // Those are the gate weights in every tensor; on V4.1 the Engram hash multipliers are the
+      // release's (no file holds the gate weights' own), on V4-0731 they are the gate weights outright.
+      const auto gate = synthetic_weights(model_config_from(c), gate::kSeed, false, WeightProfile::gate);
+      const auto g = differences(**written, *gate, {.dspark = false, .engram_multipliers = false});
+      EXPECT_TRUE(g.empty()) << title << ", differs from the gate weights in:\n" << joined(g);
+      EXPECT_EQ(c.has_engram(), !differences(**written, *gate, {.dspark = false}).empty()) << title;
+      // The forward on the loaded files: the same logits bit for bit (V4-0731: the gate weights' own).
+      const auto a = logits(*loaded, Precision::ref32);
+      ASSERT_FALSE(a.empty());
+      EXPECT_TRUE(a == logits(*written, Precision::ref32)) << title;
+      // V4-0731: the gate weights' own logits; V4.1: not those (another Engram hash of the same tables).
+      EXPECT_EQ(!c.has_engram(), a == logits(gate, Precision::ref32)) << title;
+    }
+}
+
+TEST(GateCheckpoint, Exl3PackGivesTheExl3GateLogits) {
+  for (family::Preset p : presets()) {
+    const family::Config c = family::preset_config(p, family::Variant::v41);
+    const std::string dir = temp_dir("exl3");
+    family::Exl3SynthOptions o;
+    o.sync = false;
+    o.seed = 12345;  // replaced by the gate's seed
+    o.release_dir = dir + "/release-engram";
+    auto r = write_gate_exl3_pack(c, dir, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto loaded = load_weights(dir, LoadOptions{o.release_dir});
+    fs::remove_all(dir);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    auto want = written_exl3_gate_weights(c);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const auto d = differences(**loaded, **want, {.dspark = false});
+    EXPECT_TRUE(d.empty()) << "the loaded pack differs from exl3_gate_weights in:\n" << joined(d);
+    EXPECT_TRUE((*loaded)->dspark) << "the pack holds the drafter too";
+    for (Precision pr : {Precision::ref32, Precision::ref64}) {
+      const auto a = logits(*loaded, pr);
+      ASSERT_FALSE(a.empty());
+      EXPECT_TRUE(a == logits(*want, pr)) << family::preset_name(p);
+    }
+  }
+  // V4-0731 has no pack layout.
+  EXPECT_FALSE(write_gate_exl3_pack(family::preset_config(family::Preset::tiny, family::Variant::v4),
+                                    temp_dir("v4"), family::Exl3SynthOptions{}).ok());
+}
+
+TEST(GateCheckpoint, WhatAFileCannotHoldIsRefusedByName) {
+  const family::Config c = family::preset_config(family::Preset::tiny, family::Variant::v41);
+  // The in-memory gate weights themselves: their Engram hash multipliers are their own.
+  auto gate = synthetic_weights(model_config_from(c), gate::kSeed, true, WeightProfile::gate);
+  auto s = release_tensor_source(c, *gate, gate::kSeed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("layers.1.engram: hash multipliers"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("layers.4.engram: hash multipliers"), std::string::npos) << s.status().message();
+
+  auto w = written_gate_weights(c);
+  ASSERT_TRUE(w.ok());
+  ModelWeights& m = **w;
+  ASSERT_TRUE(release_tensor_source(c, m, gate::kSeed).ok());
+  m.layers[0].attn_norm[3] = 1.0f + 1.0f / 1024;     // not a bf16 value
+  m.layers[2].attn.wq_a.w[5] = 0.3f;                // not an e4m3 value
+  m.layers[3].ffn.experts[1].w2.scale[0] = 3.0f;    // not a power of two
+  m.layers[5].attn.wo_a.w[7] = 1.0f / 3;            // no FP8 tile holds it
+  m.layers[1].ffn.shared.w1.scale.pop_back();       // a shape the file does not have
+  s = release_tensor_source(c, m, gate::kSeed);
+  ASSERT_FALSE(s.ok());
+  const std::string msg = s.status().message();
+  for (const char* n : {"layers.0.attn_norm.weight: element 3", "layers.2.attn.wq_a.weight: element 5",
+                        "layers.3.ffn.experts.1.w2.scale: element 0", "layers.5.attn.wo_a.weight: element 7",
+                        "layers.1.ffn.shared_experts.w1.scale"})
+    EXPECT_NE(msg.find(n), std::string::npos) << n << " not named in:\n" << msg;
+  EXPECT_NE(msg.find("(5 problems)"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace dsv4::cpu
