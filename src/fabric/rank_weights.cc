@@ -5,6 +5,9 @@
 
 #include <map>
 #include <string>
+#include <vector>
+
+#include "fabric/exl3_cut.h"
 
 namespace dsv4::fabric {
 namespace {
@@ -30,6 +33,9 @@ class PlanIndex {
                    last.end, extent);
     return s;
   }
+
+  // Every rank's range of tensor `name` (checked by cut() first).
+  const std::vector<Slice>& ranks(const std::string& name) const { return by_name_.at(name)->ranks; }
 
   // Whether this rank holds tensor `name`, which the plan gives whole to one rank (expert_parallel experts).
   StatusOr<bool> owns(const std::string& name) const {
@@ -60,9 +66,24 @@ std::vector<float> take_cols(const std::vector<float>& m, int64_t rows, int64_t 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// An EXL3 linear standing for a release [out, in] weight: release rows [b, e) are EXL3's outputs (it stores
+// W [in, out]), cut on the output Hadamard's 128-column blocks (exl3_cut.h); out and in follow the cut
+// (a block-diagonal wo_a keeps the inputs of the groups it holds).
+template <typename W>
+Status cut_exl3_rows(W& w, Slice s, const std::string& name) {
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<const cpu::Exl3Weight> e, exl3_outputs(*w.exl3, s.begin, s.end, name));
+  w.out = e->out;
+  w.in = e->in;
+  w.exl3 = std::move(e);
+  return ok_status();
+}
+
 // FP8 [out, in] with block x block scale tiles: rows or columns [b, e), whole tiles only.
 Status cut_fp8(cpu::Fp8Weight& w, int dim, Slice s, const std::string& name) {
-  if (w.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", name);
+  if (w.exl3) {
+    if (dim != 0) return error(StatusCode::unimplemented, "{}: an EXL3 linear's input dimension is not cut", name);
+    return cut_exl3_rows(w, s, name);
+  }
   const int64_t blk = w.block;
   if (s.begin % blk != 0 || s.end % blk != 0)
     return error(StatusCode::invalid_argument, "{}: cut [{}, {}) is not on {}-wide scale tiles", name, s.begin, s.end, blk);
@@ -80,7 +101,7 @@ Status cut_fp8(cpu::Fp8Weight& w, int dim, Slice s, const std::string& name) {
 }
 
 Status cut_bf16_rows(cpu::Bf16Weight& w, Slice s, const std::string& name) {
-  if (w.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", name);
+  if (w.exl3) return cut_exl3_rows(w, s, name);
   w.w = take_rows(w.w, w.in, s.begin, s.end);
   w.out = s.end - s.begin;
   return ok_status();
@@ -100,8 +121,7 @@ Status cut_block(cpu::BlockWeights& B, const std::string& p, const PlanIndex& in
   for (size_t e = 0; e < M.experts.size(); ++e) {
     const std::string x = fmt::format("{}ffn.experts.{}.", p, e);
     DSV4_ASSIGN_OR_RETURN(bool mine, index.owns(x + "w1.weight"));
-    if (M.experts[e].w1.exl3) return error(StatusCode::unimplemented, "{}: EXL3 weights do not split across ranks yet", x);
-    if (!mine) M.experts[e] = cpu::ExpertWeights{};
+    if (!mine) M.experts[e] = cpu::ExpertWeights{};  // FP4 or EXL3 alike: whole on its owner
   }
   return ok_status();
 }
@@ -129,7 +149,15 @@ Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32
       DSV4_RETURN_IF_ERROR(cut_block(w.dspark->stages[s], fmt::format("mtp.{}.", s), index));
   const int64_t D = c.dim;
   DSV4_ASSIGN_OR_RETURN(Slice v, index.cut("head.weight", 0, w.head.out));
-  DSV4_RETURN_IF_ERROR(cut_bf16_rows(w.head, v, "head.weight"));
+  // An EXL3 head is cut only when every rank's vocabulary slice falls on 128-column blocks (V = 129,280 =
+  // 1,010 blocks does at TP 2, not at TP 4 or 8); otherwise it stays whole on every rank, and each rank
+  // computes the whole logits itself (backends/cuda/tp_forward.h tp_head_logits). Decided from the plan, so
+  // every rank decides alike.
+  bool cut_head = true;
+  if (w.head.exl3)
+    for (const Slice& r : index.ranks("head.weight"))
+      cut_head = cut_head && exl3_check_cut(*w.head.exl3, r.begin, r.end, "head").ok();
+  if (cut_head) DSV4_RETURN_IF_ERROR(cut_bf16_rows(w.head, v, "head.weight"));
   DSV4_ASSIGN_OR_RETURN(Slice ev, index.cut("embed.weight", 0, static_cast<int64_t>(w.embed.size()) / D));
   w.embed = std::vector<cpu::bf16_t>(w.embed.begin() + ev.begin * D, w.embed.begin() + ev.end * D);
   c.n_heads /= tp;

@@ -9,10 +9,16 @@
 // The rank's forward gathers the groups' outputs before wo_b, every (row, expert) output before the combine,
 // the head's rows and each token's embedding row from its owner (backends/cuda/tp_forward.h), so every rank
 // computes bit for bit what one GPU computes.
-// Kept whole on every rank (a documented departure from the plan): the DSpark Markov head's embedding and
-// head (bf16 [V, 256]; the draft reads one bias row per sequential step).
-// Refused: tp_intermediate plans (their partial sums round before the rank sum), EXL3 packs, V4-0731
-// weights (the CUDA forward runs V4.1).
+// EXL3 packs (the Mia layout) cut the same way: a routed expert stays whole on its owner and is emptied
+// elsewhere; wq_b, wo_a and the head, which EXL3 stores as W [in, out], are cut along out (exl3_cut.h: whole
+// 128-column blocks of the output Hadamard, svh along out, suh whole; wo_a's per-group parts are kept or
+// dropped whole), each cut part keeping the whole part's K split (cpu::Exl3Part::k_split_out) so the rank's
+// columns are summed as on one GPU. A cut that is not on 128-column blocks is refused by name.
+// Kept whole on every rank (documented departures from the plan): the DSpark Markov head's embedding and
+// head (bf16 [V, 256]; the draft reads one bias row per sequential step); an EXL3 head whose vocabulary
+// slices are not all on 128-column blocks (V = 129,280 at TP 4 and 8): each rank then computes all logits.
+// Refused: tp_intermediate plans (their partial sums round before the rank sum), V4-0731 weights (the CUDA
+// forward runs V4.1).
 #pragma once
 
 #include <cstdint>

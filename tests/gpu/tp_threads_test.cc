@@ -3,14 +3,19 @@
 // ranks' gathers are device copies through a shared buffer (ThreadCollective below) instead of NCCL. The
 // per-rank arithmetic is the same code a rank process runs on its own GPU, so this shows what a 2-GPU
 // machine cannot: TP 4 logits equal TP 1's bit for bit (every rank identical, pieces == whole), on random
-// weights and on the gate weights, where TP N also passes the whole-model gate (docs/numerics.md). NCCL
-// itself is covered by tests/gpu/tp/tp_forward_test on two GPUs.
+// weights and on the gate weights, where TP N also passes the whole-model gate (docs/numerics.md); and the
+// same on the EXL3 gate weights (cpu::exl3_gate_weights, the Mia layout's linears EXL3-coded) of the tiny
+// and small presets at TP 2 and 4, where wq_b, wo_a and the head are cut along EXL3's out dimension and the
+// routed experts run through exl3_routed_experts (fabric/exl3_cut.h). NCCL itself is covered by
+// tests/gpu/tp/tp_forward_test on two GPUs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +25,8 @@
 #include "backends/cpu/gate.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
+#include "backends/cpu/synthetic_exl3.h"
+#include "backends/cpu/weights_copy.h"
 #include "backends/cuda/collective.h"
 #include "backends/cuda/forward.h"
 #include "backends/cuda/model.h"
@@ -153,6 +160,9 @@ std::shared_ptr<cpu::ModelWeights> weights(const cpu::ModelConfig& cfg, cpu::Wei
   return cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, profile);
 }
 
+// A fresh copy of the whole model for one rank to cut (called from the ranks' threads at once).
+using WeightsFn = std::function<std::shared_ptr<cpu::ModelWeights>()>;
+
 // TP 1 (the whole model, no collective): each prompt's logits (every row), fed whole to a fresh stream.
 Logits tp1_run(const cpu::ModelWeights& w, const Prompts& prompts) {
   cuda::ModelDeviceOptions mo;
@@ -179,14 +189,14 @@ struct RankOut {
   std::string error;
 };
 
-// TP `tp` with the ranks as threads on this GPU: each rank's weights generated (in parallel) and cut to
-// its slice, then every rank runs the same calls.
-std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, cpu::WeightProfile profile,
-                            int tp, const Prompts& prompts) {
+// TP `tp` with the ranks as threads on this GPU: each rank's weights made (in parallel) and cut to its
+// slice, then every rank runs the same calls.
+std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, const WeightsFn& make, int tp,
+                            const Prompts& prompts) {
   std::vector<std::shared_ptr<cpu::ModelWeights>> rank_weights(tp);
   {
     std::vector<std::thread> makers;
-    for (int r = 0; r < tp; ++r) makers.emplace_back([&, r] { rank_weights[r] = weights(cfg, profile); });
+    for (int r = 0; r < tp; ++r) makers.emplace_back([&, r] { rank_weights[r] = make(); });
     for (auto& t : makers) t.join();
   }
   std::vector<std::unique_ptr<cuda::Forward>> ranks;
@@ -255,8 +265,8 @@ void expect_equal_to_tp1(int tp, const std::vector<RankOut>& out, const Logits& 
     equal += same_bits(out[0].whole[k], one[k]);
     worst = std::max(worst, nrms(out[0].whole[k], one[k]));
   }
-  std::printf("TP %d on one GPU (threads), small preset with 16 heads, %s: %d of %zu prompts equal TP 1 bit for bit "
-              "(largest NRMS %.3e)\n", tp, what, equal, one.size(), worst);
+  std::printf("TP %d on one GPU (threads), %s: %d of %zu prompts equal TP 1 bit for bit (largest NRMS %.3e)\n", tp,
+              what, equal, one.size(), worst);
   EXPECT_EQ(equal, static_cast<int>(one.size())) << "TP " << tp << " logits differ from TP 1";
 }
 
@@ -275,7 +285,8 @@ TEST_P(TpThreads, RandomWeightsEqualOneGpuBitForBit) {
   static const Logits one = tp1_run(*weights(cfg_, cpu::WeightProfile::random), prompts);
   ASSERT_EQ(one.size(), 1u);
   ASSERT_EQ(one[0].size(), static_cast<size_t>(40 * cfg_.vocab));
-  expect_equal_to_tp1(tp, tp_run(cfg_, *plan, cpu::WeightProfile::random, tp, prompts), one, "random weights");
+  const WeightsFn make = [&] { return weights(cfg_, cpu::WeightProfile::random); };
+  expect_equal_to_tp1(tp, tp_run(cfg_, *plan, make, tp, prompts), one, "small preset with 16 heads, random weights");
 }
 
 // The gate weights and prompts (docs/numerics.md): TP N equals TP 1 bit for bit on all 8 gate prompts, and
@@ -289,8 +300,9 @@ TEST_P(TpThreads, GateWeightsEqualOneGpuAndPassTheGate) {
   static const std::shared_ptr<const cpu::ModelWeights> full = weights(cfg_, cpu::WeightProfile::gate);
   static const Logits one = tp1_run(*full, prompts);
   ASSERT_EQ(one.size(), prompts.size());
-  const std::vector<RankOut> out = tp_run(cfg_, *plan, cpu::WeightProfile::gate, tp, prompts);
-  expect_equal_to_tp1(tp, out, one, "gate weights");
+  const WeightsFn make = [&] { return weights(cfg_, cpu::WeightProfile::gate); };
+  const std::vector<RankOut> out = tp_run(cfg_, *plan, make, tp, prompts);
+  expect_equal_to_tp1(tp, out, one, "small preset with 16 heads, gate weights");
   if (out.empty() || !out[0].error.empty()) return;
   const cpu::gate::Verdict v = gpu_testing::whole_model_gate(full, [&](int k) { return out[0].whole[static_cast<size_t>(k)]; });
   std::printf("TP %d whole-model gate: %s\n", tp, v.summary().c_str());
@@ -298,6 +310,71 @@ TEST_P(TpThreads, GateWeightsEqualOneGpuAndPassTheGate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(World, TpThreads, testing::Values(2, 4, 8));
+
+// The EXL3 presets: 16 attention heads (the CUDA sparse attention runs 4 heads per rank at TP 4); the tiny
+// preset also with 4 output groups (its 2 do not split over 4 ranks; 64 outputs per group, one EXL3 part
+// padded to 128 each). wq_b then has 16 x 128 (tiny) or 16 x 512 (small) columns: whole 128-column blocks
+// per rank at TP 2 and 4. The head (V = 129,280) is cut at TP 2 and kept whole on every rank at TP 4.
+family::Config exl3_config(family::Preset p) {
+  family::Config c = family::preset_config(p, family::Variant::v41);
+  c.num_attention_heads = 16;
+  if (p == family::Preset::tiny) c.o_groups = 4;
+  return c;
+}
+
+// One preset's EXL3 gate weights, encoded once, and TP 1's logits of the gate prompts on them.
+struct Exl3Case {
+  std::shared_ptr<const cpu::ModelWeights> weights;
+  Logits one;
+};
+
+const Exl3Case& exl3_case(family::Preset p, const Prompts& prompts) {
+  static std::map<family::Preset, Exl3Case> cases;  // the tests of one binary run one at a time
+  auto it = cases.find(p);
+  if (it != cases.end()) return it->second;
+  Exl3Case k;
+  auto w = cpu::exl3_gate_weights(exl3_config(p));
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  if (w.ok()) {
+    k.weights = *w;
+    k.one = tp1_run(*k.weights, prompts);
+  }
+  return cases.emplace(p, std::move(k)).first->second;
+}
+
+class TpThreadsExl3 : public testing::TestWithParam<std::tuple<family::Preset, int>> {};
+
+// The EXL3 gate weights and prompts: TP N equals TP 1 bit for bit on all 8 gate prompts (every rank alike,
+// pieces == whole), and passes the whole-model gate against the CPU oracle on the same EXL3 weights.
+TEST_P(TpThreadsExl3, GateWeightsEqualOneGpuAndPassTheGate) {
+  const auto [preset, tp] = GetParam();
+  const family::Config fc = exl3_config(preset);
+  const cpu::ModelConfig cfg = cpu::model_config_from(fc);
+  auto plan = fabric::make_split_plan(fc, family::expected_tensors(fc), tp, fabric::ExpertSplit::expert_parallel);
+  if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan: " << plan.status().to_string();
+  Prompts prompts;
+  for (int k = 0; k < cpu::gate::kPrompts; ++k) prompts.push_back(cpu::gate::prompt(k, cfg.vocab));
+  const Exl3Case& k = exl3_case(preset, prompts);
+  ASSERT_TRUE(k.weights);
+  ASSERT_EQ(k.one.size(), prompts.size());
+  const WeightsFn make = [&] { return cpu::copy_sharing_exl3(*k.weights); };  // encoded once, cut per rank
+  const std::vector<RankOut> out = tp_run(cfg, *plan, make, tp, prompts);
+  const std::string what = std::string(family::preset_name(preset)) + " preset with 16 heads, EXL3 gate weights";
+  expect_equal_to_tp1(tp, out, k.one, what.c_str());
+  if (out.empty() || !out[0].error.empty()) return;
+  const cpu::gate::Verdict v =
+      gpu_testing::whole_model_gate(k.weights, [&](int p) { return out[0].whole[static_cast<size_t>(p)]; });
+  std::printf("TP %d whole-model gate, %s: %s\n", tp, what.c_str(), v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Exl3, TpThreadsExl3,
+                         testing::Combine(testing::Values(family::Preset::tiny, family::Preset::small),
+                                          testing::Values(2, 4)),
+                         [](const testing::TestParamInfo<std::tuple<family::Preset, int>>& i) {
+                           return std::string(family::preset_name(std::get<0>(i.param))) + "_tp" +
+                                  std::to_string(std::get<1>(i.param));
+                         });
 
 }  // namespace
 }  // namespace dsv4

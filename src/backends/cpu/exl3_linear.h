@@ -22,6 +22,11 @@ struct Exl3Part {
   std::vector<float> suh, svh;            // fp16 values [in_padded], [out_padded]
   std::vector<float> bias;                // fp16 values [out_padded], or empty
   exl3::Linear packed;                    // the stored tensors (trellis, suh, svh): what a device uploads
+  // The padded out width a device chooses this part's K split from (cuda::Exl3Weights::split_out_features):
+  // a tensor-parallel rank's column slice (fabric/exl3_cut.h) keeps the whole part's, so it sums K in the
+  // whole part's order; 0 = out_padded. The oracle's sums never depend on out (each output sums its
+  // in_padded products in one order), so it reads nothing here.
+  int64_t k_split_out = 0;
 };
 
 // A linear made of block-diagonal EXL3 parts: part g reads inputs [Σ in of parts < g, + in) and writes

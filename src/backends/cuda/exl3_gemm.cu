@@ -178,8 +178,11 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) exl3_mma(Job job) {
     if (grouped) {
       p_begin = job.seg[1 + sgi];
       p_end = job.seg[2 + sgi];
-      w = warr[job.pair_expert[p_begin]];
-      if (w.bits != BITS || w.codebook != CB) continue;  // another kind's launch takes this segment
+      const int32_t expert = job.pair_expert[p_begin];
+      if (expert < 0) continue;  // pairs of experts another tensor-parallel rank holds (tp_own_pairs): skipped
+      w = warr[expert];
+      // Another kind's launch takes this segment; an expert not held here (bits 0) matches no kind.
+      if (w.bits != BITS || w.codebook != CB) continue;
     }
     const uint2 s2 = *reinterpret_cast<const uint2*>(w.svh + int64_t(cb) * kHad + 4 * lane);  // this lane's svh
     const uint32_t* base = reinterpret_cast<const uint32_t*>(w.trellis) + ((k_begin / 16) * tiles_n + nt) * n32;
@@ -445,10 +448,13 @@ cudaError_t dispatch(const Job& job, bool wide, unsigned grid_x, unsigned grid_z
   return cudaErrorInvalidValue;
 }
 
+// The out width the weight's K split is chosen from: the whole linear's for a column slice of it.
+int64_t split_out(const Exl3Weights& w) { return w.split_out_features > 0 ? w.split_out_features : w.out_features; }
+
 bool valid_shape(const Exl3Weights& w) {
   return w.in_features > 0 && w.out_features > 0 && w.in_features % kHad == 0 && w.out_features % kHad == 0 &&
-         w.bits >= 1 && w.bits <= 8 && w.codebook >= 0 && w.codebook <= 2 &&
-         choose_split(w.in_features, w.out_features).splits <= max_cluster();
+         w.bits >= 1 && w.bits <= 8 && w.codebook >= 0 && w.codebook <= 2 && split_out(w) % kHad == 0 &&
+         split_out(w) >= w.out_features && choose_split(w.in_features, split_out(w)).splits <= max_cluster();
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -458,6 +464,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 int exl3_k_splits(int64_t in_features, int64_t out_features) {
   return choose_split(in_features, out_features).splits;
 }
+
+int exl3_k_splits(const Exl3Weights& w) { return choose_split(w.in_features, split_out(w)).splits; }
 
 size_t exl3_workspace_bytes(const Exl3Weights&, int64_t) { return 256; }
 
@@ -470,7 +478,7 @@ cudaError_t exl3_gemm(const Exl3Weights& w, const float* x, int64_t rows, float*
   if (!valid_shape(w) || !aligned16(x) || !aligned16(y) || !aligned16(w.trellis)) return cudaErrorInvalidValue;
   Job job;
   job.w = w;
-  job.split = choose_split(w.in_features, w.out_features);
+  job.split = choose_split(w.in_features, split_out(w));  // a column slice sums K as its whole linear
   job.x = x;
   job.rows = rows;
   job.y = y;

@@ -190,8 +190,6 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(timed(c, "moe routed experts", [&]() -> Status {
-    if (c.collective && M.exl3.n_experts)
-      return error(StatusCode::unimplemented, "EXL3 routed experts do not run tensor-parallel yet; use one GPU (--tp 1)");
     if (c.collective)  // tensor-parallel: this rank's experts, then every pair's output gathered (tp_forward.h)
       return tp_routed_experts(c, M, x, pair_row, pair_expert, pair_weight, P, scratch, routed);
     DSV4_CUDA_LAUNCH(M.exl3.n_experts ? exl3_routed_experts(x, pair_row, pair_expert, pair_weight, P, M.exl3, cfg.swiglu_limit,

@@ -109,7 +109,7 @@ class ModelUploader {
     DSV4_ASSIGN_OR_RETURN(d.bias, upload(std::span<const float>(w.bias), A_, name + ".bias"));
     const std::vector<float>& vl = w.bias_vl.empty() ? w.bias : w.bias_vl;
     DSV4_ASSIGN_OR_RETURN(d.bias_vl, upload(std::span<const float>(vl), A_, name + ".bias_vl"));
-    if (!w.experts.empty() && w.experts[0].w1.exl3) {
+    if (held_exl3_expert(w)) {
       DSV4_ASSIGN_OR_RETURN(d.exl3, exl3_experts(w, name));
     } else {
       DSV4_RETURN_IF_ERROR(fp4_experts(w, name, d));
@@ -161,30 +161,50 @@ class ModelUploader {
     return ok_status();
   }
 
+  // Whether the layer's routed experts are a pack's: some expert held here is EXL3 (a tensor-parallel
+  // rank holds only its own experts, the others empty: expert 0 may be one of those).
+  static bool held_exl3_expert(const cpu::MoeWeights& w) {
+    for (const cpu::ExpertWeights& x : w.experts)
+      if (x.w1.exl3) return true;
+    return false;
+  }
+
   // A pack's routed experts: each one EXL3 linear per projection, all of one padded shape and with
-  // no bias (what exl3_routed_experts takes); their Exl3Weights in device arrays [E].
+  // no bias (what exl3_routed_experts takes); their Exl3Weights in device arrays [E]. An expert left
+  // empty (0 x 0: another tensor-parallel rank holds it, fabric/rank_weights.h) gets an entry of zeros
+  // (bits 0), which no launch decodes; its pairs never reach the launch (tp_own_pairs).
   StatusOr<Exl3ExpertsView> exl3_experts(const cpu::MoeWeights& w, const std::string& name) {
     Exl3ExpertsView X;
     std::vector<Exl3Weights> v[3];
+    const cpu::ExpertWeights* first = nullptr;  // the first expert held here: the shapes every held one has
+    Exl3Weights shape[3];  // each projection's padded shape, from the first expert held here (in_features 0: none yet)
     for (size_t e = 0; e < w.experts.size(); ++e) {
-      const cpu::Fp4Weight* ws[3] = {&w.experts[e].w1, &w.experts[e].w3, &w.experts[e].w2};
+      const cpu::ExpertWeights& x = w.experts[e];
+      const cpu::Fp4Weight* ws[3] = {&x.w1, &x.w3, &x.w2};
       const char* wn[3] = {".w1", ".w3", ".w2"};
+      if (x.w1.out == 0 && x.w2.out == 0 && x.w3.out == 0 && !x.w1.exl3 && !x.w2.exl3 && !x.w3.exl3) {
+        for (int k = 0; k < 3; ++k) v[k].push_back(Exl3Weights{});  // not held here
+        continue;
+      }
+      if (!first) first = &x;
       for (int k = 0; k < 3; ++k) {
         const std::string en = name + ".experts." + std::to_string(e) + wn[k];
-        if (!ws[k]->exl3) return error(StatusCode::invalid_argument, "{}: not EXL3 while expert 0 is", en);
+        if (!ws[k]->exl3) return error(StatusCode::invalid_argument, "{}: not EXL3 while other experts are", en);
         DSV4_ASSIGN_OR_RETURN(const Exl3View* xv, upload_exl3(*ws[k]->exl3, A_, en));
         const Exl3ViewPart& P = xv->parts[0];
-        const int64_t want_in = k < 2 ? w.experts[0].w1.in : w.experts[0].w1.out;
-        const int64_t want_out = k < 2 ? w.experts[0].w1.out : w.experts[0].w1.in;
+        const int64_t want_in = k < 2 ? first->w1.in : first->w1.out;
+        const int64_t want_out = k < 2 ? first->w1.out : first->w1.in;
         if (xv->n_parts != 1 || P.bias || P.in != want_in || P.out != want_out ||
-            (e > 0 && (P.w.in_features != v[k][0].in_features || P.w.out_features != v[k][0].out_features)))
+            (shape[k].in_features > 0 &&
+             (P.w.in_features != shape[k].in_features || P.w.out_features != shape[k].out_features)))
           return error(StatusCode::invalid_argument,
                        "{}: routed experts on CUDA need one unbiased part of [{}, {}] and one padded shape per projection",
                        en, want_in, want_out);
         v[k].push_back(P.w);
+        if (shape[k].in_features == 0) shape[k] = P.w;
         X.kinds[k] |= exl3_kind_bit(P.w.bits, P.w.codebook);
       }
-      X.gate_up_same_kind = (e == 0 || X.gate_up_same_kind) && v[0].back().bits == v[1].back().bits &&
+      X.gate_up_same_kind = (first == &x || X.gate_up_same_kind) && v[0].back().bits == v[1].back().bits &&
                             v[0].back().codebook == v[1].back().codebook;
     }
     const Exl3Weights* arrays[3];
@@ -197,13 +217,13 @@ class ModelUploader {
     X.w3 = arrays[1];
     X.w2 = arrays[2];
     X.n_experts = static_cast<int64_t>(w.experts.size());
-    X.dim = w.experts[0].w1.in;
-    X.inter = w.experts[0].w1.out;
-    X.dim_p = v[0][0].in_features;
-    X.inter_p = v[0][0].out_features;
-    if (v[2][0].in_features != X.inter_p || v[2][0].out_features != X.dim_p)
+    X.dim = first->w1.in;
+    X.inter = first->w1.out;
+    X.dim_p = shape[0].in_features;
+    X.inter_p = shape[0].out_features;
+    if (shape[2].in_features != X.inter_p || shape[2].out_features != X.dim_p)
       return error(StatusCode::invalid_argument, "{}: w2 is padded to [{}, {}], w1 to [{}, {}]", name,
-                   v[2][0].in_features, v[2][0].out_features, X.dim_p, X.inter_p);
+                   shape[2].in_features, shape[2].out_features, X.dim_p, X.inter_p);
     return X;
   }
 

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/collective.h"
+#include "backends/cuda/exl3_gemm.cuh"
 #include "backends/cuda/moe_experts.cuh"
 #include "backends/cuda/tp_ops.cuh"
 #include "backends/cuda/upload.h"
@@ -72,8 +73,11 @@ Status tp_routed_experts(OpCtx& c, const MoeDevice& M, const float* x, const int
   DSV4_ASSIGN_OR_RETURN(float* local, c.alloc<float>(n_pairs * D, "this rank's expert outputs"));
   DSV4_ASSIGN_OR_RETURN(float* all, c.alloc<float>(world * n_pairs * D, "every rank's expert outputs"));
   DSV4_CUDA_LAUNCH(tp_own_pairs(pair_expert, n_pairs, rank * per, (rank + 1) * per, mine, c.stream), "tp_own_pairs", shape);
-  DSV4_CUDA_LAUNCH(moe_routed_experts(x, pair_row, mine, pair_weight, n_pairs, M.w1, M.w3, M.w2, D, I, cfg.act_block,
-                                      cfg.swiglu_limit, scratch, local, c.stream),
+  // The pairs of other ranks' experts are -1 in `mine`: both kernels skip them (their outputs are never picked).
+  DSV4_CUDA_LAUNCH(M.exl3.n_experts ? exl3_routed_experts(x, pair_row, mine, pair_weight, n_pairs, M.exl3, cfg.swiglu_limit,
+                                                          scratch, local, c.stream)
+                                    : moe_routed_experts(x, pair_row, mine, pair_weight, n_pairs, M.w1, M.w3, M.w2, D, I,
+                                                         cfg.act_block, cfg.swiglu_limit, scratch, local, c.stream),
                    "moe_routed_experts(rank)", shape);
   DSV4_RETURN_IF_ERROR(c.collective->all_gather(local, n_pairs * D, all, c.stream).with_context("gathering the experts"));
   DSV4_CUDA_LAUNCH(tp_pick_pairs(all, pair_expert, n_pairs, D, per, routed, c.stream), "tp_pick_pairs", shape);
@@ -90,6 +94,9 @@ Status tp_head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf
   const int64_t V = c.cfg->vocab;
   const int32_t tp = c.collective->world();
   const int64_t Vl = head16.w ? head16.out : head.out;
+  // A head kept whole on every rank (an EXL3 head whose vocabulary slices are not on 128-column blocks,
+  // fabric/rank_weights.h): each rank computes the whole logits itself, as one GPU does.
+  if (Vl == V && tp > 1) return head_logits(c, norm, head, head16, h, pi, index, n, logits, collapsed);
   if (Vl * tp != V)
     return error(StatusCode::invalid_argument, "the head holds {} rows on each of {} ranks for a vocabulary of {}",
                  Vl, tp, V);

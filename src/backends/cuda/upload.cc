@@ -97,6 +97,11 @@ StatusOr<const Exl3View*> upload_exl3(const cpu::Exl3Weight& w, Arena& arena, st
     p.w.out_features = L.out_features;
     p.w.bits = L.bits;
     p.w.codebook = static_cast<int>(L.codebook);
+    // A rank's column slice chooses its K split from the whole part's width (exl3_gemm.cuh).
+    p.w.split_out_features = src.k_split_out > 0 ? src.k_split_out : L.out_features;
+    if (p.w.split_out_features % 128 != 0 || p.w.split_out_features < L.out_features)
+      return error(StatusCode::invalid_argument, "upload of '{}': K split chosen from {} columns for a part of {}", pn,
+                   p.w.split_out_features, L.out_features);
     if (!src.bias.empty()) {
       DSV4_RETURN_IF_ERROR(check_size(pn, "bias", src.bias.size(), src.out_padded));
       DSV4_ASSIGN_OR_RETURN(p.bias, copy(std::vector<float>(src.bias.begin(), src.bias.begin() + src.out), arena, pn, "bias"));
