@@ -343,6 +343,25 @@ int main() {
     set_lowp_layout_override(0, 0);
     return 0;
   }
+  if (std::getenv("DSV4_BENCH_STREAM_SWEEP")) {  // the row lines on rows_tile, then on the streaming kernel by ring depth
+    for (const auto [k, depth] : {std::pair{RowKernel::tiles, 0}, {RowKernel::stream, 2}, {RowKernel::stream, 3},
+                                  {RowKernel::automatic, 0}}) {
+      set_lowp_row_kernel(k);
+      set_lowp_layout_override(0, depth);
+      std::printf("row kernel: %s, ring depth %d (0: planner)\n",
+                  k == RowKernel::tiles ? "one CTA per tile" : k == RowKernel::stream ? "streaming" : "automatic", depth);
+      bench_fp8("wq_a [1280, 5120]", 1280, 5120);
+      bench_fp8("wkv [512, 5120]", 512, 5120);
+      bench_fp8("wq_b [32768, 1280]", 32768, 1280);
+      bench_fp8("wo_b [5120, 8192]", 5120, 8192);
+      bench_fp8_pair("shared w1+w3 pair [2 x 2304, 5120]", 2304, 5120);
+      bench_fp8("shared w2 [5120, 2304]", 5120, 2304);
+      bench_experts();
+    }
+    set_lowp_row_kernel(RowKernel::automatic);
+    set_lowp_layout_override(0, 0);
+    return 0;
+  }
   if (std::getenv("DSV4_BENCH_TILE_SWEEP")) {  // the listed lines with the tile kernels from each row count on
     for (const int64_t t : {0, 4, 8, 16}) {
       set_lowp_tile_rows(t);

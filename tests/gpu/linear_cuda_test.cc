@@ -411,6 +411,74 @@ TEST(LinearCuda, Fp8PairEqualsTwoLaunches) {
             cudaErrorInvalidValue);
 }
 
+// The streaming row kernel (the default at up to 32 rows) against one CTA per 16-column tile, bit
+// for bit: single FP8 / FP4 linears (widths with a partial last tile, act blocks 32 and 128, K split
+// into 1-16 slices) and the FP8 pair, rows 1-32, ring depths 2 (the default), 3 and 4.
+TEST(LinearCuda, StreamingKernelEqualsRowTiles) {
+  struct Shape { int64_t out, in; bool fp4; int act_block; };
+  Fixture f;
+  auto host = [](const DeviceBuffer& b, int64_t n) {
+    std::vector<float> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  };
+  for (const Shape sh : {Shape{1280, 5120, false, 32}, Shape{520, 2304, false, 128}, Shape{4096, 1280, false, 32},
+                         Shape{200, 256, false, 32}, Shape{2304, 5120, true, 32}, Shape{5120, 2304, true, 32}}) {
+    SCOPED_TRACE("out " + std::to_string(sh.out) + " in " + std::to_string(sh.in) + (sh.fp4 ? " fp4" : " fp8"));
+    const size_t mark = f.arena.mark();
+    StatusOr<Fp8View> v8 = Fp8View{};
+    StatusOr<Fp4View> v4 = Fp4View{};
+    if (sh.fp4) v4 = upload(random_fp4(sh.out, sh.in, 71), f.arena, "fp4");
+    else v8 = upload(random_fp8(sh.out, sh.in, 128, 71), f.arena, "fp8");
+    ASSERT_TRUE(v8.ok() && v4.ok());
+    const std::vector<float> x = random_x(32, sh.in, 72);
+    DeviceBuffer dx(sizeof(float) * x.size()), dy(sizeof(float) * 32 * sh.out);
+    ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    auto run = [&](int64_t rows) {
+      cudaMemset(dy.get(), 0xFF, dy.bytes());
+      EXPECT_EQ(sh.fp4 ? fp4_linear(dx.as<float>(), rows, *v4, sh.act_block, dy.as<float>(), nullptr)
+                       : fp8_linear(dx.as<float>(), rows, *v8, sh.act_block, dy.as<float>(), nullptr),
+                cudaSuccess);
+      return host(dy, 32 * sh.out);
+    };
+    for (const int64_t rows : {1, 3, 8, 13, 32}) {
+      set_lowp_row_kernel(RowKernel::tiles);
+      const std::vector<float> tiles = run(rows);
+      for (const int depth : {0, 3, 4}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " depth " + std::to_string(depth));
+        set_lowp_row_kernel(RowKernel::stream);
+        set_lowp_layout_override(0, depth);
+        const std::vector<float> stream = run(rows);
+        set_lowp_layout_override(0, 0);
+        EXPECT_EQ(std::memcmp(stream.data(), tiles.data(), sizeof(float) * tiles.size()), 0);
+      }
+    }
+    f.arena.reset(mark);
+  }
+  // The pair: w1 and w3 of the shared expert's shape.
+  constexpr int64_t kOut = 2304, kIn = 5120;
+  auto v1 = upload(random_fp8(kOut, kIn, 32, 73), f.arena, "w1");
+  auto v3 = upload(random_fp8(kOut, kIn, 32, 74), f.arena, "w3");
+  ASSERT_TRUE(v1.ok() && v3.ok());
+  const std::vector<float> x = random_x(32, kIn, 75);
+  DeviceBuffer dx(sizeof(float) * x.size()), da(sizeof(float) * 32 * kOut), du(sizeof(float) * 32 * kOut);
+  ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  for (const int64_t rows : {1, 5, 32}) {
+    std::vector<float> ref[2];
+    for (const bool on : {false, true}) {
+      set_lowp_row_kernel(on ? RowKernel::stream : RowKernel::tiles);
+      cudaMemset(da.get(), 0xFF, da.bytes());
+      cudaMemset(du.get(), 0xFF, du.bytes());
+      ASSERT_EQ(fp8_linear_pair(dx.as<float>(), rows, *v1, *v3, 32, da.as<float>(), du.as<float>(), nullptr), cudaSuccess);
+      std::vector<float> a = host(da, 32 * kOut), u = host(du, 32 * kOut);
+      a.insert(a.end(), u.begin(), u.end());
+      ref[on] = std::move(a);
+    }
+    EXPECT_EQ(std::memcmp(ref[0].data(), ref[1].data(), sizeof(float) * ref[0].size()), 0) << "pair rows " << rows;
+  }
+  set_lowp_row_kernel(RowKernel::automatic);
+}
+
 TEST(LinearCuda, RefusesBadShapesAndNamesTheLaunch) {
   Fp8View w;
   w.out = 4, w.in = 40;

@@ -12,6 +12,7 @@
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/device_buffer.h"
+#include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe_experts.cuh"
 #include "backends/cuda/upload.h"
 #include "core/bf16.h"
@@ -172,6 +173,39 @@ TEST(MoeExpertsCuda, V41ShapesMatchOracle) {
   // D 5120, moe_inter 2304, 6 active (spec §2.1); 48 rows = 288 pairs take the 64 x 64 prefill
   // tiles, and each row's 6 pairs launched alone (the row tiles) must give the same bits.
   check(8, 5120, 2304, 48, 6, 6, 10.f, 3);
+}
+
+// The streaming row kernel (the default below the tile pairs) against one CTA per (segment, tile),
+// bit for bit over the whole output buffer (pairs of experts another rank holds, marked -1, are left
+// as the poison was on both), at ring depths 2 (the default), 3 and 4: each pair's arithmetic must not depend on the kernel.
+TEST(MoeExpertsCuda, StreamingKernelEqualsRowTiles) {
+  struct Shape { int64_t E, D, I, rows; int k; };
+  for (const Shape sh : {Shape{5, 256, 128, 40, 3}, Shape{8, 5120, 2304, 6, 6}, Shape{8, 5120, 2304, 1, 6}}) {
+    SCOPED_TRACE("E=" + std::to_string(sh.E) + " D=" + std::to_string(sh.D) + " rows=" + std::to_string(sh.rows));
+    Experts X{sh.E, sh.D, sh.I};
+    build(X, 21);
+    std::mt19937 rng(22);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(sh.rows * sh.D);
+    for (auto& v : x) v = round_bf16(nd(rng));
+    DeviceBuffer dx = to_device(x);
+    Pairs all = route(sh.rows, sh.E, sh.k, 23), held = all;
+    for (auto& e : held.expert) e = e >= 2 && e < 5 ? e : -1;  // a rank holding experts [2, 5)
+    for (const Pairs* p : {&all, &held}) {
+      set_lowp_row_kernel(RowKernel::tiles);
+      const std::vector<float> tiles = run(X, dx, *p, 10.f);
+      for (const int depth : {0, 3, 4}) {
+        SCOPED_TRACE("depth " + std::to_string(depth) + (p == &held ? ", rank's pairs" : ""));
+        set_lowp_row_kernel(RowKernel::stream);
+        set_lowp_layout_override(0, depth);
+        const std::vector<float> stream = run(X, dx, *p, 10.f);
+        set_lowp_layout_override(0, 0);
+        ASSERT_EQ(stream.size(), tiles.size());
+        EXPECT_EQ(std::memcmp(stream.data(), tiles.data(), sizeof(float) * tiles.size()), 0);
+      }
+    }
+  }
+  set_lowp_row_kernel(RowKernel::automatic);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/lowp_prefill.cuh"
+#include "backends/cuda/lowp_stream.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -42,6 +43,35 @@ __global__ void __launch_bounds__(lowp::kMaxSlices * 32, kRowMinBlocks)
       });
 }
 
+// The streaming row kernel's groups of a plain linear: passes of up to 8 rows of x through NW
+// weights of one shape, outputs into y[w].
+template <int NW>
+struct PassGroups {
+  const float* x;
+  int64_t n, in, out;  // rows of x, the weights' shape
+  const uint8_t* w[NW];
+  const uint8_t* scale[NW];
+  float* y[NW];
+  __device__ int rows(int64_t i) const {
+    return static_cast<int>(n - 8 * i < lowp::kPassRows ? n - 8 * i : lowp::kPassRows);
+  }
+  __device__ const uint8_t* bytes(int64_t, int k) const { return w[k]; }
+  __device__ const uint8_t* scales(int64_t, int k) const { return scale[k]; }
+  __device__ const float* row(int64_t i, int r) const { return x + (8 * i + r) * in; }
+  __device__ void emit(int64_t i, int r, int64_t col, const float (&v)[NW]) const {
+#pragma unroll
+    for (int k = 0; k < NW; ++k) y[k][(8 * i + r) * out + col] = round_bf16(v[k]);
+  }
+};
+
+template <Fmt F, int NW>
+__global__ void __launch_bounds__(lowp::kMaxSlices * 32, lowp::kStreamMinBlocks<NW>)
+    tc_stream_kernel(PassGroups<NW> G, LowpWeight shape, int64_t n_items, int64_t tiles, int act_block,
+                     lowp::StreamLayout L) {
+  extern __shared__ float4 smem4[];
+  lowp::rows_stream<F, NW, false>(G, shape, n_items, tiles, act_block, L, smem4);
+}
+
 template <Fmt F>
 __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict__ x, int64_t rows, LowpWeight W,
                                                          int act_block, int kw, float* __restrict__ y) {
@@ -58,6 +88,9 @@ const lowp::SmCaps& caps() {
   static const lowp::SmCaps c = lowp::device_caps({reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
                                                    reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp4>),
                                                    reinterpret_cast<const void*>(tc_linear_pair_kernel<Fmt::fp8>),
+                                                   reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp8, 1>),
+                                                   reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp4, 1>),
+                                                   reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp8, 2>),
                                                    reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
                                                    reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)});
   return c;
@@ -92,6 +125,23 @@ cudaError_t launch_prefill(const float* x, int64_t rows, const LowpWeight& W, in
   return cudaGetLastError();
 }
 
+// The streaming row kernel over weights W[0 .. NW) of one shape (rows <= 32): resident CTAs, each a
+// contiguous run of (8-row pass, 16-column tile) items.
+template <Fmt F, int NW>
+cudaError_t launch_stream(const float* x, int64_t rows, const LowpWeight (&W)[NW], int act_block, float* const (&y)[NW],
+                          cudaStream_t s) {
+  const lowp::StreamLayout L = lowp::stream_layout<F>(W[0].in, act_block, rows, NW, caps());
+  if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  PassGroups<NW> G{x, rows, W[0].in, W[0].out, {}, {}, {}};
+  for (int k = 0; k < NW; ++k) G.w[k] = W[k].w, G.scale[k] = W[k].scale, G.y[k] = y[k];
+  const int64_t tiles = (W[0].out + 15) / 16, n_items = (rows + lowp::kPassRows - 1) / lowp::kPassRows * tiles;
+  const int threads = L.kw * 32;
+  const int64_t ctas =
+      lowp::stream_ctas(reinterpret_cast<const void*>(tc_stream_kernel<F, NW>), threads, L.bytes(), n_items, caps());
+  return launch_pdl(tc_stream_kernel<F, NW>, dim3(static_cast<unsigned>(ctas)), dim3(threads), L.bytes(), s, G, W[0],
+                    n_items, tiles, act_block, L);
+}
+
 template <Fmt F>
 cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
   if (bad_shape(x, rows, W, act_block)) return cudaErrorInvalidValue;
@@ -99,6 +149,12 @@ cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_bl
   // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
   if (rows > prefill_rows(W.out)) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
   const int64_t tiles = (W.out + 15) / 16;
+  if (lowp::use_stream(rows, (rows + lowp::kPassRows - 1) / lowp::kPassRows * tiles, caps().sms)) {
+    // speed only: the streaming kernel gives every element the row tile's bits
+    const LowpWeight Ws[1] = {W};
+    float* const ys[1] = {y};
+    return launch_stream<F, 1>(x, rows, Ws, act_block, ys, s);
+  }
   const lowp::TileLayout L = lowp::tile_layout<F>(W.in, act_block, rows, 1, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   return launch_pdl(tc_linear_kernel<F>, dim3(static_cast<unsigned>(tiles)), dim3(L.nwarps * 32), L.bytes(), s, x, rows, W,
@@ -129,6 +185,11 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
   if (bad_shape(x, rows, L1, act_block) || !aligned16(L3.w)) return cudaErrorInvalidValue;
   if (rows == 0 || W1.out == 0) return cudaSuccess;
   const int64_t tiles = (W1.out + 15) / 16;
+  if (lowp::use_stream(rows, (rows + lowp::kPassRows - 1) / lowp::kPassRows * tiles, caps().sms)) {  // as in launch
+    const LowpWeight Ws[2] = {L1, L3};
+    float* const ys[2] = {y1, y3};
+    return launch_stream<Fmt::fp8, 2>(x, rows, Ws, act_block, ys, s);
+  }
   const lowp::TileLayout L =
       lowp::tile_layout<Fmt::fp8>(W1.in, act_block, rows, 2, tiles, caps());
   if (L.bytes() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
@@ -137,6 +198,12 @@ cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, con
 }
 
 void set_lowp_tile_rows(int64_t rows) { g_prefill_rows = rows; }
+
+void set_lowp_row_kernel(RowKernel k) {
+  lowp::g_row_kernel = k == RowKernel::tiles      ? lowp::RowKernel::tiles
+                       : k == RowKernel::stream ? lowp::RowKernel::stream
+                                                : lowp::RowKernel::automatic;
+}
 
 void set_lowp_layout_override(int slices_per_warp, int ring_depth) {
   lowp::g_layout_override = lowp::LayoutOverride{slices_per_warp, ring_depth};

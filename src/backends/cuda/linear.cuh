@@ -36,6 +36,12 @@ void set_lowp_layout_override(int slices_per_warp, int ring_depth);
 // (set_lowp_tile_rows) and the bf16 linears their tile kernel (set_bf16_tile_rows); 0: the defaults.
 // Speed only: a row's bits are the same on either path (linear_cuda_test, wide_linear_test).
 void set_lowp_tile_rows(int64_t rows);
+// Benchmarks and tests only: which kernel the FP8 / FP4 linears at up to 32 rows (and moe_routed_experts
+// below its tile pairs) run: one CTA per 16-column tile (rows_tile), the streaming kernel
+// (lowp_stream.cuh: resident CTAs, each a run of (row pass, 16-column tile) items), or the automatic
+// choice between them (the default; lowp::use_stream). Speed only: every element gets the same bits.
+enum class RowKernel { tiles, automatic, stream };
+void set_lowp_row_kernel(RowKernel k);
 void set_bf16_tile_rows(int64_t rows);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);

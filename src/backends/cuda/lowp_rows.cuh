@@ -122,6 +122,100 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
   return L;
 }
 
+// Stage `slot` of a per-warp ring (NW weights, `depth` slots each): chunks [ca, ca + pc) of the
+// columns j < ncols of a 16-column tile whose weight w starts at base[w] (column j at base[w] + j
+// row_bytes[w]); 16-byte pieces, 8 lanes per 128 contiguous bytes of a column. A group is
+// committed even when empty (pc <= 0) so the count of pending groups stays uniform. Absent columns
+// are not copied (their outputs are never emitted, and an MMA row of A reaches only its own output).
+template <Fmt F, int NW>
+__device__ __forceinline__ void issue_stage(uint8_t* ring, int depth, int slot, const uint8_t* const (&base)[NW],
+                                            const int64_t (&row_bytes)[NW], int ncols, int ca, int pc) {
+  constexpr int CB = WPtr<F>::kChunkBytes;     // weight bytes of one column per chunk
+  constexpr int kPieces = kStageChunks * CB / 16;  // per column of a full stage: 8 (FP8), 4 (FP4)
+  const int lane = threadIdx.x & 31;
+  if (pc > 0) {
+    const int per_col = pc * CB / 16;
+#pragma unroll
+    for (int i = lane; i < 16 * kPieces; i += 32) {
+      const int j = i / kPieces, piece = i % kPieces;
+      if (j < ncols && piece < per_col) {
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+          cp_async16(ring + (w * depth + slot) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
+                     base[w] + j * row_bytes[w] + int64_t(ca) * CB + 16 * piece);
+      }
+    }
+  }
+  cp_async_commit();
+}
+
+// The chunks [cs, min(cs + kStageChunks, c1)) of one landed ring stage (slot `slot`) into acc, for
+// the warp's rows 0 .. R-1 staged from chunk c0 on (xq, xs as stage_warp writes them; ucs = log2 of
+// the chunks per act block): each chunk's arithmetic is lowp_mma.cuh's, chunks in increasing order.
+template <Fmt F, int NW>
+__device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int slot, const WPtr<F> (&P)[NW], int c0,
+                                          int cs, int c1, int R, const __half* xq, int stride, const float* xs,
+                                          int ustride, int ucs, float (&acc)[NW][4]) {
+  constexpr int CB = WPtr<F>::kChunkBytes;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const uint8_t* buf = ring + slot * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+#pragma unroll
+  for (int cc = 0; cc < kStageChunks; ++cc) {
+    const int c = cs + cc;
+    if (c < c1) {
+      const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * stride + (c - c0) * kChunk + 8 * q)
+                            : make_uint4(0, 0, 0, 0);
+      const int ub = (c - c0) >> ucs;
+      const float xs0 = 2 * q < R ? xs[2 * q * ustride + ub] : 0.f;
+      const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * ustride + ub] : 0.f;
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        const uint8_t* wp = buf + i * depth * kStageBytes<F> + cc * CB;
+        WFrag<F> f;
+        if constexpr (F == Fmt::fp8) {
+          f.c0 = *reinterpret_cast<const uint2*>(wp);
+          f.c1 = *reinterpret_cast<const uint2*>(wp + 8 * kColStride<F>);
+        } else {
+          f.c0 = *reinterpret_cast<const uint32_t*>(wp);
+          f.c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kColStride<F>);
+        }
+        float ws0, ws1, d[4];
+        P[i].scales(c, ws0, ws1);
+        chunk_mma<F>(f, b, d);
+        scale_add<F>(d, ws0, ws1, xs0, xs1, acc[i]);
+      }
+    }
+  }
+}
+
+// By one warp: the tile's outputs from the slices' partials part[(i kw + s) 32 + lane] (weight i,
+// slice s), folded in slice order (tot = acc_0, then + acc_s), emit(r, col, v) for rows r < R of the
+// pass and the present columns col0 (ok0) and col0 + 8 (ok1) of this lane.
+template <int NW, typename Emit>
+__device__ __forceinline__ void fold_emit(const float4* part, int kw, int R, int64_t col0, bool ok0, bool ok1,
+                                          Emit emit) {
+  const int lane = threadIdx.x & 31, q = lane & 3;
+  float4 t[NW];
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    t[i] = part[i * kw * 32 + lane];
+    for (int s = 1; s < kw; ++s) {
+      const float4 v = part[(i * kw + s) * 32 + lane];
+      t[i].x = __fadd_rn(t[i].x, v.x), t[i].y = __fadd_rn(t[i].y, v.y);
+      t[i].z = __fadd_rn(t[i].z, v.z), t[i].w = __fadd_rn(t[i].w, v.w);
+    }
+  }
+  float v[NW];
+  if (2 * q < R) {
+    if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].x; emit(2 * q, col0, v); }
+    if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].z; emit(2 * q, col0 + 8, v); }
+  }
+  if (2 * q + 1 < R) {
+    if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].y; emit(2 * q + 1, col0, v); }
+    if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].w; emit(2 * q + 1, col0 + 8, v); }
+  }
+}
+
 // Output columns [16 tile, 16 tile + 16) of NW weights (same shape) for rows 0 .. rows-1 (row r at
 // row_ptr(r)), in passes of 8 rows; blockDim.x = 32 L.nwarps. For each valid (row, column) one
 // thread of warp 0 calls emit(r, col, v) with v[i] the fp32 sum of weight i, the arithmetic of
@@ -130,7 +224,6 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
 template <Fmt F, int NW, typename RowPtr, typename Emit>
 __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
                                           int act_block, const TileLayout& L, float4* smem, Emit emit) {
-  constexpr int CB = WPtr<F>::kChunkBytes;  // weight bytes of one column per chunk
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   float4* part = smem;
   float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
@@ -144,31 +237,18 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
   const int ncols = static_cast<int>(W[0].out - col_base < 16 ? W[0].out - col_base : 16);
   WPtr<F> P[NW] = {WPtr<F>(W[0], col0, q)};  // the scales (the bytes come through the ring)
   if constexpr (NW == 2) P[1] = WPtr<F>(W[1], col0, q);
+  const uint8_t* base[NW];
+  int64_t row_bytes[NW];
+#pragma unroll
+  for (int w = 0; w < NW; ++w) base[w] = W[w].w + col_base * W[w].row_bytes, row_bytes[w] = W[w].row_bytes;
   for (int64_t r0 = 0; r0 < rows; r0 += kPassRows) {
     const int R = static_cast<int>(rows - r0 < kPassRows ? rows - r0 : kPassRows);
     for (int s = warp; s < L.kw; s += L.nwarps) {
       const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);
       const int c0 = u0 * uc, c1 = u1 * uc, nst = (c1 - c0 + kStageChunks - 1) / kStageChunks;
-      // Stage t of the slice (chunks c0 + 4t ..) into ring slot `slot`: 16-byte pieces, 8 lanes per
-      // 128 contiguous bytes of a column; a group is committed even when empty so the count of
-      // pending groups stays uniform. Absent columns are not copied (their outputs are not emitted).
-      constexpr int kPieces = kStageChunks * CB / 16;  // per column of a full stage: 8 (FP8), 4 (FP4)
-      auto issue = [&](int t, int slot) {
-        const int ca = c0 + t * kStageChunks, pc = c1 - ca < kStageChunks ? c1 - ca : kStageChunks;
-        if (pc > 0) {
-          const int per_col = pc * CB / 16;
-#pragma unroll
-          for (int i = lane; i < 16 * kPieces; i += 32) {
-            const int j = i / kPieces, piece = i % kPieces;
-            if (j < ncols && piece < per_col) {
-#pragma unroll
-              for (int w = 0; w < NW; ++w)
-                cp_async16(ring + (w * L.depth + slot) * kStageBytes<F> + j * kColStride<F> + 16 * piece,
-                           W[w].w + (col_base + j) * W[w].row_bytes + int64_t(ca) * CB + 16 * piece);
-            }
-          }
-        }
-        cp_async_commit();
+      auto issue = [&](int t, int slot) {  // stage t of the slice (chunks c0 + 4t ..)
+        const int ca = c0 + t * kStageChunks;
+        issue_stage<F, NW>(ring, L.depth, slot, base, row_bytes, ncols, ca, c1 - ca < kStageChunks ? c1 - ca : kStageChunks);
       };
       int islot = 0;  // the ring slot of the next stage issued
       for (int t = 0; t < L.depth - 1; ++t) {  // in flight while the rows stage
@@ -186,35 +266,8 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
         islot = islot + 1 == L.depth ? 0 : islot + 1;
         cp_async_wait_n(L.depth - 1);  // stage t has landed (this lane's pieces) ...
         __syncwarp();                 // ... and every lane's
-        const uint8_t* buf = ring + cslot * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
+        stage_mma<F, NW>(ring, L.depth, cslot, P, c0, c0 + t * kStageChunks, c1, R, xq, L.stride, xs, L.ustride, ucs, acc);
         cslot = cslot + 1 == L.depth ? 0 : cslot + 1;
-#pragma unroll
-        for (int cc = 0; cc < kStageChunks; ++cc) {
-          const int c = c0 + t * kStageChunks + cc;
-          if (c < c1) {
-            const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * L.stride + (c - c0) * kChunk + 8 * q)
-                                  : make_uint4(0, 0, 0, 0);
-            const int ub = (c - c0) >> ucs;
-            const float xs0 = 2 * q < R ? xs[2 * q * L.ustride + ub] : 0.f;
-            const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * L.ustride + ub] : 0.f;
-#pragma unroll
-            for (int i = 0; i < NW; ++i) {
-              const uint8_t* wp = buf + i * L.depth * kStageBytes<F> + cc * CB;
-              WFrag<F> f;
-              if constexpr (F == Fmt::fp8) {
-                f.c0 = *reinterpret_cast<const uint2*>(wp);
-                f.c1 = *reinterpret_cast<const uint2*>(wp + 8 * kColStride<F>);
-              } else {
-                f.c0 = *reinterpret_cast<const uint32_t*>(wp);
-                f.c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kColStride<F>);
-              }
-              float ws0, ws1, d[4];
-              P[i].scales(c, ws0, ws1);
-              chunk_mma<F>(f, b, d);
-              scale_add<F>(d, ws0, ws1, xs0, xs1, acc[i]);
-            }
-          }
-        }
         __syncwarp();  // the slot is refilled depth - 1 stages on
       }
 #pragma unroll
@@ -222,27 +275,9 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
     }
     pdl_launch_dependents();  // the weights are streamed: the next kernel may start loading its own
     __syncthreads();
-    if (warp == 0) {  // slices in order: tot = acc_0, then + acc_s
-      float4 t[NW];
-#pragma unroll
-      for (int i = 0; i < NW; ++i) {
-        t[i] = part[i * L.kw * 32 + lane];
-        for (int s = 1; s < L.kw; ++s) {
-          const float4 v = part[(i * L.kw + s) * 32 + lane];
-          t[i].x = __fadd_rn(t[i].x, v.x), t[i].y = __fadd_rn(t[i].y, v.y);
-          t[i].z = __fadd_rn(t[i].z, v.z), t[i].w = __fadd_rn(t[i].w, v.w);
-        }
-      }
-      float v[NW];
-      if (2 * q < R) {
-        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].x; emit(r0 + 2 * q, col0, v); }
-        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].z; emit(r0 + 2 * q, col0 + 8, v); }
-      }
-      if (2 * q + 1 < R) {
-        if (ok0) { for (int i = 0; i < NW; ++i) v[i] = t[i].y; emit(r0 + 2 * q + 1, col0, v); }
-        if (ok1) { for (int i = 0; i < NW; ++i) v[i] = t[i].w; emit(r0 + 2 * q + 1, col0 + 8, v); }
-      }
-    }
+    if (warp == 0)  // slices in order: tot = acc_0, then + acc_s
+      fold_emit<NW>(part, L.kw, R, col0, ok0, ok1,
+                    [&](int r, int64_t col, const float (&v)[NW]) { emit(r0 + r, col, v); });
     __syncthreads();
   }
 }
