@@ -24,6 +24,7 @@
 
 #include "forward_testing.h"
 #include "backends/cpu/forward.h"
+#include "backends/cpu/gate_checkpoint.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/synthetic_exl3.h"
@@ -270,6 +271,42 @@ TEST(CudaExl3Forward, WholeModelGate) {
   auto v = gpu_testing::forward_gate(*f, gate_weights(), "preset " + preset_name() + ", EXL3 gate weights");
   std::printf("whole-model gate, EXL3 %s, %d prompts x %d tokens: %s\n", preset_name().c_str(), cpu::gate::kPrompts,
               cpu::gate::kPromptLength, v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
+}
+
+// The gate on files: the gate pack `dsv4 synth --profile gate --format exl3` writes
+// (cpu::write_gate_exl3_pack), loaded by load_weights with its Engram release shards as
+// `--backend cuda` loads a pack, uploaded, and gated against the oracle on the loaded weights
+// (which are cpu::written_exl3_gate_weights: docs/numerics.md, "The gate on written files").
+TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
+  auto preset = family::parse_preset(preset_name());
+  ASSERT_TRUE(preset.ok());
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("dsv4_exl3_gate_pack_" + preset_name() + "_" + std::to_string(getpid()))).string();
+  family::Exl3SynthOptions o;
+  o.sync = false;
+  o.release_dir = dir + "/release-engram";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto written = cpu::write_gate_exl3_pack(family::preset_config(*preset, family::Variant::v41), dir, o);
+  ASSERT_TRUE(written.ok()) << written.status().to_string();
+  auto loaded = cpu::load_weights(dir, cpu::LoadOptions{o.release_dir});
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  std::printf("EXL3 gate pack (preset %s): written and loaded in %.1f s, %lld bytes\n", preset_name().c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              static_cast<long long>(written->payload_bytes));
+  std::shared_ptr<const cpu::ModelWeights> w(*loaded);
+  auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ForwardOptions fo;
+  fo.max_context = 4096;
+  fo.max_rollback = 16;
+  fo.max_call_rows = 512;
+  auto f = Forward::create(std::shared_ptr<const ModelDevice>(std::move(*m)), fo);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto v = gpu_testing::forward_gate(**f, w, "preset " + preset_name() + ", EXL3 gate pack loaded from files");
+  std::printf("whole-model gate, EXL3 gate pack from files, %s, %d prompts x %d tokens: %s\n", preset_name().c_str(),
+              cpu::gate::kPrompts, cpu::gate::kPromptLength, v.summary().c_str());
   EXPECT_TRUE(v.pass()) << v.summary();
 }
 
