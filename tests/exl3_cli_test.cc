@@ -7,24 +7,12 @@
 #include <filesystem>
 #include <string>
 
+#include "cli_testing.h"
+
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-CliRun run_dsv4(const std::string& args) {
-  const std::string cmd = std::string(DSV4_BINARY_DIR) + "/dsv4 " + args + " 2>&1";
-  CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  r.status = ::pclose(p);
-  return r;
-}
+using dsv4::cli_testing::CliRun;
+using dsv4::cli_testing::run_dsv4;
 
 TEST(Exl3Cli, SynthPackThenRunWithTheReleaseShards) {
   namespace fs = std::filesystem;

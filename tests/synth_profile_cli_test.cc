@@ -12,26 +12,14 @@
 #include "backends/cpu/gate_checkpoint.h"
 #include "family/deepseek_v41/preset.h"
 
+#include "cli_testing.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-CliRun run_dsv4(const std::string& args) {
-  const std::string cmd = std::string(DSV4_BINARY_DIR) + "/dsv4 " + args + " 2>&1";
-  CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  r.status = ::pclose(p);
-  return r;
-}
+using dsv4::cli_testing::CliRun;
+using dsv4::cli_testing::run_dsv4;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

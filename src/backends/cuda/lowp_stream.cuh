@@ -49,14 +49,12 @@ inline StreamLayout stream_layout(int64_t in, int act_block, int64_t rows, int n
   L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);
   L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
   L.nw = nw;
-  const int nst = (umax * (act_block / kChunk) + kStageChunks - 1) / kStageChunks;
   int depth = g_layout_override.depth > 0 ? g_layout_override.depth : 2;
   for (;; --depth) {
     L.depth = depth < 1 ? 1 : depth;
     L.ring = nw * L.depth * kStageBytes<F>;
     if (L.bytes() <= caps.smem_block || L.depth == 1) break;
   }
-  (void)nst;  // the ring runs across items, so a slice shorter than the ring still fills it
   return L;
 }
 

@@ -23,24 +23,30 @@ __device__ __forceinline__ LowpWeight as_lowp(const Fp4View& v) {
 }
 
 
-// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs. Thread t
-// counts the segment starts in its run of pairs; the scan gives the run its first segment index.
-__global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
-                                                               int64_t n_pairs, int32_t* __restrict__ seg) {
-  __shared__ int32_t warp_total[kSegThreads / 32];
-  pdl_wait();
-  pdl_launch_dependents();
+// By the whole block: starts[k] = the first pair of segment k (a run of one expert) for k < S, then
+// starts[S] = n_pairs; returns S to every thread. Thread t counts the segment starts in its run of
+// pairs; the scan gives the run its first segment index.
+__device__ __forceinline__ int32_t segment_starts(const int32_t* __restrict__ pair_expert, int64_t n_pairs,
+                                                  int32_t* starts, int32_t* warp_total) {
   const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
   const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
   int32_t c = 0, total = 0;
   for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
   int32_t k = block_exclusive_scan(c, warp_total, total);
-  if (threadIdx.x == 0) {
-    seg[0] = total;
-    seg[1 + total] = static_cast<int32_t>(n_pairs);
-  }
+  if (threadIdx.x == 0) starts[total] = static_cast<int32_t>(n_pairs);
   for (int64_t p = p0; p < p1; ++p)
-    if (p == 0 || pair_expert[p] != pair_expert[p - 1]) seg[1 + k++] = static_cast<int32_t>(p);
+    if (p == 0 || pair_expert[p] != pair_expert[p - 1]) starts[k++] = static_cast<int32_t>(p);
+  return total;
+}
+
+// seg[0] = number of segments S; seg[1 .. S+1] = start pair of each segment, then n_pairs.
+__global__ void __launch_bounds__(kSegThreads) segment_kernel(const int32_t* __restrict__ pair_expert,
+                                                               int64_t n_pairs, int32_t* __restrict__ seg) {
+  __shared__ int32_t warp_total[kSegThreads / 32];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int32_t S = segment_starts(pair_expert, n_pairs, seg + 1, warp_total);
+  if (threadIdx.x == 0) seg[0] = S;
 }
 
 // Row groups of the streaming kernels: grp[0] = G; group k covers pairs [grp[1 + 2k], grp[2 + 2k]),
@@ -53,14 +59,7 @@ __global__ void __launch_bounds__(kSegThreads) groups_kernel(const int32_t* __re
   __shared__ int32_t warp_total[kSegThreads / 32];
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t per = (n_pairs + kSegThreads - 1) / kSegThreads;
-  const int64_t p0 = std::min<int64_t>(n_pairs, threadIdx.x * per), p1 = std::min<int64_t>(n_pairs, p0 + per);
-  int32_t c = 0, S = 0;
-  for (int64_t p = p0; p < p1; ++p) c += (p == 0 || pair_expert[p] != pair_expert[p - 1]);
-  int32_t k = block_exclusive_scan(c, warp_total, S);
-  for (int64_t p = p0; p < p1; ++p)
-    if (p == 0 || pair_expert[p] != pair_expert[p - 1]) starts[k++] = static_cast<int32_t>(p);
-  if (threadIdx.x == 0) starts[S] = static_cast<int32_t>(n_pairs);
+  const int32_t S = segment_starts(pair_expert, n_pairs, starts, warp_total);
   __syncthreads();
   const int32_t sper = (S + kSegThreads - 1) / kSegThreads;
   const int32_t i0 = min(S, static_cast<int32_t>(threadIdx.x) * sper), i1 = min(S, i0 + sper);
