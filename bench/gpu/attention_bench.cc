@@ -2,7 +2,8 @@
 // heads): batch-1 decode time per layer role at a given context, against the layer's memory floor
 // (weight bytes + KV bytes read, at the device's peak bandwidth). Caches are filled with random
 // valid packed rows, so no prefill is needed. Usage: attention_bench [--kernels] [context ...]
-// (--kernels: only the attention-specific kernels, no weights and no layer steps).
+// (--kernels: only the attention-specific kernels, no weights and no layer steps; DSV4_BENCH_ITERS:
+// timed steps per layer, default 50, 1 under a per-kernel profiler).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -244,6 +245,9 @@ int main(int argc, char** argv) {
     else contexts.push_back(std::atoll(argv[i]));
   }
   if (contexts.empty()) contexts = {4096, 65536};
+  // DSV4_BENCH_ITERS: timed steps per layer (default 50; 1 under a profiler, which times each kernel).
+  const char* it_env = std::getenv("DSV4_BENCH_ITERS");
+  const int iters = std::max(1, it_env ? std::atoi(it_env) : 50);
   // Floor bandwidth: a 2 GiB device-to-device copy (bytes read + written) measured here, as the
   // EXL3 bench does; the layer's bytes divided by it give its floor time.
   double peak = 0;
@@ -315,10 +319,9 @@ int main(int argc, char** argv) {
       if (r.index_source) kv += ((p + 1) / r.ratio) * geo->index_row;
       const double mb = (weight_bytes(attn[l]) + kv) / 1e6;
       const double floor_us = (weight_bytes(attn[l]) + kv) / peak * 1e6;
-      for (int i = 0; i < 3; ++i) (void)attention_layer(c, l, x, y);
+      for (int i = 0; i < std::min(3, iters); ++i) (void)attention_layer(c, l, x, y);
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0); cudaEventCreate(&e1);
-      const int iters = 50;
       cudaEventRecord(e0, stream);
       for (int i = 0; i < iters; ++i) (void)attention_layer(c, l, x, y);
       cudaEventRecord(e1, stream);
