@@ -245,7 +245,6 @@ int main(int argc, char** argv) {
     else contexts.push_back(std::atoll(argv[i]));
   }
   if (contexts.empty()) contexts = {4096, 65536};
-  // DSV4_BENCH_ITERS: timed steps per layer (default 50; 1 under a profiler, which times each kernel).
   const char* it_env = std::getenv("DSV4_BENCH_ITERS");
   const int iters = std::max(1, it_env ? std::atoi(it_env) : 50);
   // Floor bandwidth: a 2 GiB device-to-device copy (bytes read + written) measured here, as the
