@@ -88,13 +88,13 @@ int64_t StreamCaches::device_bytes(const AttnGeometry& g) {
   return static_cast<int64_t>(total);
 }
 
-StatusOr<std::unique_ptr<StreamCaches>> StreamCaches::create(const AttnGeometry& g) {
+StatusOr<std::unique_ptr<StreamCaches>> StreamCaches::create(const AttnGeometry& g, cudaStream_t s) {
   std::unique_ptr<StreamCaches> c(new StreamCaches(g));
   const int64_t bytes = device_bytes(g);
   c->mem_ = DeviceBuffer(static_cast<size_t>(bytes));
   if (!c->mem_)
     return error(StatusCode::resource_exhausted, "stream caches: cannot allocate {} device bytes", bytes);
-  DSV4_RETURN_IF_ERROR(state_status(cudaMemset(c->mem_.get(), 0, bytes), "clear"));
+  DSV4_RETURN_IF_ERROR(state_status(cudaMemsetAsync(c->mem_.get(), 0, bytes, s), "clear"));
   uint8_t* at = c->mem_.as<uint8_t>();
   auto take = [&](size_t n) -> uint8_t* {
     if (n == 0) return nullptr;

@@ -54,8 +54,10 @@ struct LayerCachesDev {
 
 class StreamCaches {
  public:
-  // Allocates (and zeroes) the caches of one stream; refuses when the device is out of memory.
-  static StatusOr<std::unique_ptr<StreamCaches>> create(const AttnGeometry& g);
+  // Allocates the caches of one stream and zeroes them on `s`, the CUDA stream that will use them
+  // (ordered before its later work: a clear on another stream could land after a restore's copies
+  // or a first forward's writes); refuses when the device is out of memory.
+  static StatusOr<std::unique_ptr<StreamCaches>> create(const AttnGeometry& g, cudaStream_t s = nullptr);
   // Device bytes one stream takes (admission accounting).
   static int64_t device_bytes(const AttnGeometry& g);
 

@@ -75,7 +75,7 @@ cudaError_t Exl3Scratch::buffer(cudaStream_t s, void** out, size_t* bytes_out) {
   if (cs != cudaStreamCaptureStatusNone) return cudaErrorStreamCaptureUnsupported;
   void* p = nullptr;
   if ((err = cudaMalloc(&p, n)) != cudaSuccess) return err;
-  if ((err = cudaMemset(p, 0, n)) != cudaSuccess) {
+  if ((err = cudaMemsetAsync(p, 0, n, s)) != cudaSuccess) {  // on s: ordered before its users
     cudaFree(p);
     return err;
   }

@@ -84,7 +84,7 @@ Forward::~Forward() {
 
 StatusOr<int32_t> Forward::open_stream() {
   std::lock_guard<std::mutex> lock(mu_);
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> c, StreamCaches::create(*geo_));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> c, StreamCaches::create(*geo_, stream_));
   const int32_t id = next_id_++;
   streams_[id].caches = std::move(c);
   return id;
@@ -158,7 +158,7 @@ Status Forward::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
   std::memcpy(&cb, &bytes[16], 8);
   if (n > (bytes.size() - 24) / 8 || bytes.size() != 24 + n * 8 + cb)
     return error(StatusCode::data_loss, "stream snapshot: truncated or mismatched");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
   std::vector<uint8_t> caches(bytes.begin() + 24 + n * 8, bytes.end());
   DSV4_RETURN_IF_ERROR(fresh->from_bytes(caches, stream_));
   if (fresh->length() != static_cast<int64_t>(n))
