@@ -18,7 +18,10 @@ constexpr int kRowRegs = 64;     // registers per thread of the row kernels (the
 // Bytes per staged column: 32 bytes past a multiple of 128 (FP8) / 16 past 64 (FP4), so the 8
 // columns g of one fragment read fall on distinct banks.
 template <Fmt F> constexpr int kColStride = F == Fmt::fp8 ? 160 : 80;
-template <Fmt F> constexpr int kStageBytes = 16 * kColStride<F>;
+// One ring stage of one weight: the 16 columns' weight bytes, then their scales as floats
+// [kStageChunks][16] (chunk cc of column j at cc * 16 + j; 0 for an absent column or chunk).
+template <Fmt F> constexpr int kStageWeightBytes = 16 * kColStride<F>;
+template <Fmt F> constexpr int kStageBytes = kStageWeightBytes<F> + 16 * kStageChunks * int(sizeof(float));
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -149,13 +152,57 @@ __device__ __forceinline__ void issue_stage(uint8_t* ring, int depth, int slot, 
   cp_async_commit();
 }
 
+// The scales of a ring stage, issued with its weight bytes and written into the stage's table one
+// issue later (by then landed), so the MMA loop reads them from shared memory: lane l takes column
+// l % 16, chunks 2 (l / 16) and 2 (l / 16) + 1 of the stage. srow[w]: the lane's column's scale row
+// in weight w (nullptr for an absent column); sh = log2 of the chunks per scale block. With a ring
+// of one stage the table is written at once (the stage is multiplied right after its issue).
+// Speed only: the MMA loop used to load each chunk's scale bytes from global memory and wait on them
+// (H200, linear_bench: routed experts at 1 row 125.9 -> 94.8 us, wq_b 23.3 -> 19.7; docs/perf.md).
+template <Fmt F, int NW>
+struct StageScales {
+  static constexpr uint32_t kNone = 0x100;  // no scale byte: the table gets 0
+  uint32_t raw[NW][2];
+  int pslot = -1;  // the slot whose table the held bytes belong to; -1: none held
+  __device__ __forceinline__ void flush(uint8_t* ring, int depth) {
+    if (pslot < 0) return;
+    const int lane = threadIdx.x & 31, j = lane & 15, cc0 = 2 * (lane >> 4);
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      float* tab = reinterpret_cast<float*>(ring + (w * depth + pslot) * kStageBytes<F> + kStageWeightBytes<F>);
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        tab[(cc0 + k) * 16 + j] = raw[w][k] == kNone ? 0.f : ue8m0_to_f32(static_cast<uint8_t>(raw[w][k]));
+    }
+    pslot = -1;
+  }
+  __device__ __forceinline__ void issue(uint8_t* ring, int depth, int slot, const uint8_t* const (&srow)[NW], int sh,
+                                        int ca, int pc) {
+    flush(ring, depth);
+    const int cc0 = 2 * ((threadIdx.x & 31) >> 4);
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        raw[w][k] = srow[w] && cc0 + k < pc ? uint32_t{__ldg(srow[w] + ((ca + cc0 + k) >> sh))} : kNone;
+    pslot = slot;
+    if (depth == 1) flush(ring, depth);
+  }
+};
+
+// The scale row of column col of W (nullptr past its columns) and log2 of its chunks per scale block.
+__device__ __forceinline__ const uint8_t* scale_row(const LowpWeight& W, const uint8_t* scale, int64_t col) {
+  return col < W.out ? scale + (col >> (__ffs(W.scale_rows) - 1)) * W.scale_stride : nullptr;
+}
+__device__ __forceinline__ int scale_shift(const LowpWeight& W) { return __ffs(W.scale_cols / kChunk) - 1; }
+
 // The chunks [cs, min(cs + kStageChunks, c1)) of one landed ring stage (slot `slot`) into acc, for
 // the warp's rows 0 .. R-1 staged from chunk c0 on (xq, xs as stage_warp writes them; ucs = log2 of
 // the chunks per act block): each chunk's arithmetic is lowp_mma.cuh's, chunks in increasing order.
 template <Fmt F, int NW>
-__device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int slot, const WPtr<F> (&P)[NW], int c0,
-                                          int cs, int c1, int R, const __half* xq, int stride, const float* xs,
-                                          int ustride, int ucs, float (&acc)[NW][4]) {
+__device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int slot, int c0, int cs, int c1, int R,
+                                          const __half* xq, int stride, const float* xs, int ustride, int ucs,
+                                          float (&acc)[NW][4]) {
   constexpr int CB = WPtr<F>::kChunkBytes;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const uint8_t* buf = ring + slot * kStageBytes<F> + g * kColStride<F> + (CB / 4) * q;
@@ -171,6 +218,7 @@ __device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int sl
 #pragma unroll
       for (int i = 0; i < NW; ++i) {
         const uint8_t* wp = buf + i * depth * kStageBytes<F> + cc * CB;
+        const float* tab = reinterpret_cast<const float*>(ring + (i * depth + slot) * kStageBytes<F> + kStageWeightBytes<F>);
         WFrag<F> f;
         if constexpr (F == Fmt::fp8) {
           f.c0 = *reinterpret_cast<const uint2*>(wp);
@@ -179,8 +227,8 @@ __device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int sl
           f.c0 = *reinterpret_cast<const uint32_t*>(wp);
           f.c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kColStride<F>);
         }
-        float ws0, ws1, d[4];
-        P[i].scales(c, ws0, ws1);
+        const float ws0 = tab[cc * 16 + g], ws1 = tab[cc * 16 + g + 8];
+        float d[4];
         chunk_mma<F>(f, b, d);
         scale_add<F>(d, ws0, ws1, xs0, xs1, acc[i]);
       }
@@ -224,7 +272,7 @@ __device__ __forceinline__ void fold_emit(const float4* part, int kw, int R, int
 template <Fmt F, int NW, typename RowPtr, typename Emit>
 __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int64_t rows, RowPtr row_ptr,
                                           int act_block, const TileLayout& L, float4* smem, Emit emit) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
   float4* part = smem;
   float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
   float* xs = xs_all + warp * L.rt * L.ustride;
@@ -235,20 +283,25 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
   const int64_t col_base = tile * 16, col0 = col_base + g;
   const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;
   const int ncols = static_cast<int>(W[0].out - col_base < 16 ? W[0].out - col_base : 16);
-  WPtr<F> P[NW] = {WPtr<F>(W[0], col0, q)};  // the scales (the bytes come through the ring)
-  if constexpr (NW == 2) P[1] = WPtr<F>(W[1], col0, q);
   const uint8_t* base[NW];
+  const uint8_t* srow[NW];  // the scale row of this lane's staging column (StageScales)
   int64_t row_bytes[NW];
 #pragma unroll
-  for (int w = 0; w < NW; ++w) base[w] = W[w].w + col_base * W[w].row_bytes, row_bytes[w] = W[w].row_bytes;
+  for (int w = 0; w < NW; ++w) {
+    base[w] = W[w].w + col_base * W[w].row_bytes, row_bytes[w] = W[w].row_bytes;
+    srow[w] = scale_row(W[w], W[w].scale, col_base + (lane & 15));
+  }
+  const int sh = scale_shift(W[0]);
+  StageScales<F, NW> sc;
   for (int64_t r0 = 0; r0 < rows; r0 += kPassRows) {
     const int R = static_cast<int>(rows - r0 < kPassRows ? rows - r0 : kPassRows);
     for (int s = warp; s < L.kw; s += L.nwarps) {
       const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);
       const int c0 = u0 * uc, c1 = u1 * uc, nst = (c1 - c0 + kStageChunks - 1) / kStageChunks;
       auto issue = [&](int t, int slot) {  // stage t of the slice (chunks c0 + 4t ..)
-        const int ca = c0 + t * kStageChunks;
-        issue_stage<F, NW>(ring, L.depth, slot, base, row_bytes, ncols, ca, c1 - ca < kStageChunks ? c1 - ca : kStageChunks);
+        const int ca = c0 + t * kStageChunks, pc = c1 - ca < kStageChunks ? c1 - ca : kStageChunks;
+        issue_stage<F, NW>(ring, L.depth, slot, base, row_bytes, ncols, ca, pc);
+        sc.issue(ring, L.depth, slot, srow, sh, ca, pc);
       };
       int islot = 0;  // the ring slot of the next stage issued
       for (int t = 0; t < L.depth - 1; ++t) {  // in flight while the rows stage
@@ -266,7 +319,7 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
         islot = islot + 1 == L.depth ? 0 : islot + 1;
         cp_async_wait_n(L.depth - 1);  // stage t has landed (this lane's pieces) ...
         __syncwarp();                 // ... and every lane's
-        stage_mma<F, NW>(ring, L.depth, cslot, P, c0, c0 + t * kStageChunks, c1, R, xq, L.stride, xs, L.ustride, ucs, acc);
+        stage_mma<F, NW>(ring, L.depth, cslot, c0, c0 + t * kStageChunks, c1, R, xq, L.stride, xs, L.ustride, ucs, acc);
         cslot = cslot + 1 == L.depth ? 0 : cslot + 1;
         __syncwarp();  // the slot is refilled depth - 1 stages on
       }

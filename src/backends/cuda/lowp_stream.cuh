@@ -85,7 +85,7 @@ inline constexpr int kStreamMinBlocks = NW == 2 ? 1 : 65536 / (kMaxSlices * 32 *
 template <Fmt F, int NW, bool kWaited, typename Groups>
 __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& shape, int64_t n_items,
                                             int64_t tiles, int act_block, const StreamLayout& L, float4* smem) {
-  const int s = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int s = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
   const int64_t i0 = n_items * blockIdx.x / gridDim.x, i1 = n_items * (blockIdx.x + 1) / gridDim.x;
   if (i0 >= i1) return;  // uniform over the CTA
   uint8_t* const sm = reinterpret_cast<uint8_t*>(smem);
@@ -106,17 +106,25 @@ __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& s
   int64_t ii = i0, igroup = i0 / tiles, itile = i0 - igroup * tiles;
   int it = 0, islot = 0;
   const uint8_t* ibytes[NW];
+  const uint8_t* iscale[NW];
 #pragma unroll
-  for (int w = 0; w < NW; ++w) ibytes[w] = G.bytes(igroup, w);
+  for (int w = 0; w < NW; ++w) ibytes[w] = G.bytes(igroup, w), iscale[w] = G.scales(igroup, w);
+  const int sh = scale_shift(shape);
+  StageScales<F, NW> sc;
   auto issue_next = [&]() {
     if (ii < i1) {
       const int64_t col_base = itile * 16;
       const uint8_t* base[NW];
+      const uint8_t* srow[NW];
 #pragma unroll
-      for (int w = 0; w < NW; ++w) base[w] = ibytes[w] + col_base * shape.row_bytes;
+      for (int w = 0; w < NW; ++w) {
+        base[w] = ibytes[w] + col_base * shape.row_bytes;
+        srow[w] = scale_row(shape, iscale[w], col_base + (lane & 15));
+      }
       const int ncols = static_cast<int>(shape.out - col_base < 16 ? shape.out - col_base : 16);
-      const int ca = c0 + it * kStageChunks;
-      issue_stage<F, NW>(ring, L.depth, islot, base, row_bytes, ncols, ca, c1 - ca < kStageChunks ? c1 - ca : kStageChunks);
+      const int ca = c0 + it * kStageChunks, pc = c1 - ca < kStageChunks ? c1 - ca : kStageChunks;
+      issue_stage<F, NW>(ring, L.depth, islot, base, row_bytes, ncols, ca, pc);
+      sc.issue(ring, L.depth, islot, srow, sh, ca, pc);
       if (++it == nst) {
         it = 0;
         ++ii;
@@ -124,11 +132,12 @@ __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& s
           itile = 0;
           ++igroup;
 #pragma unroll
-          for (int w = 0; w < NW; ++w) ibytes[w] = G.bytes(igroup, w);
+          for (int w = 0; w < NW; ++w) ibytes[w] = G.bytes(igroup, w), iscale[w] = G.scales(igroup, w);
         }
       }
     } else {
       cp_async_commit();  // past the run: an empty group keeps the pending count uniform
+      sc.flush(ring, L.depth);
     }
     islot = islot + 1 == L.depth ? 0 : islot + 1;
   };
@@ -146,13 +155,6 @@ __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& s
       staged = gi;
     }
     const int64_t col0 = tile * 16 + g;
-    WPtr<F> P[NW];  // the scales (the bytes come through the ring)
-#pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      LowpWeight W = shape;
-      W.scale = G.scales(gi, w);
-      P[w] = WPtr<F>(W, col0, q);
-    }
     float acc[NW][4];
 #pragma unroll
     for (int w = 0; w < NW; ++w) acc[w][0] = acc[w][1] = acc[w][2] = acc[w][3] = 0.f;
@@ -160,7 +162,7 @@ __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& s
       issue_next();
       cp_async_wait_n(L.depth - 1);  // stage t of item i has landed (this lane's pieces) ...
       __syncwarp();                 // ... and every lane's
-      stage_mma<F, NW>(ring, L.depth, cslot, P, c0, c0 + t * kStageChunks, c1, R, xq, L.stride, xs, L.ustride, ucs, acc);
+      stage_mma<F, NW>(ring, L.depth, cslot, c0, c0 + t * kStageChunks, c1, R, xq, L.stride, xs, L.ustride, ucs, acc);
       cslot = cslot + 1 == L.depth ? 0 : cslot + 1;
       __syncwarp();  // the slot is refilled depth - 1 stages on
     }
