@@ -15,7 +15,10 @@ using namespace attn;
 using namespace sparse;
 constexpr int kScoreHeads = 4;   // heads per score block: 64 entries x 4 heads = 256 threads
 constexpr int kAccHeads = 4;     // heads per accumulation block, one warp each
-constexpr int kSlice = 64;       // channels per accumulation block (two per lane)
+// Channels per accumulation block (two per lane). 32 rather than 64: twice the blocks, each staging
+// half the keys in 80 KB (two per SM), where staging is the kernel's longest stage (H200, attention_bench
+// --kernels at 4K: window + 512 selected 46.7 -> 41.4 us; docs/perf.md).
+constexpr int kSlice = 32;
 constexpr int64_t kRowChunk = 64;  // rows per kernel pair (bounds the score buffer)
 constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_90 / sm_100)
 
@@ -333,9 +336,7 @@ cudaError_t sparse::two_pass(const SparseArgs& a, float* work, cudaStream_t s) {
   if (d % 32 || H % kScoreHeads || H % kAccHeads || !work || W + n_sel == 0) return cudaErrorInvalidValue;
   const int64_t n = W + n_sel, nb = (n + 63) / 64;
   const size_t shm1 = (kScoreHeads * d) * sizeof(float) + 64 * (d + 8) * sizeof(uint16_t);
-  // Channel slice of the accumulation: 64, or 32 when the staged keys would not fit.
-  int cs = d < kSlice ? static_cast<int>(d) : kSlice;
-  if (AccumLayout(n, cs).total > kMaxSmem) cs = 32;
+  const int cs = kSlice;  // d is a multiple of it (checked above)
   const size_t shm2 = static_cast<size_t>(AccumLayout(n, cs).total);
   if (shm2 > kMaxSmem) return cudaErrorInvalidValue;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
