@@ -82,28 +82,9 @@ struct WPtr {
     s1 = W.scale + ((col0 + 8) >> rsh) * W.scale_stride;
     sh = __ffs(W.scale_cols / kChunk) - 1;  // scale_cols / 32 is a power of two (checked at launch)
   }
-  __device__ __forceinline__ void load(int c, WFrag<F>& f, float& ws0, float& ws1) const {
-    const int off = c * kChunkBytes;
-    if constexpr (F == Fmt::fp8) {
-      f.c0 = ok0 ? __ldg(reinterpret_cast<const uint2*>(p0 + off)) : make_uint2(0, 0);
-      f.c1 = ok1 ? __ldg(reinterpret_cast<const uint2*>(p1 + off)) : make_uint2(0, 0);
-    } else {
-      f.c0 = ok0 ? __ldg(reinterpret_cast<const uint32_t*>(p0 + off)) : 0u;
-      f.c1 = ok1 ? __ldg(reinterpret_cast<const uint32_t*>(p1 + off)) : 0u;
-    }
-    scales(c, ws0, ws1);
-  }
   __device__ __forceinline__ void scales(int c, float& ws0, float& ws1) const {
     ws0 = ok0 ? ue8m0_to_f32(__ldg(s0 + (c >> sh))) : 0.f;
     ws1 = ok1 ? ue8m0_to_f32(__ldg(s1 + (c >> sh))) : 0.f;
-  }
-  // Asks L2 for chunks [ca, cb) of both columns (lanes q = 0 / 1 take column g / g + 8, a 128-byte
-  // line per request), so the weight stream starts before the rows are staged.
-  __device__ __forceinline__ void prefetch_l2(int ca, int cb, int q) const {
-    if (q > 1 || !(q ? ok1 : ok0)) return;
-    const uint8_t* p = q ? p1 : p0;
-    for (int off = ca * kChunkBytes; off < cb * kChunkBytes; off += 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
   }
 };
 
