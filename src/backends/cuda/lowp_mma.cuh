@@ -141,16 +141,19 @@ __device__ __forceinline__ void chunk_mma(const WFrag<F>& f, uint4 b, float (&d)
   mma16816(d, a1, b.z, b.w, t);
 }
 
-// acc = fma(d, xs_row * (ws_col * kFactor), acc) for the thread's four (column, row) elements:
+// acc = fma(d, xs_row * w_col, acc) for the thread's four (column, row) elements, w = ws_col * kFactor:
 // d[0], d[1] column g rows 2q, 2q+1; d[2], d[3] column g+8.
-template <Fmt F>
-__device__ __forceinline__ void scale_add(const float (&d)[4], float ws0, float ws1, float xs0, float xs1,
-                                          float (&acc)[4]) {
-  const float w0 = __fmul_rn(ws0, Traits<F>::kFactor), w1 = __fmul_rn(ws1, Traits<F>::kFactor);
+__device__ __forceinline__ void scale_add_w(const float (&d)[4], float w0, float w1, float xs0, float xs1,
+                                            float (&acc)[4]) {
   acc[0] = __fmaf_rn(d[0], __fmul_rn(xs0, w0), acc[0]);
   acc[1] = __fmaf_rn(d[1], __fmul_rn(xs1, w0), acc[1]);
   acc[2] = __fmaf_rn(d[2], __fmul_rn(xs0, w1), acc[2]);
   acc[3] = __fmaf_rn(d[3], __fmul_rn(xs1, w1), acc[3]);
+}
+template <Fmt F>
+__device__ __forceinline__ void scale_add(const float (&d)[4], float ws0, float ws1, float xs0, float xs1,
+                                          float (&acc)[4]) {
+  scale_add_w(d, __fmul_rn(ws0, Traits<F>::kFactor), __fmul_rn(ws1, Traits<F>::kFactor), xs0, xs1, acc);
 }
 
 // act_quant (cpu::act_quant_row) of one quad (4 consecutive k, quad index `quad` of a row segment

@@ -18,8 +18,8 @@ constexpr int kRowRegs = 64;     // registers per thread of the row kernels (the
 // Bytes per staged column: 32 bytes past a multiple of 128 (FP8) / 16 past 64 (FP4), so the 8
 // columns g of one fragment read fall on distinct banks.
 template <Fmt F> constexpr int kColStride = F == Fmt::fp8 ? 160 : 80;
-// One ring stage of one weight: the 16 columns' weight bytes, then their scales as floats
-// [kStageChunks][16] (chunk cc of column j at cc * 16 + j; 0 for an absent column or chunk).
+// One ring stage of one weight: the 16 columns' weight bytes, then their scale factors as floats
+// [kStageChunks][16] (ws * kFactor of chunk cc of column j at cc * 16 + j; 0 for an absent column or chunk).
 template <Fmt F> constexpr int kStageWeightBytes = 16 * kColStride<F>;
 template <Fmt F> constexpr int kStageBytes = kStageWeightBytes<F> + 16 * kStageChunks * int(sizeof(float));
 
@@ -171,8 +171,11 @@ struct StageScales {
     for (int w = 0; w < NW; ++w) {
       float* tab = reinterpret_cast<float*>(ring + (w * depth + pslot) * kStageBytes<F> + kStageWeightBytes<F>);
 #pragma unroll
-      for (int k = 0; k < 2; ++k)
-        tab[(cc0 + k) * 16 + j] = raw[w][k] == kNone ? 0.f : ue8m0_to_f32(static_cast<uint8_t>(raw[w][k]));
+      for (int k = 0; k < 2; ++k) {  // ue8m0_to_f32 without branches (0: 2^-127, 255: NaN), times kFactor
+        const uint32_t b = raw[w][k];
+        const uint32_t bits = b == kNone ? 0u : b == 0 ? 0x00400000u : b == 0xFF ? 0x7FC00000u : b << 23;
+        tab[(cc0 + k) * 16 + j] = __fmul_rn(__uint_as_float(bits), Traits<F>::kFactor);
+      }
     }
     pslot = -1;
   }
@@ -227,10 +230,9 @@ __device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int sl
           f.c0 = *reinterpret_cast<const uint32_t*>(wp);
           f.c1 = *reinterpret_cast<const uint32_t*>(wp + 8 * kColStride<F>);
         }
-        const float ws0 = tab[cc * 16 + g], ws1 = tab[cc * 16 + g + 8];
         float d[4];
         chunk_mma<F>(f, b, d);
-        scale_add<F>(d, ws0, ws1, xs0, xs1, acc[i]);
+        scale_add_w(d, tab[cc * 16 + g], tab[cc * 16 + g + 8], xs0, xs1, acc[i]);
       }
     }
   }
