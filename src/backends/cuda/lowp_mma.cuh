@@ -60,6 +60,14 @@ template <> struct WFrag<Fmt::fp4> {
   uint32_t c0, c1;  // 8 e2m1 nibbles of column g / g+8
 };
 
+// The scale row of column col of W in the scale bytes `scale` (W's own, or another expert's of the same
+// shape), nullptr past W's columns; and log2 of W's chunks per scale block (scale_rows and
+// scale_cols / 32 are powers of two, checked at launch).
+__device__ __forceinline__ const uint8_t* scale_row(const LowpWeight& W, const uint8_t* scale, int64_t col) {
+  return col < W.out ? scale + (col >> (__ffs(W.scale_rows) - 1)) * W.scale_stride : nullptr;
+}
+__device__ __forceinline__ int scale_shift(const LowpWeight& W) { return __ffs(W.scale_cols / kChunk) - 1; }
+
 // Where one thread's weight bits and scales live: its 8 k's of chunk c for column g at
 // p0 + c * kChunkBytes (column g + 8 at p1 + ...); the scale bytes of chunk c at s0[c >> sh] and
 // s1[c >> sh] (sh = log2 of the chunks per scale block). Missing columns read as zero.
@@ -77,10 +85,9 @@ struct WPtr {
     ok0 = col0 < W.out, ok1 = col0 + 8 < W.out;
     p0 = W.w + col0 * W.row_bytes + (kChunkBytes / 4) * q;
     p1 = p0 + 8 * W.row_bytes;
-    const int rsh = __ffs(W.scale_rows) - 1;  // scale_rows: 1 (FP4) or the FP8 block, a power of two
-    s0 = W.scale + (col0 >> rsh) * W.scale_stride;
-    s1 = W.scale + ((col0 + 8) >> rsh) * W.scale_stride;
-    sh = __ffs(W.scale_cols / kChunk) - 1;  // scale_cols / 32 is a power of two (checked at launch)
+    s0 = scale_row(W, W.scale, col0);  // nullptr only where ok0 / ok1 is false (never read)
+    s1 = scale_row(W, W.scale, col0 + 8);
+    sh = scale_shift(W);
   }
   __device__ __forceinline__ void scales(int c, float& ws0, float& ws1) const {
     ws0 = ok0 ? ue8m0_to_f32(__ldg(s0 + (c >> sh))) : 0.f;

@@ -171,10 +171,9 @@ struct StageScales {
     for (int w = 0; w < NW; ++w) {
       float* tab = reinterpret_cast<float*>(ring + (w * depth + pslot) * kStageBytes<F> + kStageWeightBytes<F>);
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {  // ue8m0_to_f32 without branches (0: 2^-127, 255: NaN), times kFactor
-        const uint32_t b = raw[w][k];
-        const uint32_t bits = b == kNone ? 0u : b == 0 ? 0x00400000u : b == 0xFF ? 0x7FC00000u : b << 23;
-        tab[(cc0 + k) * 16 + j] = __fmul_rn(__uint_as_float(bits), Traits<F>::kFactor);
+      for (int k = 0; k < 2; ++k) {
+        const float ws = raw[w][k] == kNone ? 0.f : ue8m0_to_f32(static_cast<uint8_t>(raw[w][k]));
+        tab[(cc0 + k) * 16 + j] = __fmul_rn(ws, Traits<F>::kFactor);
       }
     }
     pslot = -1;
@@ -192,12 +191,6 @@ struct StageScales {
     if (depth == 1) flush(ring, depth);
   }
 };
-
-// The scale row of column col of W (nullptr past its columns) and log2 of its chunks per scale block.
-__device__ __forceinline__ const uint8_t* scale_row(const LowpWeight& W, const uint8_t* scale, int64_t col) {
-  return col < W.out ? scale + (col >> (__ffs(W.scale_rows) - 1)) * W.scale_stride : nullptr;
-}
-__device__ __forceinline__ int scale_shift(const LowpWeight& W) { return __ffs(W.scale_cols / kChunk) - 1; }
 
 // The chunks [cs, min(cs + kStageChunks, c1)) of one landed ring stage (slot `slot`) into acc, for
 // the warp's rows 0 .. R-1 staged from chunk c0 on (xq, xs as stage_warp writes them; ucs = log2 of
