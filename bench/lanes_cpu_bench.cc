@@ -10,9 +10,8 @@
 namespace dsv4 {
 namespace {
 
-std::shared_ptr<const cpu::ModelWeights> tiny_weights() {
-  static std::shared_ptr<const cpu::ModelWeights> weights = cpu::synthetic_weights(
-      cpu::model_config_from(family::preset_config(family::Preset::tiny, family::Variant::v41)), 7, true);
+std::shared_ptr<const family::Model> tiny_weights() {
+  static std::shared_ptr<const family::Model> weights = cpu::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
   return weights;
 }
 

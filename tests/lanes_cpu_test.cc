@@ -17,10 +17,10 @@ namespace fs = std::filesystem;
 using lanes::Request;
 using lanes::TokenId;
 
-std::shared_ptr<const cpu::ModelWeights> tiny_weights() {
-  static std::shared_ptr<const cpu::ModelWeights> weights = [] {
+std::shared_ptr<const family::Model> tiny_weights() {
+  static std::shared_ptr<const family::Model> weights = [] {
     auto config = family::preset_config(family::Preset::tiny, family::Variant::v41);
-    return std::shared_ptr<const cpu::ModelWeights>(cpu::synthetic_weights(cpu::model_config_from(config), 7, true));
+    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(config, 7, true));
   }();
   return weights;
 }
@@ -186,8 +186,8 @@ TEST(LanesOnCpuOracle, NestedEntriesShareRowPagesAndResumeExactly) {
     // length-prefixed vectors: per layer the window ring's last min(L, window) rows and the two fp64 projection rings'
     // L % ratio partial-group rows (ratio-2 KV sources) and two empty indexer projection rings (V4 only), then the
     // DSpark stage count and rings' last min(L, window).
-    const cpu::StateGeometry g = cpu::make_geometry(tiny_weights()->config, cpu::OracleOptions{}.max_rollback);
-    const int64_t window = tiny_weights()->config.window;
+    const cpu::StateGeometry g = cpu::make_geometry(cpu::model_config_from(tiny_weights()->config), cpu::OracleOptions{}.max_rollback);
+    const int64_t window = tiny_weights()->config.sliding_window;
     int64_t rows_bytes = 42 * 8, bounded = 0;
     for (size_t l = 0; l < g.ratio.size(); ++l) {
       if (g.kv_source[l]) rows_bytes += (42 / g.ratio[l]) * (g.compressed_row + g.index_row);

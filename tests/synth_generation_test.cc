@@ -41,11 +41,11 @@ TEST(SynthGeneration, TinyV41GreedyIsVariedAndPositionsDiffer) {
   o.sync = false;
   ASSERT_TRUE(family::write_synthetic_checkpoint(family::preset_config(family::Preset::tiny, family::Variant::v41),
                                                  dir.string(), o).ok());
-  auto w = cpu::load_weights(dir.string());
+  auto w = family::open_model(dir.string());
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   auto oracle = cpu::Oracle::create(*w, {});
   ASSERT_TRUE(oracle.ok()) << oracle.status().to_string();
-  const int64_t V = (*w)->config.vocab;
+  const int64_t V = (*w)->config.vocab_size;
   const int32_t s = (*oracle)->open_stream();
   std::vector<int32_t> prompt = {0, 19923, 14, 1026, 6397, 5, 7, 11};
   std::vector<std::vector<float>> rows;

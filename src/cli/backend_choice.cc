@@ -10,14 +10,13 @@
 namespace dsv4::cli {
 
 StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendChoice& choice,
-                                                                  std::shared_ptr<const cpu::ModelWeights> weights,
+                                                                  std::shared_ptr<const family::Model> model,
                                                                   const cpu::OracleOptions& oracle) {
   if (choice.name == "cpu") {
-    const bool drafter = weights->dspark != nullptr;
     cpu::OracleOptions o = oracle;
     o.max_rollback = choice.max_rollback;
-    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> f, cpu::Oracle::create(std::move(weights), o));
-    return cpu::oracle_stream_forward(std::move(f), drafter);
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> f, cpu::Oracle::create(std::move(model), o));
+    return cpu::oracle_stream_forward(std::move(f));
   }
   if (choice.name != "cuda")
     return error(StatusCode::invalid_argument, "unknown backend '{}' (cpu or cuda)", choice.name);
@@ -27,7 +26,7 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
   cuda::ModelDeviceOptions mo;
   mo.device = choice.device;
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(*weights, mo));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(model, mo));
   cuda::ForwardOptions fo;
   fo.collective = choice.collective;
   fo.max_context = choice.max_context;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backends/cpu/stream_forward.h"
-#include "backends/cpu/weights.h"
+#include "family/deepseek_v41/model.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
@@ -21,14 +21,14 @@ struct BackendChoice {
   int64_t max_rollback = 128;
   int64_t max_call_rows = 4096;   // rows of one forward call (CUDA scratch)
   // CUDA tensor parallelism (cli/tp_cuda.h): this rank's GPU and the collectives joining the ranks;
-  // the weights passed to make_stream_forward are then the rank's slice.
+  // the model passed to make_stream_forward is then the rank's slice.
   int device = 0;
   std::shared_ptr<cuda::Collective> collective;
 };
 
-// The chosen forward on `weights`; `oracle` configures the CPU oracle (its precision, threads).
+// The chosen forward on `model`; `oracle` configures the CPU oracle (its precision, threads).
 StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendChoice& choice,
-                                                                  std::shared_ptr<const cpu::ModelWeights> weights,
+                                                                  std::shared_ptr<const family::Model> model,
                                                                   const cpu::OracleOptions& oracle);
 
 // A one-line description of the forward for logs ("CPU oracle", "CUDA (NVIDIA H200)").

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/model.h"
 #include "backends/cpu/synthetic.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
@@ -123,7 +123,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 run: the prompt has no tokens\n");
     return 2;
   }
-  std::shared_ptr<const cpu::ModelWeights> weights;
+  std::shared_ptr<const family::Model> weights;
   if (!preset.empty()) {
     auto p = family::parse_preset(preset);
     if (!p.ok()) {
@@ -135,11 +135,10 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 run: %s\n", v.status().to_string().c_str());
       return 2;
     }
-    // V4 runs without its drafter (cpu::model_config_from), so only V4.1 gets DSpark weights.
-    weights = cpu::synthetic_weights(cpu::model_config_from(family::preset_config(*p, *v)), seed,
-                                     *v == family::Variant::v41);
+    // V4 runs without its drafter (model-spec.md §10.7), so only V4.1 gets DSpark weights.
+    weights = cpu::synthetic_weights(family::preset_config(*p, *v), seed, *v == family::Variant::v41);
   } else if (!model.empty()) {
-    auto w = cpu::load_weights(model, cpu::LoadOptions{engram_shards});
+    auto w = family::open_model(model, family::OpenOptions{engram_shards});
     if (!w.ok()) {
       std::fprintf(stderr, "dsv4 run: %s\n", w.status().to_string().c_str());
       return 1;
@@ -151,7 +150,7 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 run: default model: %s\n", dir.status().to_string().c_str());
       return 1;
     }
-    auto w = cpu::load_weights(*dir);
+    auto w = family::open_model(*dir);
     if (!w.ok()) {
       std::fprintf(stderr, "dsv4 run: %s\n", w.status().to_string().c_str());
       return 1;

@@ -11,7 +11,7 @@
 #include <memory>
 #include <thread>
 
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/model.h"
 #include "cache/prompt_cache.h"
 #include "cli/command.h"
 #include "cli/fabric_serve.h"
@@ -148,29 +148,18 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   std::fprintf(stderr, "dsv4 serve: loading %s (%lld safetensors files, %.1f MiB)\n", dir.c_str(),
                static_cast<long long>(files), bytes / 1048576.0);
   const auto t0 = std::chrono::steady_clock::now();
-  // Progress at most twice a second: tensors and bytes decoded, with the rate so far.
-  auto last = t0;
-  cpu::LoadProgress loaded;
-  const auto progress = [&](const cpu::LoadProgress& p) {
-    loaded = p;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last < std::chrono::milliseconds(500) && p.tensors_done != p.tensors_total) return;
-    last = now;
-    const double secs = std::chrono::duration<double>(now - t0).count();
-    std::fprintf(stderr, "dsv4 serve: loading: %lld/%lld tensors, %.1f/%.1f MiB (%.1f MiB/s)\n",
-                 static_cast<long long>(p.tensors_done), static_cast<long long>(p.tensors_total),
-                 p.bytes_done / 1048576.0, p.bytes_total / 1048576.0, secs > 0 ? p.bytes_done / 1048576.0 / secs : 0.0);
-  };
-  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<cpu::ModelWeights> weights, cpu::load_weights(dir, cpu::LoadOptions{flags.engram_shards}, progress));
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<const family::Model> model,
+                        family::open_model(dir, family::OpenOptions{flags.engram_shards}));
+  for (const std::string& n : model->notes) std::fprintf(stderr, "dsv4 serve: note: %s\n", n.c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const cpu::ModelConfig& c = weights->config;
-  DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == cpu::Variant::v41
+  const family::Config& c = model->config;
+  DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, c.variant == family::Variant::v41
                                                                     ? chat::ChatFormat::v41
                                                                     : chat::ChatFormat::v4));
   DSV4_ASSIGN_OR_RETURN(int32_t eos, v41_eos_id());
-  if (c.vocab < text.vocab_size)
+  if (c.vocab_size < text.vocab_size)
     return error(StatusCode::invalid_argument, "{}: vocab {} is smaller than the tokenizer's {}",
-                 dir, c.vocab, text.vocab_size);
+                 dir, c.vocab_size, text.vocab_size);
   cpu::LaneBackendOptions bo;
   bo.model_id = fs::weakly_canonical(dir, ec).string();
   bo.eos_ids = {eos};
@@ -182,15 +171,14 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bc.max_call_rows = std::max(bo.max_prefill_rows, bo.max_verify_rows);
   // --tp N --backend cuda: this rank's slice on its GPU, joined over NCCL (the CPU oracle runs replicated).
   if (control != nullptr && control->world() > 1 && bc.name == "cuda")
-    DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, dir, *weights, bc));
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::StreamForward> fwd, make_stream_forward(bc, weights, cpu::OracleOptions{}));
+    DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, model, bc));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::StreamForward> fwd, make_stream_forward(bc, model, cpu::OracleOptions{}));
   DSV4_ASSIGN_OR_RETURN(backend, cpu::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
   std::fprintf(stderr,
-               "dsv4 serve: loaded %s in %.2f s (%.1f MiB/s): %lld tensors, %d layers, dim %lld, vocab %lld, "
-               "%s, context %d, %d parallel\n",
-               dir.c_str(), s, s > 0 ? bytes / 1048576.0 / s : 0.0, static_cast<long long>(loaded.tensors_done), c.n_layers,
-               static_cast<long long>(c.dim), static_cast<long long>(c.vocab), backend_description(bc).c_str(), flags.context,
-               flags.parallel);
+               "dsv4 serve: loaded %s in %.2f s: %zu tensors, %d layers, dim %lld, vocab %lld, %s, context %d, "
+               "%d parallel\n",
+               dir.c_str(), s, model->table.tensors.size(), c.num_hidden_layers, static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.vocab_size), backend_description(bc).c_str(), flags.context, flags.parallel);
   return ok_status();
 }
 

@@ -23,31 +23,33 @@ namespace {
 constexpr int32_t kCudaAttentionHeadBlock = 4;
 }  // namespace
 
-Status prepare_tensor_parallel_cuda(fabric::Control& control, const std::string& dir, cpu::ModelWeights& weights,
+Status prepare_tensor_parallel_cuda(fabric::Control& control, std::shared_ptr<const family::Model>& model,
                                     BackendChoice& choice) {
 #ifdef DSV4_WITH_NCCL
   const int32_t rank = control.rank(), tp = control.world();
-  DSV4_ASSIGN_OR_RETURN(family::Config fc, family::load_config(dir));
+  const family::Config& fc = model->config;
   if (fc.num_attention_heads % (tp * kCudaAttentionHeadBlock) != 0)
     return error(StatusCode::invalid_argument,
                  "--tp {} --backend cuda: {} attention heads leave {} per rank; the CUDA sparse attention runs heads in "
                  "blocks of {}", tp, fc.num_attention_heads, fc.num_attention_heads / tp, kCudaAttentionHeadBlock);
   DSV4_ASSIGN_OR_RETURN(fabric::SplitPlan plan,
                         fabric::make_split_plan(fc, family::expected_tensors(fc), tp, fabric::ExpertSplit::expert_parallel));
-  DSV4_RETURN_IF_ERROR(fabric::slice_weights_for_rank(weights, plan, rank).with_context(fmt::format("rank {}", rank)));
+  auto cut = fabric::rank_model(*model, plan, rank);
+  if (!cut.ok()) return cut.status().with_context(fmt::format("rank {}", rank));
+  model = std::move(*cut);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1)
     return error(StatusCode::unavailable, "rank {}: no CUDA device is visible", rank);
   const int device = rank % devices;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<fabric::NcclComm> comm, fabric::NcclComm::create(control, device));
-  const int64_t max_sum = weights.config.dim;  // the forward only gathers; a rank sum's scratch stays one row
+  const int64_t max_sum = model->config.hidden_size;  // the forward only gathers; a rank sum's scratch stays one row
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<fabric::NcclCollective> coll,
                         fabric::NcclCollective::create(std::shared_ptr<fabric::NcclComm>(std::move(comm)), max_sum));
   choice.collective = std::shared_ptr<cuda::Collective>(std::move(coll));
   choice.device = device;
   return ok_status();
 #else
-  (void)control, (void)dir, (void)weights, (void)choice;
+  (void)control, (void)model, (void)choice;
   return error(StatusCode::unimplemented, "--tp {} --backend cuda: this dsv4 was built without NCCL", control.world());
 #endif
 }

@@ -3,18 +3,18 @@
 
 #include <string>
 
-#include "backends/cpu/weights.h"
+#include "family/deepseek_v41/model.h"
 #include "cli/backend_choice.h"
 #include "core/status.h"
 #include "fabric/control.h"
 
 namespace dsv4::cli {
 
-// Every rank calls this at the same point, after loading `weights` from `dir`: cuts them to this rank's
+// Every rank calls this at the same point, after opening `model`: replaces it by this rank's
 // slice (fabric/split_plan.h, rank_weights.h; expert_parallel experts), makes the NCCL communicator on GPU
 // rank % (visible GPUs), and sets choice.collective / choice.device for make_stream_forward. Refused
 // without NCCL in the build.
-Status prepare_tensor_parallel_cuda(fabric::Control& control, const std::string& dir, cpu::ModelWeights& weights,
+Status prepare_tensor_parallel_cuda(fabric::Control& control, std::shared_ptr<const family::Model>& model,
                                     BackendChoice& choice);
 
 }  // namespace dsv4::cli

@@ -203,6 +203,15 @@ std::vector<std::string> Checkpoint::names() const {
   return out;
 }
 
+std::optional<FileSpan> Checkpoint::locate(const void* p) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const auto& f : files_) {
+    const MappedFile& m = f->mapping();
+    if (m.data() && b >= m.data() && b < m.data() + m.size()) return FileSpan{&m, b - m.data()};
+  }
+  return std::nullopt;
+}
+
 std::map<DType, int64_t> Checkpoint::bytes_by_dtype() const {
   std::map<DType, int64_t> out;
   for (const auto& f : files_)

@@ -12,6 +12,7 @@
 
 #include "core/safetensors.h"
 #include "core/status.h"
+#include "core/tensor_store.h"
 #include "core/tensor_view.h"
 
 namespace dsv4 {
@@ -32,7 +33,7 @@ struct CheckpointTensor {
 };
 
 // Immutable after open: const methods may be called from several threads at once.
-class Checkpoint {
+class Checkpoint final : public TensorStore {
  public:
   // `path` is either one .safetensors file, or a directory holding model.safetensors.index.json
   // (its shards are opened and cross-checked against it; other *.safetensors files there, e.g.
@@ -41,7 +42,7 @@ class Checkpoint {
   // errors name the file and the tensor. Tensor names must be unique across files.
   static StatusOr<Checkpoint> open(const std::string& path, const CheckpointOptions& options = {});
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
   // In load order: indexed shards sorted by file name, then the others sorted by file name.
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
   bool has_index() const { return has_index_; }
@@ -49,16 +50,18 @@ class Checkpoint {
   std::optional<int64_t> index_total_size() const { return index_total_size_; }
 
   int64_t tensor_count() const { return static_cast<int64_t>(table_.size()); }
-  bool contains(std::string_view name) const { return table_.find(name) != table_.end(); }
+  bool contains(std::string_view name) const override { return table_.find(name) != table_.end(); }
   // not_found naming the checkpoint and the tensor when absent.
   StatusOr<CheckpointTensor> find(std::string_view name) const;
-  StatusOr<TensorView> tensor(std::string_view name) const;
+  StatusOr<TensorView> tensor(std::string_view name) const override;
   // Paging hint for one tensor's bytes (e.g. willneed before a load, dontneed after a device upload).
   Status advise(const CheckpointTensor& t, MapAdvice advice) const {
     return t.file->mapping().advise_bytes(t.view.data, t.view.nbytes, advice);
   }
   // All tensor names, sorted.
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const override;
+  // The shard holding byte `p` of one of this checkpoint's views, and its offset in that file.
+  std::optional<FileSpan> locate(const void* p) const override;
   // Payload bytes per stored dtype, and their sum.
   std::map<DType, int64_t> bytes_by_dtype() const;
   int64_t total_bytes() const;

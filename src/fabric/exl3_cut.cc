@@ -18,17 +18,13 @@ std::vector<T> range(const std::vector<T>& v, int64_t b, int64_t e) {
 
 // Part `P`'s local outputs [lb, le) (0 <= lb < le <= P.out, not the whole part) with its padded columns
 // [lb, pe): pe = le, or out_padded when the cut reaches the part's last logical output.
-StatusOr<cpu::Exl3Part> part_columns(const cpu::Exl3Part& P, int64_t lb, int64_t le) {
+StatusOr<family::Exl3Part> part_columns(const family::Exl3Part& P, int64_t lb, int64_t le) {
   const int64_t pe = le == P.out ? P.out_padded : le;
-  cpu::Exl3Part Q;
+  family::Exl3Part Q;
   Q.in = P.in;
   Q.in_padded = P.in_padded;
   Q.out = le - lb;
   Q.out_padded = pe - lb;
-  Q.wq_t = range(P.wq_t, lb * P.in_padded, pe * P.in_padded);  // [out_padded, in_padded]: rows are outputs
-  Q.suh = P.suh;
-  Q.svh = range(P.svh, lb, pe);
-  if (!P.bias.empty()) Q.bias = range(P.bias, lb, pe);
   DSV4_ASSIGN_OR_RETURN(Q.packed, exl3_columns(P.packed, lb, pe));
   Q.k_split_out = P.k_split_out > 0 ? P.k_split_out : P.out_padded;
   return Q;
@@ -51,24 +47,23 @@ StatusOr<exl3::Linear> exl3_columns(const exl3::Linear& L, int64_t b, int64_t e)
   C.out_features = e - b;
   C.bits = L.bits;
   C.codebook = L.codebook;
-  C.trellis.reserve(static_cast<size_t>(kt_n * (ne - nb) * tile_words));
-  for (int64_t kt = 0; kt < kt_n; ++kt) {  // tile (kt, nt) at words [(kt·tiles_n + nt)·16·bits, +16·bits)
-    const auto row = L.trellis.begin() + kt * tiles_n * tile_words;
-    C.trellis.insert(C.trellis.end(), row + nb * tile_words, row + ne * tile_words);
-  }
+  std::vector<uint16_t> words(static_cast<size_t>(kt_n * (ne - nb) * tile_words));
+  for (int64_t kt = 0; kt < kt_n; ++kt)  // tile (kt, nt) at words [(kt·tiles_n + nt)·16·bits, +16·bits)
+    L.trellis.copy((kt * tiles_n + nb) * tile_words, (ne - nb) * tile_words, &words[kt * (ne - nb) * tile_words]);
+  C.trellis = std::move(words);  // only this rank's columns are read
   C.suh = L.suh;
   C.svh = range(L.svh, b, e);
   if (!L.bias.empty()) C.bias = range(L.bias, b, e);
   return C;
 }
 
-Status exl3_check_cut(const cpu::Exl3Weight& w, int64_t b, int64_t e, std::string_view name) {
+Status exl3_check_cut(const family::Exl3Linear& w, int64_t b, int64_t e, std::string_view name) {
   if (b < 0 || e <= b || e > w.out)
     return error(StatusCode::invalid_argument, "{}: EXL3 outputs [{}, {}) are not a non-empty range of its {}", name, b,
                  e, w.out);
   int64_t y0 = 0;
   for (size_t g = 0; g < w.parts.size(); ++g) {
-    const cpu::Exl3Part& P = w.parts[g];
+    const family::Exl3Part& P = w.parts[g];
     const int64_t lb = std::max<int64_t>(b - y0, 0), le = std::min<int64_t>(e - y0, P.out);
     y0 += P.out;
     if (le <= lb || (lb == 0 && le == P.out)) continue;  // outside, or whole
@@ -84,12 +79,11 @@ Status exl3_check_cut(const cpu::Exl3Weight& w, int64_t b, int64_t e, std::strin
   return ok_status();
 }
 
-StatusOr<std::shared_ptr<const cpu::Exl3Weight>> exl3_outputs(const cpu::Exl3Weight& w, int64_t b, int64_t e,
-                                                              std::string_view name) {
+StatusOr<family::Exl3Ref> exl3_outputs(const family::Exl3Linear& w, int64_t b, int64_t e, std::string_view name) {
   DSV4_RETURN_IF_ERROR(exl3_check_cut(w, b, e, name));
-  auto cut = std::make_shared<cpu::Exl3Weight>();
+  auto cut = std::make_shared<family::Exl3Linear>();
   int64_t y0 = 0;
-  for (const cpu::Exl3Part& P : w.parts) {
+  for (const family::Exl3Part& P : w.parts) {
     const int64_t lb = std::max<int64_t>(b - y0, 0), le = std::min<int64_t>(e - y0, P.out);
     y0 += P.out;
     if (le <= lb) continue;  // another rank's part, with its inputs
@@ -103,7 +97,7 @@ StatusOr<std::shared_ptr<const cpu::Exl3Weight>> exl3_outputs(const cpu::Exl3Wei
     cut->in += cut->parts.back().in;
     cut->out += cut->parts.back().out;
   }
-  return std::shared_ptr<const cpu::Exl3Weight>(std::move(cut));
+  return family::Exl3Ref(std::move(cut));
 }
 
 }  // namespace dsv4::fabric

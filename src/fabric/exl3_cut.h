@@ -5,7 +5,7 @@
 // tiles (the trellis along its second axis), svh and bias along out, suh whole. A cut must fall on the
 // output Hadamard's 128-column blocks (formats.md §1.3: H_N mixes the 128 columns of a block), else the
 // rank's columns would not be the whole linear's columns. The cut part remembers the whole part's padded out
-// width (cpu::Exl3Part::k_split_out), from which a device chooses its K split, so the rank's columns are
+// width (family::Exl3Part::k_split_out), from which a device chooses its K split, so the rank's columns are
 // summed in the whole linear's order, bit for bit.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <memory>
 #include <string_view>
 
-#include "backends/cpu/exl3_linear.h"
+#include "family/deepseek_v41/weights.h"
 #include "core/status.h"
 #include "formats/exl3/linear.h"
 
@@ -28,14 +28,13 @@ StatusOr<exl3::Linear> exl3_columns(const exl3::Linear& L, int64_t b, int64_t e)
 // [0, w.out), non-empty; a part partly inside is the only part (a block-diagonal linear's cut falls between
 // parts, which keeps each part's inputs whole), and the cut's ends inside it fall on 128-column blocks (or
 // at its last logical output, its padding going with the last slice).
-Status exl3_check_cut(const cpu::Exl3Weight& w, int64_t b, int64_t e, std::string_view name);
+Status exl3_check_cut(const family::Exl3Linear& w, int64_t b, int64_t e, std::string_view name);
 
 // Outputs [b, e) of `w` (the logical outputs of its parts side by side), checked as above: the parts that
 // end up wholly outside are dropped with their inputs (a block-diagonal linear keeps the inputs of the parts
 // it holds: a rank's wo_a reads only its heads), whole parts are kept as they are, and the one part cut
-// inside keeps its inputs and its columns: Wq (wq_t rows), svh, bias and the stored tensors (exl3_columns),
+// inside keeps its inputs and its columns: the stored tensors (exl3_columns),
 // k_split_out set to the whole part's padded out width.
-StatusOr<std::shared_ptr<const cpu::Exl3Weight>> exl3_outputs(const cpu::Exl3Weight& w, int64_t b, int64_t e,
-                                                              std::string_view name);
+StatusOr<family::Exl3Ref> exl3_outputs(const family::Exl3Linear& w, int64_t b, int64_t e, std::string_view name);
 
 }  // namespace dsv4::fabric

@@ -1,5 +1,5 @@
-// One tensor-parallel rank's weights: the decoded checkpoint cut to the slices the split plan gives
-// that rank, so a backend uploads (and holds) only its share.
+// One tensor-parallel rank's weights: the model's views cut to the slices the split plan gives that rank, so a
+// backend reads, uploads and holds only its share.
 //
 // The rank's model is the whole model's equations over fewer heads and groups and fewer experts: its config
 // says n_heads / tp and o_groups / tp; wo_b and the shared expert stay whole (they read gathered inputs, so
@@ -23,14 +23,16 @@
 
 #include <cstdint>
 
-#include "backends/cpu/weights.h"
+#include "family/deepseek_v41/model.h"
 #include "core/status.h"
 #include "fabric/split_plan.h"
 
 namespace dsv4::fabric {
 
-// Cuts `w` (the whole model) in place to rank `rank`'s slice of `plan`. Every cut is checked against
-// the plan's tensor of the same name (its dimension, its extent); a mismatch is refused by name.
-Status slice_weights_for_rank(cpu::ModelWeights& w, const SplitPlan& plan, int32_t rank);
+// Rank `rank`'s slice of `whole` under `plan`: views into the same stored bytes (a row cut is a narrower view;
+// nothing is read), with an EXL3 linear's column cut copied from only that rank's columns. Every cut is checked
+// against the plan's tensor of the same name (its dimension, its extent); a mismatch is refused by name.
+StatusOr<std::shared_ptr<const family::Model>> rank_model(const family::Model& whole, const SplitPlan& plan,
+                                                          int32_t rank);
 
 }  // namespace dsv4::fabric

@@ -1,4 +1,4 @@
-// A rank's slice of the decoded weights (rank_weights.h) at TP 2 and 4 on a tiny V4.1 shape with the DSpark
+// A rank's slice of the model's views (rank_weights.h) at TP 2 and 4 on a tiny V4.1 shape with the DSpark
 // drafter: the ranks' slices put side by side give back every cut tensor of the whole model element for element
 // (values read from the whole model by index arithmetic) in the layers and the drafter's stages alike, each
 // routed expert is held whole by exactly its owner, wo_b and the shared expert stay whole, the head and the
@@ -6,9 +6,9 @@
 // head and group counts, and mismatched plans are refused by name.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
-#include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "fabric/rank_weights.h"
 #include "family/deepseek_v41/preset.h"
@@ -25,66 +25,63 @@ family::Config tiny4() {
   return c;
 }
 
-std::shared_ptr<cpu::ModelWeights> whole_weights(const family::Config& c) {
-  return cpu::synthetic_weights(cpu::model_config_from(c), 7, true);
+std::shared_ptr<const family::Model> whole_weights(const family::Config& c) {
+  return cpu::synthetic_weights(c, 7, true);
 }
 
-// Element (n, k) of a row-major [out, in] matrix.
-float at(const std::vector<float>& m, int64_t in, int64_t n, int64_t k) { return m[static_cast<size_t>(n * in + k)]; }
+// Whether rows [0, n) of `got` are rows [b, b + n) of `want` byte for byte (row-major views along dim 0).
+bool same_rows(const TensorView& got, const TensorView& want, int64_t b, int64_t n) {
+  const int64_t row = want.nbytes / want.dim(0);
+  return got.dim(0) == n && got.nbytes == n * row && std::memcmp(got.data, want.bytes() + b * row, n * row) == 0;
+}
+bool same(const TensorView& a, const TensorView& b) {
+  return a.shape == b.shape && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
+}
 
 // One block's cut (a layer or a DSpark stage) on rank r of tp against the whole block.
-void expect_block_cut(const cpu::BlockWeights& got, const cpu::BlockWeights& want, int32_t r, int32_t tp,
+void expect_block_cut(const family::LayerWeights& A, const family::LayerWeights& W, int32_t r, int32_t tp,
                       const std::string& name) {
   SCOPED_TRACE(name);
-  const cpu::AttentionWeights& A = got.attn;
-  const cpu::AttentionWeights& W = want.attn;
   // wq_b: rows of heads [r*H/tp, (r+1)*H/tp), each head_dim rows; scale rows per 32.
-  const int64_t qrows = W.wq_b.out / tp;
-  ASSERT_EQ(A.wq_b.out, qrows);
-  ASSERT_EQ(A.wq_b.in, W.wq_b.in);
-  for (int64_t n = 0; n < qrows; ++n)
-    for (int64_t k = 0; k < W.wq_b.in; ++k)
-      ASSERT_EQ(A.wq_b.at(n, k), W.wq_b.at(r * qrows + n, k)) << "wq_b " << name << " rank " << r;
-  ASSERT_EQ(A.sink.size(), W.sink.size() / tp);
-  for (size_t h = 0; h < A.sink.size(); ++h) EXPECT_EQ(A.sink[h], W.sink[r * A.sink.size() + h]);
+  const int64_t qrows = W.wq_b.out() / tp;
+  ASSERT_EQ(A.wq_b.out(), qrows);
+  ASSERT_EQ(A.wq_b.in(), W.wq_b.in());
+  EXPECT_TRUE(same_rows(A.wq_b.weight, W.wq_b.weight, r * qrows, qrows)) << "wq_b rank " << r;
+  EXPECT_TRUE(same_rows(A.wq_b.scale, W.wq_b.scale, r * qrows / 32, qrows / 32)) << "wq_b scale rank " << r;
+  const int64_t heads = W.attn_sink.dim(0) / tp;
+  EXPECT_TRUE(same_rows(A.attn_sink, W.attn_sink, r * heads, heads));
   // wo_a: the rank's group rows; wo_b reads every rank's groups and stays whole.
-  const int64_t grows = W.wo_a.out / tp;
-  ASSERT_EQ(A.wo_a.out, grows);
-  ASSERT_EQ(A.wo_a.in, W.wo_a.in);
-  for (int64_t n = 0; n < grows; ++n)
-    for (int64_t k = 0; k < W.wo_a.in; ++k)
-      ASSERT_EQ(at(A.wo_a.w, A.wo_a.in, n, k), at(W.wo_a.w, W.wo_a.in, r * grows + n, k));
-  EXPECT_EQ(A.wo_b.w, W.wo_b.w);
-  EXPECT_EQ(A.wo_b.scale, W.wo_b.scale);
+  const int64_t grows = W.wo_a.out() / tp;
+  ASSERT_EQ(A.wo_a.out(), grows);
+  ASSERT_EQ(A.wo_a.in(), W.wo_a.in());
+  EXPECT_TRUE(same_rows(A.wo_a.weight, W.wo_a.weight, r * grows, grows));
+  EXPECT_TRUE(same_rows(A.wo_a.scale, W.wo_a.scale, r * grows / 32, grows / 32));
+  EXPECT_TRUE(same(A.wo_b.weight, W.wo_b.weight) && same(A.wo_b.scale, W.wo_b.scale));
   // Replicated attention weights are untouched.
-  EXPECT_EQ(A.wkv.w, W.wkv.w);
-  EXPECT_EQ(A.wq_a.w, W.wq_a.w);
-  // Routed experts: expert e whole on rank e / (E / tp), empty (0 x 0) elsewhere; ids stay global.
-  const cpu::MoeWeights& M = got.ffn;
-  const cpu::MoeWeights& X = want.ffn;
-  ASSERT_EQ(M.experts.size(), X.experts.size());
-  const size_t per = X.experts.size() / static_cast<size_t>(tp);
-  for (size_t e = 0; e < X.experts.size(); ++e) {
+  EXPECT_TRUE(same(A.wkv.weight, W.wkv.weight));
+  EXPECT_TRUE(same(A.wq_a.weight, W.wq_a.weight));
+  // Routed experts: expert e whole on rank e / (E / tp), none held elsewhere; ids stay global.
+  ASSERT_EQ(A.experts.size(), W.experts.size());
+  const size_t per = W.experts.size() / static_cast<size_t>(tp);
+  for (size_t e = 0; e < W.experts.size(); ++e) {
     const bool mine = e / per == static_cast<size_t>(r);
-    for (auto [a, b] : {std::pair{&M.experts[e].w1, &X.experts[e].w1}, std::pair{&M.experts[e].w2, &X.experts[e].w2},
-                        std::pair{&M.experts[e].w3, &X.experts[e].w3}}) {
+    for (auto [a, b] : {std::pair{&A.experts[e].w1, &W.experts[e].w1}, std::pair{&A.experts[e].w2, &W.experts[e].w2},
+                        std::pair{&A.experts[e].w3, &W.experts[e].w3}}) {
       if (mine) {
-        EXPECT_EQ(a->out, b->out);
-        EXPECT_EQ(a->in, b->in);
-        EXPECT_EQ(a->w, b->w);
-        EXPECT_EQ(a->scale, b->scale);
+        EXPECT_EQ(a->out(), b->out());
+        EXPECT_EQ(a->in(), b->in());
+        EXPECT_TRUE(same(a->weight, b->weight) && same(a->scale, b->scale));
       } else {
-        EXPECT_EQ(a->out, 0);
-        EXPECT_EQ(a->in, 0);
-        EXPECT_TRUE(a->w.empty() && a->scale.empty());
+        EXPECT_FALSE(a->held());
+        EXPECT_EQ(a->out(), 0);
       }
     }
   }
   // Shared expert: whole.
-  EXPECT_EQ(M.shared.w1.w, X.shared.w1.w);
-  EXPECT_EQ(M.shared.w2.w, X.shared.w2.w);
-  EXPECT_EQ(M.shared.w3.scale, X.shared.w3.scale);
-  EXPECT_EQ(M.gate.w, X.gate.w);  // the router is replicated
+  EXPECT_TRUE(same(A.shared_w1.weight, W.shared_w1.weight));
+  EXPECT_TRUE(same(A.shared_w2.weight, W.shared_w2.weight));
+  EXPECT_TRUE(same(A.shared_w3.scale, W.shared_w3.scale));
+  EXPECT_TRUE(same(A.gate_weight.weight, W.gate_weight.weight));  // the router is replicated
 }
 
 class RankWeightsTest : public ::testing::TestWithParam<int32_t> {};
@@ -94,36 +91,34 @@ TEST_P(RankWeightsTest, RanksTogetherGiveBackTheWholeModel) {
   const family::Config fc = tiny4();
   auto plan = make_split_plan(fc, family::expected_tensors(fc), tp, ExpertSplit::expert_parallel);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  std::shared_ptr<const cpu::ModelWeights> whole = whole_weights(fc);
-  const cpu::ModelConfig& wc = whole->config;
-  const int last = wc.n_layers - 1;
+  std::shared_ptr<const family::Model> whole = whole_weights(fc);
+  const family::Config& wc = whole->config;
+  const family::ModelWeights& ww = whole->weights;
+  const int last = wc.num_hidden_layers - 1;
   for (int32_t r = 0; r < tp; ++r) {
-    std::shared_ptr<cpu::ModelWeights> w = whole_weights(fc);
-    ASSERT_TRUE(slice_weights_for_rank(*w, *plan, r).ok());
-    EXPECT_EQ(w->config.n_heads, 4 / tp);
-    EXPECT_EQ(w->config.o_groups, 4 / tp);
-    EXPECT_EQ(w->config.moe_inter, wc.moe_inter);
-    EXPECT_EQ(w->config.vocab, wc.vocab);
-    EXPECT_EQ(w->config.dim, wc.dim);
-    for (int l : {0, last}) expect_block_cut(w->layers[l], whole->layers[l], r, tp, "layers." + std::to_string(l));
-    ASSERT_TRUE(w->dspark && whole->dspark);
-    ASSERT_EQ(w->dspark->stages.size(), whole->dspark->stages.size());
-    for (size_t st = 0; st < whole->dspark->stages.size(); ++st)
-      expect_block_cut(w->dspark->stages[st], whole->dspark->stages[st], r, tp, "mtp." + std::to_string(st));
-    EXPECT_EQ(w->dspark->markov_embed, whole->dspark->markov_embed);  // kept whole (rank_weights.h)
-    EXPECT_EQ(w->dspark->markov_head.w, whole->dspark->markov_head.w);
-    EXPECT_EQ(w->dspark->main_proj.w, whole->dspark->main_proj.w);
-    // Head: vocabulary rows.
-    const int64_t vl = wc.vocab / tp;
-    ASSERT_EQ(w->head.out, vl);
-    for (int64_t n : {int64_t{0}, vl / 2, vl - 1})
-      for (int64_t k = 0; k < w->head.in; ++k) ASSERT_EQ(at(w->head.w, w->head.in, n, k), at(whole->head.w, whole->head.in, r * vl + n, k));
-    // Embedding: vocabulary rows, bf16 [V / tp, D].
-    const int64_t D = wc.dim;
-    ASSERT_EQ(static_cast<int64_t>(w->embed.size()), vl * D);
-    for (int64_t n = 0; n < vl; ++n)
-      for (int64_t k = 0; k < D; ++k)
-        ASSERT_EQ(w->embed[static_cast<size_t>(n * D + k)], whole->embed[static_cast<size_t>((r * vl + n) * D + k)]);
+    auto m = rank_model(*whole, *plan, r);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const family::ModelWeights& w = (*m)->weights;
+    EXPECT_EQ((*m)->config.num_attention_heads, 4 / tp);
+    EXPECT_EQ((*m)->config.o_groups, 4 / tp);
+    EXPECT_EQ((*m)->config.moe_intermediate_size, wc.moe_intermediate_size);
+    EXPECT_EQ((*m)->config.vocab_size, wc.vocab_size);
+    EXPECT_EQ((*m)->config.hidden_size, wc.hidden_size);
+    for (int l : {0, last}) expect_block_cut(w.layers[l], ww.layers[l], r, tp, "layers." + std::to_string(l));
+    ASSERT_EQ(w.dspark.size(), ww.dspark.size());
+    ASSERT_FALSE(w.dspark.empty());
+    for (size_t st = 0; st < ww.dspark.size(); ++st)
+      expect_block_cut(w.dspark[st], ww.dspark[st], r, tp, "mtp." + std::to_string(st));
+    EXPECT_TRUE(same(w.dspark.back().markov_embed, ww.dspark.back().markov_embed));  // kept whole (rank_weights.h)
+    EXPECT_TRUE(same(w.dspark.back().markov_head.weight, ww.dspark.back().markov_head.weight));
+    EXPECT_TRUE(same(w.dspark[0].main_proj.weight, ww.dspark[0].main_proj.weight));
+    // Head and embedding: vocabulary rows.
+    const int64_t vl = wc.vocab_size / tp;
+    ASSERT_EQ(w.head.out(), vl);
+    EXPECT_TRUE(same_rows(w.head.weight, ww.head.weight, r * vl, vl));
+    EXPECT_TRUE(same_rows(w.embed, ww.embed, r * vl, vl));
+    // Views into the same stored bytes: a row cut reads nothing.
+    EXPECT_EQ(w.embed.bytes(), ww.embed.bytes() + r * vl * wc.hidden_size * 2);
   }
 }
 
@@ -132,14 +127,14 @@ INSTANTIATE_TEST_SUITE_P(Tp, RankWeightsTest, ::testing::Values(2, 4));
 TEST(RankWeights, RefusesWhatItCannotCut) {
   const family::Config fc = tiny4();
   const family::TensorTable table = family::expected_tensors(fc);
-  std::shared_ptr<cpu::ModelWeights> w = whole_weights(fc);
+  std::shared_ptr<const family::Model> w = whole_weights(fc);
   auto tpi = make_split_plan(fc, table, 2, ExpertSplit::tp_intermediate);
   ASSERT_TRUE(tpi.ok());
-  Status s = slice_weights_for_rank(*w, *tpi, 0);
+  Status s = rank_model(*w, *tpi, 0).status();
   EXPECT_EQ(s.code(), StatusCode::unimplemented) << s.to_string();
   auto plan = make_split_plan(fc, table, 2, ExpertSplit::expert_parallel);
   ASSERT_TRUE(plan.ok());
-  s = slice_weights_for_rank(*w, *plan, 2);
+  s = rank_model(*w, *plan, 2).status();
   EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
   // A plan for another shape: its wq_b extent differs from the weights'; the error names the tensor.
   family::Config other = fc;
@@ -147,7 +142,7 @@ TEST(RankWeights, RefusesWhatItCannotCut) {
   other.o_groups = 8;
   auto wrong = make_split_plan(other, family::expected_tensors(other), 2, ExpertSplit::expert_parallel);
   ASSERT_TRUE(wrong.ok()) << wrong.status().to_string();
-  s = slice_weights_for_rank(*w, *wrong, 0);
+  s = rank_model(*w, *wrong, 0).status();
   EXPECT_EQ(s.code(), StatusCode::invalid_argument);
   EXPECT_NE(s.message().find("layers.0.attn.wq_b.weight"), std::string::npos) << s.message();
 }

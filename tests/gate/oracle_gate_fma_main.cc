@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
   }
   const bool exl3 = argc > 4 && std::strcmp(argv[4], "exl3") == 0;
   const family::Config fc = family::preset_config(*preset, *variant);
-  const auto cfg = cpu::model_config_from(fc);
-  std::shared_ptr<const cpu::ModelWeights> w;
+  std::shared_ptr<const family::Model> w;
   if (exl3) {
     auto e = cpu::exl3_gate_weights(fc);
     if (!e.ok()) {
@@ -60,7 +59,7 @@ int main(int argc, char** argv) {
     }
     w = std::move(*e);
   } else {
-    w = cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
+    w = cpu::synthetic_weights(fc, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
   }
   for (int k = 0; k < n; ++k) {
     auto l32 = cpu::gate::oracle_logits(w, cpu::Precision::ref32, k);
@@ -70,9 +69,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     cpu::gate::Distance d;
-    d.add(*l32, *l64, cfg.vocab);
+    d.add(*l32, *l64, fc.vocab_size);
     std::printf("prompt %d %.17g %.17g %" PRId64 " %" PRId64 " %016" PRIx64 " %016" PRIx64 "\n", k, d.err2, d.ref2,
-                d.rows, d.top1, fnv1a(*l64), fnv1a(cpu::gate::top1_ids(*l64, cfg.vocab)));
+                d.rows, d.top1, fnv1a(*l64), fnv1a(cpu::gate::top1_ids(*l64, fc.vocab_size)));
   }
   return 0;
 }

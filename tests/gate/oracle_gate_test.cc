@@ -16,11 +16,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 
 #include "backends/cpu/gate.h"
-#include "backends/cpu/load.h"
+#include "core/tensor_store.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
@@ -69,10 +70,24 @@ std::vector<float> bf16_rounded(std::vector<float> v) {
 }
 
 // The one-op defect: every layer's attention RMSNorm, every other weight one bf16 spacing up.
-void nudge_attn_norms(ModelWeights& w) {
-  for (auto& l : w.layers)
-    for (size_t i = 1; i < l.attn_norm.size(); i += 2)
-      l.attn_norm[i] = bf16_to_f32(static_cast<bf16_t>(f32_to_bf16(l.attn_norm[i]) + 1));
+std::shared_ptr<const family::Model> nudge_attn_norms(const family::Model& w) {
+  auto m = std::make_shared<family::Model>(w);
+  auto held = std::make_shared<MemoryTensors>("nudged attn_norm");
+  for (size_t l = 0; l < m->weights.layers.size(); ++l) {
+    TensorView& v = m->weights.layers[l].attn_norm;
+    std::vector<uint8_t> b(v.bytes(), v.bytes() + v.nbytes);
+    for (size_t i = 1; 2 * i < b.size(); i += 2) {  // bf16 element i, one ulp up
+      uint16_t x;
+      std::memcpy(&x, &b[2 * i], 2);
+      x = static_cast<uint16_t>(x + 1);
+      std::memcpy(&b[2 * i], &x, 2);
+    }
+    const std::string n = "layers." + std::to_string(l) + ".attn_norm.weight";
+    EXPECT_TRUE(held->add(n, v.dtype, v.shape, std::move(b)).ok());
+    v = *held->tensor(n);
+  }
+  m->extra.push_back(held);
+  return m;
 }
 
 // Adds the FMA-built oracle's ref32 distance on prompt k (to its own ref64) to v.backend, after
@@ -99,11 +114,10 @@ void add_fma(const std::map<int, FmaPrompt>& fma, int k, const std::vector<float
 void check_gate(family::Preset preset, family::Variant variant) {
   const std::string pname(family::preset_name(preset)), vname = variant == family::Variant::v4 ? "v4-0731" : "v41";
   SCOPED_TRACE(pname + " " + vname);
-  const auto cfg = model_config_from(family::preset_config(preset, variant));
-  const int64_t V = cfg.vocab;
-  std::shared_ptr<const ModelWeights> w = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
-  std::shared_ptr<ModelWeights> bad = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
-  nudge_attn_norms(*bad);
+  const family::Config cfg = family::preset_config(preset, variant);
+  const int64_t V = cfg.vocab_size;
+  std::shared_ptr<const family::Model> w = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
+  std::shared_ptr<const family::Model> bad = nudge_attn_norms(*w);
   OracleOptions unq;
   unq.unquantized = true;
 
@@ -158,20 +172,19 @@ TEST(OracleGate, Exl3GateWeightsAreMeetable) {
     SCOPED_TRACE(pname + " v41 EXL3");
     auto w = exl3_gate_weights(family::preset_config(p, family::Variant::v41));
     ASSERT_TRUE(w.ok()) << w.status().to_string();
-    ASSERT_TRUE((*w)->head.exl3 && (*w)->layers[0].attn.wq_a.exl3 && (*w)->layers[0].ffn.experts[0].w1.exl3);
-    const int64_t V = (*w)->config.vocab;
+    const family::ModelWeights& ww = (*w)->weights;
+    ASSERT_TRUE(ww.head.exl3 && ww.layers[0].wq_a.exl3 && ww.layers[0].experts[0].w1.exl3);
+    const int64_t V = (*w)->config.vocab_size;
     bool no_fma = false;
     const auto fma = run_fma(pname, "v41", no_fma, std::to_string(gate::kPrompts) + " exl3");
-    auto bad = exl3_gate_weights(family::preset_config(p, family::Variant::v41));
-    ASSERT_TRUE(bad.ok());
-    nudge_attn_norms(**bad);
+    const std::shared_ptr<const family::Model> bad = nudge_attn_norms(**w);
     OracleOptions unq;
     unq.unquantized = true;
     gate::Verdict fma_v, norm_v, unq_v;
     for (int k = 0; k < gate::kPrompts; ++k) {
       auto r32 = gate::oracle_logits(*w, Precision::ref32, k);
       auto r64 = gate::oracle_logits(*w, Precision::ref64, k);
-      auto rb = gate::oracle_logits(*bad, Precision::ref32, k);
+      auto rb = gate::oracle_logits(bad, Precision::ref32, k);
       auto ru = gate::oracle_logits(*w, unq, k);
       ASSERT_TRUE(r32.ok() && r64.ok() && rb.ok() && ru.ok());
       gate::Distance floor;

@@ -192,7 +192,7 @@ double max_abs(const std::vector<float>& a, const std::vector<float>& ref) {
 
 struct Model {
   const char* name;
-  std::shared_ptr<cpu::ModelWeights> w;
+  std::shared_ptr<const family::Model> w;
   std::vector<int64_t> prompt_pieces;  // then single decode steps
   int decode_steps;
   // Allowed NRMS(gpu, ref64) / NRMS(ref32, ref64). V4.1: 1.05 (the device equals ref32 bit for bit

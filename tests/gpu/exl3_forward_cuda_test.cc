@@ -68,19 +68,19 @@ const std::string& pack_dir() {
   return dir;
 }
 
-std::shared_ptr<const cpu::ModelWeights> weights() {
-  static std::shared_ptr<const cpu::ModelWeights> w = [] {
-    auto r = cpu::load_weights(pack_dir(), cpu::LoadOptions{pack_dir() + "/release-engram"});
+std::shared_ptr<const family::Model> weights() {
+  static std::shared_ptr<const family::Model> w = [] {
+    auto r = family::open_model(pack_dir(), family::OpenOptions{pack_dir() + "/release-engram"});
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!std::getenv("DSV4_EXL3_PACK_DIR")) std::filesystem::remove_all(pack_dir());  // decoded: no longer read
-    return r.ok() ? std::shared_ptr<const cpu::ModelWeights>(*r) : nullptr;
+    return r.ok() ? std::shared_ptr<const family::Model>(*r) : nullptr;
   }();
   return w;
 }
 
 // The EXL3 gate weights of the preset (cpu::exl3_gate_weights: V4.1, no drafter).
-std::shared_ptr<const cpu::ModelWeights> gate_weights() {
-  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+std::shared_ptr<const family::Model> gate_weights() {
+  static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
     const auto t0 = std::chrono::steady_clock::now();
@@ -89,7 +89,7 @@ std::shared_ptr<const cpu::ModelWeights> gate_weights() {
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     std::printf("EXL3 gate weights (preset %s): encoded in %.1f s\n", preset_name().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return r.ok() ? std::shared_ptr<const cpu::ModelWeights>(*r) : nullptr;
+    return r.ok() ? std::shared_ptr<const family::Model>(*r) : nullptr;
   }();
   return w;
 }
@@ -289,13 +289,13 @@ TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
   const auto t0 = std::chrono::steady_clock::now();
   auto written = cpu::write_gate_exl3_pack(family::preset_config(*preset, family::Variant::v41), dir, o);
   ASSERT_TRUE(written.ok()) << written.status().to_string();
-  auto loaded = cpu::load_weights(dir, cpu::LoadOptions{o.release_dir});
+  auto loaded = family::open_model(dir, family::OpenOptions{o.release_dir});
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   std::printf("EXL3 gate pack (preset %s): written and loaded in %.1f s, %lld bytes\n", preset_name().c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               static_cast<long long>(written->payload_bytes));
-  std::shared_ptr<const cpu::ModelWeights> w(*loaded);
+  std::shared_ptr<const family::Model> w(*loaded);
   auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   ForwardOptions fo;

@@ -30,23 +30,23 @@ namespace {
 using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name, variant_name
 using cpu::Piece;
 
-std::shared_ptr<const cpu::ModelWeights> weights() {
-  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+std::shared_ptr<const family::Model> weights() {
+  static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
     auto variant = family::parse_variant(variant_name());
     EXPECT_TRUE(variant.ok()) << variant.status().to_string();
     auto cfg = cpu::model_config_from(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41));
-    return std::shared_ptr<const cpu::ModelWeights>(cpu::synthetic_weights(cfg, 1, true));
+    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(cfg, 1, true));
   }();
   return w;
 }
 
 // The gate weights of the same preset and variant (cpu::WeightProfile::gate, no drafter).
-std::shared_ptr<const cpu::ModelWeights> gate_weights() {
-  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+std::shared_ptr<const family::Model> gate_weights() {
+  static std::shared_ptr<const family::Model> w = [] {
     auto cfg = weights()->config;
-    return std::shared_ptr<const cpu::ModelWeights>(
+    return std::shared_ptr<const family::Model>(
         cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate));
   }();
   return w;

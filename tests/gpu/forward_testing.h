@@ -88,7 +88,7 @@ struct LogitsRun {
 };
 
 // The oracle on weights `w` at precision p: `toks` fed whole to a fresh stream, every row's logits.
-inline LogitsRun oracle_run(const std::shared_ptr<const cpu::ModelWeights>& w, cpu::Precision p,
+inline LogitsRun oracle_run(const std::shared_ptr<const family::Model>& w, cpu::Precision p,
                             const std::vector<int32_t>& toks) {
   LogitsRun run;
   cpu::OracleOptions o;
@@ -118,7 +118,7 @@ inline void print_layer_table(const LogitsRun& backend, const LogitsRun& r32, co
 // may add probes to a run's options before it starts.
 template <typename BackendLogits>
 cpu::gate::Verdict whole_model_gate(
-    const std::shared_ptr<const cpu::ModelWeights>& w, BackendLogits&& backend_logits,
+    const std::shared_ptr<const family::Model>& w, BackendLogits&& backend_logits,
     const std::function<void(int k, cpu::OracleOptions& o)>& configure = nullptr) {
   namespace gate = cpu::gate;
   const int64_t V = w->config.vocab;
@@ -158,7 +158,7 @@ cpu::gate::Verdict whole_model_gate(
 // close_stream and set_layer_probe) on the gate weights `w`: each gate prompt fed whole to a fresh
 // stream of f; prompt 0's per-layer stream table (f, ref32 against ref64) is printed under `title`.
 template <typename Backend>
-cpu::gate::Verdict forward_gate(Backend& f, const std::shared_ptr<const cpu::ModelWeights>& w,
+cpu::gate::Verdict forward_gate(Backend& f, const std::shared_ptr<const family::Model>& w,
                                 const std::string& title) {
   const int64_t V = w->config.vocab;
   const int L = cpu::gate::kPromptLength;

@@ -41,12 +41,12 @@ int prompt_len() {
   return p ? std::atoi(p) : 40;
 }
 
-std::shared_ptr<const cpu::ModelWeights> weights() {
-  static std::shared_ptr<const cpu::ModelWeights> w = [] {
+std::shared_ptr<const family::Model> weights() {
+  static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
     auto cfg = cpu::model_config_from(family::preset_config(*preset, family::Variant::v41));
-    return std::shared_ptr<const cpu::ModelWeights>(cpu::synthetic_weights(cfg, 1, true));
+    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(cfg, 1, true));
   }();
   return w;
 }

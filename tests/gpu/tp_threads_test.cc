@@ -156,12 +156,12 @@ family::Config small_config() {
 using Prompts = std::vector<std::vector<int32_t>>;
 using Logits = std::vector<std::vector<float>>;
 
-std::shared_ptr<cpu::ModelWeights> weights(const cpu::ModelConfig& cfg, cpu::WeightProfile profile) {
+std::shared_ptr<const family::Model> weights(const cpu::ModelConfig& cfg, cpu::WeightProfile profile) {
   return cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, profile);
 }
 
 // A fresh copy of the whole model for one rank to cut (called from the ranks' threads at once).
-using WeightsFn = std::function<std::shared_ptr<cpu::ModelWeights>()>;
+using WeightsFn = std::function<std::shared_ptr<const family::Model>()>;
 
 // TP 1 (the whole model, no collective): each prompt's logits (every row), fed whole to a fresh stream.
 Logits tp1_run(const cpu::ModelWeights& w, const Prompts& prompts) {
@@ -193,7 +193,7 @@ struct RankOut {
 // slice, then every rank runs the same calls.
 std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, const WeightsFn& make, int tp,
                             const Prompts& prompts) {
-  std::vector<std::shared_ptr<cpu::ModelWeights>> rank_weights(tp);
+  std::vector<std::shared_ptr<const family::Model>> rank_weights(tp);
   {
     std::vector<std::thread> makers;
     for (int r = 0; r < tp; ++r) makers.emplace_back([&, r] { rank_weights[r] = make(); });
@@ -297,7 +297,7 @@ TEST_P(TpThreads, GateWeightsEqualOneGpuAndPassTheGate) {
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   Prompts prompts;
   for (int k = 0; k < cpu::gate::kPrompts; ++k) prompts.push_back(cpu::gate::prompt(k, cfg_.vocab));
-  static const std::shared_ptr<const cpu::ModelWeights> full = weights(cfg_, cpu::WeightProfile::gate);
+  static const std::shared_ptr<const family::Model> full = weights(cfg_, cpu::WeightProfile::gate);
   static const Logits one = tp1_run(*full, prompts);
   ASSERT_EQ(one.size(), prompts.size());
   const WeightsFn make = [&] { return weights(cfg_, cpu::WeightProfile::gate); };
@@ -324,7 +324,7 @@ family::Config exl3_config(family::Preset p) {
 
 // One preset's EXL3 gate weights, encoded once, and TP 1's logits of the gate prompts on them.
 struct Exl3Case {
-  std::shared_ptr<const cpu::ModelWeights> weights;
+  std::shared_ptr<const family::Model> weights;
   Logits one;
 };
 

@@ -6,11 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <type_traits>
+#include <variant>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "backends/cpu/linear.h"
 #include "backends/cpu/synthetic.h"
 #include "core/safetensors_writer.h"
 #include "family/deepseek_v41/preset.h"
@@ -34,101 +37,66 @@ bool write_npy(const std::string& path, const std::vector<float>& v, int64_t row
   return static_cast<bool>(f);
 }
 
-class Dump {
- public:
-  void f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
-    std::vector<uint8_t> b(v.size() * 4);
-    std::memcpy(b.data(), v.data(), b.size());
-    check(w_.add(name, DType::f32, std::move(shape), std::move(b)));
+void check(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    std::exit(1);
   }
-  void i64(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
-    std::vector<int64_t> x(v.begin(), v.end());
-    std::vector<uint8_t> b(x.size() * 8);
-    std::memcpy(b.data(), x.data(), b.size());
-    check(w_.add(name, DType::i64, std::move(shape), std::move(b)));
-  }
-  void mat(const std::string& name, const Bf16Weight& m) { f32(name, {m.out, m.in}, m.w); }
-  void fp8(const std::string& name, const Fp8Weight& m) {
-    std::vector<float> v(m.out * m.in);
-    for (int64_t n = 0; n < m.out; ++n)
-      for (int64_t k = 0; k < m.in; ++k) v[n * m.in + k] = m.at(n, k);
-    f32(name, {m.out, m.in}, v);
-  }
-  void fp4(const std::string& name, const Fp4Weight& m) {
-    std::vector<float> v(m.out * m.in);
-    for (int64_t n = 0; n < m.out; ++n)
-      for (int64_t k = 0; k < m.in; ++k) v[n * m.in + k] = m.w[n * m.in + k] * m.scale[n * (m.in / 32) + k / 32];
-    f32(name, {m.out, m.in}, v);
-  }
-  Status write(const std::string& path) { return w_.write(path); }
+}
 
- private:
-  static void check(const Status& s) {
-    if (!s.ok()) { std::fprintf(stderr, "%s\n", s.to_string().c_str()); std::exit(1); }
-  }
-  SafetensorsWriter w_;
-};
+void add_f32(SafetensorsWriter& w, const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  check(w.add(name, DType::f32, std::move(shape), std::move(b)));
+}
 
-void dump_weights(const ModelWeights& W, const std::string& path) {
-  const ModelConfig& c = W.config;
-  Dump d;
-  std::vector<float> emb(W.embed.size());
-  for (size_t i = 0; i < emb.size(); ++i) emb[i] = bf16_to_f32(W.embed[i]);
-  d.f32("embed.weight", {c.vocab, c.dim}, emb);
-  d.mat("head.weight", W.head);
-  d.f32("norm.weight", {c.dim}, W.norm);
-  d.mat("hc_head_fn", W.hc_head->fn);
-  d.f32("hc_head_base", {c.hc_mult}, W.hc_head->base);
-  d.f32("hc_head_scale", {1}, {W.hc_head->scale});
-  const auto roles = layer_roles(c);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const BlockWeights& B = W.layers[l];
-    const AttentionWeights& A = B.attn;
-    const std::string p = "layers." + std::to_string(l) + ".";
-    d.fp8(p + "attn.wq_a.weight", A.wq_a);
-    d.fp8(p + "attn.wq_b.weight", A.wq_b);
-    d.fp8(p + "attn.wkv.weight", A.wkv);
-    d.fp8(p + "attn.wo_b.weight", A.wo_b);
-    d.mat(p + "attn.wo_a.weight", A.wo_a);
-    d.f32(p + "attn.q_norm.weight", {c.q_lora}, A.q_norm);
-    d.f32(p + "attn.kv_norm.weight", {c.head_dim}, A.kv_norm);
-    d.f32(p + "attn.attn_sink", {c.n_heads}, A.sink);
-    if (roles[l].kv_source) {
-      d.mat(p + "attn.compressor.wkv.weight", A.comp_wkv);
-      d.mat(p + "attn.compressor.wgate.weight", A.comp_wgate);
-      d.f32(p + "attn.compressor.ape", {roles[l].ratio, A.comp_wkv.out}, A.comp_ape);
-      d.f32(p + "attn.compressor.norm.weight", {c.head_dim}, A.comp_norm);
+// The exact values [out, in] of a stored linear (FP8 / FP4 codes times their scales, bf16 or f32 widened).
+std::vector<float> dense(const family::LinearRef& ref) {
+  return std::visit([](auto* W) {
+    using T = std::remove_cvref_t<decltype(*W)>;
+    const int64_t out = W->out(), in = W->in();
+    std::vector<float> v(static_cast<size_t>(out * in));
+    if constexpr (std::is_same_v<T, family::Fp8Linear>) {
+      std::vector<float> ws((in + W->block - 1) / W->block);
+      for (int64_t n = 0; n < out; ++n) {
+        fp8_weight_row(*W, n, &v[n * in], ws.data());
+        for (int64_t k = 0; k < in; ++k) v[n * in + k] *= ws[k / W->block];
+      }
+    } else if constexpr (std::is_same_v<T, family::Fp4Linear>) {
+      std::vector<float> ws(in / 32);
+      for (int64_t n = 0; n < out; ++n) {
+        e2m1_values(W->weight.bytes() + n * (in / 2), in, &v[n * in]);
+        ue8m0_values(W->scale.bytes() + n * (in / 32), in / 32, ws.data());
+        for (int64_t k = 0; k < in; ++k) v[n * in + k] *= ws[k / 32];
+      }
+    } else {
+      v = floats(W->weight);
     }
-    if (roles[l].overlap) {
-      d.mat(p + "attn.indexer.compressor.wkv.weight", A.idx_comp_wkv);
-      d.mat(p + "attn.indexer.compressor.wgate.weight", A.idx_comp_wgate);
-      d.f32(p + "attn.indexer.compressor.ape", {roles[l].ratio, A.idx_comp_wkv.out}, A.idx_comp_ape);
-      d.f32(p + "attn.indexer.compressor.norm.weight", {c.index_head_dim}, A.idx_comp_norm);
-      d.fp8(p + "attn.indexer.wq_b.weight", A.idx_wq_b);
-      d.mat(p + "attn.indexer.weights_proj.weight", A.idx_weights_proj);
+    return v;
+  }, ref);
+}
+
+// Every tensor the oracle reads, dequantized: linears as f32 [out, in] under "<group>.weight", the hash tables
+// as I64, every other tensor widened to f32.
+void dump_weights(const family::Model& m, const std::string& path) {
+  SafetensorsWriter w;
+  family::ModelWeights views = m.weights;
+  std::set<std::string> stored;  // the stored tensors the linears stand for
+  family::for_each_linear(views, m.plan, [&](const std::string& g, family::LinearRef ref) {
+    const auto [out, in] = std::visit([](auto* W) { return std::pair{W->out(), W->in()}; }, ref);
+    add_f32(w, g + ".weight", {out, in}, dense(ref));
+    stored.insert(g + ".weight");
+    stored.insert(g + ".scale");
+  });
+  family::for_each_tensor(m.weights, m.plan, [&](const std::string& n, const TensorView& v) {
+    if (stored.count(n)) return;
+    if (v.dtype == DType::i64) {
+      check(w.add(n, DType::i64, v.shape, std::vector<uint8_t>(v.bytes(), v.bytes() + v.nbytes)));
+    } else {
+      add_f32(w, n, v.shape, floats(v));
     }
-    const MoeWeights& M = B.ffn;
-    d.mat(p + "ffn.gate.weight", M.gate);
-    if (!M.tid2eid.empty()) d.i64(p + "ffn.gate.tid2eid", {c.vocab, M.n_active}, M.tid2eid);
-    else d.f32(p + "ffn.gate.bias", {M.gate.out}, M.bias);
-    for (size_t e = 0; e < M.experts.size(); ++e) {
-      const std::string x = p + "ffn.experts." + std::to_string(e) + ".";
-      d.fp4(x + "w1.weight", M.experts[e].w1);
-      d.fp4(x + "w2.weight", M.experts[e].w2);
-      d.fp4(x + "w3.weight", M.experts[e].w3);
-    }
-    d.fp8(p + "ffn.shared_experts.w1.weight", M.shared.w1);
-    d.fp8(p + "ffn.shared_experts.w2.weight", M.shared.w2);
-    d.fp8(p + "ffn.shared_experts.w3.weight", M.shared.w3);
-    d.f32(p + "attn_norm.weight", {c.dim}, B.attn_norm);
-    d.f32(p + "ffn_norm.weight", {c.dim}, B.ffn_norm);
-    for (auto [hp, s] : {std::pair{&B.hc_attn, "attn"}, std::pair{&B.hc_ffn, "ffn"}}) {
-      d.mat(p + "hc_" + s + "_fn", hp->fn);
-      d.f32(p + "hc_" + s + "_base", {static_cast<int64_t>(hp->base.size())}, hp->base);
-      d.f32(p + "hc_" + s + "_scale", {3}, hp->scale);
-    }
-  }
-  if (Status s = d.write(path); !s.ok()) { std::fprintf(stderr, "%s\n", s.to_string().c_str()); std::exit(1); }
+  });
+  check(w.write(path));
 }
 
 }  // namespace
@@ -145,8 +113,8 @@ int main(int argc, char** argv) {
   auto p = family::parse_preset(preset);
   if (!p.ok()) { std::fprintf(stderr, "%s\n", p.status().to_string().c_str()); return 2; }
   const family::Config fc = family::preset_config(*p, family::Variant::v4);
-  std::shared_ptr<const ModelWeights> w = synthetic_weights(model_config_from(fc), seed, false);
-  const int64_t V = w->config.vocab;
+  std::shared_ptr<const family::Model> w = synthetic_weights(fc, seed, false);
+  const int64_t V = w->config.vocab_size;
   std::vector<int32_t> prompt(T), rows(T);
   for (int i = 0; i < T; ++i) { prompt[i] = static_cast<int32_t>((i * 7919 + 13) % V); rows[i] = i; }
   std::ofstream(out + "/prompt.txt") << [&] { std::string s; for (int t : prompt) s += std::to_string(t) + " "; return s; }();

@@ -98,17 +98,20 @@ std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int6
 }
 
 template <typename Acc>
-void attention_output(ThreadPool& pool, const AttentionWeights& A, const ModelConfig& cfg,
+void attention_output(ThreadPool& pool, const family::LayerWeights& A, const ModelConfig& cfg,
                       const float* o, int64_t rows, float* y) {
   const int64_t G = cfg.o_groups, O = cfg.o_lora;
   const int64_t gin = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim / G;
   Vec z(rows * G * O);
   if (A.wo_a.exl3) exl3_linear_bf16<Acc>(pool, o, rows, *A.wo_a.exl3, z.data());  // the pack's per-group slices
   else pool.parallel_for(G * O, [&](int64_t n0, int64_t n1) {
+    Vec w(gin), ws((gin + A.wo_a.block - 1) / A.wo_a.block);
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t g = n / O;
+      fp8_weight_row(A.wo_a, n, w.data(), ws.data());  // e4m3 x 2^k is exact in bf16 (convert.py's wo_a)
+      for (int64_t k = 0; k < gin; ++k) w[k] = round_bf16(w[k] * ws[k / A.wo_a.block]);
       for (int64_t r = 0; r < rows; ++r)
-        z[r * G * O + n] = round_bf16(dot<Acc>(o + r * G * gin + g * gin, &A.wo_a.w[n * gin], gin));
+        z[r * G * O + n] = round_bf16(dot<Acc>(o + r * G * gin + g * gin, w.data(), gin));
     }
   }, 4);
   fp8_linear<Acc>(pool, z.data(), rows, A.wo_b, y, cfg.act_block);
@@ -142,7 +145,8 @@ template <typename Acc>
 void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   const ModelConfig& cfg = *c.cfg;
   const LayerRole& role = (*c.roles)[layer];
-  const AttentionWeights& A = c.W->layers[layer].attn;
+  const family::LayerWeights& A = c.M->weights.layers[layer];
+  const Vec sink = floats(A.attn_sink);
   ThreadPool& pool = *c.pool;
   const int64_t rows = c.rows, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_dim;
   const std::vector<float>& freqs = role.ratio > 0 ? *c.freqs_yarn : *c.freqs_plain;
@@ -151,7 +155,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   // a. query: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
   Vec qa(rows * cfg.q_lora), qr(rows * cfg.q_lora), q(rows * H * d);
   fp8_linear<Acc>(pool, x, rows, A.wq_a, qa.data(), cfg.act_block);
-  rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, A.q_norm.data(), cfg.norm_eps, qr.data());
+  rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, floats(A.q_norm).data(), cfg.norm_eps, qr.data());
   fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < H; ++h) {
@@ -164,7 +168,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   Vec kv(rows * d), kvn(rows * d);
   std::vector<uint8_t> kv_packed(rows * geo.window_row);
   fp8_linear<Acc>(pool, x, rows, A.wkv, kv.data(), cfg.act_block);
-  rmsnorm_rows<Acc>(kv.data(), rows, d, A.kv_norm.data(), cfg.norm_eps, kvn.data());
+  rmsnorm_rows<Acc>(kv.data(), rows, d, floats(A.kv_norm).data(), cfg.norm_eps, kvn.data());
   for (int64_t r = 0; r < rows; ++r) {
     rope_apply<Acc>(&kvn[r * d + d - rd], freqs, c.pos[r], false);
     pack_row(cfg.window_format, &kvn[r * d], d, &kv_packed[r * geo.window_row], rd);
@@ -214,7 +218,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
         } else if (role.ratio > 0) {
           for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
         }
-        sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, A.sink[h], &o[(r * H + h) * d]);
+        sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, sink[h], &o[(r * H + h) * d]);
         rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true);
       }
     }, 1);
@@ -233,8 +237,8 @@ template void sparse_attend_head<float>(const float*, const std::vector<const fl
 template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*);
 template void attention_layer<float>(CallCtx&, int, const float*, float*);
 template void attention_layer<double>(CallCtx&, int, const float*, float*);
-template void attention_output<float>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
-template void attention_output<double>(ThreadPool&, const AttentionWeights&, const ModelConfig&, const float*, int64_t, float*);
+template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const ModelConfig&, const float*, int64_t, float*);
+template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const ModelConfig&, const float*, int64_t, float*);
 template void head_rms_bf16<float>(float*, int64_t, float);
 template void head_rms_bf16<double>(float*, int64_t, float);
 

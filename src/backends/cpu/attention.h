@@ -37,9 +37,10 @@ std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int6
 template <typename Acc>
 void attention_layer(CallCtx& c, int layer, const float* x, float* y);
 
-// The grouped wo_a (bf16) and FP8 wo_b of one row's attention output o bf16 [H, d].
+// The grouped wo_a (its FP8 values dequantized to bf16, as the reference holds it) and FP8 wo_b of the rows'
+// attention outputs o bf16 [rows, H, d].
 template <typename Acc>
-void attention_output(ThreadPool& pool, const AttentionWeights& A, const ModelConfig& cfg,
+void attention_output(ThreadPool& pool, const family::LayerWeights& A, const ModelConfig& cfg,
                       const float* o, int64_t rows, float* y);
 
 }  // namespace dsv4::cpu

@@ -9,7 +9,7 @@
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rmsnorm.h"
-#include "backends/cpu/weights.h"
+#include "backends/cpu/model_config.h"
 
 namespace dsv4::cpu {
 
@@ -17,9 +17,9 @@ namespace dsv4::cpu {
 // "ffn.in", "ffn.out") and its length.
 using BlockProbe = std::function<void(const char* op, const float* v, int64_t n)>;
 
-// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows.
+// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows; K experts per row.
 template <typename Acc>
-void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights& B, int64_t rows,
+void block_forward(ThreadPool& pool, const ModelConfig& cfg, const family::LayerWeights& B, int K, int64_t rows,
                    const std::function<void(const float*, float*)>& attn, const uint8_t* image,
                    const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
                    const BlockProbe& probe = nullptr) {
@@ -29,28 +29,29 @@ void block_forward(ThreadPool& pool, const ModelConfig& cfg, const BlockWeights&
   const int64_t D = cfg.dim;
   Vec x(rows * D), xn(rows * D), y(rows * D);
   // attention sub-layer
-  auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+  const Vec attn_norm = floats(B.attn_norm), ffn_norm = floats(B.ffn_norm);
+  auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, hc_attn_params(B), cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
   for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D]);
-  rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
+  rmsnorm_rows<Acc>(x.data(), rows, D, attn_norm.data(), cfg.norm_eps, xn.data());
   show("attn.in", xn.data(), rows * D);
   attn(xn.data(), y.data());
   show("attn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
   show("attn.h", h.data(), rows * C * D);
   // FFN sub-layer, collapsed with the attention pre-mix
-  auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+  auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, hc_ffn_params(B), cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
   for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? fmix[r].pre : amix[r].pre, &x[r * D]);
-  rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
+  rmsnorm_rows<Acc>(x.data(), rows, D, ffn_norm.data(), cfg.norm_eps, xn.data());
   show("ffn.in", xn.data(), rows * D);
-  moe_forward<Acc>(pool, B.ffn, cfg, xn.data(), image, ids, rows, y.data());
+  moe_forward<Acc>(pool, B, K, cfg, xn.data(), image, ids, rows, y.data());
   show("ffn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
   for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
 }
 
-// Embedding rows expanded into C identical streams, pi = one-hot(0).
+// Embedding rows (embed bf16 [V, D]) expanded into C identical streams, pi = one-hot(0).
 template <typename Acc>
-void embed_rows(const ModelConfig& cfg, const std::vector<bf16_t>& embed, const int32_t* ids,
+void embed_rows(const ModelConfig& cfg, const TensorView& embed, const int32_t* ids,
                 int64_t rows, std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
@@ -58,8 +59,8 @@ void embed_rows(const ModelConfig& cfg, const std::vector<bf16_t>& embed, const 
   pi.assign(rows, std::vector<Acc>(C, 0));
   for (int64_t r = 0; r < rows; ++r) {
     pi[r][0] = 1;
-    for (int c = 0; c < C; ++c)
-      for (int64_t i = 0; i < D; ++i) h[(r * C + c) * D + i] = bf16_to_f32(embed[ids[r] * D + i]);
+    floats_at(embed, static_cast<int64_t>(ids[r]) * D, D, &h[r * C * D]);
+    for (int c = 1; c < C; ++c) std::copy(&h[r * C * D], &h[r * C * D] + D, &h[(r * C + c) * D]);
   }
 }
 

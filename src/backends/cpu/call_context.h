@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "backends/cpu/stream_state.h"
-#include "backends/cpu/weights.h"
+#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/model.h"
 #include "core/thread_pool.h"
 
 namespace dsv4::cpu {
@@ -19,7 +20,7 @@ struct PieceCtx {
 };
 
 struct CallCtx {
-  const ModelWeights* W = nullptr;
+  const family::Model* M = nullptr;
   const ModelConfig* cfg = nullptr;
   const std::vector<LayerRole>* roles = nullptr;
   const StateGeometry* geo = nullptr;

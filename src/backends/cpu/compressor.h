@@ -20,9 +20,9 @@ namespace dsv4::cpu {
 // One gated-pooling compressor: weights [w, D] (w = 2n with overlap, else n), ape f32 [ratio, w]
 // (empty: none), the stream ring members holding its projections.
 struct PoolSpec {
-  const Bf16Weight* wkv = nullptr;
-  const Bf16Weight* wgate = nullptr;
-  const std::vector<float>* ape = nullptr;
+  const Matrix* wkv = nullptr;
+  const Matrix* wgate = nullptr;
+  const TensorView* ape = nullptr;
   int ratio = 2;
   bool overlap = false;
   int64_t cap = 0;  // ring slots (position q in slot q % cap)
@@ -48,7 +48,8 @@ inline Acc pool_channel(const Acc* kv, const Acc* score, int n) {
 template <typename Acc>
 void pooled_groups(CallCtx& c, int layer, const PoolSpec& P, const float* x,
                    const std::function<void(StreamState&, int64_t, float*)>& emit) {
-  const int64_t D = c.cfg->dim, rows = c.rows, w = P.wkv->out, n = P.overlap ? w / 2 : w;
+  const int64_t D = c.cfg->dim, rows = c.rows, w = P.wkv->out(), n = P.overlap ? w / 2 : w;
+  const Vec ape = P.ape ? floats(*P.ape) : Vec();
   const int r = P.ratio;
   const Acc neg_inf = -std::numeric_limits<Acc>::infinity();
   // fp32 projections of every row (weights widened from bf16).
@@ -74,8 +75,8 @@ void pooled_groups(CallCtx& c, int layer, const PoolSpec& P, const float* x,
           g[i] = static_cast<Acc>(ring_gate[(q % P.cap) * w + i]);
         }
       }
-      if (P.ape && !P.ape->empty())  // score + ape[q mod ratio], fp32 as the reference
-        for (int64_t i = 0; i < w; ++i) g[i] = g[i] + static_cast<Acc>((*P.ape)[(q % r) * w + i]);
+      if (!ape.empty())  // score + ape[q mod ratio], fp32 as the reference
+        for (int64_t i = 0; i < w; ++i) g[i] = g[i] + static_cast<Acc>(ape[(q % r) * w + i]);
     };
     for (int64_t i = 0; i < pc.T; ++i) {
       const int64_t p = pc.start + i;
@@ -123,14 +124,14 @@ void emit_compressed_row(CallCtx& c, int layer, StreamState& st, int64_t j, floa
   LayerCache& cache = st.layers[layer];
   st.last_index_publisher = layer;
   const ModelConfig& cfg = *c.cfg;
-  const AttentionWeights& A = c.W->layers[layer].attn;
+  const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t d = cfg.head_dim, ihd = cfg.index_head_dim, rd = cfg.rope_dim;
   const int64_t pos = j * (*c.roles)[layer].ratio;
   // Index key from the un-rotated latent.
   Vec k(ihd), kn(ihd);
-  bf16_linear<Acc>(*c.pool, latent, 1, A.idx_wk, k.data());
-  rmsnorm_row<Acc>(k.data(), ihd, A.idx_k_norm.data(), cfg.norm_eps, kn.data());
+  bf16_linear<Acc>(*c.pool, latent, 1, A.indexer_wk, k.data());
+  rmsnorm_row<Acc>(k.data(), ihd, floats(A.indexer_k_norm).data(), cfg.norm_eps, kn.data());
   rope_apply<Acc>(&kn[ihd - rd], *c.freqs_yarn, pos, false);
   const size_t ik = cache.index_keys.size();
   cache.index_keys.resize(ik + geo.index_row);
@@ -150,34 +151,35 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
   const ModelConfig& cfg = *c.cfg;
   const LayerRole& role = (*c.roles)[layer];
   const int ratio = role.ratio;
-  const AttentionWeights& A = c.W->layers[layer].attn;
+  const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t d = cfg.head_dim, rd = cfg.rope_dim, ihd = cfg.index_head_dim, rows = c.rows;
+  const Vec comp_norm = floats(A.compressor_norm), idx_comp_norm = floats(A.indexer_compressor_norm);
   Vec normed(std::max(d, ihd));
   if (ratio == 1) {  // V4.1 layer 20: bf16 linear, no pooling
     Vec lat(rows * d);
-    bf16_linear<Acc>(*c.pool, x, rows, A.comp_wkv, lat.data());
+    bf16_linear<Acc>(*c.pool, x, rows, A.compressor_wkv, lat.data());
     for (const PieceCtx& pc : c.pieces)
       for (int64_t i = 0; i < pc.T; ++i) {
-        rmsnorm_row<Acc>(&lat[(pc.row0 + i) * d], d, A.comp_norm.data(), cfg.norm_eps, normed.data());
+        rmsnorm_row<Acc>(&lat[(pc.row0 + i) * d], d, comp_norm.data(), cfg.norm_eps, normed.data());
         emit_compressed_row<Acc>(c, layer, *pc.state, pc.start + i, normed.data());
       }
     return;
   }
   if (!cfg.v4()) {
-    PoolSpec P{&A.comp_wkv, &A.comp_wgate, nullptr, ratio, false, geo.comp_cap[layer], &LayerCache::comp_kv,
+    PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, nullptr, ratio, false, geo.comp_cap[layer], &LayerCache::comp_kv,
                &LayerCache::comp_gate};
     pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
-      rmsnorm_row<Acc>(lat, d, A.comp_norm.data(), cfg.norm_eps, normed.data());
+      rmsnorm_row<Acc>(lat, d, comp_norm.data(), cfg.norm_eps, normed.data());
       emit_compressed_row<Acc>(c, layer, st, j, normed.data());
     });
     return;
   }
   if (role.overlap) {  // the indexer's compressor: index keys
-    PoolSpec P{&A.idx_comp_wkv, &A.idx_comp_wgate, &A.idx_comp_ape, ratio, true, geo.comp_cap[layer],
+    PoolSpec P{&A.indexer_compressor_wkv, &A.indexer_compressor_wgate, &A.indexer_compressor_ape, ratio, true, geo.comp_cap[layer],
                &LayerCache::idx_comp_kv, &LayerCache::idx_comp_gate};
     pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
-      rmsnorm_row<Acc>(lat, ihd, A.idx_comp_norm.data(), cfg.norm_eps, normed.data());
+      rmsnorm_row<Acc>(lat, ihd, idx_comp_norm.data(), cfg.norm_eps, normed.data());
       rope_apply<Acc>(&normed[ihd - rd], *c.freqs_yarn, j * ratio, false);
       hadamard_row<Acc>(normed.data(), ihd);
       std::vector<uint8_t>& keys = st.layers[layer].index_keys;
@@ -186,10 +188,10 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
       pack_row(cfg.index_format, normed.data(), ihd, &keys[at], rd);
     });
   }
-  PoolSpec P{&A.comp_wkv, &A.comp_wgate, &A.comp_ape, ratio, role.overlap, geo.comp_cap[layer], &LayerCache::comp_kv,
+  PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, &A.compressor_ape, ratio, role.overlap, geo.comp_cap[layer], &LayerCache::comp_kv,
              &LayerCache::comp_gate};
   pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
-    rmsnorm_row<Acc>(lat, d, A.comp_norm.data(), cfg.norm_eps, normed.data());
+    rmsnorm_row<Acc>(lat, d, comp_norm.data(), cfg.norm_eps, normed.data());
     rope_apply<Acc>(&normed[d - rd], *c.freqs_yarn, j * ratio, false);
     std::vector<uint8_t>& rows_out = st.layers[layer].compressed;
     const size_t at = rows_out.size();

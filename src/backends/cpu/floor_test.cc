@@ -14,7 +14,7 @@ namespace dsv4::cpu {
 namespace {
 
 void report_floor(family::Variant variant, const char* name) {
-  auto w = synthetic_weights(model_config_from(family::preset_config(family::Preset::tiny, variant)), 1, false);
+  auto w = synthetic_weights(family::preset_config(family::Preset::tiny, variant), 1, false);
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = (i * 7919 + 13) % 129280;
   std::vector<int32_t> rows(40);
@@ -29,7 +29,7 @@ void report_floor(family::Variant variant, const char* name) {
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     logits[k] = (*r)[0].logits;
   }
-  const int64_t V = w->config.vocab;
+  const int64_t V = w->config.vocab_size;
   double num = 0, den = 0;
   int agree = 0;
   for (int r = 0; r < 40; ++r) {

@@ -1,6 +1,7 @@
 // The oracle's forward over a call's pieces, stream bookkeeping, rollback and snapshots.
 #include "backends/cpu/forward.h"
 
+#include <optional>
 #include <set>
 
 #include "backends/cpu/attention.h"
@@ -8,29 +9,33 @@
 #include "backends/cpu/dspark.h"
 #include "backends/cpu/engram.h"
 #include "backends/cpu/head.h"
+#include "backends/cpu/load.h"
 #include "backends/cpu/rope.h"
+#include "family/deepseek_v41/engram_hash.h"
 
 namespace dsv4::cpu {
 
-StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const ModelWeights> weights,
+StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const family::Model> model,
                                                  const OracleOptions& options) {
-  if (!weights) return error(StatusCode::invalid_argument, "no weights");
-  const ModelConfig& cfg = weights->config;
+  if (!model) return error(StatusCode::invalid_argument, "no model");
+  const ModelConfig cfg = model_config_from(model->config);
   DSV4_RETURN_IF_ERROR(cfg.validate());
-  if (static_cast<int>(weights->layers.size()) != cfg.n_layers)
-    return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", weights->layers.size(), cfg.n_layers);
-  if (!cfg.engram_layers.empty() && static_cast<int64_t>(weights->engram_token_map.size()) != cfg.vocab)
+  if (static_cast<int>(model->weights.layers.size()) != cfg.n_layers)
+    return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", model->weights.layers.size(),
+                 cfg.n_layers);
+  if (!cfg.engram_layers.empty() && static_cast<int64_t>(model->engram_token_map.size()) != cfg.vocab)
     return error(StatusCode::invalid_argument, "Engram needs a token map of {} entries, got {}", cfg.vocab,
-                 weights->engram_token_map.size());
+                 model->engram_token_map.size());
   if (options.max_rollback < 0) return error(StatusCode::invalid_argument, "max_rollback < 0");
   std::unique_ptr<Oracle> o(new Oracle());
-  o->weights_ = std::move(weights);
+  o->model_ = std::move(model);
   o->options_ = options;
+  o->base_ = cfg;
   o->cfg_ = options.unquantized ? without_quantization(cfg) : cfg;
-  if (cfg.v4() && !o->weights_->hc_head) return error(StatusCode::invalid_argument, "V4 weights without hc_head");
+  o->drafter_ = cfg.dspark_stages > 0 && static_cast<int>(o->model_->weights.dspark.size()) == cfg.dspark_stages;
   o->roles_ = layer_roles(cfg);
   o->geo_ = make_geometry(o->cfg_, options.max_rollback);
-  if (!o->weights_->dspark) o->geo_.dspark_stages = 0;
+  if (!o->drafter_) o->geo_.dspark_stages = 0;
   RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   o->freqs_plain_ = rope_frequencies(plain);
@@ -119,7 +124,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward(const std::vector<Piece>& pie
 
 StatusOr<DraftResult> Oracle::draft(int32_t stream, int32_t next) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!weights_->dspark) return error(StatusCode::unimplemented, "the model has no DSpark weights");
+  if (!drafter_) return error(StatusCode::unimplemented, "the model has no DSpark weights");
   auto it = streams_.find(stream);
   if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
   if (it->second.length == 0) return error(StatusCode::invalid_argument, "stream {} is empty", stream);
@@ -130,12 +135,13 @@ StatusOr<DraftResult> Oracle::draft(int32_t stream, int32_t next) {
 
 template <typename Acc>
 StatusOr<DraftResult> Oracle::draft_impl(StreamState& s, int32_t next) {
-  return dspark_draft<Acc>(*pool_, *weights_, geo_, freqs_plain_, s, next);
+  return dspark_draft<Acc>(*pool_, *model_, base_, geo_, freqs_plain_, s, next);
 }
 
 template <typename Acc>
 StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>& pieces) {
-  const ModelWeights& W = *weights_;
+  const family::Model& M = *model_;
+  const family::ModelWeights& W = M.weights;
   const ModelConfig& cfg = cfg_;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
@@ -152,7 +158,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
         return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
   }
   CallCtx c;
-  c.W = &W;
+  c.M = &M;
   c.cfg = &cfg;
   c.roles = &roles_;
   c.geo = &geo_;
@@ -180,16 +186,16 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   for (const PieceCtx& pc : c.pieces)
     for (int64_t i = 0; i < pc.T; ++i) {
       const int32_t t = ids[pc.row0 + i];
-      pc.state->history.push_back(W.engram_token_map.empty() ? t : W.engram_token_map[t]);
+      pc.state->history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
     }
   if (!cfg.engram_layers.empty()) {
-    const int64_t pad = W.engram_token_map[cfg.engram_pad_id];
+    const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
     for (size_t e = 0; e < cfg.engram_layers.size(); ++e) {
-      const EngramLayout& L = W.layers[cfg.engram_layers[e]].engram->layout;
-      const int64_t R = static_cast<int64_t>(L.primes.size());
+      const int64_t R = M.engram.cols;
       engram_rows[e].resize(c.rows * R);
       for (int64_t r = 0; r < c.rows; ++r)
-        engram_hash_rows(L, c.pieces[c.piece_of[r]].state->history.data(), c.pos[r], pad, &engram_rows[e][r * R]);
+        family::engram_hash_rows(M.engram, M.engram.layers[e], c.pieces[c.piece_of[r]].state->history.data(), c.pos[r],
+                                 pad, &engram_rows[e][r * R]);
     }
   }
   // 2. Embedding, C streams, pi = one-hot.
@@ -197,20 +203,20 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   std::vector<std::vector<Acc>> pi;
   embed_rows<Acc>(cfg, W.embed, ids.data(), c.rows, h, pi);
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
-  Vec taps(W.dspark ? c.rows * n_taps * D : 0);
+  Vec taps(drafter_ ? c.rows * n_taps * D : 0);
   // 3. Blocks.
   for (int l = 0; l < cfg.n_layers; ++l) {
     const LayerRole& role = roles_[l];
-    const BlockWeights& B = W.layers[l];
+    const family::LayerWeights& B = W.layers[l];
     BlockProbe probe;
     if (options_.op_probe)
       probe = [&](const char* op, const float* v, int64_t n) { options_.op_probe(l, op, std::vector<float>(v, v + n)); };
     if (role.engram) {
-      engram_apply<Acc>(*pool_, *B.engram, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
+      engram_apply<Acc>(*pool_, B, M.engram.cols, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
                         cfg.norm_eps, cfg.act_block, h.data());
       if (probe) probe("engram", h.data(), c.rows * C * D);
     }
-    if (role.tap_index >= 0 && W.dspark)
+    if (role.tap_index >= 0 && drafter_)
       for (int64_t r = 0; r < c.rows; ++r)
         for (int64_t i = 0; i < D; ++i) {
           Acc s = 0;
@@ -218,21 +224,25 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
           taps[(r * n_taps + role.tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
         }
     auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
-    block_forward<Acc>(*pool_, cfg, B, c.rows, attn, c.image.data(), ids.data(), h, pi, probe);
+    block_forward<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, c.rows, attn, c.image.data(), ids.data(), h,
+                       pi, probe);
     if (options_.layer_probe) options_.layer_probe(l, h);
   }
   // 4. Logits of the requested rows.
+  const Vec norm = floats(W.norm);
+  std::optional<HcHead> hc_head;
+  if (family::present(W.hc_head_base)) hc_head = hc_head_of(W.hc_head_fn, W.hc_head_base, W.hc_head_scale);
   std::vector<PieceResult> out(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].logit_rows.empty()) continue;
     std::vector<int64_t> rows;
     for (int32_t r : pieces[i].logit_rows) rows.push_back(c.pieces[i].row0 + r);
     std::vector<Acc> logits;
-    head_logits<Acc>(*pool_, cfg, W.norm, W.head, h.data(), pi, rows, logits, nullptr, W.hc_head.get());
+    head_logits<Acc>(*pool_, cfg, norm, W.head, h.data(), pi, rows, logits, nullptr, hc_head ? &*hc_head : nullptr);
     out[i].logits.assign(logits.begin(), logits.end());
   }
   // 5. DSpark rings receive one row per main position.
-  if (W.dspark) dspark_write_rings<Acc>(c, taps);
+  if (drafter_) dspark_write_rings<Acc>(c, taps);
   for (const PieceCtx& pc : c.pieces) pc.state->length += pc.T;
   return out;
 }

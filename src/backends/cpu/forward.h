@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/stream_state.h"
-#include "backends/cpu/weights.h"
+#include "family/deepseek_v41/model.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 
@@ -60,11 +60,16 @@ struct DraftResult {
 
 class Oracle {
  public:
-  static StatusOr<std::unique_ptr<Oracle>> create(std::shared_ptr<const ModelWeights> weights,
+  // The oracle on `model`'s stored weights (read in place: nothing is decoded ahead of a call).
+  static StatusOr<std::unique_ptr<Oracle>> create(std::shared_ptr<const family::Model> model,
                                                   const OracleOptions& options);
   ~Oracle();
 
   const ModelConfig& config() const { return cfg_; }
+  const family::Model& model() const { return *model_; }
+  // Whether the model's drafter runs (V4.1 with DSpark stages; the 0731 drafter's forward is not
+  // confirmed by reference code, model-spec.md §10.7, so its stages are checked, not run).
+  bool has_drafter() const { return drafter_; }
   int32_t open_stream();
   Status close_stream(int32_t stream);
   StatusOr<int64_t> length(int32_t stream) const;
@@ -89,8 +94,10 @@ class Oracle {
   template <typename Acc> StatusOr<std::vector<PieceResult>> forward_impl(const std::vector<Piece>& pieces);
   template <typename Acc> StatusOr<DraftResult> draft_impl(StreamState& s, int32_t next);
 
-  std::shared_ptr<const ModelWeights> weights_;
-  ModelConfig cfg_;  // the weights' config, or its unquantized form
+  std::shared_ptr<const family::Model> model_;
+  ModelConfig base_;  // the model's config
+  ModelConfig cfg_;   // base_, or its unquantized form
+  bool drafter_ = false;
   OracleOptions options_;
   std::vector<LayerRole> roles_;
   StateGeometry geo_;

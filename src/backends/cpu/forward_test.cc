@@ -12,8 +12,8 @@
 namespace dsv4::cpu {
 namespace {
 
-std::shared_ptr<const ModelWeights> model() {
-  static std::shared_ptr<const ModelWeights> w = synthetic_weights(small_test_config(), 7, true);
+std::shared_ptr<const family::Model> model() {
+  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
   return w;
 }
 

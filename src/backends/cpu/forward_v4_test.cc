@@ -14,18 +14,17 @@
 namespace dsv4::cpu {
 namespace {
 
-std::shared_ptr<const ModelWeights> model() {
-  static std::shared_ptr<const ModelWeights> w = synthetic_weights(small_v4_test_config(), 17, false);
+std::shared_ptr<const family::Model> model() {
+  static std::shared_ptr<const family::Model> w = synthetic_weights(small_v4_test_config(), 17, false);
   return w;
 }
 
-std::shared_ptr<const ModelWeights> tiny() {
-  static std::shared_ptr<const ModelWeights> w = synthetic_weights(
-      model_config_from(family::preset_config(family::Preset::tiny, family::Variant::v4)), 3, false);
+std::shared_ptr<const family::Model> tiny() {
+  static std::shared_ptr<const family::Model> w = synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v4), 3, false);
   return w;
 }
 
-std::unique_ptr<Oracle> oracle(std::shared_ptr<const ModelWeights> w, int64_t max_rollback = 16) {
+std::unique_ptr<Oracle> oracle(std::shared_ptr<const family::Model> w, int64_t max_rollback = 16) {
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = max_rollback;

@@ -65,15 +65,15 @@ std::string Verdict::summary() const {
                      floor.rows, pass() ? "pass" : "FAIL");
 }
 
-StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const ModelWeights> w, Precision p, int k, int threads) {
+StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> w, Precision p, int k, int threads) {
   OracleOptions o;
   o.precision = p;
   o.threads = threads;
   return oracle_logits(std::move(w), o, k);
 }
 
-StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const ModelWeights> w, const OracleOptions& o, int k) {
-  const int64_t V = w->config.vocab;
+StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> w, const OracleOptions& o, int k) {
+  const int64_t V = w->config.vocab_size;
   DSV4_ASSIGN_OR_RETURN(auto oracle, Oracle::create(std::move(w), o));
   Piece piece{oracle->open_stream(), prompt(k, V), {}};
   for (int i = 0; i < kPromptLength; ++i) piece.logit_rows.push_back(i);

@@ -50,7 +50,7 @@ struct Verdict {
 };
 
 // Logits [kPromptLength, vocab] of prompt k, fed whole to a fresh stream of a new oracle.
-StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const ModelWeights> w, const OracleOptions& o, int k);
-StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const ModelWeights> w, Precision p, int k, int threads = 0);
+StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> w, const OracleOptions& o, int k);
+StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> w, Precision p, int k, int threads = 0);
 
 }  // namespace dsv4::cpu::gate

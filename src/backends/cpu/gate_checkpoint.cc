@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include "backends/cpu/gate.h"
-#include "backends/cpu/load.h"
 #include "backends/cpu/release_encode.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"
@@ -16,7 +15,7 @@ namespace {
 
 // The gate's seed for the values the oracle does not read, with the source's origin saying so.
 StatusOr<family::TensorSource> gate_source(const family::Config& c) {
-  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<ModelWeights> w, written_gate_weights(c));
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<const family::Model> w, written_gate_weights(c));
   DSV4_ASSIGN_OR_RETURN(family::TensorSource src, release_tensor_source(c, *w, gate::kSeed));
   src.origin = fmt::format("dsv4 synth --profile gate, seed {}", gate::kSeed);
   return src;
@@ -24,37 +23,37 @@ StatusOr<family::TensorSource> gate_source(const family::Config& c) {
 
 }  // namespace
 
-Status use_release_engram_hash(const family::Config& c, ModelWeights& w) {
-  if (!c.has_engram()) return ok_status();
+StatusOr<std::shared_ptr<const family::Model>> with_release_engram_hash(const family::Config& c, const family::Model& w) {
+  auto m = std::make_shared<family::Model>(w);
+  if (!c.has_engram()) return std::shared_ptr<const family::Model>(std::move(m));
   const family::EngramLayout lay = family::compute_engram_layout(c);
-  for (size_t i = 0; i < c.engram_layer_ids.size(); ++i) {
-    const int32_t l = c.engram_layer_ids[i];
-    if (l < 0 || l >= static_cast<int32_t>(w.layers.size()) || !w.layers[l].engram)
-      return error(StatusCode::invalid_argument, "layers.{}.engram: missing from the weights", l);
-    const EngramLayout& have = w.layers[l].engram->layout;
+  if (m->engram.layers.size() != lay.layers.size())
+    return error(StatusCode::invalid_argument, "the weights have {} Engram layers, the config {}", m->engram.layers.size(),
+                 lay.layers.size());
+  for (size_t i = 0; i < lay.layers.size(); ++i) {
+    const family::EngramLayerLayout& have = m->engram.layers[i];
     if (have.primes != lay.layers[i].primes || have.offsets != lay.layers[i].offsets)
-      return error(StatusCode::invalid_argument, "layers.{}.engram: hash primes [{}], the config's are [{}]", l,
-                   fmt::join(have.primes, ", "), fmt::join(lay.layers[i].primes, ", "));
+      return error(StatusCode::invalid_argument, "layers.{}.engram: hash primes [{}], the config's are [{}]",
+                   c.engram_layer_ids[i], fmt::join(have.primes, ", "), fmt::join(lay.layers[i].primes, ", "));
   }
-  for (size_t i = 0; i < c.engram_layer_ids.size(); ++i)
-    w.layers[c.engram_layer_ids[i]].engram->layout.multipliers = lay.layers[i].multipliers;
-  return ok_status();
+  for (size_t i = 0; i < lay.layers.size(); ++i) m->engram.layers[i].multipliers = lay.layers[i].multipliers;
+  return std::shared_ptr<const family::Model>(std::move(m));
 }
 
-StatusOr<std::shared_ptr<ModelWeights>> written_gate_weights(const family::Config& c) {
-  const ModelConfig mc = model_config_from(c);
-  std::shared_ptr<ModelWeights> w = synthetic_weights(mc, gate::kSeed, mc.dspark_stages > 0, WeightProfile::gate);
-  DSV4_RETURN_IF_ERROR(use_release_engram_hash(c, *w));
-  return w;
+StatusOr<std::shared_ptr<const family::Model>> written_gate_weights(const family::Config& c) {
+  const auto w = synthetic_weights(c, gate::kSeed, c.variant == family::Variant::v41 && c.num_dspark_stages() > 0,
+                                   WeightProfile::gate);
+  return with_release_engram_hash(c, *w);
 }
 
-StatusOr<std::shared_ptr<ModelWeights>> written_exl3_gate_weights(const family::Config& c, int threads) {
-  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<ModelWeights> w, exl3_gate_weights(c, threads));
-  DSV4_RETURN_IF_ERROR(use_release_engram_hash(c, *w));
-  // A pack has no ffn.gate.bias_vl: load_weights routes image rows with ffn.gate.bias instead.
-  for (BlockWeights& b : w->layers)
-    if (!b.ffn.bias.empty()) b.ffn.bias_vl = b.ffn.bias;
-  return w;
+StatusOr<std::shared_ptr<const family::Model>> written_exl3_gate_weights(const family::Config& c, int threads) {
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<const family::Model> x, exl3_gate_weights(c, threads));
+  DSV4_ASSIGN_OR_RETURN(std::shared_ptr<const family::Model> h, with_release_engram_hash(c, *x));
+  // A pack has no ffn.gate.bias_vl: opening it routes image rows with ffn.gate.bias instead.
+  auto w = std::make_shared<family::Model>(*h);
+  for (family::LayerWeights& b : w->weights.layers)
+    if (family::present(b.gate_bias)) b.gate_bias_vl = b.gate_bias;
+  return std::shared_ptr<const family::Model>(std::move(w));
 }
 
 StatusOr<family::SynthResult> write_gate_checkpoint(const family::Config& c, const std::string& dir,

@@ -22,13 +22,13 @@ template <typename Acc>
 void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
   const ModelConfig& cfg = *c.cfg;
   const LayerRole& role = (*c.roles)[layer];
-  const AttentionWeights& A = c.W->layers[layer].attn;
+  const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t rows = c.rows, IH = cfg.index_heads, ihd = cfg.index_head_dim, rd = cfg.rope_dim;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   Vec qi(rows * IH * ihd), wt(rows * IH);
-  fp8_linear<Acc>(*c.pool, qr, rows, A.idx_wq_b, qi.data(), cfg.act_block);
-  bf16_linear<Acc>(*c.pool, x, rows, A.idx_weights_proj, wt.data());
+  fp8_linear<Acc>(*c.pool, qr, rows, A.indexer_wq_b, qi.data(), cfg.act_block);
+  bf16_linear<Acc>(*c.pool, x, rows, A.indexer_weights_proj, wt.data());
   // weights * (ihd^-0.5 * IH^-0.5): a bf16 tensor times a scalar, -> bf16.
   const float wscale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) *
                                           std::pow(static_cast<double>(IH), -0.5));

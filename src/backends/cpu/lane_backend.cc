@@ -5,14 +5,13 @@
 
 namespace dsv4::cpu {
 
-StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::shared_ptr<const ModelWeights> weights,
+StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::shared_ptr<const family::Model> model,
                                                            const OracleOptions& oracle,
                                                            const LaneBackendOptions& options) {
   if (oracle.reference_shapes)
     return error(StatusCode::invalid_argument, "the lane backend needs exact pieces; reference_shapes is off-contract");
-  const bool has_draft = weights->dspark != nullptr;
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Oracle> o, Oracle::create(std::move(weights), oracle));
-  return create(oracle_stream_forward(std::move(o), has_draft), oracle.max_rollback, options);
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Oracle> o, Oracle::create(std::move(model), oracle));
+  return create(oracle_stream_forward(std::move(o)), oracle.max_rollback, options);
 }
 
 StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<StreamForward> forward,
@@ -187,7 +186,7 @@ void LaneBackend::release(lanes::StreamId stream) {
 namespace {
 class OracleForward final : public StreamForward {
  public:
-  OracleForward(std::unique_ptr<Oracle> o, bool drafter) : o_(std::move(o)), drafter_(drafter) {}
+  explicit OracleForward(std::unique_ptr<Oracle> o) : o_(std::move(o)), drafter_(o_->has_drafter()) {}
   const ModelConfig& config() const override { return o_->config(); }
   bool has_drafter() const override { return drafter_; }
   uint32_t snapshot_version() const override { return 2; }  // split snapshots (stream_state.h); 1 was whole
@@ -212,8 +211,8 @@ class OracleForward final : public StreamForward {
 };
 }  // namespace
 
-std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle, bool has_drafter) {
-  return std::make_unique<OracleForward>(std::move(oracle), has_drafter);
+std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle) {
+  return std::make_unique<OracleForward>(std::move(oracle));
 }
 
 }  // namespace dsv4::cpu

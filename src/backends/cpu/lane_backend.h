@@ -31,8 +31,8 @@ class LaneBackend final : public lanes::Backend {
   // Any forward; max_rollback is the forward's (sizes the per-stream byte estimate).
   static StatusOr<std::unique_ptr<LaneBackend>> create(std::unique_ptr<StreamForward> forward,
                                                        int64_t max_rollback, const LaneBackendOptions& options);
-  // The CPU oracle on `weights`.
-  static StatusOr<std::unique_ptr<LaneBackend>> create(std::shared_ptr<const ModelWeights> weights,
+  // The CPU oracle on `model`.
+  static StatusOr<std::unique_ptr<LaneBackend>> create(std::shared_ptr<const family::Model> model,
                                                        const OracleOptions& oracle,
                                                        const LaneBackendOptions& options);
 

@@ -10,9 +10,9 @@ namespace dsv4::cpu {
 namespace {
 
 std::unique_ptr<CpuLaneBackend> backend(bool v4 = false) {
-  static std::shared_ptr<const ModelWeights> v41 = synthetic_weights(small_test_config(), 7, true);
-  static std::shared_ptr<const ModelWeights> v4w = synthetic_weights(small_v4_test_config(), 17, false);
-  const std::shared_ptr<const ModelWeights>& w = v4 ? v4w : v41;
+  static std::shared_ptr<const family::Model> v41 = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> v4w = synthetic_weights(small_v4_test_config(), 17, false);
+  const std::shared_ptr<const family::Model>& w = v4 ? v4w : v41;
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = 16;

@@ -1,5 +1,6 @@
-// The four linear kinds of model-spec.md §3.1 (FP8 block-scaled, FP4 experts, bf16, fp32), each
-// row computed by one thread with a fixed summation order, templated on the accumulator.
+// The four linear kinds of model-spec.md §3.1 (FP8 block-scaled, FP4 experts, bf16, fp32) over the stored
+// weights (family views), each output row decoded once per call and computed by one thread with a fixed
+// summation order, templated on the accumulator. EXL3 linears of a pack stand in for any of them.
 #pragma once
 
 #include <algorithm>
@@ -8,36 +9,15 @@
 
 #include "backends/cpu/exl3_linear.h"
 #include "backends/cpu/numerics.h"
+#include "backends/cpu/stored.h"
 #include "core/thread_pool.h"
+#include "family/deepseek_v41/weights.h"
 
 namespace dsv4::cpu {
 
-// Activations between ops are bf16 values held exactly in float arrays.
-using Vec = std::vector<float>;
-
-// Weights, decoded once at load to exact float values.
-struct Fp8Weight {  // e4m3 [out, in] with a pow2 scale per block x block tile
-  int64_t out = 0, in = 0;
-  int block = 32;
-  std::vector<float> w;      // e4m3 values [out, in]
-  std::vector<float> scale;  // 2^(ue8m0 - 127) [ceil(out/block), ceil(in/block)]
-  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w, scale unused)
-  float at(int64_t n, int64_t k) const {
-    return w[n * in + k] * scale[(n / block) * ((in + block - 1) / block) + k / block];
-  }
-};
-struct Fp4Weight {  // e2m1 [out, in] with a pow2 scale per 32 along K
-  int64_t out = 0, in = 0;
-  std::vector<float> w;      // e2m1 values [out, in]
-  std::vector<float> scale;  // [out, in / 32]
-  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w, scale unused)
-};
-struct Bf16Weight {  // bf16 values [out, in]
-  int64_t out = 0, in = 0;
-  std::vector<float> w;
-  std::shared_ptr<const Exl3Weight> exl3;  // set: an EXL3 linear of a pack (w unused)
-};
-using F32Weight = Bf16Weight;  // fp32 linears read bf16/f32 weights widened exactly to float
+using family::Fp4Linear;
+using family::Fp8Linear;
+using family::Matrix;
 
 // Sum of a[i]*b[i] over n terms in a fixed order: 8 interleaved partial sums combined pairwise.
 template <typename Acc>
@@ -73,28 +53,36 @@ inline void fp8_qdq_row(float* x, int64_t n, int block) {
   for (int64_t i = 0; i < n; ++i) x[i] = xq[i] * xs[i / block];
 }
 
+// Row n of an FP8 weight: e4m3 values [in] (no scale) and the pow2 scales of its tile row [ceil(in/block)].
+inline void fp8_weight_row(const Fp8Linear& W, int64_t n, float* w, float* ws) {
+  const int64_t in = W.in(), B = W.block, sb = (in + B - 1) / B;
+  e4m3_values(W.weight.bytes() + n * in, in, w);
+  ue8m0_values(W.scale.bytes() + (n / B) * sb, sb, ws);
+}
+
+// Row n of a plain matrix (bf16 or f32 values) widened to float.
+inline void matrix_row(const Matrix& W, int64_t n, float* w) { floats_at(W.weight, n * W.in(), W.in(), w); }
+
 // y[rows, out] = FP8-linear(x[rows, in]): per K block, the exact e4m3 products summed, scaled by
 // the activation and weight block scales, accumulated block by block in K order; -> bf16.
 template <typename Acc>
-void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight& W, float* y,
-                int act_block) {
+void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Linear& W, float* y, int act_block) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
-  const int64_t in = W.in, out = W.out, B = W.block;
+  const int64_t in = W.in(), out = W.out(), B = W.block;
   const bool quant = act_block > 0;
   if (!quant) act_block = static_cast<int>(B);  // sum per weight block, activation scale 1
   const int64_t nb = (in + act_block - 1) / act_block;
   std::vector<float> xq(rows * in), xs(rows * nb, 1.0f);
   for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, quant ? act_block : 0, &xq[m * in], &xs[m * nb]);
-  const int64_t wsb = (in + B - 1) / B;
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    Vec wr(in), ws((in + B - 1) / B);
     for (int64_t n = n0; n < n1; ++n) {
-      const float* wr = &W.w[n * in];
-      const float* ws = &W.scale[(n / B) * wsb];
+      fp8_weight_row(W, n, wr.data(), ws.data());
       for (int64_t m = 0; m < rows; ++m) {
         Acc acc = 0;
         for (int64_t kb = 0; kb < nb; ++kb) {
           const int64_t k0 = kb * act_block, len = std::min<int64_t>(act_block, in - k0);
-          const Acc s = dot<Acc>(&xq[m * in + k0], wr + k0, len);
+          const Acc s = dot<Acc>(&xq[m * in + k0], wr.data() + k0, len);
           acc += s * static_cast<Acc>(xs[m * nb + kb]) * static_cast<Acc>(ws[k0 / B]);
         }
         y[m * out + n] = round_bf16(acc);
@@ -106,23 +94,23 @@ void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Weight&
 // y = FP4-linear(x): e2m1 weights with a pow2 scale per 32 along K, activation act_quant'ed per
 // act_block (a multiple of 32); per 32-block: exact products summed, times both scales; -> bf16.
 template <typename Acc>
-void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight& W, float* y,
-                int act_block) {
+void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Linear& W, float* y, int act_block) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
-  const int64_t in = W.in, out = W.out;
+  const int64_t in = W.in(), out = W.out();
   const bool quant = act_block > 0;
   if (!quant) act_block = 32;  // test-only unquantized mode: activation scale 1
   const int64_t nb = (in + act_block - 1) / act_block, wb = in / 32;
   std::vector<float> xq(rows * in), xs(rows * nb, 1.0f);
   for (int64_t m = 0; m < rows; ++m) act_quant_row(x + m * in, in, quant ? act_block : 0, &xq[m * in], &xs[m * nb]);
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    Vec wr(in), ws(wb);
     for (int64_t n = n0; n < n1; ++n) {
-      const float* wr = &W.w[n * in];
-      const float* ws = &W.scale[n * wb];
+      e2m1_values(W.weight.bytes() + n * (in / 2), in, wr.data());
+      ue8m0_values(W.scale.bytes() + n * wb, wb, ws.data());
       for (int64_t m = 0; m < rows; ++m) {
         Acc acc = 0;
         for (int64_t kb = 0; kb < wb; ++kb) {
-          const Acc s = dot<Acc>(&xq[m * in + kb * 32], wr + kb * 32, 32);
+          const Acc s = dot<Acc>(&xq[m * in + kb * 32], wr.data() + kb * 32, 32);
           acc += s * static_cast<Acc>(xs[m * nb + kb * 32 / act_block]) * static_cast<Acc>(ws[kb]);
         }
         y[m * out + n] = round_bf16(acc);
@@ -133,24 +121,27 @@ void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Weight&
 
 // y = bf16-linear(x): bf16 inputs and weights, Acc accumulation, -> bf16.
 template <typename Acc>
-void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Bf16Weight& W, float* y) {
+void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Matrix& W, float* y) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
-  const int64_t in = W.in, out = W.out;
+  const int64_t in = W.in(), out = W.out();
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for (int64_t m = 0; m < rows; ++m)
-        y[m * out + n] = round_bf16(dot<Acc>(x + m * in, &W.w[n * in], in));
+    Vec wr(in);
+    for (int64_t n = n0; n < n1; ++n) {
+      matrix_row(W, n, wr.data());
+      for (int64_t m = 0; m < rows; ++m) y[m * out + n] = round_bf16(dot<Acc>(x + m * in, wr.data(), in));
+    }
   }, 4);
 }
 
 // y = fp32-linear(x): weights widened exactly, inputs and outputs in Acc, no rounding.
 template <typename Acc>
-void f32_linear(ThreadPool& pool, const Acc* x, int64_t rows, const F32Weight& W, Acc* y) {
+void f32_linear(ThreadPool& pool, const Acc* x, int64_t rows, const Matrix& W, Acc* y) {
   if (W.exl3) return exl3_linear_acc<Acc>(pool, x, rows, *W.exl3, y);
-  const int64_t in = W.in, out = W.out;
+  const int64_t in = W.in(), out = W.out();
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
+    Vec wr(in);
     for (int64_t n = n0; n < n1; ++n) {
-      const float* wr = &W.w[n * in];
+      matrix_row(W, n, wr.data());
       for (int64_t m = 0; m < rows; ++m) {
         const Acc* xr = x + m * in;
         Acc l[8] = {};

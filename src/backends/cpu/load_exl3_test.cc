@@ -1,7 +1,5 @@
 // The oracle on a synthetic tiny EXL3 pack (Mia layout): it loads and generates, its EXL3 linears equal
 // the exact decode, the exact equalities hold, and broken packs or release shards are refused by name.
-#include "backends/cpu/load_exl3.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +9,9 @@
 #include <set>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "backends/cpu/exl3_linear.h"
+#include "backends/cpu/numerics.h"
+#include "family/deepseek_v41/model.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth_exl3.h"
 #include "formats/exl3/pack.h"
@@ -36,9 +36,9 @@ const std::string& pack_dir() {
 }
 std::string release_dir() { return pack_dir() + "/release-engram"; }
 
-std::shared_ptr<ModelWeights> pack_weights() {
-  static std::shared_ptr<ModelWeights> w = [] {
-    auto r = load_weights(pack_dir(), LoadOptions{release_dir()});
+std::shared_ptr<const family::Model> pack_weights() {
+  static std::shared_ptr<const family::Model> w = [] {
+    auto r = family::open_model(pack_dir(), family::OpenOptions{release_dir()});
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? *r : nullptr;
   }();
@@ -90,13 +90,13 @@ TEST(Exl3Pack, LoadsAndGenerates) {
 
 // y = x·W with W from exl3::dense_weight (the decoder checked bit-exact against ExLlamaV3's fixtures,
 // evaluated exactly and rounded once to fp32), summed in long double.
-void expect_matches_dense(const Checkpoint& ck, const std::string& prefix, const Exl3Part& P) {
+void expect_matches_dense(const Checkpoint& ck, const std::string& prefix, const family::Exl3Part& P) {
   auto L = exl3::load_linear(ck, prefix);
   ASSERT_TRUE(L.ok()) << L.status().to_string();
   const std::vector<float> W = exl3::dense_weight(*L);
   std::vector<double> x(P.in);
   for (int64_t k = 0; k < P.in; ++k) x[k] = round_bf16(static_cast<float>(std::sin(0.37 * k + 1.0)));
-  Exl3Weight one;
+  family::Exl3Linear one;
   one.parts.push_back(P);
   one.in = P.in;
   one.out = P.out;
@@ -118,20 +118,23 @@ void expect_matches_dense(const Checkpoint& ck, const std::string& prefix, const
 
 TEST(Exl3Pack, LinearsEqualTheExactDecode) {
   ASSERT_NE(pack_weights(), nullptr);
-  const ModelWeights& m = *pack_weights();
+  const family::ModelWeights& m = pack_weights()->weights;
   auto ck = Checkpoint::open(pack_dir());
   ASSERT_TRUE(ck.ok());
-  ASSERT_TRUE(m.layers[3].attn.wq_a.exl3);
-  expect_matches_dense(*ck, "layers.3.attn.wq_a", m.layers[3].attn.wq_a.exl3->parts[0]);
-  ASSERT_TRUE(m.layers[0].attn.wo_a.exl3);
-  ASSERT_EQ(m.layers[0].attn.wo_a.exl3->parts.size(), 2u);
-  expect_matches_dense(*ck, "layers.0.attn.wo_a.slice.1", m.layers[0].attn.wo_a.exl3->parts[1]);
-  ASSERT_TRUE(m.layers[2].ffn.experts[1].w2.exl3);  // in 64 of 128 padded
-  expect_matches_dense(*ck, "layers.2.ffn.experts.1.w2", m.layers[2].ffn.experts[1].w2.exl3->parts[0]);
-  ASSERT_TRUE(m.layers[2].ffn.shared.w1.exl3);  // MCG marker
-  expect_matches_dense(*ck, "layers.2.ffn.shared_experts.w1", m.layers[2].ffn.shared.w1.exl3->parts[0]);
+  ASSERT_TRUE(m.layers[3].wq_a.exl3);
+  expect_matches_dense(*ck, "layers.3.attn.wq_a", m.layers[3].wq_a.exl3->parts[0]);
+  ASSERT_TRUE(m.layers[0].wo_a.exl3);
+  ASSERT_EQ(m.layers[0].wo_a.exl3->parts.size(), 2u);
+  expect_matches_dense(*ck, "layers.0.attn.wo_a.slice.1", m.layers[0].wo_a.exl3->parts[1]);
+  ASSERT_TRUE(m.layers[2].experts[1].w2.exl3);  // in 64 of 128 padded
+  expect_matches_dense(*ck, "layers.2.ffn.experts.1.w2", m.layers[2].experts[1].w2.exl3->parts[0]);
+  ASSERT_TRUE(m.layers[2].shared_w1.exl3);  // MCG marker
+  expect_matches_dense(*ck, "layers.2.ffn.shared_experts.w1", m.layers[2].shared_w1.exl3->parts[0]);
   ASSERT_TRUE(m.head.exl3);
-  EXPECT_EQ(m.head.out, 129280);
+  EXPECT_EQ(m.head.out(), 129280);
+  // The trellis stays in the pack's mapped shard: borrowed, not copied.
+  EXPECT_TRUE(m.layers[3].wq_a.exl3->parts[0].packed.trellis.borrowed());
+  EXPECT_TRUE(pack_weights()->store->locate(m.layers[3].wq_a.exl3->parts[0].packed.trellis.bytes()).has_value());
 }
 
 TEST(Exl3Pack, EngramTablesAreTheReleaseShardsBytes) {
@@ -140,9 +143,9 @@ TEST(Exl3Pack, EngramTablesAreTheReleaseShardsBytes) {
   ASSERT_TRUE(ck.ok()) << ck.status().to_string();
   auto t = ck->tensor("layers.1.engram.embed.weight");
   ASSERT_TRUE(t.ok());
-  const EngramWeights& E = *pack_weights()->layers[1].engram;
-  ASSERT_EQ(static_cast<int64_t>(E.table.codes.size()), t->nbytes);
-  EXPECT_EQ(std::memcmp(E.table.codes.data(), t->data, t->nbytes), 0);
+  const TensorView& E = pack_weights()->weights.layers[1].engram_table;
+  ASSERT_EQ(E.nbytes, t->nbytes);
+  EXPECT_EQ(std::memcmp(E.data, t->data, t->nbytes), 0);
 }
 
 TEST(Exl3Pack, PiecesEqualWholeAndVerifyEqualsSingleSteps) {
@@ -162,7 +165,7 @@ std::string broken_release(const std::string& name) {
 }
 
 std::string load_error(const std::string& engram_dir) {
-  auto r = load_weights(pack_dir(), LoadOptions{engram_dir});
+  auto r = family::open_model(pack_dir(), family::OpenOptions{engram_dir});
   return r.ok() ? std::string("loaded") : r.status().to_string();
 }
 
@@ -200,7 +203,7 @@ TEST(Exl3Pack, RefusesATensorStorageThatDisagrees) {
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 20, "\"bits_per_weight\": 6");
   std::ofstream(d + "/quantization_config.json") << text;
-  auto r = load_weights(d, LoadOptions{release_dir()});
+  auto r = family::open_model(d, family::OpenOptions{release_dir()});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("tensor_storage bits_per_weight 6, the trellis has 5"), std::string::npos)
       << r.status().to_string();
@@ -214,7 +217,7 @@ TEST(Exl3Pack, RefusesATruncatedPackShardByName) {
   for (const auto& e : fs::directory_iterator(pack_dir()))
     if (e.is_regular_file()) fs::copy_file(e.path(), d + "/" + e.path().filename().string());
   fs::resize_file(d + "/model-00005-of-00018.safetensors", fs::file_size(d + "/model-00005-of-00018.safetensors") - 10);
-  auto r = load_weights(d, LoadOptions{release_dir()});
+  auto r = family::open_model(d, family::OpenOptions{release_dir()});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("model-00005-of-00018.safetensors"), std::string::npos) << r.status().to_string();
   fs::remove_all(d);

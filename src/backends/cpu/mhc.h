@@ -10,11 +10,17 @@
 
 namespace dsv4::cpu {
 
-struct HcParams {      // one sub-layer's `hc_X_*` tensors
-  F32Weight fn;        // f32 [C*(C+2), C*D]
-  std::vector<float> base;   // f32 [C*(C+2)]
-  std::vector<float> scale;  // f32 [3]
+struct HcParams {            // one sub-layer's `hc_X_*` tensors
+  const Matrix* fn = nullptr;  // f32 [C*(C+2), C*D]
+  Vec base;                    // f32 [C*(C+2)]
+  Vec scale;                   // f32 [3]
 };
+inline HcParams hc_attn_params(const family::LayerWeights& w) {
+  return {&w.hc_attn_fn, floats(w.hc_attn_base), floats(w.hc_attn_scale)};
+}
+inline HcParams hc_ffn_params(const family::LayerWeights& w) {
+  return {&w.hc_ffn_fn, floats(w.hc_ffn_base), floats(w.hc_ffn_scale)};
+}
 
 // Mixing coefficients of one row, all in Acc: pre [C], post [C], A [C][C] (source j, dest k).
 template <typename Acc>
@@ -62,7 +68,7 @@ std::vector<HcMix<Acc>> hc_mixes(ThreadPool& pool, const float* h, int64_t rows,
   const int64_t n = static_cast<int64_t>(C) * D, nm = static_cast<int64_t>(C) * (C + 2);
   std::vector<Acc> x(rows * n), m(rows * nm);
   for (int64_t i = 0; i < rows * n; ++i) x[i] = h[i];
-  f32_linear<Acc>(pool, x.data(), rows, P.fn, m.data());
+  f32_linear<Acc>(pool, x.data(), rows, *P.fn, m.data());
   std::vector<HcMix<Acc>> out(rows);
   const Acc eps = hc_eps, s0 = P.scale[0], s1 = P.scale[1], s2 = P.scale[2];
   for (int64_t r = 0; r < rows; ++r) {

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
-#include "backends/cpu/weights.h"
+#include "backends/cpu/linear.h"
+#include "backends/cpu/model_config.h"
 
 namespace dsv4::cpu {
 
@@ -39,26 +41,31 @@ void swiglu_clamped(const float* a, const float* u, int64_t n, Acc weight, float
   }
 }
 
-// y[rows, D] = MoE(x[rows, D]); image[r] selects bias_vl for row r (may be null); ids[r] is the
-// row's token (V4 hash-routed layers take their experts from tid2eid[ids[r]], in table order).
+// y[rows, D] = MoE(x[rows, D]) with K experts per row; image[r] selects bias_vl for row r (may be null);
+// ids[r] is the row's token (V4 hash-routed layers take their experts from tid2eid[ids[r]], in table order).
 template <typename Acc>
-void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, const float* x,
+void moe_forward(ThreadPool& pool, const family::LayerWeights& W, int K, const ModelConfig& cfg, const float* x,
                  const uint8_t* image, const int32_t* ids, int64_t rows, float* y) {
-  const int64_t D = cfg.dim, E = W.gate.out, I = cfg.moe_inter;
-  const int K = W.n_active;
+  const int64_t D = cfg.dim, E = W.gate_weight.out(), I = cfg.moe_inter;
+  const Vec bias = floats(W.gate_bias), bias_vl = floats(W.gate_bias_vl);
   std::vector<Acc> xa(rows * D), logits(rows * E);
   for (int64_t i = 0; i < rows * D; ++i) xa[i] = x[i];
-  f32_linear<Acc>(pool, xa.data(), rows, W.gate, logits.data());
+  f32_linear<Acc>(pool, xa.data(), rows, W.gate_weight, logits.data());
   // Routing per row; then each expert processes its rows, results kept per (row, slot).
   std::vector<std::vector<int>> sel(rows);
   std::vector<std::vector<Acc>> wts(rows);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<Acc> s(E), biased(E);
     for (int64_t e = 0; e < E; ++e) s[e] = std::sqrt(softplus<Acc>(logits[r * E + e]));
-    if (!W.tid2eid.empty()) {
-      sel[r].assign(&W.tid2eid[static_cast<int64_t>(ids[r]) * K], &W.tid2eid[static_cast<int64_t>(ids[r]) * K] + K);
+    if (family::present(W.tid2eid)) {  // ids checked in [0, E) when the model was opened
+      sel[r].resize(K);
+      for (int j = 0; j < K; ++j) {
+        int64_t e;
+        std::memcpy(&e, W.tid2eid.bytes() + 8 * (static_cast<int64_t>(ids[r]) * K + j), 8);
+        sel[r][j] = static_cast<int>(e);
+      }
     } else {
-      const std::vector<float>& b = (image && image[r] && !W.bias_vl.empty()) ? W.bias_vl : W.bias;
+      const Vec& b = (image && image[r] && !bias_vl.empty()) ? bias_vl : bias;
       for (int64_t e = 0; e < E; ++e) biased[e] = s[e] + static_cast<Acc>(b[e]);
       sel[r] = topk_desc(biased.data(), static_cast<int>(E), K);
     }
@@ -83,7 +90,7 @@ void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, 
     const int64_t n = static_cast<int64_t>(rr.size());
     xr.resize(n * D); a.resize(n * I); u.resize(n * I); v.resize(n * I); out.resize(n * D);
     for (int64_t i = 0; i < n; ++i) std::copy(x + rr[i] * D, x + (rr[i] + 1) * D, &xr[i * D]);
-    const ExpertWeights& X = W.experts[e];
+    const family::Expert& X = W.experts[e];
     fp4_linear<Acc>(pool, xr.data(), n, X.w1, a.data(), cfg.act_block);
     fp4_linear<Acc>(pool, xr.data(), n, X.w3, u.data(), cfg.act_block);
     for (int64_t i = 0; i < n; ++i)
@@ -94,12 +101,12 @@ void moe_forward(ThreadPool& pool, const MoeWeights& W, const ModelConfig& cfg, 
   }
   // Shared expert: same SwiGLU (with the clamp unless shared_clamp is off), no routing weight.
   a.resize(rows * I); u.resize(rows * I); v.resize(rows * I); out.resize(rows * D);
-  fp8_linear<Acc>(pool, x, rows, W.shared.w1, a.data(), cfg.act_block);
-  fp8_linear<Acc>(pool, x, rows, W.shared.w3, u.data(), cfg.act_block);
+  fp8_linear<Acc>(pool, x, rows, W.shared_w1, a.data(), cfg.act_block);
+  fp8_linear<Acc>(pool, x, rows, W.shared_w3, u.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
     swiglu_clamped<Acc>(&a[r * I], &u[r * I], I, static_cast<Acc>(1), cfg.shared_clamp ? cfg.swiglu_limit : 0.0f,
                         &v[r * I]);
-  fp8_linear<Acc>(pool, v.data(), rows, W.shared.w2, out.data(), cfg.act_block);
+  fp8_linear<Acc>(pool, v.data(), rows, W.shared_w2, out.data(), cfg.act_block);
   for (int64_t i = 0; i < rows * D; ++i) y[i] = round_bf16(acc[i] + static_cast<Acc>(out[i]));
 }
 

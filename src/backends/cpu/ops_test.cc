@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/attention.h"
-#include "backends/cpu/engram.h"
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/linear.h"
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
@@ -151,12 +151,11 @@ TEST(Fp8Linear, ExactWhenNothingRounds) {
   // x = [1, 0.5, -0.25, 0 ...] (amax 1 -> scale 2^-8, codes 256, 128, -64: exact in e4m3).
   std::vector<float> x(32, 0.0f);
   x[0] = 1.0f; x[1] = 0.5f; x[2] = -0.25f;
-  Fp8Weight W;
-  W.out = 2; W.in = 32; W.block = 32;
-  W.w.assign(64, 0.0f);
-  W.w[0] = 3.0f; W.w[1] = -2.0f; W.w[2] = 8.0f;  // row 0: 3 - 1 - 2 = 0 -> times scale
-  W.w[32] = 1.0f; W.w[33] = 1.0f; W.w[34] = 1.0f;  // row 1: 1.25
-  W.scale = {0.5f};
+  std::vector<float> w(64, 0.0f);
+  w[0] = 3.0f; w[1] = -2.0f; w[2] = 8.0f;  // row 0: 3 - 1 - 2 = 0 -> times scale
+  w[32] = 1.0f; w[33] = 1.0f; w[34] = 1.0f;  // row 1: 1.25
+  held_testing::HeldWeights held;
+  const family::Fp8Linear W = held.fp8(2, 32, 32, w, {0.5f});
   std::vector<float> y(2);
   ThreadPool pool(2);
   fp8_linear<float>(pool, x.data(), 1, W, y.data(), 32);
@@ -172,57 +171,6 @@ TEST(Bf16, DoubleRoundsOnceNotTwice) {
   EXPECT_EQ(round_bf16(d), 1.0 + std::ldexp(1.0, -7));
   EXPECT_EQ(round_bf16(static_cast<float>(d)), 1.0f);
   EXPECT_EQ(round_bf16(-d), -(1.0 + std::ldexp(1.0, -7)));
-}
-
-// ---- Engram (§3.4) ----
-TEST(Engram, PrimesAndOffsetsMatchTheSpecTable) {
-  const auto p = engram_primes(16000000, 2, 4, 8);
-  ASSERT_EQ(p.size(), 2u);
-  const std::vector<int64_t> l1 = {16000057, 16000079, 16000081, 16000097, 16000121, 16000129, 16000133, 16000183,
-                                   16000189, 16000207, 16000211, 16000253, 16000277, 16000289, 16000307, 16000321,
-                                   16000339, 16000381, 16000393, 16000399, 16000403, 16000409, 16000447, 16000463};
-  const std::vector<int64_t> l14 = {16000477, 16000487, 16000499, 16000507, 16000511, 16000573, 16000609, 16000627,
-                                    16000667, 16000669, 16000693, 16000697, 16000711, 16000729, 16000759, 16000769,
-                                    16000781, 16000799, 16000813, 16000819, 16000841, 16000877, 16000879, 16000889};
-  EXPECT_EQ(p[0], l1);
-  EXPECT_EQ(p[1], l14);
-  int64_t s1 = 0, s14 = 0;
-  for (int64_t v : p[0]) s1 += v;
-  for (int64_t v : p[1]) s14 += v;
-  EXPECT_EQ(s1, 384006168);   // engram_num_embeddings
-  EXPECT_EQ(s14, 384016682);
-}
-
-// Hash rows of layer 1 (spec primes, offsets and multipliers) for the history
-// [5, 17, 99091, 0, 42, DEAD, 7, 8], pad 2; expected rows computed independently with Python
-// integers from the §3.4(d) formula.
-TEST(Engram, HashRowsMatchPythonIntegers) {
-  EngramLayout L;
-  L.max_ngram = 4;
-  L.heads = 8;
-  L.primes = engram_primes(16000000, 1, 4, 8)[0];
-  int64_t off = 0;
-  for (int64_t p : L.primes) { L.offsets.push_back(off); off += p; }
-  L.multipliers = {76632096046245, 4839876093313, 35959672319349, 73987337458391};
-  const std::vector<int64_t> c = {5, 17, 99091, 0, 42, -1, 7, 8};
-  const std::vector<std::pair<int, std::vector<int64_t>>> expected = {
-      {0, {5412672, 18319159, 35492627, 60880252, 74962984, 95657733, 98005115, 127351390, 143494632, 151789366,
-           171410756, 185435171, 207165545, 218031260, 226330336, 247008214, 256353435, 276423911, 295874085,
-           305599364, 322749888, 348475788, 367405771, 372009279}},
-      {3, {11738160, 23620665, 43700001, 60873512, 64432073, 82097965, 107020968, 127614195, 135599064, 158317525,
-           170641955, 191662395, 206638243, 214934571, 228389565, 245026344, 263356187, 281280287, 299041966,
-           316124950, 327588402, 344895774, 361633050, 378717148}},
-      {5, {4299726, 29253038, 43157972, 58397134, 65256332, 88876378, 100686433, 112312540, 129401291, 144510675,
-           170979806, 184903880, 199719089, 215127204, 230239700, 250883315, 264341430, 275127613, 298781502,
-           318608685, 331826823, 351654054, 365224186, 370096053}},
-      {7, {11754974, 24210124, 42797160, 63493520, 78540315, 88889911, 110064958, 126757584, 135605195, 145083348,
-           164967852, 181757862, 205070952, 216728673, 226216568, 247819755, 259027052, 282997982, 298992018,
-           306989390, 322988036, 346986209, 354976429, 370975480}}};
-  for (const auto& [p, rows] : expected) {
-    std::vector<int64_t> got(24);
-    engram_hash_rows(L, c.data(), p, 2, got.data());
-    EXPECT_EQ(got, rows) << "position " << p;
-  }
 }
 
 }  // namespace

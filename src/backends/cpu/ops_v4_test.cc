@@ -11,6 +11,7 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/compressor.h"
 #include "backends/cpu/hadamard.h"
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/moe.h"
 
@@ -59,10 +60,13 @@ TEST(OracleV4Ops, OverlappedPoolingFollowsTheSpec) {
   const int64_t n = 4, w = 2 * n, r = 4, T = 13;
   ModelConfig cfg;
   cfg.dim = w;
-  Bf16Weight wkv{w, w, std::vector<float>(w * w, 0.0f)}, wgate = wkv;
-  for (int64_t i = 0; i < w; ++i) { wkv.w[i * w + i] = 1.0f; wgate.w[i * w + i] = 2.0f; }
+  std::vector<float> kv_values(w * w, 0.0f), gate_values(w * w, 0.0f);
+  for (int64_t i = 0; i < w; ++i) { kv_values[i * w + i] = 1.0f; gate_values[i * w + i] = 2.0f; }
+  held_testing::HeldWeights held;
+  const family::Matrix wkv = held.bf16(w, w, kv_values), wgate = held.bf16(w, w, gate_values);
   std::vector<float> ape(r * w), x(T * w);
   for (int64_t i = 0; i < r * w; ++i) ape[i] = static_cast<float>(((i * 7) % 11) - 5) * 0.25f;
+  const TensorView ape_view = held.f32(ape);
   for (int64_t i = 0; i < T * w; ++i) x[i] = static_cast<float>(((i * 13) % 17) - 8) * 0.125f;
   // Expected latents (bf16) of groups 0..2 from the equations, in double.
   std::vector<std::vector<float>> want;
@@ -96,7 +100,7 @@ TEST(OracleV4Ops, OverlappedPoolingFollowsTheSpec) {
     const int64_t cap = 16;
     st.layers[0].comp_kv.assign(cap * w, 0.0);
     st.layers[0].comp_gate.assign(cap * w, 0.0);
-    PoolSpec P{&wkv, &wgate, &ape, static_cast<int>(r), true, cap, &LayerCache::comp_kv, &LayerCache::comp_gate};
+    PoolSpec P{&wkv, &wgate, &ape_view, static_cast<int>(r), true, cap, &LayerCache::comp_kv, &LayerCache::comp_gate};
     std::vector<std::vector<float>> got;
     int64_t at = 0;
     for (int64_t len : sizes) {
@@ -125,41 +129,43 @@ TEST(OracleV4Ops, HashRoutingEqualsForcedBias) {
   cfg.dim = 64; cfg.moe_inter = 32; cfg.act_block = 32;
   apply_v4_numerics(cfg);
   const int E = 4, K = 2;
-  MoeWeights hashed;
-  hashed.n_active = K;
-  hashed.gate = Bf16Weight{E, 64, std::vector<float>(E * 64)};
-  for (size_t i = 0; i < hashed.gate.w.size(); ++i) hashed.gate.w[i] = static_cast<float>((i * 5) % 9 - 4) * 0.0625f;
-  auto fp4 = [](int64_t out, int64_t in, int seed) {
-    Fp4Weight f{out, in, std::vector<float>(out * in), std::vector<float>(out * in / 32, 0.125f)};
-    for (int64_t i = 0; i < out * in; ++i) f.w[i] = e2m1_to_f32(static_cast<uint8_t>((i * 7 + seed) % 16));
-    return f;
+  held_testing::HeldWeights held;
+  family::LayerWeights hashed;
+  std::vector<float> gate(E * 64);
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = static_cast<float>((i * 5) % 9 - 4) * 0.0625f;
+  hashed.gate_weight = held.bf16(E, 64, gate);
+  auto fp4 = [&](int64_t out, int64_t in, int seed) {
+    std::vector<float> v(out * in);
+    for (int64_t i = 0; i < out * in; ++i) v[i] = e2m1_to_f32(static_cast<uint8_t>((i * 7 + seed) % 16));
+    return held.fp4(out, in, v, std::vector<float>(out * in / 32, 0.125f));
   };
   for (int e = 0; e < E; ++e) hashed.experts.push_back({fp4(32, 64, e), fp4(64, 32, e + 1), fp4(32, 64, e + 2)});
-  auto fp8 = [](int64_t out, int64_t in) {
-    Fp8Weight f{out, in, 32, std::vector<float>(out * in), std::vector<float>(((out + 31) / 32) * ((in + 31) / 32), 0.0625f)};
-    for (int64_t i = 0; i < out * in; ++i) f.w[i] = static_cast<float>((i * 3) % 7) - 3.0f;
-    return f;
+  auto fp8 = [&](int64_t out, int64_t in) {
+    std::vector<float> v(out * in);
+    for (int64_t i = 0; i < out * in; ++i) v[i] = static_cast<float>((i * 3) % 7) - 3.0f;
+    return held.fp8(out, in, 32, v, std::vector<float>(((out + 31) / 32) * ((in + 31) / 32), 0.0625f));
   };
-  hashed.shared = {fp8(32, 64), fp8(64, 32), fp8(32, 64)};
+  hashed.shared_w1 = fp8(32, 64);
+  hashed.shared_w2 = fp8(64, 32);
+  hashed.shared_w3 = fp8(32, 64);
   const int32_t V = 3;
-  hashed.tid2eid = {3, 1, 0, 2, 2, 3};  // token 0 -> {3, 1}, 1 -> {0, 2}, 2 -> {2, 3}
+  const std::vector<int64_t> table = {3, 1, 0, 2, 2, 3};  // token 0 -> {3, 1}, 1 -> {0, 2}, 2 -> {2, 3}
+  hashed.tid2eid = held.i64(table, {V, K});
   std::vector<float> x(V * 64);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 11) % 13 - 6) * 0.25f;
   const std::vector<int32_t> ids = {0, 1, 2};
   ThreadPool pool(1);
   std::vector<float> y(V * 64);
-  moe_forward<float>(pool, hashed, cfg, x.data(), nullptr, ids.data(), V, y.data());
+  moe_forward<float>(pool, hashed, K, cfg, x.data(), nullptr, ids.data(), V, y.data());
   for (int32_t t = 0; t < V; ++t) {
-    MoeWeights biased;
-    biased.n_active = K;
-    biased.gate = hashed.gate;
-    biased.experts = hashed.experts;
-    biased.shared = hashed.shared;
-    biased.bias.assign(E, 0.0f);
-    biased.bias[hashed.tid2eid[t * K]] = 1000.0f;
-    biased.bias[hashed.tid2eid[t * K + 1]] = 1000.0f;
+    family::LayerWeights biased = hashed;
+    biased.tid2eid = {};
+    std::vector<float> bias(E, 0.0f);
+    bias[table[t * K]] = 1000.0f;
+    bias[table[t * K + 1]] = 1000.0f;
+    biased.gate_bias = held.f32(bias);
     std::vector<float> yb(64);
-    moe_forward<float>(pool, biased, cfg, &x[t * 64], nullptr, &ids[t], 1, yb.data());
+    moe_forward<float>(pool, biased, K, cfg, &x[t * 64], nullptr, &ids[t], 1, yb.data());
     EXPECT_EQ(yb, std::vector<float>(y.begin() + t * 64, y.begin() + (t + 1) * 64)) << "token " << t;
   }
 }

@@ -42,7 +42,7 @@ class StreamForward {
   }
 };
 
-// The oracle behind StreamForward.
-std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle, bool has_drafter);
+// The oracle behind StreamForward (with its drafter when the oracle runs one).
+std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle);
 
 }  // namespace dsv4::cpu

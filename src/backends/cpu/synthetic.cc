@@ -2,6 +2,13 @@
 #include "backends/cpu/synthetic.h"
 
 #include <cmath>
+#include <cstring>
+
+#include "backends/cpu/exact_encode.h"
+#include "backends/cpu/numerics.h"
+#include "core/fp4.h"
+#include "core/fp8.h"
+#include "family/deepseek_v41/tensors.h"
 
 namespace dsv4::cpu {
 
@@ -25,42 +32,6 @@ uint8_t scale_byte(double sigma, double max_code, Rng& g) {
   return static_cast<uint8_t>(127 + e);
 }
 
-Fp8Weight fp8(Rng& g, int64_t out, int64_t in, int block, double sigma) {
-  Fp8Weight w;
-  w.out = out; w.in = in; w.block = block;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = e4m3_to_f32(f32_to_e4m3(static_cast<float>(g.sym() * 448.0)));
-  const int64_t sb = ((out + block - 1) / block) * ((in + block - 1) / block);
-  for (int64_t i = 0; i < sb; ++i) w.scale.push_back(ue8m0_to_f32(scale_byte(sigma, 448.0, g)));
-  return w;
-}
-
-Fp4Weight fp4(Rng& g, int64_t out, int64_t in, double sigma) {
-  Fp4Weight w;
-  w.out = out; w.in = in;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = e2m1_to_f32(static_cast<uint8_t>(g.next() % 16));
-  for (int64_t i = 0; i < out * in / 32; ++i) w.scale.push_back(ue8m0_to_f32(scale_byte(sigma, 6.0, g)));
-  return w;
-}
-
-Bf16Weight bf16w(Rng& g, int64_t out, int64_t in, double sigma) {
-  Bf16Weight w;
-  w.out = out; w.in = in;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = round_bf16(static_cast<float>(g.sym() * sigma * std::sqrt(3.0)));
-  return w;
-}
-
-std::vector<float> vec(Rng& g, int64_t n, double center, double spread, bool bf16) {
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = static_cast<float>(center + spread * g.sym());
-    if (bf16) x = round_bf16(x);
-  }
-  return v;
-}
-
 // The numbers that differ between the profiles (synthetic.h). Draw order is the same in both.
 struct Shape {
   double attn_out;     // gain of what a sub-layer writes into the streams: wo_b,
@@ -79,207 +50,259 @@ constexpr Shape kGate{1.0 / 32, 1.0 / 128, 1.0 / 32, 0.5, 0.1, true, 0.2, 0.02, 
 
 const Shape& shape_of(WeightProfile p) { return p == WeightProfile::gate ? kGate : kRandom; }
 
-HcParams hc(Rng& g, const ModelConfig& c, const Shape& sh) {
-  HcParams p;
-  const int C = c.hc_mult;
-  p.fn = bf16w(g, c.hc_mixes(), C * c.dim, sh.hc_fn / std::sqrt(static_cast<double>(C * c.dim)));
-  p.base = vec(g, c.hc_mixes(), 0.0, sh.hc_base, false);
+double isq(int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); }
+
+// Draws values in the generator's fixed order and stores each tensor under its release name in the dtype the
+// release table gives it; a value its dtype cannot hold exactly, or a name or shape the table does not have,
+// is a programming error (DSV4_CHECK).
+class Emitter {
+ public:
+  Emitter(const family::Config& c, Rng& g, MemoryTensors& out)
+      : c_(c), g_(g), out_(out), table_(family::expected_tensors(c)) {}
+
+  Rng& rng() { return g_; }
+
+  // FP8 e4m3 [out, in] codes of random values in +-448, then one random pow2 scale per block x block tile.
+  void fp8(const std::string& name, int64_t out, int64_t in, double sigma) {
+    const int64_t block = c_.quant.weight_block_in;
+    std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+    for (auto& v : codes) v = f32_to_e4m3(e4m3_to_f32(f32_to_e4m3(static_cast<float>(g_.sym() * 448.0))));
+    const int64_t sb = ((out + block - 1) / block) * ((in + block - 1) / block);
+    std::vector<uint8_t> scales(static_cast<size_t>(sb));
+    for (auto& s : scales) s = scale_byte(sigma, 448.0, g_);
+    put(name + ".weight", std::move(codes));
+    put(name + ".scale", std::move(scales));
+  }
+  // FP4 e2m1 [out, in] random codes (packed two per byte), one pow2 scale per 32 along K.
+  void fp4(const std::string& name, int64_t out, int64_t in, double sigma) {
+    std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+    for (auto& v : codes) v = static_cast<uint8_t>(g_.next() % 16);
+    std::vector<uint8_t> packed(codes.size() / 2);
+    for (size_t i = 0; i < packed.size(); ++i) packed[i] = pack_e2m1_pair(codes[2 * i], codes[2 * i + 1]);
+    std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32));
+    for (auto& s : scales) s = scale_byte(sigma, 6.0, g_);
+    put(name + ".weight", std::move(packed));
+    put(name + ".scale", std::move(scales));
+  }
+  // bf16 values uniform with standard deviation sigma [out, in].
+  std::vector<float> bf16w(int64_t out, int64_t in, double sigma) {
+    std::vector<float> w(static_cast<size_t>(out * in));
+    for (auto& v : w) v = round_bf16(static_cast<float>(g_.sym() * sigma * std::sqrt(3.0)));
+    return w;
+  }
+  std::vector<float> vec(int64_t n, double center, double spread, bool bf16) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) {
+      x = static_cast<float>(center + spread * g_.sym());
+      if (bf16) x = round_bf16(x);
+    }
+    return v;
+  }
+  void matrix(const std::string& name, int64_t out, int64_t in, double sigma) { floats(name, bf16w(out, in, sigma)); }
+  void floats(const std::string& name, const std::vector<float>& v) {
+    const family::TensorSpec* s = spec(name);
+    auto b = encode_floats(v, s->dtype);
+    DSV4_CHECK(b.ok());
+    put(name, std::move(*b));
+  }
+  void raw(const std::string& name, std::vector<uint8_t> bytes) { put(name, std::move(bytes)); }
+
+ private:
+  const family::TensorSpec* spec(const std::string& name) const {
+    const family::TensorSpec* s = table_.find(name);
+    DSV4_CHECK(s != nullptr);
+    return s;
+  }
+  void put(const std::string& name, std::vector<uint8_t> bytes) {
+    const family::TensorSpec* s = spec(name);
+    DSV4_CHECK(out_.add(name, s->dtype, s->shape, std::move(bytes)).ok());
+  }
+
+  const family::Config& c_;
+  Rng& g_;
+  MemoryTensors& out_;
+  family::TensorTable table_;
+};
+
+void hc(Emitter& e, const family::Config& c, const std::string& name, const Shape& sh) {
+  const int C = c.hc_mult, mixes = C * (C + 2);
+  e.matrix(name + "_fn", mixes, C * c.hidden_size, sh.hc_fn / std::sqrt(static_cast<double>(C * c.hidden_size)));
+  std::vector<float> base = e.vec(mixes, 0.0, sh.hc_base, false);
   if (sh.hc_near_identity)  // layout [pre C, post C, comb C x C]
-    for (int i = 0; i < c.hc_mixes(); ++i)
-      p.base[i] += i < 2 * C ? -1.1f : ((i - 2 * C) / C == (i - 2 * C) % C ? 3.0f : 0.0f);
-  p.scale = vec(g, 3, sh.hc_scale, sh.hc_scale_spread, false);
-  return p;
+    for (int i = 0; i < mixes; ++i) base[i] += i < 2 * C ? -1.1f : ((i - 2 * C) / C == (i - 2 * C) % C ? 3.0f : 0.0f);
+  e.floats(name + "_base", base);
+  e.floats(name + "_scale", e.vec(3, sh.hc_scale, sh.hc_scale_spread, false));
 }
 
-BlockWeights block(Rng& g, const ModelConfig& c, const LayerRole& role, int n_experts, int n_active,
-                   const Shape& sh) {
-  BlockWeights b;
-  const int64_t D = c.dim, d = c.head_dim, H = c.n_heads, Q = c.q_lora, G = c.o_groups, O = c.o_lora;
-  const int wb = c.weight_block;
-  auto isq = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
-  AttentionWeights& a = b.attn;
-  a.wq_a = fp8(g, Q, D, wb, isq(D));
-  a.wq_b = fp8(g, H * d, Q, wb, isq(Q));
-  a.wkv = fp8(g, d, D, wb, isq(D));
-  a.wo_b = fp8(g, D, G * O, wb, sh.attn_out * isq(G * O));
-  Fp8Weight woa = fp8(g, G * O, H * d / G, wb, isq(H * d / G));
-  a.wo_a.out = woa.out; a.wo_a.in = woa.in;
-  for (int64_t n = 0; n < woa.out; ++n)
-    for (int64_t k = 0; k < woa.in; ++k) a.wo_a.w.push_back(woa.at(n, k));
-  a.q_norm = vec(g, Q, 1.0, sh.norm_spread, true);
-  a.kv_norm = vec(g, d, 1.0, sh.norm_spread, true);
-  a.sink = vec(g, H, 0.0, 1.0, false);
-  if (role.kv_source && c.v4()) {
-    // V4: every compressor gated and fp32, with its position bias; ratio 4 overlapped (2x wide)
-    // with its own indexer compressor.
-    const int64_t w = role.overlap ? 2 * d : d, ihd = c.index_head_dim;
-    a.comp_wkv = bf16w(g, w, D, isq(D));
-    a.comp_wgate = bf16w(g, w, D, isq(D));
-    a.comp_ape = vec(g, role.ratio * w, 0.0, 0.5, false);
-    a.comp_norm = vec(g, d, 1.0, 0.2, true);
-    if (role.overlap) {
-      a.idx_comp_wkv = bf16w(g, 2 * ihd, D, isq(D));
-      a.idx_comp_wgate = bf16w(g, 2 * ihd, D, isq(D));
-      a.idx_comp_ape = vec(g, role.ratio * 2 * ihd, 0.0, 0.5, false);
-      a.idx_comp_norm = vec(g, ihd, 1.0, 0.2, true);
+void block(Emitter& e, const family::Config& c, const family::LayerPlan& p, const Shape& sh) {
+  const std::string n = p.name() + ".";
+  const int64_t D = c.hidden_size, d = c.head_dim, H = c.num_attention_heads, Q = c.q_lora_rank, G = c.o_groups,
+                O = c.o_lora_rank, I = c.moe_intermediate_size, ihd = c.index_head_dim;
+  const bool v4 = c.variant == family::Variant::v4;
+  e.fp8(n + "attn.wq_a", Q, D, isq(D));
+  e.fp8(n + "attn.wq_b", H * d, Q, isq(Q));
+  e.fp8(n + "attn.wkv", d, D, isq(D));
+  e.fp8(n + "attn.wo_b", D, G * O, sh.attn_out * isq(G * O));
+  e.fp8(n + "attn.wo_a", G * O, H * d / G, isq(H * d / G));
+  e.floats(n + "attn.q_norm.weight", e.vec(Q, 1.0, sh.norm_spread, true));
+  e.floats(n + "attn.kv_norm.weight", e.vec(d, 1.0, sh.norm_spread, true));
+  e.floats(n + "attn.attn_sink", e.vec(H, 0.0, 1.0, false));
+  if (p.kv_source && v4) {
+    // V4: every compressor gated and fp32, with its position bias; ratio 4 overlapped (2x wide) with its
+    // own indexer compressor.
+    const int64_t w = p.compressor_overlap ? 2 * d : d;
+    e.matrix(n + "attn.compressor.wkv.weight", w, D, isq(D));
+    e.matrix(n + "attn.compressor.wgate.weight", w, D, isq(D));
+    e.floats(n + "attn.compressor.ape", e.vec(p.compress_ratio * w, 0.0, 0.5, false));
+    e.floats(n + "attn.compressor.norm.weight", e.vec(d, 1.0, 0.2, true));
+    if (p.compressor_overlap) {
+      e.matrix(n + "attn.indexer.compressor.wkv.weight", 2 * ihd, D, isq(D));
+      e.matrix(n + "attn.indexer.compressor.wgate.weight", 2 * ihd, D, isq(D));
+      e.floats(n + "attn.indexer.compressor.ape", e.vec(p.compress_ratio * 2 * ihd, 0.0, 0.5, false));
+      e.floats(n + "attn.indexer.compressor.norm.weight", e.vec(ihd, 1.0, 0.2, true));
     }
-  } else if (role.kv_source) {
-    a.comp_wkv = bf16w(g, d, D, isq(D));
-    if (role.ratio > 1) a.comp_wgate = bf16w(g, d, D, isq(D));
-    a.comp_norm = vec(g, d, 1.0, 0.2, true);
-    a.idx_wk = bf16w(g, c.index_head_dim, d, isq(d));
-    a.idx_k_norm = vec(g, c.index_head_dim, 1.0, 0.2, true);
+  } else if (p.kv_source) {
+    e.matrix(n + "attn.compressor.wkv.weight", d, D, isq(D));
+    if (p.compressor_gate) e.matrix(n + "attn.compressor.wgate.weight", d, D, isq(D));
+    e.floats(n + "attn.compressor.norm.weight", e.vec(d, 1.0, 0.2, true));
+    e.matrix(n + "attn.indexer.wk.weight", ihd, d, isq(d));
+    e.floats(n + "attn.indexer.k_norm.weight", e.vec(ihd, 1.0, 0.2, true));
   }
-  if (role.index_source) {
-    a.idx_wq_b = fp8(g, static_cast<int64_t>(c.index_heads) * c.index_head_dim, Q, wb, isq(Q));
-    a.idx_weights_proj = bf16w(g, c.index_heads, D, isq(D));
+  if (p.index_source) {
+    e.fp8(n + "attn.indexer.wq_b", static_cast<int64_t>(c.index_n_heads) * ihd, Q, isq(Q));
+    e.matrix(n + "attn.indexer.weights_proj.weight", c.index_n_heads, D, isq(D));
   }
-  MoeWeights& m = b.ffn;
-  m.gate = bf16w(g, n_experts, D, isq(D));
-  m.n_active = n_active;
-  if (role.hash_routed) {  // n_active distinct experts per token (partial Fisher-Yates)
-    std::vector<int32_t> perm(n_experts);
-    for (int64_t t = 0; t < c.vocab; ++t) {
-      for (int e = 0; e < n_experts; ++e) perm[e] = e;
-      for (int j = 0; j < n_active; ++j) std::swap(perm[j], perm[j + g.next() % (n_experts - j)]);
-      m.tid2eid.insert(m.tid2eid.end(), perm.begin(), perm.begin() + n_active);
+  const int64_t E = p.n_routed_experts;
+  const int K = p.num_experts_per_tok;
+  e.matrix(n + "ffn.gate.weight", E, D, isq(D));
+  if (p.hash_routed) {  // K distinct experts per token (partial Fisher-Yates)
+    std::vector<int32_t> perm(static_cast<size_t>(E));
+    std::vector<uint8_t> ids(static_cast<size_t>(c.vocab_size * K * 8));
+    for (int64_t t = 0; t < c.vocab_size; ++t) {
+      for (int64_t x = 0; x < E; ++x) perm[x] = static_cast<int32_t>(x);
+      for (int j = 0; j < K; ++j) std::swap(perm[j], perm[j + e.rng().next() % (E - j)]);
+      for (int j = 0; j < K; ++j) {
+        const int64_t id = perm[j];
+        std::memcpy(&ids[8 * (t * K + j)], &id, 8);
+      }
     }
+    e.raw(n + "ffn.gate.tid2eid", std::move(ids));
   } else {
-    m.bias = vec(g, n_experts, 0.0, 0.1, false);
-    if (!c.v4()) m.bias_vl = vec(g, n_experts, 0.0, 0.1, false);
+    e.floats(n + "ffn.gate.bias", e.vec(E, 0.0, 0.1, false));
+    if (!v4) e.floats(n + "ffn.gate.bias_vl", e.vec(E, 0.0, 0.1, false));
   }
-  for (int e = 0; e < n_experts; ++e)
-    m.experts.push_back({fp4(g, c.moe_inter, D, isq(D)), fp4(g, D, c.moe_inter, sh.ffn_out * isq(c.moe_inter)),
-                         fp4(g, c.moe_inter, D, isq(D))});
-  m.shared = {fp8(g, c.moe_inter, D, wb, isq(D)), fp8(g, D, c.moe_inter, wb, sh.ffn_out * isq(c.moe_inter)),
-              fp8(g, c.moe_inter, D, wb, isq(D))};
-  b.attn_norm = vec(g, D, 1.0, sh.norm_spread, true);
-  b.ffn_norm = vec(g, D, 1.0, sh.norm_spread, true);
-  b.hc_attn = hc(g, c, sh);
-  b.hc_ffn = hc(g, c, sh);
-  return b;
+  for (int64_t x = 0; x < E; ++x) {
+    const std::string q = n + "ffn.experts." + std::to_string(x) + ".";
+    e.fp4(q + "w1", I, D, isq(D));
+    e.fp4(q + "w2", D, I, sh.ffn_out * isq(I));
+    e.fp4(q + "w3", I, D, isq(D));
+  }
+  e.fp8(n + "ffn.shared_experts.w1", I, D, isq(D));
+  e.fp8(n + "ffn.shared_experts.w2", D, I, sh.ffn_out * isq(I));
+  e.fp8(n + "ffn.shared_experts.w3", I, D, isq(D));
+  e.floats(n + "attn_norm.weight", e.vec(D, 1.0, sh.norm_spread, true));
+  e.floats(n + "ffn_norm.weight", e.vec(D, 1.0, sh.norm_spread, true));
+  hc(e, c, n + "hc_attn", sh);
+  hc(e, c, n + "hc_ffn", sh);
 }
 
 // Head rows with a margin: the row of successor(t) = (t * 7919 + 1) mod V gains peak * sqrt(3) / D
 // times embedding row t (uniform in [-1, 1): RMS 1/sqrt(3)). A stream that still carries token t's
 // embedding then scores successor(t) about `peak` above the head's random part (spread ~1), whose
 // largest value over V = 129,280 tokens is about 4.8; -> bf16.
-void add_successor_rows(ModelWeights& w, double peak) {
-  const int64_t V = w.config.vocab, D = w.config.dim;
+void add_successor_rows(std::vector<float>& head, const std::vector<uint16_t>& embed, int64_t V, int64_t D,
+                        double peak) {
   const double k = peak * std::sqrt(3.0) / static_cast<double>(D);
   for (int64_t t = 0; t < V; ++t) {
-    float* row = &w.head.w[((t * 7919 + 1) % V) * D];
-    for (int64_t i = 0; i < D; ++i) row[i] = round_bf16(static_cast<float>(row[i] + k * bf16_to_f32(w.embed[t * D + i])));
+    float* row = &head[((t * 7919 + 1) % V) * D];
+    for (int64_t i = 0; i < D; ++i) row[i] = round_bf16(static_cast<float>(row[i] + k * bf16_to_f32(embed[t * D + i])));
   }
+}
+
+std::vector<uint8_t> bytes_of(const std::vector<uint16_t>& v) {
+  std::vector<uint8_t> b(v.size() * 2);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// The config the weights are drawn for: no vision tower (the oracle's forward reads text only) and the
+// DSpark stages only when asked for on V4.1 (the 0731 drafter is not run, model-spec.md §10.7).
+family::Config synthetic_config(family::Config c, bool with_dspark) {
+  c.vision.reset();
+  if (!with_dspark || c.variant == family::Variant::v4) c = family::without_dspark(c);
+  return c;
 }
 
 }  // namespace
 
-ModelConfig small_test_config() {
-  ModelConfig c;
-  c.vocab = 512; c.dim = 128; c.n_layers = 8;
-  c.n_heads = 4; c.head_dim = 64; c.rope_dim = 16;
-  c.q_lora = 64; c.o_lora = 32; c.o_groups = 2;
-  c.window = 8;
-  c.n_experts = 8; c.n_active = 2; c.moe_inter = 64;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1};
-  c.kv_source_layers = {2, 4};
-  c.index_source_layers = {2, 4, 6};
-  c.candidate_source_layer = 4;
-  c.candidate_topk_blocks = 3; c.candidate_block_size = 2;
-  c.index_heads = 4; c.index_head_dim = 32; c.index_topk = 4;
-  c.engram_layers = {1, 3};
-  c.engram_max_ngram = 4; c.engram_heads = 2; c.engram_head_dim = 32;
-  c.engram_vocab_size = 50; c.engram_compressed_vocab = 300;
-  c.dspark_stages = 3; c.dspark_block = 5; c.dspark_noise_token = 500;
-  c.dspark_target_layers = {5, 6, 7};
-  c.dspark_markov_rank = 32; c.dspark_experts = 4; c.dspark_active = 2;
-  return c;
-}
-
-ModelConfig small_v4_test_config() {
-  ModelConfig c;
-  c.vocab = 512; c.dim = 128; c.n_layers = 6;
-  c.n_heads = 4; c.head_dim = 128; c.rope_dim = 64;
-  c.q_lora = 128; c.o_lora = 64; c.o_groups = 2;
-  c.window = 8;
-  c.norm_eps = 1e-6f;
-  c.weight_block = 128; c.act_block = 128;
-  c.n_experts = 8; c.n_active = 2; c.moe_inter = 128;
-  c.num_hash_layers = 2;
-  c.compress_ratios = {0, 4, 128, 4, 128, 4};
-  c.index_heads = 4; c.index_head_dim = 64; c.index_topk = 4;
-  c.dspark_stages = 0;
-  apply_v4_numerics(c);
-  return c;
-}
-
-std::shared_ptr<ModelWeights> synthetic_weights(const ModelConfig& c, uint64_t seed, bool with_dspark,
-                                                WeightProfile profile) {
+std::shared_ptr<const family::Model> synthetic_weights(const family::Config& config, uint64_t seed, bool with_dspark,
+                                                       WeightProfile profile) {
+  const family::Config c = synthetic_config(config, with_dspark);
+  const family::ModelPlan plan = family::build_plan(c);
   const Shape& sh = shape_of(profile);
   Rng g{seed};
-  auto w = std::make_shared<ModelWeights>();
-  w->config = c;
-  const int64_t D = c.dim, V = c.vocab;
-  const auto roles = layer_roles(c);
-  w->embed.resize(V * D);
-  for (auto& e : w->embed) e = to_bf16(static_cast<float>(g.sym()));
-  for (int l = 0; l < c.n_layers; ++l) w->layers.push_back(block(g, c, roles[l], c.n_experts, c.n_active, sh));
-  // Engram: primes from the layout rule, odd multipliers, a random token map.
-  if (!c.engram_layers.empty()) {
-    const auto primes = engram_primes(c.engram_vocab_size, static_cast<int>(c.engram_layers.size()),
-                                      c.engram_max_ngram, c.engram_heads);
-    w->engram_token_map.resize(V);
-    for (auto& t : w->engram_token_map) t = static_cast<int32_t>(g.next() % c.engram_compressed_vocab);
-    for (size_t e = 0; e < c.engram_layers.size(); ++e) {
-      auto E = std::make_unique<EngramWeights>();
-      E->layout.max_ngram = c.engram_max_ngram;
-      E->layout.heads = c.engram_heads;
-      E->layout.primes = primes[e];
-      int64_t off = 0;
-      for (int64_t p : primes[e]) { E->layout.offsets.push_back(off); off += p; }
-      for (int s = 0; s < c.engram_max_ngram; ++s)
-        E->layout.multipliers.push_back(static_cast<int64_t>((g.next() >> 20) | 1));
-      E->table.rows = off;
-      E->table.dim = c.engram_head_dim;
-      E->table.codes.resize(off * c.engram_head_dim);
-      for (auto& b : E->table.codes) { b = static_cast<uint8_t>(g.next()); if ((b & 0x7f) == 0x7f) b = 0; }
-      E->table.scales.resize(off * (c.engram_head_dim / 32));
-      for (auto& b : E->table.scales) b = static_cast<uint8_t>(120 + g.next() % 4);
-      const int64_t R = static_cast<int64_t>(primes[e].size()) * c.engram_head_dim;
-      E->wkv = fp8(g, (c.hc_mult + 1) * D, R, c.weight_block, sh.engram_out / std::sqrt(static_cast<double>(R)));
-      E->q_weight = vec(g, c.hc_mult * D, 1.0, 0.3, true);
-      E->k_weight = vec(g, c.hc_mult * D, 1.0, 0.3, true);
-      w->layers[c.engram_layers[e]].engram = std::move(E);
+  auto store = std::make_shared<MemoryTensors>("synthetic weights");
+  Emitter e(c, g, *store);
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  std::vector<uint16_t> embed(static_cast<size_t>(V * D));
+  for (auto& x : embed) x = to_bf16(static_cast<float>(g.sym()));
+  for (const family::LayerPlan& p : plan.layers) block(e, c, p, sh);
+  // Engram: primes from the layout rule, odd multipliers drawn here, a random token map.
+  family::EngramLayout engram;
+  std::vector<int32_t> token_map;
+  if (c.has_engram()) {
+    engram = family::compute_engram_layout(c);
+    token_map.resize(static_cast<size_t>(V));
+    for (auto& t : token_map) t = static_cast<int32_t>(g.next() % c.engram_compressed_vocab_size);
+    for (size_t x = 0; x < c.engram_layer_ids.size(); ++x) {
+      family::EngramLayerLayout& L = engram.layers[x];
+      const std::string n = fmt::format("layers.{}.engram.", c.engram_layer_ids[x]);
+      L.multipliers.clear();
+      for (int s = 0; s < c.engram_max_ngram_size; ++s) L.multipliers.push_back(static_cast<int64_t>((g.next() >> 20) | 1));
+      const int64_t hd = c.engram_head_dim;
+      std::vector<uint8_t> codes(static_cast<size_t>(L.rows * hd));
+      for (auto& b : codes) {
+        b = static_cast<uint8_t>(g.next());
+        if ((b & 0x7f) == 0x7f) b = 0;
+      }
+      std::vector<uint8_t> scales(static_cast<size_t>(L.rows * (hd / 32)));
+      for (auto& b : scales) b = static_cast<uint8_t>(120 + g.next() % 4);
+      e.raw(n + "embed.weight", std::move(codes));
+      e.raw(n + "embed.scale", std::move(scales));
+      const int64_t R = static_cast<int64_t>(L.primes.size()) * hd;
+      e.fp8(n + "wkv", (c.hc_mult + 1) * D, R, sh.engram_out / std::sqrt(static_cast<double>(R)));
+      e.floats(n + "q_weight", e.vec(c.hc_mult * D, 1.0, 0.3, true));
+      e.floats(n + "k_weight", e.vec(c.hc_mult * D, 1.0, 0.3, true));
     }
   }
-  w->norm = vec(g, D, 1.0, sh.norm_spread, true);
-  w->head = bf16w(g, V, D, 1.0 / std::sqrt(static_cast<double>(D)));
-  if (sh.head_peak > 0) add_successor_rows(*w, sh.head_peak);
-  if (c.v4()) {
-    auto hh = std::make_unique<HcHeadWeights>();
-    hh->fn = bf16w(g, c.hc_mult, c.hc_mult * D, sh.hc_fn / std::sqrt(static_cast<double>(c.hc_mult * D)));
-    hh->base = vec(g, c.hc_mult, 0.0, sh.hc_base, false);
-    hh->scale = static_cast<float>(sh.hc_scale + sh.hc_scale_spread * g.sym());
-    w->hc_head = std::move(hh);
+  e.floats("norm.weight", e.vec(D, 1.0, sh.norm_spread, true));
+  std::vector<float> head = e.bf16w(V, D, 1.0 / std::sqrt(static_cast<double>(D)));
+  if (sh.head_peak > 0) add_successor_rows(head, embed, V, D, sh.head_peak);
+  e.floats("head.weight", head);
+  e.raw("embed.weight", bytes_of(embed));
+  if (c.variant == family::Variant::v4) {
+    const int C = c.hc_mult;
+    e.matrix("hc_head_fn", C, C * D, sh.hc_fn / std::sqrt(static_cast<double>(C * D)));
+    e.floats("hc_head_base", e.vec(C, 0.0, sh.hc_base, false));
+    e.floats("hc_head_scale", {static_cast<float>(sh.hc_scale + sh.hc_scale_spread * g.sym())});
   }
-  if (with_dspark) {
-    auto S = std::make_unique<DsparkWeights>();
-    LayerRole plain;
-    for (int s = 0; s < c.dspark_stages; ++s)
-      S->stages.push_back(block(g, c, plain, c.dspark_experts, c.dspark_active, sh));
-    const int64_t taps = static_cast<int64_t>(c.dspark_target_layers.size()) * D;
-    S->main_proj = fp8(g, D, taps, c.weight_block, 1.0 / std::sqrt(static_cast<double>(taps)));
-    S->main_norm = vec(g, D, 1.0, 0.2, true);
-    S->norm = vec(g, D, 1.0, 0.2, true);
+  if (!plan.dspark.empty()) {
+    for (const family::LayerPlan& p : plan.dspark) block(e, c, p, sh);
+    const int64_t taps = c.dspark_main_dim();
+    e.fp8("mtp.0.main_proj", D, taps, 1.0 / std::sqrt(static_cast<double>(taps)));
+    e.floats("mtp.0.main_norm.weight", e.vec(D, 1.0, 0.2, true));
+    const std::string last = plan.dspark.back().name() + ".";
+    e.floats(last + "norm.weight", e.vec(D, 1.0, 0.2, true));
     const int64_t R = c.dspark_markov_rank;
-    S->markov_embed.resize(V * R);
-    for (auto& e : S->markov_embed) e = to_bf16(static_cast<float>(g.sym()));
-    S->markov_head = bf16w(g, V, R, 1.0 / std::sqrt(static_cast<double>(R)));
-    S->confidence = bf16w(g, 1, D + R, 1.0 / std::sqrt(static_cast<double>(D + R)));
-    w->dspark = std::move(S);
+    std::vector<uint16_t> markov(static_cast<size_t>(V * R));
+    for (auto& x : markov) x = to_bf16(static_cast<float>(g.sym()));
+    e.raw(last + "markov_head.embed.weight", bytes_of(markov));
+    e.matrix(last + "markov_head.head.weight", V, R, 1.0 / std::sqrt(static_cast<double>(R)));
+    e.matrix(last + "confidence_head.proj.weight", 1, D + R, 1.0 / std::sqrt(static_cast<double>(D + R)));
   }
-  return w;
+  auto m = family::model_from_store(c, std::move(store), std::move(engram), std::move(token_map));
+  DSV4_CHECK(m.ok());
+  return std::move(*m);
 }
 
 }  // namespace dsv4::cpu

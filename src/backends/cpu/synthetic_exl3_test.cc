@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/model.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
 #include "family/deepseek_v41/synth_exl3.h"
@@ -30,7 +30,7 @@ family::Config tiny_small_vocab() {
   return c;
 }
 
-std::vector<float> logits(std::shared_ptr<const ModelWeights> w, Precision p) {
+std::vector<float> logits(std::shared_ptr<const family::Model> w, Precision p) {
   OracleOptions o;
   o.precision = p;
   o.threads = 2;
@@ -42,7 +42,7 @@ std::vector<float> logits(std::shared_ptr<const ModelWeights> w, Precision p) {
   return r.ok() ? (*r)[0].logits : std::vector<float>{};
 }
 
-void expect_same_stored(const Exl3Weight* a, const Exl3Weight* b, const char* what) {
+void expect_same_stored(const family::Exl3Linear* a, const family::Exl3Linear* b, const char* what) {
   ASSERT_TRUE(a && b) << what;
   ASSERT_EQ(a->parts.size(), b->parts.size()) << what;
   for (size_t i = 0; i < a->parts.size(); ++i) {
@@ -51,7 +51,7 @@ void expect_same_stored(const Exl3Weight* a, const Exl3Weight* b, const char* wh
     EXPECT_EQ(x.bits, y.bits) << what;
     EXPECT_EQ(x.codebook, y.codebook) << what;
     EXPECT_TRUE(x.trellis == y.trellis && x.suh == y.suh && x.svh == y.svh) << what << " part " << i;
-    EXPECT_TRUE(a->parts[i].wq_t == b->parts[i].wq_t) << what << " part " << i;
+    EXPECT_TRUE(a->parts[i].in == b->parts[i].in && a->parts[i].out == b->parts[i].out) << what << " part " << i;
   }
 }
 
@@ -69,34 +69,33 @@ TEST(SyntheticExl3, ReencodedReleaseEqualsTheLoadedPack) {
   po.sync = false;
   po.release_dir = (root / "release-engram").string();
   ASSERT_TRUE(family::write_synthetic_exl3_pack(c, (root / "pack").string(), po).ok());
-  auto rel = load_weights((root / "release").string());
-  auto pack = load_weights((root / "pack").string(), LoadOptions{po.release_dir});
+  auto rel = family::open_model((root / "release").string());
+  auto pack = family::open_model((root / "pack").string(), family::OpenOptions{po.release_dir});
   fs::remove_all(root);
   ASSERT_TRUE(rel.ok()) << rel.status().to_string();
   ASSERT_TRUE(pack.ok()) << pack.status().to_string();
-  ASSERT_FALSE((*rel)->head.exl3);
-  ASSERT_TRUE(reencode_as_exl3(c, **rel, seed).ok());
-  const ModelWeights &R = **rel, &P = **pack;
-  EXPECT_TRUE(R.head.w.empty()) << "a re-encoded linear keeps no dense values";
+  ASSERT_FALSE((*rel)->weights.head.exl3);
+  auto re = reencode_as_exl3(c, **rel, seed);
+  ASSERT_TRUE(re.ok()) << re.status().to_string();
+  const family::ModelWeights &R = (*re)->weights, &P = (*pack)->weights;
+  EXPECT_FALSE(family::present(R.head.weight)) << "a re-encoded linear keeps no dense views";
   expect_same_stored(R.head.exl3.get(), P.head.exl3.get(), "head");
-  expect_same_stored(R.layers[0].attn.wo_a.exl3.get(), P.layers[0].attn.wo_a.exl3.get(), "layers.0.attn.wo_a");
-  expect_same_stored(R.layers[2].ffn.experts[1].w2.exl3.get(), P.layers[2].ffn.experts[1].w2.exl3.get(),
+  expect_same_stored(R.layers[0].wo_a.exl3.get(), P.layers[0].wo_a.exl3.get(), "layers.0.attn.wo_a");
+  expect_same_stored(R.layers[2].experts[1].w2.exl3.get(), P.layers[2].experts[1].w2.exl3.get(),
                      "layers.2.ffn.experts.1.w2");
-  expect_same_stored(R.layers[2].ffn.shared.w1.exl3.get(), P.layers[2].ffn.shared.w1.exl3.get(),
+  expect_same_stored(R.layers[2].shared_w1.exl3.get(), P.layers[2].shared_w1.exl3.get(),
                      "layers.2.ffn.shared_experts.w1");
-  ASSERT_TRUE(R.dspark && P.dspark);
-  expect_same_stored(R.dspark->main_proj.exl3.get(), P.dspark->main_proj.exl3.get(), "mtp.0.main_proj");
+  ASSERT_TRUE(!R.dspark.empty() && !P.dspark.empty());
+  expect_same_stored(R.dspark[0].main_proj.exl3.get(), P.dspark[0].main_proj.exl3.get(), "mtp.0.main_proj");
   // The shapes the backends check EXL3 linears against: wo_a's are the block-diagonal totals.
-  const auto& ra = R.layers[0].attn;
-  const auto& pa = P.layers[0].attn;
-  EXPECT_EQ(ra.wo_a.out, pa.wo_a.out);
-  EXPECT_EQ(ra.wo_a.in, pa.wo_a.in);
-  EXPECT_EQ(ra.wq_a.out, pa.wq_a.out);
-  EXPECT_EQ(ra.wq_a.in, pa.wq_a.in);
-  EXPECT_EQ(R.layers[2].ffn.experts[1].w2.in, P.layers[2].ffn.experts[1].w2.in);
+  EXPECT_EQ(R.layers[0].wo_a.out(), P.layers[0].wo_a.out());
+  EXPECT_EQ(R.layers[0].wo_a.in(), P.layers[0].wo_a.in());
+  EXPECT_EQ(R.layers[0].wq_a.out(), P.layers[0].wq_a.out());
+  EXPECT_EQ(R.layers[0].wq_a.in(), P.layers[0].wq_a.in());
+  EXPECT_EQ(R.layers[2].experts[1].w2.in(), P.layers[2].experts[1].w2.in());
   // Every linear the same: a linear left dense (or encoded otherwise) would move the logits.
   for (Precision p : {Precision::ref32, Precision::ref64}) {
-    const auto a = logits(*rel, p), b = logits(*pack, p);
+    const auto a = logits(*re, p), b = logits(*pack, p);
     ASSERT_FALSE(a.empty());
     EXPECT_TRUE(a == b) << "the re-encoded release's logits differ from the pack's";
   }
@@ -106,14 +105,14 @@ TEST(SyntheticExl3, GateWeightsHoldTheLayoutsLinearsAsExl3) {
   const family::Config c = tiny_small_vocab();
   auto w = exl3_gate_weights(c);
   ASSERT_TRUE(w.ok()) << w.status().to_string();
-  const ModelWeights& m = **w;
-  EXPECT_FALSE(m.dspark);
-  for (const BlockWeights& b : m.layers) {
-    EXPECT_TRUE(b.attn.wq_a.exl3 && b.attn.wq_a.w.empty());
-    EXPECT_TRUE(b.attn.wo_a.exl3 && b.attn.wo_a.exl3->parts.size() == static_cast<size_t>(c.o_groups));
-    EXPECT_TRUE(b.ffn.shared.w2.exl3 && b.ffn.experts.back().w3.exl3);
-    EXPECT_FALSE(b.ffn.gate.exl3) << "the router stays native";
-    if (b.engram) EXPECT_TRUE(b.engram->wkv.exl3);
+  const family::ModelWeights& m = (*w)->weights;
+  EXPECT_TRUE(m.dspark.empty());
+  for (const family::LayerWeights& b : m.layers) {
+    EXPECT_TRUE(b.wq_a.exl3 && !family::present(b.wq_a.weight));
+    EXPECT_TRUE(b.wo_a.exl3 && b.wo_a.exl3->parts.size() == static_cast<size_t>(c.o_groups));
+    EXPECT_TRUE(b.shared_w2.exl3 && b.experts.back().w3.exl3);
+    EXPECT_FALSE(b.gate_weight.exl3) << "the router stays native";
+    if (family::present(b.engram_table)) EXPECT_TRUE(b.engram_wkv.exl3);
   }
   EXPECT_TRUE(m.head.exl3);
   // V4 / 0731 has no pack layout: refused, as exl3_pack_plan refuses it.

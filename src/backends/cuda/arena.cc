@@ -18,21 +18,31 @@ Arena::Arena(size_t bytes) {
   }
 }
 
+Arena Arena::measuring() {
+  Arena a;
+  a.base_ = reinterpret_cast<char*>(uintptr_t{1} << 40);  // 2 MiB-aligned like a large cudaMalloc; never touched
+  a.capacity_ = size_t{1} << 52;
+  a.measuring_ = true;
+  return a;
+}
+
 Arena::~Arena() {
-  if (base_) cudaFree(base_);
+  if (base_ && !measuring_) cudaFree(base_);
 }
 
 Arena::Arena(Arena&& o) noexcept
     : exl3(std::move(o.exl3)),
       base_(std::exchange(o.base_, nullptr)),
       capacity_(std::exchange(o.capacity_, 0)),
-      used_(std::exchange(o.used_, 0)) {}
+      used_(std::exchange(o.used_, 0)),
+      measuring_(std::exchange(o.measuring_, false)) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   std::swap(base_, o.base_);
   std::swap(capacity_, o.capacity_);
   std::swap(used_, o.used_);
   std::swap(exl3, o.exl3);
+  std::swap(measuring_, o.measuring_);
   return *this;
 }
 

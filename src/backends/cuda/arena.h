@@ -15,6 +15,10 @@ class Arena {
   Arena() = default;
   // Allocates `bytes` on the current device; capacity() is 0 when cudaMalloc failed.
   explicit Arena(size_t bytes);
+  // An arena that only counts: alloc hands out addresses of no memory (never to be dereferenced) with the
+  // alignment a device allocation has, so used() after a sequence of allocs is what the real arena needs.
+  static Arena measuring();
+  bool is_measuring() const { return measuring_; }
   ~Arena();
   Arena(Arena&& o) noexcept;
   Arena& operator=(Arena&& o) noexcept;
@@ -41,6 +45,7 @@ class Arena {
   char* base_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;
+  bool measuring_ = false;
 };
 
 }  // namespace dsv4::cuda

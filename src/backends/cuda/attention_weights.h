@@ -1,17 +1,16 @@
-// One backbone layer's attention weights on the device (views into an Arena) and their upload from
-// the CPU oracle's decoded weights, re-encoded bit-exactly into the checkpoint formats.
+// One backbone layer's attention weights on the device (views into an Arena) and their upload from the
+// model's stored tensors.
 #pragma once
 
 #include <cstdint>
 
 #include "backends/cpu/model_config.h"
-#include "backends/cpu/weights.h"
+#include "backends/cuda/upload.h"
 #include "backends/cuda/weights.h"
 #include "core/status.h"
+#include "family/deepseek_v41/weights.h"
 
 namespace dsv4::cuda {
-
-class Arena;
 
 struct AttentionDevice {
   Fp8View wq_a, wq_b, wkv, wo_b;  // [Q, D], [H*d, Q], [d, D], [D, G*O]
@@ -42,8 +41,8 @@ struct AttentionDevice {
   const float* idx_comp_norm = nullptr;
 };
 
-// Uploads layer `layer`'s attention weights (its role decides which exist) into `arena`.
-StatusOr<AttentionDevice> upload_attention(const cpu::AttentionWeights& w, const cpu::ModelConfig& cfg,
-                                           int layer, Arena& arena);
+// Uploads layer `layer`'s attention weights (its role decides which exist).
+StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const cpu::ModelConfig& cfg, int layer,
+                                           Uploader& up);
 
 }  // namespace dsv4::cuda

@@ -16,6 +16,7 @@
 #include "backends/cuda/forward_block.h"
 #include "backends/cuda/forward_v4.h"
 #include "backends/cuda/tp_forward.h"
+#include "family/deepseek_v41/engram_hash.h"
 
 namespace dsv4::cuda {
 
@@ -38,6 +39,20 @@ int64_t forward_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows) {
   layer += std::max(moe, engram);
   const int64_t head = rows * (C * D + C + 2 * D + cfg.vocab + 2);
   return (f + std::max(layer, head)) * 4 + (64 << 20);
+}
+
+// Mapped Engram tables: the rows a call hashes to, gathered on the host in call-row order (codes e4m3 [n, dim],
+// scales ue8m0 [n, dim / 32]); `rows` becomes 0..n-1, their places in the gathered arrays.
+void gather_engram_rows(const EngramDevice& E, std::vector<int64_t>& rows, std::vector<uint8_t>& codes,
+                        std::vector<uint8_t>& scales) {
+  const int64_t dim = E.dim, sdim = dim / 32, n = static_cast<int64_t>(rows.size());
+  codes.resize(static_cast<size_t>(n * dim));
+  scales.resize(static_cast<size_t>(n * sdim));
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(&codes[i * dim], E.table.bytes() + rows[i] * dim, static_cast<size_t>(dim));
+    std::memcpy(&scales[i * sdim], E.table_scale.bytes() + rows[i] * sdim, static_cast<size_t>(sdim));
+    rows[i] = i;
+  }
 }
 
 }  // namespace
@@ -233,7 +248,9 @@ OpCtx Forward::op_ctx(cudaStream_t s) {
 struct Forward::DeviceCall {
   CallCtx* c = nullptr;
   const int32_t* ids = nullptr;             // device [rows]
-  std::vector<const int64_t*> engram_rows;  // per Engram layer, device [rows, R]
+  std::vector<const int64_t*> engram_rows;  // per Engram layer, device [rows, R]: table rows (pinned tables) or
+                                            // 0..rows*R-1 into the rows gathered below (mapped tables)
+  std::vector<const uint8_t*> engram_codes, engram_scales;  // per layer: the table, or its gathered rows
   float* h = nullptr;                       // bf16 [rows, C, D]
   float* pi = nullptr;                      // f32 [rows, C]
   float* taps = nullptr;                    // bf16 [rows, n_taps, D] or null
@@ -263,7 +280,8 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
     o.layer = l;
     if (role.engram) {
       DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
-        return engram_forward(o, *L.engram, d.engram_rows[role.engram_index], rows, d.h);
+        const int e = role.engram_index;
+        return engram_forward(o, *L.engram, d.engram_codes[e], d.engram_scales[e], d.engram_rows[e], rows, d.h);
       }));
       DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
     }
@@ -326,16 +344,19 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   if (rows == 0) return ok_status();
   const size_t n_engram = cfg.engram_layers.size();
   std::vector<std::vector<int64_t>> engram_host(n_engram);
+  std::vector<std::vector<uint8_t>> engram_codes(n_engram), engram_scales(n_engram);
   for (size_t e = 0; e < n_engram; ++e) {
     const EngramDevice& E = *M.layers[cfg.engram_layers[e]].engram;
-    const int64_t R = static_cast<int64_t>(E.layout.primes.size());
+    const int64_t R = E.layout.cols;
     const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
     engram_host[e].resize(rows * R);
     for (size_t i = 0; i < c.pieces.size(); ++i)
       for (int64_t t = 0; t < c.pieces[i].T; ++t) {
         const int64_t r = c.pieces[i].row0 + t;
-        cpu::engram_hash_rows(E.layout, slots[i]->history.data(), pos[r], pad, &engram_host[e][r * R]);
+        family::engram_hash_rows(E.layout, E.layout.layers[0], slots[i]->history.data(), pos[r], pad,
+                                 &engram_host[e][r * R]);
       }
+    if (!E.codes) gather_engram_rows(E, engram_host[e], engram_codes[e], engram_scales[e]);
   }
   std::vector<int64_t> index;
   for (size_t i = 0; i < pieces.size(); ++i)
@@ -347,6 +368,8 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
+  for (size_t e = 0; e < n_engram; ++e)
+    meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
   if (cfg.v4()) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
   bool moved = false;
   DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
@@ -356,9 +379,19 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   d.n_logits = n_logits;
   DSV4_ASSIGN_OR_RETURN(d.ids, meta_->put_n(ids.data(), ids.size(), "token ids"));
   DSV4_ASSIGN_OR_RETURN(int64_t* d_pos, meta_->put_n(pos.data(), pos.size(), "positions"));
-  for (const auto& e : engram_host) {
-    DSV4_ASSIGN_OR_RETURN(int64_t* p, meta_->put_n(e.data(), e.size(), "Engram table rows"));
+  for (size_t e = 0; e < n_engram; ++e) {
+    DSV4_ASSIGN_OR_RETURN(int64_t* p, meta_->put_n(engram_host[e].data(), engram_host[e].size(), "Engram table rows"));
     d.engram_rows.push_back(p);
+    const EngramDevice& E = *M.layers[cfg.engram_layers[e]].engram;
+    if (E.codes) {  // pinned tables: the kernel reads the hashed rows in place
+      d.engram_codes.push_back(E.codes);
+      d.engram_scales.push_back(E.scales);
+      continue;
+    }
+    DSV4_ASSIGN_OR_RETURN(uint8_t* gc, meta_->put_n(engram_codes[e].data(), engram_codes[e].size(), "Engram rows"));
+    DSV4_ASSIGN_OR_RETURN(uint8_t* gs, meta_->put_n(engram_scales[e].data(), engram_scales[e].size(), "Engram scales"));
+    d.engram_codes.push_back(gc);
+    d.engram_scales.push_back(gs);
   }
   DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(index.data(), index.size(), "logit rows"));
   c.pos = d_pos;

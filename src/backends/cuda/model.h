@@ -9,13 +9,15 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/engram.h"
 #include "backends/cpu/model_config.h"
-#include "backends/cpu/weights.h"
 #include "backends/cuda/attention_weights.h"
 #include "backends/cuda/exl3_gemm.cuh"
+#include "backends/cuda/upload.h"
 #include "backends/cuda/weights.h"
+#include "core/staged_reader.h"
 #include "core/status.h"
+#include "family/deepseek_v41/engram_layout.h"
+#include "family/deepseek_v41/model.h"
 
 namespace dsv4::cuda {
 
@@ -44,14 +46,19 @@ struct MoeDevice {
   const int32_t* tid2eid = nullptr;  // V4 hash-routed layers: int32 [V, n_active] expert ids
 };
 
-// One Engram layer (cpu::EngramWeights). The table stays in pinned, mapped host memory: the
-// gather kernel reads only the rows a step hashes to.
+// Where the Engram tables (FP8, 189 GiB for V4.1-Flash) stay: in the page cache of their mapped files, the
+// rows a step hashes to gathered by the host into the call's metadata; or a pinned, device-mapped copy the
+// gather kernel reads in place (no host work per step; the whole table in locked host memory).
+enum class EngramPlacement : uint8_t { mapped, pinned };
+
+// One Engram layer. The table stays in host memory; only the rows a step hashes to reach the device.
 struct EngramDevice {
-  cpu::EngramLayout layout;          // host: primes, offsets, multipliers
+  family::EngramLayout layout;       // host: this layer's primes, offsets, multipliers (layers[0])
   int64_t table_rows = 0;
   int dim = 0;
-  const uint8_t* codes = nullptr;    // e4m3 [table_rows, dim], device-readable host pointer
-  const uint8_t* scales = nullptr;   // ue8m0 [table_rows, dim / 32], device-readable host pointer
+  TensorView table, table_scale;     // mapped: e4m3 [table_rows, dim], ue8m0 [table_rows, dim / 32] on the host
+  const uint8_t* codes = nullptr;    // pinned: the same, device-readable host pointers; null when mapped
+  const uint8_t* scales = nullptr;
   Fp8View wkv;                       // [(C+1)*D, R*dim]
   const float* qk = nullptr;         // f32 [C, D]: q_weight * k_weight formed in float
 };
@@ -92,11 +99,18 @@ cudaError_t f32_linear_either(const float* x, int64_t rows, const F32View& w32, 
 struct ModelDeviceOptions {
   int device = 0;
   bool dspark = true;  // upload the drafter when the weights carry one
+  EngramPlacement engram = EngramPlacement::mapped;
+  UploadOptions staging;  // pinned staging buffers, reader threads, progress
 };
 
 struct ModelDevice {
-  // Uploads every weight of `w` (re-encoded bit-exactly; a value outside its format is refused).
-  static StatusOr<std::unique_ptr<ModelDevice>> upload(const cpu::ModelWeights& w, const ModelDeviceOptions& o);
+  // The device bytes every weight of `m` takes (the arena upload() allocates), without touching the device.
+  static StatusOr<size_t> weight_bytes_of(const family::Model& m, const ModelDeviceOptions& o);
+  // Uploads the stored bytes of every weight of `m` (a model or one tensor-parallel rank's slice of one)
+  // through pinned staging buffers in file order; the Engram tables stay on the host (o.engram). `m` must
+  // outlive the ModelDevice when its Engram tables stay mapped.
+  static StatusOr<std::unique_ptr<ModelDevice>> upload(std::shared_ptr<const family::Model> m,
+                                                       const ModelDeviceOptions& o);
   // Full-width random weights generated on the device from `cfg` (benchmarks; no Engram, no
   // drafter): the views an upload would give, with valid finite values.
   static StatusOr<std::unique_ptr<ModelDevice>> synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device = 0);
@@ -120,6 +134,8 @@ struct ModelDevice {
 
   size_t weight_bytes() const;   // bytes of the device arena in use
   size_t pinned_bytes = 0;       // bytes of pinned host memory (Engram tables)
+  StageStats upload_stats;       // what the upload read, from files and memory, and its time
+  std::shared_ptr<const family::Model> source;  // the stored tensors (mapped Engram tables are read per step)
 
   ModelDevice() = default;
   ModelDevice(const ModelDevice&) = delete;

@@ -392,4 +392,11 @@ std::string config_to_json(const Config& c) {
   return root.dump(2) + "\n";
 }
 
+Config without_dspark(Config c) {
+  c.compress_ratios.resize(static_cast<size_t>(c.num_hidden_layers));
+  c.num_nextn_predict_layers = 0;
+  c.dspark_target_layer_ids.clear();
+  return c;
+}
+
 }  // namespace dsv4::family

@@ -156,6 +156,10 @@ StatusOr<Config> parse_config(std::string_view json_text);
 StatusOr<Config> load_config(const std::string& path);
 // Checks every value the engine depends on; names the first unsupported or inconsistent one.
 Status validate_config(const Config& c);
+// The same model without its DSpark drafter: no stages (compress_ratios keeps the backbone's entries), no
+// taps. What a forward that does not run the drafter is built from.
+Config without_dspark(Config c);
+
 // HF-style config.json text for this config: nested for V4.1, flat for V4 (round-trips parse_config).
 std::string config_to_json(const Config& c);
 

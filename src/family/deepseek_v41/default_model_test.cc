@@ -2,6 +2,9 @@
 #include "family/deepseek_v41/default_model.h"
 
 #include <gtest/gtest.h>
+
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/model.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,7 +30,7 @@ TEST(DefaultModel, CreatedOnceThenReused) {
   EXPECT_GT(shards, 0);
   auto m = open_model(*dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ(config_to_json(m->config), config_to_json(preset_config(Preset::tiny, Variant::v41)));
+  EXPECT_EQ(config_to_json((*m)->config), config_to_json(preset_config(Preset::tiny, Variant::v41)));
   // Nothing but the final directory is left in the cache.
   int entries = 0;
   for (auto it = fs::directory_iterator(cache / "dsv4"); it != fs::directory_iterator(); ++it) ++entries;

@@ -91,7 +91,7 @@ exl3::ModuleStorage storage_of(const exl3::Linear& L) {
 Status add_exl3(SafetensorsWriter& w, const exl3::Linear& L) {
   const std::string p = L.name + ".";
   DSV4_RETURN_IF_ERROR(w.add(p + "trellis", DType::i16, {L.in_features / 16, L.out_features / 16, 16 * L.bits},
-                             u16_bytes(L.trellis)));
+                             std::vector<uint8_t>(L.trellis.bytes(), L.trellis.bytes() + L.trellis.nbytes())));
   DSV4_RETURN_IF_ERROR(w.add(p + "suh", DType::f16, {L.in_features}, u16_bytes(L.suh)));
   DSV4_RETURN_IF_ERROR(w.add(p + "svh", DType::f16, {L.out_features}, u16_bytes(L.svh)));
   if (L.codebook == exl3::Codebook::inst3) return ok_status();

@@ -2,6 +2,9 @@
 #include "family/deepseek_v41/synth.h"
 
 #include <gtest/gtest.h>
+
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/model.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -60,18 +63,18 @@ TEST(Synth, TinyV41ValidatesAndBinds) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   auto m = open_model(dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ(m->checkpoint.tensor_count(), static_cast<int64_t>(m->table.tensors.size()));
-  EXPECT_EQ(m->checkpoint.index_total_size().value_or(-1), m->table.total_bytes());
-  EXPECT_EQ(config_to_json(m->config), config_to_json(c));
-  ASSERT_EQ(m->weights.layers.size(), 10u);
-  EXPECT_TRUE(present(m->weights.layers[1].engram_table));
-  EXPECT_TRUE(present(m->weights.layers[5].compressor_wkv));
-  EXPECT_FALSE(present(m->weights.layers[5].compressor_wgate));
-  EXPECT_TRUE(present(m->weights.dspark[2].markov_head));
+  EXPECT_EQ(dynamic_cast<const Checkpoint&>(*(*m)->store).tensor_count(), static_cast<int64_t>((*m)->table.tensors.size()));
+  EXPECT_EQ(dynamic_cast<const Checkpoint&>(*(*m)->store).index_total_size().value_or(-1), (*m)->table.total_bytes());
+  EXPECT_EQ(config_to_json((*m)->config), config_to_json(c));
+  ASSERT_EQ((*m)->weights.layers.size(), 10u);
+  EXPECT_TRUE(present((*m)->weights.layers[1].engram_table));
+  EXPECT_TRUE((*m)->weights.layers[5].compressor_wkv.held());
+  EXPECT_FALSE((*m)->weights.layers[5].compressor_wgate.held());
+  EXPECT_TRUE((*m)->weights.dspark[2].markov_head.held());
 
   // FP8 weight tiles: the UE8M0 scale is pow2ceil(amax/448), so each tile's largest |code| value lies
   // in (224, 448] (formats.md: e4m3 max 448).
-  const Fp8Linear& wq = m->weights.layers[3].wq_b;  // e4m3 [512, 128], scale [16, 4]
+  const Fp8Linear& wq = (*m)->weights.layers[3].wq_b;  // e4m3 [512, 128], scale [16, 4]
   const int64_t out = wq.weight.dim(0), in = wq.weight.dim(1);
   for (int64_t tr = 0; tr < out / 32; ++tr)
     for (int64_t tc = 0; tc < in / 32; ++tc) {
@@ -85,7 +88,7 @@ TEST(Synth, TinyV41ValidatesAndBinds) {
       EXPECT_NE(s, 255);  // never NaN
     }
   // FP4 expert blocks of 32 along K: largest |e2m1| in (3, 6] (pow2ceil(amax/6)).
-  const Fp4Linear& w1 = m->weights.layers[2].experts[3].w1;  // i8 [64, 128], scale [64, 8]
+  const Fp4Linear& w1 = (*m)->weights.layers[2].experts[3].w1;  // i8 [64, 128], scale [64, 8]
   for (int64_t r = 0; r < w1.weight.dim(0); ++r)
     for (int64_t b = 0; b < w1.scale.dim(1); ++b) {
       float mx = 0;
@@ -97,7 +100,7 @@ TEST(Synth, TinyV41ValidatesAndBinds) {
       EXPECT_LE(mx, 6.0f);
     }
   // Norm weights near 1.
-  const TensorView& n = m->weights.layers[4].attn_norm;
+  const TensorView& n = (*m)->weights.layers[4].attn_norm;
   for (int64_t i = 0; i < n.numel(); ++i) {
     uint16_t b;
     std::memcpy(&b, n.bytes() + 2 * i, 2);
@@ -150,7 +153,7 @@ TEST(Synth, TinyV4ValidatesAndHashTableIsValid) {
   auto m = open_model(dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   // tid2eid rows: k distinct expert ids in [0, E).
-  const TensorView& t = m->weights.layers[0].tid2eid;
+  const TensorView& t = (*m)->weights.layers[0].tid2eid;
   ASSERT_EQ(t.dim(1), c.num_experts_per_tok);
   for (int64_t r = 0; r < t.dim(0); r += 997) {
     std::vector<int64_t> ids(static_cast<size_t>(t.dim(1)));

@@ -1,7 +1,15 @@
 // Checkpoint validation against the expected table, and binding of tensors to per-layer views.
 #include "family/deepseek_v41/weights.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <type_traits>
+#include <variant>
+
+#include "family/deepseek_v41/exl3_layout.h"
+#include "formats/exl3/pack.h"
 
 namespace dsv4::family {
 
@@ -17,147 +25,274 @@ Status validate_checkpoint(const Checkpoint& ck, const TensorTable& table) {
 
 namespace {
 
-// Looks tensors up by name under a prefix; the first failure is kept.
-class Binder {
- public:
-  Binder(const Checkpoint& ck, std::string prefix) : ck_(ck), prefix_(std::move(prefix)) {}
-  TensorView get(const std::string& name) {
-    auto v = ck_.tensor(prefix_ + name);
-    if (!v.ok()) {
-      if (status_.ok()) status_ = v.status();
-      return {};
-    }
-    return *v;
-  }
-  TensorView maybe(const std::string& name) {
-    return ck_.contains(prefix_ + name) ? get(name) : TensorView{};
-  }
-  Fp8Linear fp8(const std::string& name) { return {get(name + ".weight"), get(name + ".scale")}; }
-  Fp4Linear fp4(const std::string& name) { return {get(name + ".weight"), get(name + ".scale")}; }
-  const Status& status() const { return status_; }
+using LW = LayerWeights;
+using Member = std::variant<TensorView LW::*, Fp8Linear LW::*, Fp4Linear LW::*, Matrix LW::*>;
 
- private:
-  const Checkpoint& ck_;
-  std::string prefix_;
-  Status status_;
+// Every member of a block and the release name it binds: a tensor's full suffix; an FP8/FP4 linear's or a
+// matrix's group (".weight" / ".scale" appended; the mHC mixes and the V4 head mix are groups without a
+// suffix). A member binds when the config's table names its tensor; two names for one member (V4.1 and V4
+// spellings of the Markov head) bind whichever the table has. Experts are bound apart (ffn.experts.E.*).
+struct Field {
+  const char* name;
+  Member member;
+  bool plain = false;  // a matrix stored under the group name itself (no ".weight")
+};
+const Field kLayerFields[] = {
+    {"hc_attn_fn", &LW::hc_attn_fn, true}, {"hc_attn_base", &LW::hc_attn_base},
+    {"hc_attn_scale", &LW::hc_attn_scale}, {"hc_ffn_fn", &LW::hc_ffn_fn, true},
+    {"hc_ffn_base", &LW::hc_ffn_base}, {"hc_ffn_scale", &LW::hc_ffn_scale},
+    {"attn_norm.weight", &LW::attn_norm}, {"ffn_norm.weight", &LW::ffn_norm},
+    {"attn.attn_sink", &LW::attn_sink}, {"attn.q_norm.weight", &LW::q_norm},
+    {"attn.kv_norm.weight", &LW::kv_norm}, {"attn.wq_a", &LW::wq_a}, {"attn.wq_b", &LW::wq_b},
+    {"attn.wkv", &LW::wkv}, {"attn.wo_a", &LW::wo_a}, {"attn.wo_b", &LW::wo_b},
+    {"attn.compressor.wkv", &LW::compressor_wkv}, {"attn.compressor.wgate", &LW::compressor_wgate},
+    {"attn.compressor.norm.weight", &LW::compressor_norm}, {"attn.compressor.ape", &LW::compressor_ape},
+    {"attn.indexer.wq_b", &LW::indexer_wq_b}, {"attn.indexer.weights_proj", &LW::indexer_weights_proj},
+    {"attn.indexer.wk", &LW::indexer_wk}, {"attn.indexer.k_norm.weight", &LW::indexer_k_norm},
+    {"attn.indexer.compressor.wkv", &LW::indexer_compressor_wkv},
+    {"attn.indexer.compressor.wgate", &LW::indexer_compressor_wgate},
+    {"attn.indexer.compressor.norm.weight", &LW::indexer_compressor_norm},
+    {"attn.indexer.compressor.ape", &LW::indexer_compressor_ape},
+    {"ffn.gate", &LW::gate_weight}, {"ffn.gate.bias", &LW::gate_bias}, {"ffn.gate.bias_vl", &LW::gate_bias_vl},
+    {"ffn.gate.tid2eid", &LW::tid2eid}, {"ffn.shared_experts.w1", &LW::shared_w1},
+    {"ffn.shared_experts.w2", &LW::shared_w2}, {"ffn.shared_experts.w3", &LW::shared_w3},
+    {"engram.embed.weight", &LW::engram_table}, {"engram.embed.scale", &LW::engram_table_scale},
+    {"engram.q_weight", &LW::engram_q_weight}, {"engram.k_weight", &LW::engram_k_weight},
+    {"engram.wkv", &LW::engram_wkv}, {"main_proj", &LW::main_proj}, {"main_norm.weight", &LW::main_norm},
+    {"norm.weight", &LW::final_norm}, {"markov_head.embed.weight", &LW::markov_embed},
+    {"markov_head.markov_w1.weight", &LW::markov_embed}, {"markov_head.head", &LW::markov_head},
+    {"markov_head.markov_w2", &LW::markov_head}, {"confidence_head.proj", &LW::confidence_proj},
+    {"hc_head_fn", &LW::hc_head_fn, true}, {"hc_head_base", &LW::hc_head_base},
+    {"hc_head_scale", &LW::hc_head_scale},
 };
 
-LayerWeights bind_layer(const Config& c, const LayerPlan& p, const Checkpoint& ck, Status& st) {
-  Binder b(ck, p.name() + ".");
-  LayerWeights w;
-  w.hc_attn_fn = b.get("hc_attn_fn");
-  w.hc_attn_base = b.get("hc_attn_base");
-  w.hc_attn_scale = b.get("hc_attn_scale");
-  w.hc_ffn_fn = b.get("hc_ffn_fn");
-  w.hc_ffn_base = b.get("hc_ffn_base");
-  w.hc_ffn_scale = b.get("hc_ffn_scale");
-  w.attn_norm = b.get("attn_norm.weight");
-  w.ffn_norm = b.get("ffn_norm.weight");
-  w.attn_sink = b.get("attn.attn_sink");
-  w.q_norm = b.get("attn.q_norm.weight");
-  w.kv_norm = b.get("attn.kv_norm.weight");
-  w.wq_a = b.fp8("attn.wq_a");
-  w.wq_b = b.fp8("attn.wq_b");
-  w.wkv = b.fp8("attn.wkv");
-  w.wo_a = b.fp8("attn.wo_a");
-  w.wo_b = b.fp8("attn.wo_b");
-  if (p.kv_source) {
-    w.compressor_wkv = b.get("attn.compressor.wkv.weight");
-    w.compressor_norm = b.get("attn.compressor.norm.weight");
-    if (p.compressor_gate) w.compressor_wgate = b.get("attn.compressor.wgate.weight");
-    if (c.variant == Variant::v4) w.compressor_ape = b.get("attn.compressor.ape");
+// The tensor of the release table standing for a field: the tensor itself, or a linear's weight.
+std::string table_name(const std::string& full, const Member& m, bool plain) {
+  if (std::holds_alternative<TensorView LW::*>(m) || plain) return full;
+  return full + ".weight";
+}
+
+// Looks tensors up in the sources; every failure is kept.
+class Binder {
+ public:
+  Binder(const Config& c, const TensorTable& table, const BindSources& src, std::vector<std::string>& problems)
+      : c_(c), table_(table), src_(src), problems_(problems) {}
+
+  // Whether the table names the tensor standing for `full` (a linear group or a tensor).
+  bool expected(const std::string& full, const Member& m, bool plain) const {
+    return table_.find(table_name(full, m, plain)) != nullptr;
   }
-  if (p.index_source) {
-    w.indexer_wq_b = b.fp8("attn.indexer.wq_b");
-    w.indexer_weights_proj = b.get("attn.indexer.weights_proj.weight");
+  TensorView get(const std::string& full) {
+    for (const TensorStore* s : stores())
+      if (s->contains(full)) {
+        auto v = s->tensor(full);
+        if (v.ok()) return *v;
+        problems_.push_back(v.status().message());
+        return {};
+      }
+    problems_.push_back(fmt::format("{}: missing", full));
+    return {};
   }
-  if (p.owns_index_keys) {
-    if (c.variant == Variant::v41) {
-      w.indexer_wk = b.get("attn.indexer.wk.weight");
-      w.indexer_k_norm = b.get("attn.indexer.k_norm.weight");
-    } else {
-      w.indexer_compressor_wkv = b.get("attn.indexer.compressor.wkv.weight");
-      w.indexer_compressor_wgate = b.get("attn.indexer.compressor.wgate.weight");
-      w.indexer_compressor_norm = b.get("attn.indexer.compressor.norm.weight");
-      w.indexer_compressor_ape = b.get("attn.indexer.compressor.ape");
+  TensorView maybe(const std::string& full) {
+    for (const TensorStore* s : stores())
+      if (s->contains(full)) return get(full);
+    return {};
+  }
+  Fp8Linear fp8(const std::string& group) {
+    Fp8Linear w;
+    w.block = c_.quant.weight_block_in;
+    if ((w.exl3 = exl3(group))) return w;
+    w.weight = get(group + ".weight");
+    w.scale = get(group + ".scale");
+    return w;
+  }
+  Fp4Linear fp4(const std::string& group) {
+    Fp4Linear w;
+    if ((w.exl3 = exl3(group))) return w;
+    w.weight = get(group + ".weight");
+    w.scale = get(group + ".scale");
+    return w;
+  }
+  Matrix matrix(const std::string& group, bool plain) {
+    Matrix m;
+    if (!plain && (m.exl3 = exl3(group))) return m;
+    m.weight = get(plain ? group : group + ".weight");
+    return m;
+  }
+  void bind(LW& w, const std::string& prefix, const Field& f) {
+    const std::string full = prefix + f.name;
+    if (!expected(full, f.member, f.plain)) return;
+    std::visit([&](auto mp) {
+      using T = std::remove_cvref_t<decltype(w.*mp)>;
+      if constexpr (std::is_same_v<T, TensorView>) {
+        // EXL3 packs leave the image-token router bias out (formats.md §1.12): image rows then route as text.
+        w.*mp = src_.pack_plan && std::string_view(f.name) == "ffn.gate.bias_vl" ? maybe(full) : get(full);
+      } else if constexpr (std::is_same_v<T, Fp8Linear>) {
+        w.*mp = fp8(full);
+      } else if constexpr (std::is_same_v<T, Fp4Linear>) {
+        w.*mp = fp4(full);
+      } else {
+        w.*mp = matrix(full, f.plain);
+      }
+    }, f.member);
+  }
+
+ private:
+  std::vector<const TensorStore*> stores() const {
+    std::vector<const TensorStore*> s{src_.store};
+    s.insert(s.end(), src_.extra.begin(), src_.extra.end());
+    return s;
+  }
+  // The EXL3 linear standing for release group `full` in a pack, or null.
+  Exl3Ref exl3(const std::string& full) {
+    if (!src_.pack_plan) return nullptr;
+    const std::vector<const Exl3Group*> groups = src_.pack_plan->groups_of(full);
+    if (groups.empty()) return nullptr;
+    auto w = std::make_shared<Exl3Linear>();
+    for (const Exl3Group* g : groups) {
+      auto L = exl3::load_linear(*src_.store, g->prefix);
+      if (!L.ok()) {
+        problems_.push_back(L.status().message());
+        return nullptr;
+      }
+      if (L->in_features != g->in_padded || L->out_features != g->out_padded) {
+        problems_.push_back(fmt::format("EXL3 linear '{}' is [{}, {}], the layout needs [{}, {}]", g->prefix,
+                                        L->in_features, L->out_features, g->in_padded, g->out_padded));
+        return nullptr;
+      }
+      add_exl3_part(*w, g->in, g->out, std::move(*L));
     }
+    return w;
   }
-  w.gate_weight = b.get("ffn.gate.weight");
-  if (p.hash_routed) {
-    w.tid2eid = b.get("ffn.gate.tid2eid");
-  } else {
-    w.gate_bias = b.get("ffn.gate.bias");
-    if (c.variant == Variant::v41) w.gate_bias_vl = b.get("ffn.gate.bias_vl");
-  }
+
+  const Config& c_;
+  const TensorTable& table_;
+  const BindSources& src_;
+  std::vector<std::string>& problems_;
+};
+
+LayerWeights bind_layer(const LayerPlan& p, Binder& b) {
+  const std::string prefix = p.name() + ".";
+  LayerWeights w;
+  for (const Field& f : kLayerFields) b.bind(w, prefix, f);
+  if (!present(w.gate_bias_vl) && present(w.gate_bias) && !present(w.tid2eid) &&
+      b.expected(prefix + "ffn.gate.bias_vl", &LW::gate_bias_vl, false))
+    w.gate_bias_vl = w.gate_bias;  // a pack's absent image-token bias
   w.experts.resize(static_cast<size_t>(p.n_routed_experts));
   for (int32_t e = 0; e < p.n_routed_experts; ++e) {
-    const std::string x = fmt::format("ffn.experts.{}.", e);
+    const std::string x = fmt::format("{}ffn.experts.{}.", prefix, e);
     w.experts[e] = {b.fp4(x + "w1"), b.fp4(x + "w2"), b.fp4(x + "w3")};
   }
-  w.shared_w1 = b.fp8("ffn.shared_experts.w1");
-  w.shared_w2 = b.fp8("ffn.shared_experts.w2");
-  w.shared_w3 = b.fp8("ffn.shared_experts.w3");
-  if (p.engram) {
-    w.engram_table = b.get("engram.embed.weight");
-    w.engram_table_scale = b.get("engram.embed.scale");
-    w.engram_q_weight = b.get("engram.q_weight");
-    w.engram_k_weight = b.get("engram.k_weight");
-    w.engram_wkv = b.fp8("engram.wkv");
-  }
-  if (p.is_dspark && p.dspark_stage == 0) {
-    w.main_proj = b.fp8("main_proj");
-    w.main_norm = b.get("main_norm.weight");
-  }
-  if (p.is_dspark && p.dspark_stage == c.num_dspark_stages() - 1) {
-    const bool v41 = c.variant == Variant::v41;
-    w.final_norm = b.get("norm.weight");
-    w.markov_embed = b.get(v41 ? "markov_head.embed.weight" : "markov_head.markov_w1.weight");
-    w.markov_head = b.get(v41 ? "markov_head.head.weight" : "markov_head.markov_w2.weight");
-    w.confidence_proj = b.get("confidence_head.proj.weight");
-    if (!v41) {
-      w.hc_head_fn = b.get("hc_head_fn");
-      w.hc_head_base = b.get("hc_head_base");
-      w.hc_head_scale = b.get("hc_head_scale");
-    }
-  }
-  if (st.ok()) st = b.status();
   return w;
+}
+
+// Visits every linear member of a block that the block holds.
+template <typename F>
+void block_linears(LayerWeights& w, const std::string& prefix, F&& f) {
+  for (const Field& fd : kLayerFields)
+    std::visit([&](auto mp) {
+      using T = std::remove_cvref_t<decltype(w.*mp)>;
+      if constexpr (!std::is_same_v<T, TensorView>)
+        if ((w.*mp).held() && !fd.plain) f(prefix + fd.name, LinearRef{&(w.*mp)});
+    }, fd.member);
+  for (size_t e = 0; e < w.experts.size(); ++e) {
+    const std::string x = fmt::format("{}ffn.experts.{}.", prefix, e);
+    if (w.experts[e].w1.held()) f(x + "w1", LinearRef{&w.experts[e].w1});
+    if (w.experts[e].w2.held()) f(x + "w2", LinearRef{&w.experts[e].w2});
+    if (w.experts[e].w3.held()) f(x + "w3", LinearRef{&w.experts[e].w3});
+  }
+}
+
+// Visits every stored tensor a block's views hold, by full name.
+template <typename F>
+void block_tensors(const LayerWeights& w, const std::string& prefix, F&& f) {
+  for (const Field& fd : kLayerFields)
+    std::visit([&](auto mp) {
+      using T = std::remove_cvref_t<decltype(w.*mp)>;
+      const std::string n = prefix + fd.name;
+      if constexpr (std::is_same_v<T, TensorView>) {
+        if (present(w.*mp)) f(n, w.*mp);
+      } else if constexpr (std::is_same_v<T, Matrix>) {
+        if (present((w.*mp).weight)) f(fd.plain ? n : n + ".weight", (w.*mp).weight);
+      } else {
+        if (present((w.*mp).weight)) f(n + ".weight", (w.*mp).weight), f(n + ".scale", (w.*mp).scale);
+      }
+    }, fd.member);
+  for (size_t e = 0; e < w.experts.size(); ++e)
+    for (const auto& [s, l] : {std::pair{"w1", &w.experts[e].w1}, std::pair{"w2", &w.experts[e].w2},
+                               std::pair{"w3", &w.experts[e].w3}})
+      if (present(l->weight)) {
+        const std::string x = fmt::format("{}ffn.experts.{}.{}", prefix, e, s);
+        f(x + ".weight", l->weight), f(x + ".scale", l->scale);
+      }
 }
 
 }  // namespace
 
-StatusOr<ModelWeights> bind_weights(const Config& c, const ModelPlan& plan, const Checkpoint& ck) {
+void for_each_tensor(const ModelWeights& w, const ModelPlan& plan,
+                     const std::function<void(const std::string& name, const TensorView& view)>& f) {
+  for (const auto& [n, v] : {std::pair{"embed.weight", &w.embed}, std::pair{"head.weight", &w.head.weight},
+                             std::pair{"norm.weight", &w.norm}, std::pair{"hc_head_fn", &w.hc_head_fn.weight},
+                             std::pair{"hc_head_base", &w.hc_head_base}, std::pair{"hc_head_scale", &w.hc_head_scale},
+                             std::pair{"image_start", &w.image_start}, std::pair{"image_end", &w.image_end},
+                             std::pair{"image_newline", &w.image_newline}})
+    if (present(*v)) f(n, *v);
+  for (size_t l = 0; l < w.layers.size(); ++l) block_tensors(w.layers[l], plan.layers[l].name() + ".", f);
+  for (size_t s = 0; s < w.dspark.size(); ++s) block_tensors(w.dspark[s], plan.dspark[s].name() + ".", f);
+}
+
+void for_each_linear(ModelWeights& w, const ModelPlan& plan,
+                     const std::function<void(const std::string& group, LinearRef linear)>& f) {
+  for (size_t l = 0; l < w.layers.size(); ++l) block_linears(w.layers[l], plan.layers[l].name() + ".", f);
+  if (w.head.held()) f("head", LinearRef{&w.head});
+  for (size_t s = 0; s < w.dspark.size(); ++s) block_linears(w.dspark[s], plan.dspark[s].name() + ".", f);
+}
+
+void add_exl3_part(Exl3Linear& w, int64_t in, int64_t out, exl3::Linear L) {
+  Exl3Part P;
+  P.in = in;
+  P.out = out;
+  P.in_padded = L.in_features;
+  P.out_padded = L.out_features;
+  P.packed = std::move(L);
+  w.in += in;
+  w.out += out;
+  w.parts.push_back(std::move(P));
+}
+
+StatusOr<ModelWeights> bind_weights(const Config& c, const ModelPlan& plan, const BindSources& src) {
+  if (!src.store) return error(StatusCode::invalid_argument, "bind_weights: no tensor store");
+  const TensorTable table = expected_tensors(c);
+  std::vector<std::string> problems;
+  Binder b(c, table, src, problems);
   ModelWeights m;
-  Binder b(ck, "");
   m.embed = b.get("embed.weight");
-  m.head = b.get("head.weight");
+  m.head = b.matrix("head", false);
   m.norm = b.get("norm.weight");
   if (c.variant == Variant::v4) {
-    m.hc_head_fn = b.get("hc_head_fn");
+    m.hc_head_fn = b.matrix("hc_head_fn", true);
     m.hc_head_base = b.get("hc_head_base");
     m.hc_head_scale = b.get("hc_head_scale");
   } else if (c.vision) {
-    m.image_start = b.get("image_start");
-    m.image_end = b.get("image_end");
-    m.image_newline = b.get("image_newline");
+    m.image_start = b.maybe("image_start");
+    m.image_end = b.maybe("image_end");
+    m.image_newline = b.maybe("image_newline");
   }
-  Status st = b.status();
-  for (const LayerPlan& p : plan.layers) m.layers.push_back(bind_layer(c, p, ck, st));
-  for (const LayerPlan& p : plan.dspark) m.dspark.push_back(bind_layer(c, p, ck, st));
-  if (!st.ok()) return st;
+  for (const LayerPlan& p : plan.layers) m.layers.push_back(bind_layer(p, b));
+  for (const LayerPlan& p : plan.dspark) m.dspark.push_back(bind_layer(p, b));
+  if (!problems.empty()) {
+    const size_t shown = std::min<size_t>(problems.size(), 20);
+    return error(StatusCode::data_loss, "{}: {} tensor(s) cannot be bound:\n  {}{}", src.store->path(), problems.size(),
+                 fmt::join(std::vector<std::string>(problems.begin(), problems.begin() + shown), "\n  "),
+                 shown < problems.size() ? "\n  ..." : "");
+  }
   return m;
 }
 
-StatusOr<Model> open_model(const std::string& dir) {
-  Model m;
-  m.path = dir;
-  DSV4_ASSIGN_OR_RETURN(m.config, load_config(dir));
-  m.plan = build_plan(m.config);
-  m.table = expected_tensors(m.config);
-  DSV4_ASSIGN_OR_RETURN(m.checkpoint, Checkpoint::open(dir));
-  DSV4_RETURN_IF_ERROR(validate_checkpoint(m.checkpoint, m.table));
-  DSV4_ASSIGN_OR_RETURN(m.weights, bind_weights(m.config, m.plan, m.checkpoint));
-  return m;
+StatusOr<ModelWeights> bind_weights(const Config& c, const ModelPlan& plan, const TensorStore& store) {
+  BindSources src;
+  src.store = &store;
+  return bind_weights(c, plan, src);
 }
 
 }  // namespace dsv4::family

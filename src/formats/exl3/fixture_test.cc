@@ -2,6 +2,8 @@
 // bit, dense W and y within the fixture README's fp32 tolerances.
 #include <gtest/gtest.h>
 
+#include "core/checkpoint.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>

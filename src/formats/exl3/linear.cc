@@ -34,6 +34,17 @@ std::vector<uint16_t> decode_wq(const Linear& layer) {
   return decode_trellis(layer.trellis, layer.in_features, layer.out_features, layer.bits, layer.codebook);
 }
 
+void decode_wq_columns(const Linear& layer, int64_t nt0, int64_t nt1, uint16_t* out) {
+  const int64_t in = layer.in_features, tiles_n = layer.out_features / kTile;
+  uint16_t tile[16][16];
+  for (int64_t nt = nt0; nt < nt1; ++nt)
+    for (int64_t kt = 0; kt < in / kTile; ++kt) {
+      decode_tile(layer.trellis, kt, nt, tiles_n, layer.bits, layer.codebook, tile);
+      for (int r = 0; r < kTile; ++r)
+        for (int c = 0; c < kTile; ++c) out[((nt - nt0) * kTile + c) * in + kt * kTile + r] = tile[r][c];
+    }
+}
+
 std::vector<float> dense_weight(const Linear& layer) {
   const int64_t in = layer.in_features, out = layer.out_features;
   const std::vector<uint16_t> wq = decode_wq(layer);

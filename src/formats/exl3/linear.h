@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "formats/exl3/codebook.h"
+#include "formats/exl3/words.h"
 
 namespace dsv4::exl3 {
 
@@ -17,7 +18,7 @@ struct Linear {
   int64_t out_features = 0;     // N, a multiple of 128
   int bits = 0;                 // bits per weight, 1..8 (trellis.shape[-1] / 16)
   Codebook codebook = Codebook::inst3;
-  std::vector<uint16_t> trellis;  // i16 [in/16, out/16, 16·bits]
+  Words trellis;                  // i16 [in/16, out/16, 16·bits], held or borrowed from a mapped pack
   std::vector<uint16_t> suh;      // f16 [in]
   std::vector<uint16_t> svh;      // f16 [out]
   std::vector<uint16_t> bias;     // f16 [out] or empty
@@ -28,6 +29,10 @@ Status validate(const Linear& layer);
 
 // The decoded trellis Wq as fp16 bits, [in, out] (bit-exact to the reference decoder).
 std::vector<uint16_t> decode_wq(const Linear& layer);
+
+// Output columns [16·nt0, 16·nt1) of Wq as fp16 bits, transposed: out[(n - 16·nt0) * in + k] (one column
+// per row, what a row-by-row dot product reads); decodes only those tiles.
+void decode_wq_columns(const Linear& layer, int64_t nt0, int64_t nt1, uint16_t* out);
 
 // Dense W = diag(suh)·H_K·Wq·H_N·diag(svh), [in, out], evaluated exactly in double (the Hadamard
 // butterflies on fp16 values are exact) and rounded once to fp32.

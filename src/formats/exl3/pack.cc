@@ -9,7 +9,7 @@
 namespace dsv4::exl3 {
 namespace {
 
-Status bad_tensor(const Checkpoint& checkpoint, const std::string& name, std::string_view what) {
+Status bad_tensor(const TensorStore& checkpoint, const std::string& name, std::string_view what) {
   return error(StatusCode::invalid_argument, "{}: tensor '{}': {}", checkpoint.path(), name, what);
 }
 
@@ -21,7 +21,7 @@ std::vector<uint16_t> copy_u16(const TensorView& view) {
 
 // fp16 vector of length n from `name` (F16 [n]), or from the legacy packed sign bits `legacy`
 // (I16 [n/16], bit b of word w set -> element 16w+b is -1).
-StatusOr<std::vector<uint16_t>> load_scale(const Checkpoint& checkpoint, const std::string& name,
+StatusOr<std::vector<uint16_t>> load_scale(const TensorStore& checkpoint, const std::string& name,
                                            const std::string& legacy, int64_t n) {
   if (checkpoint.contains(name)) {
     DSV4_ASSIGN_OR_RETURN(TensorView view, checkpoint.tensor(name));
@@ -45,11 +45,11 @@ StatusOr<std::vector<uint16_t>> load_scale(const Checkpoint& checkpoint, const s
 
 }  // namespace
 
-bool is_exl3_group(const Checkpoint& checkpoint, std::string_view prefix) {
+bool is_exl3_group(const TensorStore& checkpoint, std::string_view prefix) {
   return checkpoint.contains(std::string(prefix) + ".trellis");
 }
 
-StatusOr<Linear> load_linear(const Checkpoint& checkpoint, std::string_view prefix) {
+StatusOr<Linear> load_linear(const TensorStore& checkpoint, std::string_view prefix) {
   Linear layer;
   layer.name = std::string(prefix);
   const std::string p = layer.name + ".";
@@ -64,7 +64,7 @@ StatusOr<Linear> load_linear(const Checkpoint& checkpoint, std::string_view pref
   layer.in_features = trellis.dim(0) * 16;
   layer.out_features = trellis.dim(1) * 16;
   layer.bits = static_cast<int>(last / 16);
-  layer.trellis = copy_u16(trellis);
+  layer.trellis = Words::borrow(trellis.data, trellis.nbytes / 2);  // stays in the mapped file
 
   DSV4_ASSIGN_OR_RETURN(layer.suh, load_scale(checkpoint, p + "suh", p + "su", layer.in_features));
   DSV4_ASSIGN_OR_RETURN(layer.svh, load_scale(checkpoint, p + "svh", p + "sv", layer.out_features));

@@ -130,7 +130,7 @@ Linear quantize_linear(const std::string& name, const std::vector<float>& w, int
   const double inv_sqrt = 1.0 / std::sqrt(double(kHadamardSize));
   // Encode every tile from its target values in stream order.
   const int64_t tiles_n = out / kTile, words_per_tile = int64_t(kTile) * bits;
-  L.trellis.assign(static_cast<size_t>(in / kTile * tiles_n * words_per_tile), 0);
+  std::vector<uint16_t> trellis(static_cast<size_t>(in / kTile * tiles_n * words_per_tile), 0);
   float target[256];
   for (int64_t kt = 0; kt < in / kTile; ++kt)
     for (int64_t nt = 0; nt < tiles_n; ++nt) {
@@ -138,8 +138,9 @@ Linear quantize_linear(const std::string& name, const std::vector<float>& w, int
         const TilePos pos = tile_position(p);
         target[p] = static_cast<float>(a[(kt * kTile + pos.row) * out + nt * kTile + pos.col] * inv_sqrt);
       }
-      encode_tile(target, bits, cb, &L.trellis[(kt * tiles_n + nt) * words_per_tile]);
+      encode_tile(target, bits, cb, &trellis[(kt * tiles_n + nt) * words_per_tile]);
     }
+  L.trellis = std::move(trellis);
   return L;
 }
 

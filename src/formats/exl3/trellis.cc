@@ -27,23 +27,32 @@ void decode_tile_states(const uint16_t* words, int bits, uint16_t states[256]) {
   }
 }
 
-std::vector<uint16_t> decode_trellis(std::span<const uint16_t> trellis, int64_t in_features,
-                                     int64_t out_features, int bits, Codebook cb) {
+void decode_tile(const Words& trellis, int64_t kt, int64_t nt, int64_t tiles_n, int bits, Codebook cb,
+                 uint16_t wq_tile[16][16]) {
+  const int64_t words_per_tile = int64_t(kTile) * bits;
+  uint16_t words[16 * 8];
+  trellis.copy((kt * tiles_n + nt) * words_per_tile, words_per_tile, words);
+  uint16_t states[256];
+  decode_tile_states(words, bits, states);
+  const uint16_t* table = codebook_table(cb);
+  for (int p = 0; p < 256; ++p) {
+    const TilePos pos = tile_position(p);
+    wq_tile[pos.row][pos.col] = table[states[p]];
+  }
+}
+
+std::vector<uint16_t> decode_trellis(const Words& trellis, int64_t in_features, int64_t out_features, int bits,
+                                     Codebook cb) {
   const int64_t tiles_k = in_features / kTile;
   const int64_t tiles_n = out_features / kTile;
-  const int64_t words_per_tile = int64_t(kTile) * bits;
-  const uint16_t* table = codebook_table(cb);
   std::vector<uint16_t> wq(static_cast<size_t>(in_features * out_features));
-  uint16_t states[256];
-  for (int64_t kt = 0; kt < tiles_k; ++kt) {
+  uint16_t tile[16][16];
+  for (int64_t kt = 0; kt < tiles_k; ++kt)
     for (int64_t nt = 0; nt < tiles_n; ++nt) {
-      decode_tile_states(trellis.data() + (kt * tiles_n + nt) * words_per_tile, bits, states);
-      for (int p = 0; p < 256; ++p) {
-        const TilePos pos = tile_position(p);
-        wq[(kt * kTile + pos.row) * out_features + nt * kTile + pos.col] = table[states[p]];
-      }
+      decode_tile(trellis, kt, nt, tiles_n, bits, cb, tile);
+      for (int r = 0; r < kTile; ++r)
+        for (int c = 0; c < kTile; ++c) wq[(kt * kTile + r) * out_features + nt * kTile + c] = tile[r][c];
     }
-  }
   return wq;
 }
 

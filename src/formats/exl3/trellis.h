@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/exl3/codebook.h"
+#include "formats/exl3/words.h"
 
 namespace dsv4::exl3 {
 
@@ -25,7 +26,11 @@ void decode_tile_states(const uint16_t* words, int bits, uint16_t states[256]);
 
 // Decodes a whole trellis `int16 [in/16, out/16, 16·bits]` into Wq, fp16 bits, row-major
 // [in, out] (EXL3's input-major orientation). `trellis` holds in/16·out/16·16·bits words.
-std::vector<uint16_t> decode_trellis(std::span<const uint16_t> trellis, int64_t in_features,
-                                     int64_t out_features, int bits, Codebook cb);
+std::vector<uint16_t> decode_trellis(const Words& trellis, int64_t in_features, int64_t out_features, int bits,
+                                     Codebook cb);
+
+// Tile (kt, nt) of a trellis of `tiles_n` tile columns: its 256 fp16 weights as `wq_tile[row][col]`.
+void decode_tile(const Words& trellis, int64_t kt, int64_t nt, int64_t tiles_n, int bits, Codebook cb,
+                 uint16_t wq_tile[16][16]);
 
 }  // namespace dsv4::exl3

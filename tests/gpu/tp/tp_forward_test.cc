@@ -68,7 +68,7 @@ uint64_t digest(const std::vector<float>& v) {  // FNV-1a over the bytes
   return h;
 }
 
-std::vector<float> oracle_logits(std::shared_ptr<const cpu::ModelWeights> w, cpu::Precision p, const std::vector<int32_t>& toks) {
+std::vector<float> oracle_logits(std::shared_ptr<const family::Model> w, cpu::Precision p, const std::vector<int32_t>& toks) {
   cpu::OracleOptions o;
   o.precision = p;
   auto oracle = std::move(cpu::Oracle::create(std::move(w), o)).value();
@@ -85,7 +85,7 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   auto plan = make_split_plan(fc, family::expected_tensors(fc), tp, ExpertSplit::expert_parallel);
   CHECK_TRUE(plan.ok(), "split plan: %s", plan.ok() ? "" : plan.status().to_string().c_str());
   if (!plan.ok()) return 1;
-  std::shared_ptr<cpu::ModelWeights> w = cpu::synthetic_weights(cfg, 1, true);
+  std::shared_ptr<const family::Model> w = cpu::synthetic_weights(cfg, 1, true);
   Status cut = slice_weights_for_rank(*w, *plan, rank);
   CHECK_TRUE(cut.ok(), "%s", cut.to_string().c_str());
   if (!cut.ok()) return 1;
@@ -189,7 +189,7 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
 
   if (rank == 0) {
     // TP 1 (one GPU, the whole model) and the CPU oracle on the same prompt.
-    std::shared_ptr<const cpu::ModelWeights> full = cpu::synthetic_weights(cfg, 1, true);
+    std::shared_ptr<const family::Model> full = cpu::synthetic_weights(cfg, 1, true);
     cuda::ModelDeviceOptions mo1;
     auto m1 = cuda::ModelDevice::upload(*full, mo1);
     CHECK_TRUE(m1.ok(), "TP 1 upload");
