@@ -237,10 +237,10 @@ TEST(SafetensorsReader, HeaderPaddingAndTensorOrderByOffset) {
   EXPECT_EQ(h->data_size, 3);
 }
 
-// Files written by ExLlamaV3 1.4.1 (shared/fixtures/exl3): minified headers, so the data section
+// Files written by ExLlamaV3 1.4.1 (tests/data/exl3): minified headers, so the data section
 // starts at an odd offset. Expected values read from the files' headers (formats.md §5.2).
 TEST(SafetensorsReader, OpensExl3FixturesWithUnalignedData) {
-  const std::string dir = DSV4_SOURCE_DIR "/../shared/fixtures/exl3";
+  const std::string dir = DSV4_SOURCE_DIR "/tests/data/exl3";
   ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
   int opened = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
