@@ -162,9 +162,9 @@ TEST(SynthSparseCli, TinyCutAndEngramHoles) {
   fs::remove_all(holes);
 }
 
-TEST(SynthSparseCli, SmallV4CutLoads) {
-  const fs::path dir = temp_dir("small_v4");
-  const CliRun r = run_dsv4("synth --preset small --variant v4-0731 --layers 4 --no-sync --out " + dir.string());
+TEST(SynthSparseCli, TinyV4CutLoads) {
+  const fs::path dir = temp_dir("tiny_v4");
+  const CliRun r = run_dsv4("synth --preset tiny --variant v4-0731 --layers 4 --no-sync --out " + dir.string());
   ASSERT_EQ(r.status, 0) << r.out;
   auto m = open_model(dir.string());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -172,7 +172,7 @@ TEST(SynthSparseCli, SmallV4CutLoads) {
   EXPECT_EQ(m->config.num_hash_layers, 3);
   EXPECT_EQ(m->config.dspark_target_layer_ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(m->checkpoint.total_bytes(),
-            expected_tensors(*with_layers(preset_config(Preset::small, Variant::v4), 4)).total_bytes());
+            expected_tensors(*with_layers(preset_config(Preset::tiny, Variant::v4), 4)).total_bytes());
   fs::remove_all(dir);
 }
 
