@@ -1,6 +1,8 @@
 // `dsv4 inspect`: validates a checkpoint against its config's plan and prints plan, totals and sizes.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -11,6 +13,7 @@
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/tensors.h"
 #include "family/deepseek_v41/weights.h"
+#include "family/deepseek_v41/with_layers.h"
 
 namespace dsv4::cli {
 namespace {
@@ -51,6 +54,8 @@ int run_inspect(int argc, char** argv) {
   app.add_option("--preset", preset_s, "inspect a preset's expected layout instead of a directory "
                                        "(tiny, small, full)");
   app.add_option("--variant", variant_s, "with --preset: v41 or v4-0731")->capture_default_str();
+  int64_t layers = 0;
+  app.add_option("--layers", layers, "with --preset: only its first N >= 1 backbone layers (as dsv4 synth --layers)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,7 +72,16 @@ int run_inspect(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 inspect: %s\n", (!p.ok() ? p.status() : v.status()).to_string().c_str());
       return 2;
     }
-    const Config c = preset_config(*p, *v);
+    Config c = preset_config(*p, *v);
+    if (app.count("--layers")) {
+      auto cut = with_layers(c, static_cast<int32_t>(std::clamp<int64_t>(layers, INT32_MIN, INT32_MAX)));
+      if (!cut.ok()) {
+        std::fprintf(stderr, "dsv4 inspect: --layers %lld: %s\n", static_cast<long long>(layers),
+                     cut.status().message().c_str());
+        return 2;
+      }
+      c = *std::move(cut);
+    }
     print_summary(c, build_plan(c), expected_tensors(c));
     return 0;
   }
