@@ -41,7 +41,8 @@ StatusOr<EngramPlacement> parse_engram_placement(std::string_view name);  // "pi
 //   (loaded lazily) and per-stream state.
 inline constexpr int64_t kDeviceRuntimeBytes = int64_t{1} << 30;
 // - CUDA graphs: the forward keeps 64 (cuda::ForwardOptions::graph_capacity); 64 graphs of 400 kernel nodes
-//   took 80 MiB on an H100 (1.25 MiB each); a 40-layer decode step is about 1,500 launches, so 4 MiB each.
+//   took 80 MiB on an H100 (1.25 MiB each); assuming about 1,500 launches per decode graph (40 layers of
+//   roughly 35, an estimate), 4 MiB each.
 inline constexpr int64_t kGraphBytes = int64_t{256} << 20;
 // - NCCL communicator buffers at tp > 1 (channels x peers x 4 MiB NCCL_BUFFSIZE); not measured here.
 inline constexpr int64_t kNcclBytes = int64_t{1} << 30;
