@@ -9,6 +9,7 @@ set(DSV4_ONIG PkgConfig::ONIG)
 find_package(ICU REQUIRED COMPONENTS uc i18n)
 set(DSV4_ICU ICU::uc ICU::i18n)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # Debian builds it as a library
+find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto)  # libcrypto only: SHA-256 of shards (core/sha256)
 if(DSV4_TESTS)
   find_package(GTest REQUIRED)
 endif()

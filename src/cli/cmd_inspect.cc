@@ -1,16 +1,23 @@
 // `dsv4 inspect`: validates a checkpoint against its config's plan and prints plan, totals and sizes.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "cli/command.h"
+#include "cli/inspect_plan.h"
 #include "core/checkpoint.h"
+#include "family/deepseek_v41/exl3_sources.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/tensors.h"
 #include "family/deepseek_v41/weights.h"
+#include "family/deepseek_v41/with_layers.h"
 
 namespace dsv4::cli {
 namespace {
@@ -42,20 +49,57 @@ void print_summary(const Config& c, const ModelPlan& plan, const TensorTable& t)
               human(weight_bytes_per_token(c, t)).c_str());
 }
 
+// --plan on a directory: a release checkpoint (its config's expected tensors) or an EXL3 pack (its own tensors).
+int plan_directory(const PlanFlags& flags, const std::string& dir) {
+  std::ifstream in(dir + "/config.json", std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "dsv4 inspect: %s/config.json: cannot open\n", dir.c_str());
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (is_exl3_config_text(text.str())) {
+    auto pack = parse_exl3_pack_config(text.str());
+    if (!pack.ok()) {
+      std::fprintf(stderr, "dsv4 inspect: %s: %s\n", dir.c_str(), pack.status().to_string().c_str());
+      return 1;
+    }
+    return run_plan(flags, pack->config, dir, true);
+  }
+  auto config = parse_config(text.str());
+  if (!config.ok()) {
+    std::fprintf(stderr, "dsv4 inspect: %s: %s\n", dir.c_str(), config.status().to_string().c_str());
+    return 1;
+  }
+  return run_plan(flags, *config, dir, false);
+}
+
 int run_inspect(int argc, char** argv) {
   CLI::App app{"Validate a checkpoint against the layer plan of its config.json and print the plan, tensor and "
-               "byte totals by dtype, resident sizes and weight bytes read per decoded token",
+               "byte totals by dtype, resident sizes and weight bytes read per decoded token; with --plan, print "
+               "the memory plan of serving it instead (docs/memory.md)",
                "dsv4 inspect"};
   std::string dir, preset_s, variant_s = "v41";
-  app.add_option("dir", dir, "checkpoint directory (config.json + safetensors shards)");
+  app.add_option("dir", dir, "checkpoint directory (config.json + safetensors shards), or an EXL3 pack with --plan");
   app.add_option("--preset", preset_s, "inspect a preset's expected layout instead of a directory "
                                        "(tiny, small, full)");
   app.add_option("--variant", variant_s, "with --preset: v41 or v4-0731")->capture_default_str();
+  int64_t layers = 0;
+  app.add_option("--layers", layers, "with --preset: only its first N >= 1 backbone layers (as dsv4 synth --layers)");
+  PlanFlags plan_flags;
+  add_plan_flags(app, plan_flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!plan_flags.plan)
+    for (const char* only : {"--tp", "--gpu-memory", "--host-memory", "--context", "--parallel", "--call-rows",
+                             "--engram", "--prompt-cache-mib", "--no-drafter"})
+      if (app.count(only)) {
+        std::fprintf(stderr, "dsv4 inspect: %s goes with --plan\n", only);
+        return 2;
+      }
   if (dir.empty() == preset_s.empty()) {
     std::fprintf(stderr, "dsv4 inspect: give a checkpoint directory or --preset (not both)\n");
     return 2;
@@ -67,10 +111,21 @@ int run_inspect(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 inspect: %s\n", (!p.ok() ? p.status() : v.status()).to_string().c_str());
       return 2;
     }
-    const Config c = preset_config(*p, *v);
+    Config c = preset_config(*p, *v);
+    if (app.count("--layers")) {
+      auto cut = with_layers(c, static_cast<int32_t>(std::clamp<int64_t>(layers, INT32_MIN, INT32_MAX)));
+      if (!cut.ok()) {
+        std::fprintf(stderr, "dsv4 inspect: --layers %lld: %s\n", static_cast<long long>(layers),
+                     cut.status().message().c_str());
+        return 2;
+      }
+      c = *std::move(cut);
+    }
+    if (plan_flags.plan) return run_plan(plan_flags, c, "", false);
     print_summary(c, build_plan(c), expected_tensors(c));
     return 0;
   }
+  if (plan_flags.plan) return plan_directory(plan_flags, dir);
   auto config = load_config(dir);
   if (!config.ok()) {
     std::fprintf(stderr, "dsv4 inspect: %s\n", config.status().to_string().c_str());

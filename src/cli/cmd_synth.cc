@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -15,6 +17,7 @@
 #include "family/deepseek_v41/synth.h"
 #include "family/deepseek_v41/synth_exl3.h"
 #include "family/deepseek_v41/tensors.h"
+#include "family/deepseek_v41/with_layers.h"
 
 namespace dsv4::cli {
 namespace {
@@ -25,8 +28,9 @@ int run_synth(int argc, char** argv) {
   CLI::App app{"Write a synthetic checkpoint (config.json, sharded safetensors with the official names, "
                "dtypes, shapes and shard grouping, model.safetensors.index.json, tokenizer.json)",
                "dsv4 synth"};
-  std::string preset_s, variant_s = "v41", out, format = "release", engram_out, profile = "random";
+  std::string preset_s, variant_s = "v41", out, format = "release", engram_out, profile = "random", sparse_s = "none";
   uint64_t seed = 0;
+  int64_t layers = 0;
   bool list = false, no_sync = false;
   app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
                                        "(the release shape: 510 GB for v41, 167 GB for v4-0731; free space is checked first)")->required();
@@ -45,6 +49,12 @@ int run_synth(int argc, char** argv) {
       ->check(CLI::IsMember({"release", "exl3"}))->capture_default_str();
   app.add_option("--engram-out", engram_out, "with --format exl3: where the release shards holding the Engram "
                                              "tables are written (default: OUT/release-engram)");
+  app.add_option("--sparse", sparse_s, "all: every tensor's bytes left as file holes (release layout and sizes, "
+                                      "almost no disk; holes read as zeros); engram: only the Engram tables'. Zero "
+                                      "weights are for load tests only (not with --profile gate or --format exl3)")
+      ->check(CLI::IsMember({"none", "all", "engram"}))->capture_default_str();
+  app.add_option("--layers", layers, "keep only the first N >= 1 backbone layers at the preset's full width (head, "
+                                     "final norm and DSpark stages stay; layer roles cut as docs/synth.md says)");
   app.add_flag("--no-sync", no_sync, "skip fsync of the written files (faster, for throwaway output)");
   try {
     app.parse(argc, argv);
@@ -57,7 +67,18 @@ int run_synth(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 synth: %s\n", (!preset.ok() ? preset.status() : variant.status()).to_string().c_str());
     return 2;
   }
-  const Config c = preset_config(*preset, *variant);
+  Config c = preset_config(*preset, *variant);
+  const int32_t all_layers = c.num_hidden_layers;
+  if (app.count("--layers")) {
+    auto cut = with_layers(c, static_cast<int32_t>(std::clamp<int64_t>(layers, INT32_MIN, INT32_MAX)));
+    if (!cut.ok()) {
+      std::fprintf(stderr, "dsv4 synth: --layers %lld: %s\n", static_cast<long long>(layers),
+                   cut.status().message().c_str());
+      return 2;
+    }
+    c = *std::move(cut);
+  }
+  const SynthSparse sparse = *parse_synth_sparse(sparse_s);  // CLI11 checked the name
   if (list) {
     const TensorTable t = expected_tensors(c);
     std::string line;
@@ -76,6 +97,12 @@ int run_synth(int argc, char** argv) {
     return 2;
   }
   const bool gate = profile == "gate";
+  if (sparse != SynthSparse::none && (gate || format == "exl3")) {
+    // Holes are zeros: gate weights with zero tables are no gate, and a pack's linears are re-encoded.
+    std::fprintf(stderr, "dsv4 synth: --sparse writes zero weights for load tests; it is for --profile random "
+                 "--format release only, not %s\n", gate ? "--profile gate" : "--format exl3");
+    return 2;
+  }
   if (gate) {
     // The gate weights are built in memory before they are written: a full preset would not fit.
     if (*preset == Preset::full) {
@@ -94,17 +121,20 @@ int run_synth(int argc, char** argv) {
                    "gate weights (docs/numerics.md, \"The gate on written files\")\n");
   }
   {
-    // Refuse up front when the weights cannot fit (the full presets are 167-510 GB), naming both sizes.
+    // Refuse up front when the files cannot fit (the full presets are 167-510 GB), naming both sizes;
+    // only bytes that will be written count (holes take no disk).
     namespace fs = std::filesystem;
     std::error_code ec;
     fs::path probe = fs::absolute(out, ec);
     while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
     const auto space = fs::space(probe.empty() ? fs::path(".") : probe, ec);
-    const int64_t need = expected_tensors(c).total_bytes();
-    if (!ec && static_cast<int64_t>(space.available) < need) {
-      std::fprintf(stderr, "dsv4 synth: %s needs %.1f GB of weights but %s has %.1f GB free\n",
-                   out.c_str(), need / 1e9, probe.c_str(), space.available / 1e9);
-      return 2;
+    if (!ec) {
+      const Status st = check_synth_space(out, probe.string(), synth_disk_bytes(c, sparse),
+                                          static_cast<int64_t>(std::min<uintmax_t>(space.available, INT64_MAX)));
+      if (!st.ok()) {
+        std::fprintf(stderr, "dsv4 synth: %s\n", st.message().c_str());
+        return 2;
+      }
     }
   }
   const std::string what = gate ? "gate profile" : "seed " + std::to_string(seed);
@@ -133,6 +163,7 @@ int run_synth(int argc, char** argv) {
   SynthOptions o;
   o.seed = seed;
   o.sync = !no_sync;
+  o.sparse = sparse;
   o.progress = [](const SynthProgress& p) {
     std::fprintf(stderr, "\rsynth: shard %d/%d  %.1f / %.1f MB", p.shard, p.num_shards, p.bytes_done / 1e6,
                  p.bytes_total / 1e6);
@@ -144,10 +175,14 @@ int run_synth(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
     return 1;
   }
-  std::printf("wrote %s: %s %s %s, %lld tensors, %lld bytes in %d shards%s\n", out.c_str(),
-              std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(),
+  const std::string cut = c.num_hidden_layers < all_layers
+                              ? fmt::format(" ({} of {} layers)", c.num_hidden_layers, all_layers) : std::string();
+  const std::string holes = sparse == SynthSparse::none ? std::string()
+                            : fmt::format(" ({} bytes left as file holes, --sparse {})", r->hole_bytes, sparse_s);
+  std::printf("wrote %s: %s %s%s %s, %lld tensors, %lld bytes in %d shards%s%s\n", out.c_str(),
+              std::string(preset_name(*preset)).c_str(), std::string(variant_name(*variant)).c_str(), cut.c_str(),
               what.c_str(), static_cast<long long>(r->tensors),
-              static_cast<long long>(r->payload_bytes), r->shards,
+              static_cast<long long>(r->payload_bytes), r->shards, holes.c_str(),
               r->wrote_tokenizer ? ", tokenizer.json" : " (no tokenizer.json in this build)");
   return 0;
 }

@@ -35,6 +35,30 @@ inline constexpr size_t kIndexKeyScaleOffset = 64;
 inline constexpr size_t kKvModel1RopeOffset = 448;
 inline constexpr size_t kKvModel1ScaleOffset = 576;
 
+// The row formats of per-stream state as data, for sizing caches of any width (the packers below
+// are the production widths d = 512, index d = 128). `rope_dim` matters only for model1: its last
+// rope_dim dims stay bf16, the other d - rope_dim are e4m3 with one UE8M0 scale per 64, plus 1 pad byte.
+enum class KvRowFormat : uint8_t {
+  fp8_ue8m0_32,  // window rows (V4.1), FP8 compressed rows (option): d e4m3 + d/32 scales
+  fp4_e4m3_16,   // compressed rows (V4.1 reference): d/2 e2m1 pairs + d/16 e4m3 scales
+  fp4_ue8m0_32,  // index keys: d/2 e2m1 pairs + d/32 scales
+  model1,        // V4 window and compressed rows: (d-r) e4m3 + (d-r)/64 scales + r bf16 + 1 pad
+};
+
+constexpr int64_t kv_row_bytes(KvRowFormat f, int64_t d, int64_t rope_dim = kKvRopeDim) {
+  switch (f) {
+    case KvRowFormat::fp8_ue8m0_32: return d + d / 32;
+    case KvRowFormat::fp4_e4m3_16: return d / 2 + d / 16;
+    case KvRowFormat::fp4_ue8m0_32: return d / 2 + d / 32;
+    case KvRowFormat::model1: return (d - rope_dim) + (d - rope_dim) / 64 + 2 * rope_dim + 1;
+  }
+  return 0;
+}
+static_assert(kv_row_bytes(KvRowFormat::fp8_ue8m0_32, kKvDim) == kKvFp8RowBytes);
+static_assert(kv_row_bytes(KvRowFormat::fp4_e4m3_16, kKvDim) == kKvFp4RowBytes);
+static_assert(kv_row_bytes(KvRowFormat::fp4_ue8m0_32, kIndexKeyDim) == kIndexKeyRowBytes);
+static_assert(kv_row_bytes(KvRowFormat::model1, kKvDim) == kKvModel1RowBytes);
+
 // x [512] -> row [528]; row [528] -> x [512].
 void pack_kv_fp8_row(std::span<const float> x, std::span<uint8_t> row);
 void pack_kv_fp8_row(std::span<const uint16_t> x_bf16, std::span<uint8_t> row);

@@ -54,6 +54,15 @@ TEST(KvRows, ByteSizes) {
   EXPECT_EQ(kKvModel1ScaleOffset + 448 / 64 + 1, kKvModel1RowBytes);
 }
 
+// The general sizes at the tiny preset's widths (d = 128, index d = 128, r = 64), by the layouts of
+// model-spec.md §4.2 and §8: 128 + 4, 64 + 8, 64 + 4, and 64 + 1 + 128 + 1.
+TEST(KvRows, ByteSizesOfOtherWidths) {
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp8_ue8m0_32, 128), 132);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp4_e4m3_16, 128), 72);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp4_ue8m0_32, 128), 68);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::model1, 128, 64), 194);
+}
+
 TEST(KvRows, Fp8WindowRow) {
   const testing::Grid e4m3 = testing::e4m3_grid();
   std::mt19937 rng(1);

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 
@@ -194,6 +196,36 @@ TEST(SafetensorsWriter, RefusesBadTensors) {
   EXPECT_EQ(w.tensors().size(), 1u);
 }
 
+// Hole tensors: the file written holds the bytes serialize() holds (zeros where the holes are), at
+// its full length, but the holes get no data blocks. 16 MiB holes in the middle and at the end.
+TEST(SafetensorsWriter, HoleTensorsReadAsZerosWithoutBlocks) {
+  constexpr int64_t kHole = int64_t{16} << 20;
+  SafetensorsWriter w;
+  ASSERT_TRUE(w.add("a", DType::u8, {4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(w.add_hole("mid", DType::f8_e4m3, {kHole / 256, 256}).ok());
+  ASSERT_TRUE(w.add_generated("b", DType::u8, {3}, [](int64_t off, std::span<uint8_t> out) {
+                 for (size_t j = 0; j < out.size(); ++j) out[j] = static_cast<uint8_t>(7 + off + j);
+                 return ok_status();
+               }).ok());
+  ASSERT_TRUE(w.add_hole("tail", DType::bf16, {kHole / 2}).ok());
+  EXPECT_EQ(w.payload_bytes(), 4 + 3 + 2 * kHole);
+  EXPECT_EQ(w.hole_bytes(), 2 * kHole);
+  auto mem = w.serialize(no_sync());
+  ASSERT_TRUE(mem.ok());
+  ScratchDir dir;
+  const std::string path = dir.file("h.safetensors");
+  ASSERT_TRUE(w.write(path, no_sync()).ok());
+  EXPECT_EQ(testing::read_bytes(path), *mem);  // zeros in the holes, every other byte as given
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), mem->size());
+  EXPECT_LT(int64_t{st.st_blocks} * 512, int64_t{1} << 20) << "holes were allocated";
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->tensor("b")->bytes()[2], 9);
+  EXPECT_EQ(f->tensor("tail")->bytes()[kHole - 1], 0);
+}
+
 // "F4" carries the logical FP4 shape; it reads as packed I8 with the last dimension halved.
 TEST(SafetensorsReader, F4IsNormalisedToPackedPairs) {
   auto file = raw_safetensors(R"({"e":{"dtype":"F4","shape":[2,8],"data_offsets":[0,8]}})",
@@ -237,10 +269,10 @@ TEST(SafetensorsReader, HeaderPaddingAndTensorOrderByOffset) {
   EXPECT_EQ(h->data_size, 3);
 }
 
-// Files written by ExLlamaV3 1.4.1 (shared/fixtures/exl3): minified headers, so the data section
+// Files written by ExLlamaV3 1.4.1 (tests/data/exl3): minified headers, so the data section
 // starts at an odd offset. Expected values read from the files' headers (formats.md §5.2).
 TEST(SafetensorsReader, OpensExl3FixturesWithUnalignedData) {
-  const std::string dir = DSV4_SOURCE_DIR "/../shared/fixtures/exl3";
+  const std::string dir = DSV4_SOURCE_DIR "/tests/data/exl3";
   ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
   int opened = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -115,6 +115,18 @@ Status SafetensorsWriter::add_borrowed(std::string name, DType dtype, std::vecto
   return ok_status();
 }
 
+Status SafetensorsWriter::add_hole(std::string name, DType dtype, std::vector<int64_t> shape) {
+  int64_t nbytes = 0;
+  DSV4_RETURN_IF_ERROR(check_new(name, dtype, shape, &nbytes));
+  names_.insert(name);
+  payload_bytes_ += nbytes;
+  hole_bytes_ += nbytes;
+  Item it{std::move(name), dtype, std::move(shape), nbytes, {}, {}, {}};
+  it.hole = true;
+  items_.push_back(std::move(it));
+  return ok_status();
+}
+
 Status SafetensorsWriter::add_generated(std::string name, DType dtype, std::vector<int64_t> shape,
                                         TensorFill fill) {
   int64_t nbytes = 0;
@@ -148,7 +160,8 @@ std::string SafetensorsWriter::header(const SafetensorsWriteOptions& options) co
   return text;
 }
 
-Status SafetensorsWriter::emit(const SafetensorsWriteOptions& options, const Sink& sink) const {
+Status SafetensorsWriter::emit(const SafetensorsWriteOptions& options, const ByteSink& out) const {
+  const Sink& sink = out.write;
   const std::string text = header(options);
   uint8_t len[8];
   uint64_t n = text.size();
@@ -158,7 +171,15 @@ Status SafetensorsWriter::emit(const SafetensorsWriteOptions& options, const Sin
   std::vector<uint8_t> buffer;  // reused across generated tensors; at most chunk_bytes (or one unit)
   const int64_t budget = std::max<int64_t>(options.chunk_bytes, 1);
   for (const Item& it : items_) {
-    if (it.fill) {
+    if (it.hole && out.skip) {
+      DSV4_RETURN_IF_ERROR(out.skip(it.nbytes));
+    } else if (it.hole) {  // no holes at this destination: the zeros they read as
+      for (int64_t off = 0; off < it.nbytes; off += budget) {
+        const size_t len_now = static_cast<size_t>(std::min(budget, it.nbytes - off));
+        buffer.assign(len_now, 0);
+        DSV4_RETURN_IF_ERROR(sink({buffer.data(), len_now}));
+      }
+    } else if (it.fill) {
       const int64_t chunk = chunk_size(it, budget);
       for (int64_t off = 0; off < it.nbytes; off += chunk) {
         const int64_t len_now = std::min(chunk, it.nbytes - off);
@@ -187,11 +208,16 @@ StatusOr<std::vector<uint8_t>> SafetensorsWriter::serialize(const SafetensorsWri
 }
 
 Status SafetensorsWriter::write(const std::string& path, const SafetensorsWriteOptions& options) const {
-  return write_file_atomically(path, options.sync, [&](const Sink& sink) { return emit(options, sink); });
+  return write_sparse_file_atomically(path, options.sync, [&](const ByteSink& sink) { return emit(options, sink); });
 }
 
 Status write_file_atomically(const std::string& path, bool sync,
                              const std::function<Status(const Sink&)>& produce) {
+  return write_sparse_file_atomically(path, sync, [&](const ByteSink& sink) { return produce(sink.write); });
+}
+
+Status write_sparse_file_atomically(const std::string& path, bool sync,
+                                    const std::function<Status(const ByteSink&)>& produce) {
   // The temporary name does not end in ".safetensors", so a directory scan never picks it up.
   const std::string tmp = fmt::format("{}.partial-{}", path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -199,7 +225,28 @@ Status write_file_atomically(const std::string& path, bool sync,
     return error(StatusCode::unavailable, "{}: cannot create temporary {}: {}", path, tmp,
                  std::strerror(errno));
   }
-  Status s = produce([&](std::span<const uint8_t> b) { return write_all(fd, b); });
+  // `end` is the logical size so far; a skip moves the file offset past a hole, and a hole at the end
+  // of the file is materialised by ftruncate (lseek alone does not extend a file).
+  int64_t end = 0;
+  bool trailing_hole = false;
+  ByteSink sink;
+  sink.write = [&](std::span<const uint8_t> b) {
+    end += static_cast<int64_t>(b.size());
+    trailing_hole = false;
+    return write_all(fd, b);
+  };
+  sink.skip = [&](int64_t n) {
+    if (n <= 0) return ok_status();
+    if (::lseek(fd, static_cast<off_t>(n), SEEK_CUR) < 0)
+      return error(StatusCode::unavailable, "lseek failed: {}", std::strerror(errno));
+    end += n;
+    trailing_hole = true;
+    return ok_status();
+  };
+  Status s = produce(sink);
+  if (s.ok() && trailing_hole && ::ftruncate(fd, static_cast<off_t>(end)) != 0) {
+    s = error(StatusCode::unavailable, "ftruncate to {} bytes failed: {}", end, std::strerror(errno));
+  }
   if (s.ok() && sync && ::fsync(fd) != 0) {
     s = error(StatusCode::unavailable, "fsync failed: {}", std::strerror(errno));
   }

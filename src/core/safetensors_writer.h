@@ -19,6 +19,14 @@ namespace dsv4 {
 // where chunk boundaries fall.
 using TensorFill = std::function<Status(int64_t offset, std::span<uint8_t> out)>;
 
+// Where a streamed file's bytes go: `write` appends bytes; `skip` moves past `n` bytes without
+// writing them, leaving a file hole (no data blocks; reads return zeros). A null `skip` means the
+// destination cannot hold holes: the emitter writes zeros instead.
+struct ByteSink {
+  std::function<Status(std::span<const uint8_t>)> write;
+  std::function<Status(int64_t n)> skip;
+};
+
 struct SafetensorsWriteOptions {
   // The JSON header is padded with spaces so the data section starts at a multiple of this
   // (8 = the Rust writer's layout; 1 = no padding, EXL3's layout with possibly odd data offsets).
@@ -44,6 +52,7 @@ class SafetensorsWriter {
     std::vector<uint8_t> owned;          // add(): the bytes themselves
     std::span<const uint8_t> borrowed;   // add_borrowed(): caller-owned bytes
     TensorFill fill;                     // add_generated()
+    bool hole = false;                   // add_hole(): no bytes; a file hole that reads as zeros
   };
 
   // Every add refuses (invalid_argument naming the tensor) an empty or reserved name, a duplicate
@@ -53,10 +62,15 @@ class SafetensorsWriter {
   Status add_borrowed(std::string name, DType dtype, std::vector<int64_t> shape,
                       std::span<const uint8_t> bytes);
   Status add_generated(std::string name, DType dtype, std::vector<int64_t> shape, TensorFill fill);
+  // A tensor of zeros that write() leaves as a file hole: the file has its full logical size but no
+  // blocks are allocated for it (sparse checkpoints for load tests; serialize() holds the zeros).
+  Status add_hole(std::string name, DType dtype, std::vector<int64_t> shape);
   void set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
 
   const std::vector<Item>& tensors() const { return items_; }
   int64_t payload_bytes() const { return payload_bytes_; }
+  // Payload bytes of add_hole() tensors (not written by write()).
+  int64_t hole_bytes() const { return hole_bytes_; }
   bool contains(const std::string& name) const { return names_.count(name) != 0; }
 
   // The header JSON (tensors in the order added, offsets contiguous from 0), padded as configured.
@@ -66,9 +80,13 @@ class SafetensorsWriter {
   Status write(const std::string& path, const SafetensorsWriteOptions& options = {}) const;
   // The whole file in memory (tests and small files).
   StatusOr<std::vector<uint8_t>> serialize(const SafetensorsWriteOptions& options = {}) const;
-  // Streams the file's bytes to `sink` in order (used by write and serialize).
+  // Streams the file's bytes to `sink` in order (used by write and serialize); hole tensors go to
+  // sink.skip, or as zeros to sink.write when it has no skip.
+  Status emit(const SafetensorsWriteOptions& options, const ByteSink& sink) const;
   Status emit(const SafetensorsWriteOptions& options,
-              const std::function<Status(std::span<const uint8_t>)>& sink) const;
+              const std::function<Status(std::span<const uint8_t>)>& sink) const {
+    return emit(options, ByteSink{sink, nullptr});
+  }
 
  private:
   Status check_new(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
@@ -81,11 +99,16 @@ class SafetensorsWriter {
   std::set<std::string> names_;
   std::map<std::string, std::string> metadata_;
   int64_t payload_bytes_ = 0;
+  int64_t hole_bytes_ = 0;
 };
 
 // Writes `bytes` produced by `produce` (which calls its sink in order) to `path` atomically.
 Status write_file_atomically(const std::string& path, bool sync,
                              const std::function<Status(const std::function<Status(std::span<const uint8_t>)>&)>& produce);
+// The same with a sink that can skip: skipped ranges become holes (lseek past them; a trailing one
+// by ftruncate), so the file has its full logical size without their data blocks.
+Status write_sparse_file_atomically(const std::string& path, bool sync,
+                                    const std::function<Status(const ByteSink&)>& produce);
 
 // "model-00003-of-00048.safetensors" (1-based index).
 std::string shard_file_name(int index, int count);

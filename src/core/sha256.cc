@@ -1,83 +1,48 @@
-// SHA-256 compression per FIPS 180-4 §6.2 (plain C++, no platform intrinsics).
+// SHA-256 through OpenSSL's EVP interface; files are read in large chunks on a second thread.
 #include "core/sha256.h"
 
-#include <cstdio>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <vector>
+#include <future>
+#include <utility>
 
 namespace dsv4 {
-namespace {
 
-constexpr uint32_t kK[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i)
-    w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
-  for (int i = 16; i < 64; ++i) {
-    const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int i = 0; i < 64; ++i) {
-    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
-    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-  }
-  h_[0] += a, h_[1] += b, h_[2] += c, h_[3] += d, h_[4] += e, h_[5] += f, h_[6] += g, h_[7] += h;
+// EVP calls fail only when allocation fails or the default provider lacks SHA-256: a broken
+// installation, not bad input, so they are invariants rather than Status.
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  DSV4_CHECK(ctx_ != nullptr);
+  DSV4_CHECK(EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1);
 }
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::Free::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
 
 void Sha256::update(std::span<const uint8_t> bytes) {
-  const uint8_t* p = bytes.data();
-  size_t n = bytes.size();
-  total_ += n;
-  if (used_) {
-    const size_t take = std::min(n, 64 - used_);
-    std::memcpy(buf_ + used_, p, take);
-    used_ += take, p += take, n -= take;
-    if (used_ < 64) return;
-    block(buf_);
-    used_ = 0;
-  }
-  for (; n >= 64; p += 64, n -= 64) block(p);
-  std::memcpy(buf_, p, n);
-  used_ = n;
+  DSV4_CHECK(ctx_ != nullptr);
+  if (!bytes.empty()) DSV4_CHECK(EVP_DigestUpdate(ctx_.get(), bytes.data(), bytes.size()) == 1);
 }
 
 std::array<uint8_t, 32> Sha256::finish() {
-  const uint64_t bits = total_ * 8;
-  const uint8_t pad = 0x80;
-  update({&pad, 1});
-  const uint8_t zero[64] = {};
-  update({zero, (used_ <= 56 ? 56 - used_ : 120 - used_)});
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-  update({len, 8});
+  DSV4_CHECK(ctx_ != nullptr);
   std::array<uint8_t, 32> out;
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<uint8_t>(h_[i] >> (24 - 8 * j));
+  unsigned int n = 0;
+  DSV4_CHECK(EVP_DigestFinal_ex(ctx_.get(), out.data(), &n) == 1 && n == out.size());
+  ctx_.reset();  // spent: a further update() or finish() is a caller bug and aborts
   return out;
 }
 
 std::string hex_digest(const std::array<uint8_t, 32>& d) {
   static const char* hex = "0123456789abcdef";
   std::string s;
+  s.reserve(64);
   for (uint8_t b : d) s += hex[b >> 4], s += hex[b & 15];
   return s;
 }
@@ -88,16 +53,65 @@ std::string sha256_hex(std::span<const uint8_t> bytes) {
   return hex_digest(h.finish());
 }
 
-StatusOr<std::string> sha256_file_hex(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return error(StatusCode::not_found, "{}: cannot open for hashing", path);
+namespace {
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Fills buf from offset until it is full or the file ends; returns the bytes read (short only at EOF).
+StatusOr<size_t> read_chunk(int fd, const std::string& path, uint8_t* buf, size_t size, int64_t offset) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(fd, buf + got, size - got, static_cast<off_t>(offset + static_cast<int64_t>(got)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error(StatusCode::data_loss, "{}: read error at byte {} while hashing: {}", path,
+                   offset + static_cast<int64_t>(got), std::strerror(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got;
+}
+
+}  // namespace
+
+StatusOr<std::string> sha256_file_hex(const std::string& path, size_t chunk_bytes) {
+  DSV4_CHECK(chunk_bytes > 0);
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) {
+    const int e = errno;
+    return error(e == ENOENT ? StatusCode::not_found : StatusCode::invalid_argument,
+                 "{}: cannot open for hashing: {}", path, std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return error(StatusCode::invalid_argument, "{}: not a regular file, cannot hash", path);
+  ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // advisory: a larger kernel read-ahead window
+
+  // Two buffers: the reader fills buf[1 - cur] while this thread hashes buf[cur]. Only one read is
+  // in flight, and never into the buffer being hashed.
+  std::unique_ptr<uint8_t[]> buf[2] = {std::make_unique_for_overwrite<uint8_t[]>(chunk_bytes),
+                                       std::make_unique_for_overwrite<uint8_t[]>(chunk_bytes)};
   Sha256 h;
-  std::vector<uint8_t> buf(1 << 20);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) h.update({buf.data(), n});
-  const bool bad = std::ferror(f);
-  std::fclose(f);
-  if (bad) return error(StatusCode::data_loss, "{}: read error while hashing", path);
+  int cur = 0;
+  int64_t offset = 0;
+  DSV4_ASSIGN_OR_RETURN(size_t n, read_chunk(f.fd, path, buf[cur].get(), chunk_bytes, offset));
+  while (n > 0) {
+    offset += static_cast<int64_t>(n);
+    // A short chunk means EOF was reached: nothing more to read.
+    std::future<StatusOr<size_t>> next;
+    if (n == chunk_bytes)
+      next = std::async(std::launch::async, read_chunk, f.fd, std::cref(path), buf[1 - cur].get(), chunk_bytes, offset);
+    h.update({buf[cur].get(), n});
+    if (!next.valid()) break;
+    DSV4_ASSIGN_OR_RETURN(n, next.get());
+    cur = 1 - cur;
+  }
   return hex_digest(h.finish());
 }
 

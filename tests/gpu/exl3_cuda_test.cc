@@ -18,10 +18,10 @@
 namespace dsv4::cuda {
 namespace {
 
-// DSV4_SHARED_DIR overrides where shared/ lives (a GPU machine that received only the binaries).
-const std::string kFixtureDir = std::string(std::getenv("DSV4_SHARED_DIR") ? std::getenv("DSV4_SHARED_DIR")
-                                                                          : DSV4_SOURCE_DIR "/../shared") +
-                                "/fixtures/exl3";
+// The ExLlamaV3 fixtures in the source tree; DSV4_EXL3_FIXTURES names the folder instead on a GPU machine
+// that received only the binaries.
+const std::string kFixtureDir = std::getenv("DSV4_EXL3_FIXTURES") ? std::getenv("DSV4_EXL3_FIXTURES")
+                                                                  : DSV4_SOURCE_DIR "/tests/data/exl3";
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

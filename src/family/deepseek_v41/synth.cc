@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -54,7 +57,80 @@ std::vector<int32_t> synthetic_engram_token_map(const Config& c) {
   return map;
 }
 
+std::string_view synth_sparse_name(SynthSparse s) {
+  switch (s) {
+    case SynthSparse::none: return "none";
+    case SynthSparse::all: return "all";
+    case SynthSparse::engram: return "engram";
+  }
+  return "?";
+}
+
+StatusOr<SynthSparse> parse_synth_sparse(std::string_view name) {
+  for (SynthSparse s : {SynthSparse::none, SynthSparse::all, SynthSparse::engram})
+    if (name == synth_sparse_name(s)) return s;
+  return error(StatusCode::invalid_argument, "unknown sparse mode '{}' (all or engram)", name);
+}
+
+bool synth_hole(SynthSparse s, const TensorSpec& t) {
+  switch (s) {
+    case SynthSparse::none: return false;
+    case SynthSparse::all: return true;
+    case SynthSparse::engram: return t.role == TensorRole::engram_table || t.role == TensorRole::engram_scale;
+  }
+  return false;
+}
+
+int64_t synth_disk_bytes(const Config& c, SynthSparse sparse) {
+  constexpr int64_t kBlock = int64_t{64} << 10;  // above any common file system block (4 KiB)
+  const TensorTable t = expected_tensors(c);
+  int64_t bytes = 0, hole_runs = 0;
+  bool in_hole = false;
+  int32_t shard = 0;
+  for (const TensorSpec& s : t.tensors) {
+    // Its shard header entry (name + ~90 characters) and its index line (name + ~45).
+    bytes += 2 * static_cast<int64_t>(s.name.size()) + 160;
+    if (s.shard != shard) in_hole = false;  // a hole never spans two files
+    shard = s.shard;
+    const bool hole = synth_hole(sparse, s);
+    if (hole && !in_hole) ++hole_runs;  // adjacent holes are one hole with two partial edge blocks
+    in_hole = hole;
+    if (!hole) bytes += s.bytes();
+  }
+  bytes += (t.num_shards + 4) * kBlock + 2 * hole_runs * kBlock;  // shards, index, config, map, tokenizer
+  bytes += static_cast<int64_t>(synth_tokenizer_json().value_or("").size() + config_to_json(c).size());
+  if (c.has_engram()) bytes += c.vocab_size * 12;  // engram_token_map.json: one id and a comma per token
+  return bytes;
+}
+
 namespace {
+
+std::string human_bytes(int64_t b) {
+  return b >= 1000000000 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
+}
+
+}  // namespace
+
+Status check_synth_space(std::string_view out, std::string_view where, int64_t need, int64_t available) {
+  if (available >= need) return ok_status();
+  return error(StatusCode::resource_exhausted, "{} needs {} on disk but {} has {} free", out, human_bytes(need),
+               where, human_bytes(available));
+}
+
+namespace {
+
+// After a shard with holes: a file system without sparse files allocates them (as zeros). Refused
+// once more than half the hole bytes hold blocks; the shard is removed so the disk is not left full.
+Status check_holes_kept(const std::string& path, int64_t hole_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ok_status();  // the writer already reported what it could
+  const int64_t allocated = int64_t{st.st_blocks} * 512, written = static_cast<int64_t>(st.st_size) - hole_bytes;
+  if (allocated <= written + hole_bytes / 2 + (int64_t{1} << 20)) return ok_status();
+  ::unlink(path.c_str());
+  return error(StatusCode::unimplemented, "{}: the file system allocated {} bytes for {} written and {} left as "
+               "holes: it does not keep sparse files, so --sparse would fill the disk (use ext4, xfs, btrfs or tmpfs)",
+               path, allocated, written, hole_bytes);
+}
 
 Status write_text(const std::string& path, std::string_view text, bool sync) {
   return write_file_atomically(path, sync, [&](const auto& sink) {
@@ -100,13 +176,19 @@ StatusOr<SynthResult> write_checkpoint(const Config& c, const std::string& dir, 
     w.set_metadata("format", "pt");
     for (; i < table.tensors.size() && table.tensors[i].shard == shard; ++i) {
       const TensorSpec* t = &table.tensors[i];
+      if (synth_hole(o.sparse, *t)) {
+        DSV4_RETURN_IF_ERROR(w.add_hole(t->name, t->dtype, t->shape));
+        continue;
+      }
       DSV4_RETURN_IF_ERROR(w.add_generated(t->name, t->dtype, t->shape, [&src, t](int64_t off, std::span<uint8_t> out) {
         return src.fill(*t, off, out);
       }));
     }
     const std::string file = table.shard_file(shard);
     DSV4_RETURN_IF_ERROR(sharded.write_shard(file, w));
+    if (w.hole_bytes() > 0) DSV4_RETURN_IF_ERROR(check_holes_kept(dir + "/" + file, w.hole_bytes()));
     done += w.payload_bytes();
+    result.hole_bytes += w.hole_bytes();
     result.tensors += static_cast<int64_t>(w.tensors().size());
     if (o.progress) o.progress({shard, table.num_shards, file, done, total});
   }

@@ -28,18 +28,43 @@ struct SynthProgress {
   int64_t bytes_total = 0;
 };
 
+// Which tensors a writer leaves as file holes: zeros that take no disk blocks, so a checkpoint of the
+// release's size fits anywhere. Zero weights serve load tests only (every logit is equal).
+enum class SynthSparse : uint8_t {
+  none,    // every tensor written
+  all,     // every tensor a hole: headers, index, config, token map and tokenizer are all there is
+  engram,  // the Engram tables and their scales (layers.N.engram.embed.*) holes, the rest written
+};
+
+std::string_view synth_sparse_name(SynthSparse s);              // "none", "all", "engram"
+StatusOr<SynthSparse> parse_synth_sparse(std::string_view name);  // the names above
+
+// Whether `t` is left as a hole under `s`.
+bool synth_hole(SynthSparse s, const TensorSpec& t);
+
 struct SynthOptions {
   uint64_t seed = 0;  // of the random values (write_checkpoint takes its bytes from its source instead)
   bool sync = true;  // fsync files (off for throwaway test output)
+  SynthSparse sparse = SynthSparse::none;  // holes instead of the source's bytes (the source is not asked)
   std::function<void(const SynthProgress&)> progress;  // called after each shard
 };
 
 struct SynthResult {
   int64_t tensors = 0;
-  int64_t payload_bytes = 0;
+  int64_t payload_bytes = 0;  // logical: holes included
+  int64_t hole_bytes = 0;     // payload left as holes (SynthOptions::sparse)
   int32_t shards = 0;
   bool wrote_tokenizer = false;  // false while no tokenizer.json is available to this build
 };
+
+// An upper bound of the disk bytes write_checkpoint allocates for `c` with `sparse`: the payload
+// outside holes, plus the headers, index, config, Engram token map and tokenizer, plus a 64 KiB
+// block allowance per file and per hole edge (partial blocks next to a hole are allocated).
+int64_t synth_disk_bytes(const Config& c, SynthSparse sparse);
+
+// The check before writing: ok when `available` bytes at `where` (the nearest existing directory of
+// `out`) hold `need`; otherwise resource_exhausted naming both sizes.
+Status check_synth_space(std::string_view out, std::string_view where, int64_t need, int64_t available);
 
 // Where a checkpoint writer takes each tensor's stored bytes from: the random values of synth_values.h,
 // or weights a backend encodes (`dsv4 synth --profile gate`, backends/cpu/release_encode.h).
@@ -57,8 +82,10 @@ struct TensorSource {
 TensorSource synthetic_tensor_source(const Config& c, uint64_t seed);
 
 // Writes the checkpoint of `c` into `dir` (created if absent; files there with the same names are
-// replaced): config.json, the shards of expected_tensors(c) with the bytes of `src`, the index, the
-// Engram token map and tokenizer.json. o.seed is not used (the source holds the values).
+// replaced): config.json, the shards of expected_tensors(c) with the bytes of `src` (holes where
+// o.sparse says), the index, the Engram token map and tokenizer.json. o.seed is not used (the source
+// holds the values). With holes, a file system that allocates them anyway (no sparse files) is
+// refused after the first such shard, before it fills the disk.
 StatusOr<SynthResult> write_checkpoint(const Config& c, const std::string& dir, const SynthOptions& o,
                                        const TensorSource& src);
 

@@ -1,20 +1,23 @@
-// EXL3 decode against the 42 layers quantized by ExLlamaV3 itself (shared/fixtures/exl3): Wq bit for
-// bit, dense W and y within the fixture README's fp32 tolerances.
+// EXL3 decode against the 42 layers quantized by ExLlamaV3 itself (tests/data/exl3): the copies match
+// the fixture manifest, Wq bit for bit, dense W and y within the fixture README's fp32 tolerances.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/checkpoint.h"
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
+#include "core/sha256.h"
 #include "formats/exl3/half.h"
 #include "formats/exl3/pack.h"
 
 namespace dsv4::exl3 {
 namespace {
 
-const std::string kFixtureDir = std::string(DSV4_SOURCE_DIR) + "/../shared/fixtures/exl3";
+const std::string kFixtureDir = std::string(DSV4_SOURCE_DIR) + "/tests/data/exl3";
 
 std::vector<std::string> fixture_stems() {
   std::vector<std::string> stems;
@@ -38,6 +41,25 @@ double max_abs(const std::vector<double>& v) {
 }
 
 TEST(Exl3Fixtures, AllFortyTwoLayersArePresent) { EXPECT_EQ(fixture_stems().size(), 42u); }
+
+// The in-repository copies are ExLlamaV3's bytes: size and SHA-256 as its manifest records them.
+TEST(Exl3Fixtures, FilesMatchTheManifest) {
+  std::ifstream in(kFixtureDir + "/manifest.json");
+  ASSERT_TRUE(in) << kFixtureDir;
+  const auto manifest = nlohmann::json::parse(in);
+  EXPECT_EQ(manifest.at("exllamav3_version"), "1.4.1");
+  const auto& cases = manifest.at("cases");
+  ASSERT_EQ(cases.size(), fixture_stems().size());
+  for (const std::string& stem : fixture_stems()) {
+    SCOPED_TRACE(stem);
+    ASSERT_TRUE(cases.contains(stem));
+    const std::string path = kFixtureDir + "/" + stem + ".safetensors";
+    EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(path)), cases[stem].at("file_bytes").get<int64_t>());
+    auto digest = sha256_file_hex(path);
+    ASSERT_TRUE(digest.ok()) << digest.status().to_string();
+    EXPECT_EQ(*digest, cases[stem].at("sha256").get<std::string>());
+  }
+}
 
 TEST(Exl3Fixtures, DecodeMatchesExllamaV3) {
   for (const std::string& stem : fixture_stems()) {

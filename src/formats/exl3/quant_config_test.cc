@@ -10,7 +10,7 @@ namespace dsv4::exl3 {
 namespace {
 
 std::string fixture_path(const std::string& name) {
-  return std::string(DSV4_SOURCE_DIR) + "/../shared/fixtures/exl3/" + name;
+  return std::string(DSV4_SOURCE_DIR) + "/tests/data/exl3/" + name;
 }
 
 std::string read_text(const std::string& path) {

@@ -1,0 +1,27 @@
+// with_layers: a config cut to its first N backbone layers (full width, head, final norm, DSpark stages).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "family/deepseek_v41/config.h"
+
+namespace dsv4::family {
+
+// The config of `c` with only backbone layers 0..n-1; every width, the head, the final norm, the
+// vision tower and every DSpark stage stay. Rules (deterministic, all from `c`):
+//   - compress_ratios: the first n entries, then the DSpark stages' entries unchanged;
+//   - kv_source_layer_ids, index_source_layer_ids, engram_layer_ids (with their
+//     engram_num_embeddings): the entries below n;
+//   - candidate_source_layer_id: kept when below n, else -1 (no candidates). Every re-indexing layer
+//     comes after the candidate source (validate_config), so none remains without it;
+//   - num_hash_layers (V4-0731): min(num_hash_layers, n);
+//   - dspark_target_layer_ids: kept when all lie below n, else the last min(k, n) kept layers
+//     (k = how many there were): the stages tap the top of the cut backbone, as the presets'
+//     stages tap their last three layers; main_proj narrows only when n < k.
+// Every check of validate_config looks at a layer and the layers before it, so a prefix of a valid
+// config stays valid; the result is validated anyway. n >= num_hidden_layers returns `c` unchanged;
+// the minimum is 1 (layer 0) for every preset and variant; n < 1 is refused (invalid_argument).
+StatusOr<Config> with_layers(const Config& c, int32_t n);
+
+}  // namespace dsv4::family

@@ -1,0 +1,72 @@
+// The memory plan's device numbers against the CUDA backend's own: per-stream caches (cuda::StreamCaches) and
+// scratch (attention_scratch_bytes, dspark_scratch_bytes), on every preset. Host arithmetic only: no kernel runs.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/load.h"
+#include "backends/cuda/attention.h"
+#include "backends/cuda/attention_state.h"
+#include "backends/cuda/dspark_device.h"
+#include "engine/scratch_estimate.h"
+#include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/state_geometry.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using family::Preset;
+using family::Variant;
+
+TEST(StateGeometryCuda, DeviceBytesEqualStreamCaches) {
+  for (Preset p : {Preset::tiny, Preset::small, Preset::full}) {
+    for (Variant v : {Variant::v41, Variant::v4}) {
+      for (int64_t context : {int64_t{4096}, int64_t{100001}, int64_t{1} << 20}) {
+        for (int64_t rollback : {0, 128}) {
+          const family::Config c = family::preset_config(p, v);
+          SCOPED_TRACE(std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v)) + " context " +
+                       std::to_string(context) + " rollback " + std::to_string(rollback));
+          auto g = make_attn_geometry(cpu::model_config_from(c), context, rollback);
+          ASSERT_TRUE(g.ok()) << g.status().to_string();
+          family::StateGeometryOptions o;
+          o.max_context = context;
+          o.max_rollback = rollback;
+          o.dspark = g->dspark_stages > 0;  // V4-0731: no drafter rings (its drafter is not run)
+          const family::StateGeometry f = family::make_state_geometry(c, family::build_plan(c), o);
+          EXPECT_EQ(f.device_bytes(), StreamCaches::device_bytes(*g));
+          EXPECT_EQ(f.ring_capacity, g->ring_capacity);
+          EXPECT_EQ(f.window_row, g->window_row);
+          EXPECT_EQ(f.compressed_row, g->compressed_row);
+          EXPECT_EQ(f.index_row, g->index_row);
+        }
+      }
+    }
+  }
+}
+
+// A tensor-parallel rank's config holds heads / tp and o_groups / tp (fabric/rank_weights.h); the engine's
+// estimate takes the whole config and tp. (forward.cc's forward_scratch_bytes is file-local; the engine's
+// forward term was compared with it by hand in src/engine/memory_plan_test.cc.)
+TEST(MemoryPlanCuda, ScratchEqualsTheForwardsSizing) {
+  for (Preset p : {Preset::tiny, Preset::small, Preset::full}) {
+    for (Variant v : {Variant::v41, Variant::v4}) {
+      for (int32_t tp : {1, 2, 4, 8}) {
+        for (int64_t rows : {int64_t{1}, int64_t{64}, int64_t{65}, int64_t{4096}}) {
+          for (int64_t context : {int64_t{4096}, int64_t{100001}, int64_t{1} << 20}) {
+            const family::Config c = family::preset_config(p, v);
+            if (c.num_attention_heads % tp != 0 || c.o_groups % tp != 0) continue;
+            SCOPED_TRACE(std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v)) + " tp " +
+                         std::to_string(tp) + " rows " + std::to_string(rows) + " context " + std::to_string(context));
+            cpu::ModelConfig m = cpu::model_config_from(c);
+            m.n_heads /= tp;
+            m.o_groups /= tp;
+            const engine::ScratchEstimate e = engine::estimate_scratch(c, tp, rows, context, false);
+            EXPECT_EQ(e.attention, attention_scratch_bytes(m, rows, context));
+            EXPECT_EQ(e.drafter, dspark_scratch_bytes(m));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
