@@ -1,6 +1,9 @@
 // `dsv4 synth --sparse` and `--layers`: full-size checkpoints in almost no disk that validate and bind,
 // cut configs that load, and the refused combinations.
 #include <gtest/gtest.h>
+
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/model.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +30,9 @@ using namespace dsv4;
 using namespace dsv4::family;
 using dsv4::cli_testing::CliRun;
 using dsv4::cli_testing::run_dsv4;
+
+// The checkpoint a model opened from a directory reads.
+const Checkpoint& ckpt_of(const family::Model& m) { return dynamic_cast<const Checkpoint&>(*m.store); }
 
 fs::path temp_dir(const std::string& tag) {
   const fs::path p = fs::temp_directory_path() / ("dsv4_sparse_cli_" + tag + "_" + std::to_string(::getpid()));
@@ -89,15 +95,15 @@ TEST(SynthSparseCli, FullReleaseInAlmostNoDisk) {
       ASSERT_TRUE(fs::exists(f)) << f;
       EXPECT_EQ(static_cast<int64_t>(fs::file_size(f)), 8 + static_cast<int64_t>(header_length(f)) + bytes) << f;
     }
-    auto m = open_model(dir.string());
+    auto m = family::open_model(dir.string());
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    EXPECT_EQ(m->checkpoint.index_total_size().value_or(-1), rel.total_size);
-    EXPECT_EQ(m->checkpoint.total_bytes(), rel.total_size);
-    EXPECT_EQ(static_cast<int32_t>(m->weights.layers.size()), rel.layers);
-    EXPECT_TRUE(reads_zero(m->checkpoint, rel.last_expert));
-    EXPECT_TRUE(reads_zero(m->checkpoint, "head.weight"));
+    EXPECT_EQ(ckpt_of(**m).index_total_size().value_or(-1), rel.total_size);
+    EXPECT_EQ(ckpt_of(**m).total_bytes(), rel.total_size);
+    EXPECT_EQ(static_cast<int32_t>((*m)->weights.layers.size()), rel.layers);
+    EXPECT_TRUE(reads_zero(ckpt_of(**m), rel.last_expert));
+    EXPECT_TRUE(reads_zero(ckpt_of(**m), "head.weight"));
     if (std::string(rel.variant) == "v41") {
-      EXPECT_TRUE(reads_zero(m->checkpoint, "layers.14.engram.embed.weight"));
+      EXPECT_TRUE(reads_zero(ckpt_of(**m), "layers.14.engram.embed.weight"));
       EXPECT_TRUE(fs::exists(dir / "engram_token_map.json"));
     }
     EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
@@ -113,20 +119,20 @@ TEST(SynthSparseCli, FullCutToThreeLayersLoads) {
                               " --layers 3 --sparse all --no-sync --out " + dir.string());
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("(3 of " + std::to_string(rel.layers) + " layers)"), std::string::npos) << r.out;
-    auto m = open_model(dir.string());
+    auto m = family::open_model(dir.string());
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    EXPECT_EQ(m->config.num_hidden_layers, 3);
-    EXPECT_EQ(m->config.dspark_target_layer_ids, (std::vector<int32_t>{0, 1, 2}));
-    EXPECT_EQ(m->weights.layers.size(), 3u);
-    EXPECT_EQ(m->weights.dspark.size(), 3u);
-    EXPECT_TRUE(m->checkpoint.contains("layers.2.attn_norm.weight"));
-    EXPECT_FALSE(m->checkpoint.contains("layers.3.attn_norm.weight"));
-    EXPECT_TRUE(m->checkpoint.contains("mtp.2.norm.weight"));
+    EXPECT_EQ((*m)->config.num_hidden_layers, 3);
+    EXPECT_EQ((*m)->config.dspark_target_layer_ids, (std::vector<int32_t>{0, 1, 2}));
+    EXPECT_EQ((*m)->weights.layers.size(), 3u);
+    EXPECT_EQ((*m)->weights.dspark.size(), 3u);
+    EXPECT_TRUE(ckpt_of(**m).contains("layers.2.attn_norm.weight"));
+    EXPECT_FALSE(ckpt_of(**m).contains("layers.3.attn_norm.weight"));
+    EXPECT_TRUE(ckpt_of(**m).contains("mtp.2.norm.weight"));
     // The payload is what the uncut table holds for layers 0-2 and everything outside the backbone.
     int64_t expected = 0;
     for (const TensorSpec& s : expected_tensors(preset_config(Preset::full, *parse_variant(rel.variant))).tensors)
       if (s.name.rfind("layers.", 0) != 0 || std::stoi(s.name.substr(7)) < 3) expected += s.bytes();
-    EXPECT_EQ(m->checkpoint.total_bytes(), expected);
+    EXPECT_EQ(ckpt_of(**m).total_bytes(), expected);
     fs::remove_all(dir);
   }
 }
@@ -139,20 +145,20 @@ TEST(SynthSparseCli, TinyCutAndEngramHoles) {
   ASSERT_EQ(a.status, 0) << a.out;
   const CliRun b = run_dsv4(args + holes.string() + " --sparse engram");
   ASSERT_EQ(b.status, 0) << b.out;
-  auto pm = open_model(plain.string());
-  auto hm = open_model(holes.string());
+  auto pm = family::open_model(plain.string());
+  auto hm = family::open_model(holes.string());
   ASSERT_TRUE(pm.ok()) << pm.status().to_string();
   ASSERT_TRUE(hm.ok()) << hm.status().to_string();
-  EXPECT_EQ(pm->weights.layers.size(), 5u);
-  EXPECT_EQ(pm->config.engram_layer_ids, (std::vector<int32_t>{1, 4}));  // tiny's Engram layers are below 5
-  EXPECT_EQ(pm->config.candidate_source_layer_id, -1);                   // tiny's candidate source is layer 5
+  EXPECT_EQ((*pm)->weights.layers.size(), 5u);
+  EXPECT_EQ((*pm)->config.engram_layer_ids, (std::vector<int32_t>{1, 4}));  // tiny's Engram layers are below 5
+  EXPECT_EQ((*pm)->config.candidate_source_layer_id, -1);                   // tiny's candidate source is layer 5
   int engram = 0;
-  for (const TensorSpec& t : pm->table.tensors) {
-    const TensorView x = *pm->checkpoint.tensor(t.name), y = *hm->checkpoint.tensor(t.name);
+  for (const TensorSpec& t : (*pm)->table.tensors) {
+    const TensorView x = *ckpt_of(**pm).tensor(t.name), y = *ckpt_of(**hm).tensor(t.name);
     ASSERT_EQ(x.nbytes, y.nbytes);
     if (t.name.find(".engram.embed.") != std::string::npos) {
       ++engram;
-      EXPECT_TRUE(reads_zero(hm->checkpoint, t.name)) << t.name;
+      EXPECT_TRUE(reads_zero(ckpt_of(**hm), t.name)) << t.name;
     } else {
       EXPECT_EQ(std::memcmp(x.data, y.data, static_cast<size_t>(x.nbytes)), 0) << t.name;
     }
@@ -166,12 +172,12 @@ TEST(SynthSparseCli, TinyV4CutLoads) {
   const fs::path dir = temp_dir("tiny_v4");
   const CliRun r = run_dsv4("synth --preset tiny --variant v4-0731 --layers 4 --no-sync --out " + dir.string());
   ASSERT_EQ(r.status, 0) << r.out;
-  auto m = open_model(dir.string());
+  auto m = family::open_model(dir.string());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ(m->weights.layers.size(), 4u);
-  EXPECT_EQ(m->config.num_hash_layers, 3);
-  EXPECT_EQ(m->config.dspark_target_layer_ids, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(m->checkpoint.total_bytes(),
+  EXPECT_EQ((*m)->weights.layers.size(), 4u);
+  EXPECT_EQ((*m)->config.num_hash_layers, 3);
+  EXPECT_EQ((*m)->config.dspark_target_layer_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ckpt_of(**m).total_bytes(),
             expected_tensors(*with_layers(preset_config(Preset::tiny, Variant::v4), 4)).total_bytes());
   fs::remove_all(dir);
 }

@@ -1,6 +1,9 @@
 // Sparse synthetic checkpoints: holes read as zeros and take no blocks, the rest is the plain writer's
 // bytes, and the free-space estimate bounds what is allocated.
 #include <gtest/gtest.h>
+
+#include "core/checkpoint.h"
+#include "family/deepseek_v41/model.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +18,9 @@
 
 namespace dsv4::family {
 namespace {
+
+// The checkpoint a model opened from a directory reads.
+const Checkpoint& ckpt_of(const family::Model& m) { return dynamic_cast<const Checkpoint&>(*m.store); }
 
 namespace fs = std::filesystem;
 
@@ -93,12 +99,12 @@ TEST(SynthSparse, EngramHolesTheRestIsThePlainWriters) {
     ++files;
   }
   EXPECT_EQ(files, 18 + 4);
-  auto pm = open_model(plain);
-  auto sm = open_model(sparse);
+  auto pm = family::open_model(plain);
+  auto sm = family::open_model(sparse);
   ASSERT_TRUE(pm.ok() && sm.ok()) << sm.status().to_string();
   int64_t holes = 0;
-  for (const TensorSpec& t : sm->table.tensors) {
-    const TensorView a = *pm->checkpoint.tensor(t.name), b = *sm->checkpoint.tensor(t.name);
+  for (const TensorSpec& t : (*sm)->table.tensors) {
+    const TensorView a = *ckpt_of(**pm).tensor(t.name), b = *ckpt_of(**sm).tensor(t.name);
     ASSERT_EQ(a.nbytes, b.nbytes);
     if (is_engram_table(t.name)) {
       EXPECT_TRUE(all_zero(b)) << t.name;
@@ -125,10 +131,10 @@ TEST(SynthSparse, AllHolesBindAndReadZeros) {
   const TensorTable t = expected_tensors(c);
   EXPECT_EQ(r->hole_bytes, t.total_bytes());
   EXPECT_EQ(r->payload_bytes, t.total_bytes());
-  auto m = open_model(dir);
+  auto m = family::open_model(dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ(m->checkpoint.index_total_size().value_or(-1), t.total_bytes());
-  for (const TensorSpec& s : t.tensors) EXPECT_TRUE(all_zero(*m->checkpoint.tensor(s.name))) << s.name;
+  EXPECT_EQ(ckpt_of(**m).index_total_size().value_or(-1), t.total_bytes());
+  for (const TensorSpec& s : t.tensors) EXPECT_TRUE(all_zero(*ckpt_of(**m).tensor(s.name))) << s.name;
   fs::remove_all(dir);
 }
 
