@@ -1,5 +1,5 @@
-// CUDA linears against the CPU oracle (cpu::*_linear<float> and <double>) on random exact-format
-// weights, V4.1 full-width shapes included, and exact batch invariance of every output row.
+// CUDA linears against the CPU oracle (cpu::*_linear<float> and <double>) on random weights in their stored
+// formats, V4.1 full-width shapes included, exact batch invariance of every output row, and the upload's refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/exact_encode.h"
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/linear.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
@@ -48,40 +50,59 @@ std::vector<float> random_x(int64_t rows, int64_t in, uint32_t seed) {
 
 float random_pow2(std::mt19937& rng, int lo, int hi) { return std::ldexp(1.f, lo + static_cast<int>(rng() % (hi - lo + 1))); }
 
-cpu::Fp8Weight random_fp8(int64_t out, int64_t in, int block, uint32_t seed) {
+// A random weight stored as the checkpoint stores it (HeldWeights: e4m3 / e2m1 codes and UE8M0 bytes, bf16 or
+// f32), with the exact values and scales it was drawn from (what the bound below sums).
+template <typename L>
+struct Held {
+  cpu::held_testing::HeldWeights bytes;  // the stored bytes the views point into
+  L w;
+  int64_t out = 0, in = 0;
+  std::vector<float> values, scales;  // [out, in]; FP8: [ceil(out/block), ceil(in/block)], FP4: [out, in/32]
+};
+
+std::shared_ptr<const Held<family::Fp8Linear>> random_fp8(int64_t out, int64_t in, int block, uint32_t seed) {
   std::mt19937 rng(seed);
-  cpu::Fp8Weight w;
-  w.out = out, w.in = in, w.block = block;
-  w.w.resize(out * in);
-  for (auto& v : w.w) {
+  auto h = std::make_shared<Held<family::Fp8Linear>>();
+  h->out = out, h->in = in;
+  h->values.resize(out * in);
+  for (auto& v : h->values) {
     uint8_t c = static_cast<uint8_t>(rng());
     if ((c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes in a checkpoint
     v = e4m3_to_f32(c);
   }
-  w.scale.resize(((out + block - 1) / block) * ((in + block - 1) / block));
-  for (auto& s : w.scale) s = random_pow2(rng, -14, -6);
-  return w;
+  h->scales.resize(((out + block - 1) / block) * ((in + block - 1) / block));
+  for (auto& s : h->scales) s = random_pow2(rng, -14, -6);
+  h->w = h->bytes.fp8(out, in, block, h->values, h->scales);
+  return h;
 }
 
-cpu::Fp4Weight random_fp4(int64_t out, int64_t in, uint32_t seed) {
+std::shared_ptr<const Held<family::Fp4Linear>> random_fp4(int64_t out, int64_t in, uint32_t seed) {
   std::mt19937 rng(seed);
-  cpu::Fp4Weight w;
-  w.out = out, w.in = in;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = e2m1_to_f32(static_cast<uint8_t>(rng() & 15));
-  w.scale.resize(out * (in / 32));
-  for (auto& s : w.scale) s = random_pow2(rng, -9, -3);
-  return w;
+  auto h = std::make_shared<Held<family::Fp4Linear>>();
+  h->out = out, h->in = in;
+  h->values.resize(out * in);
+  for (auto& v : h->values) v = e2m1_to_f32(static_cast<uint8_t>(rng() & 15));
+  h->scales.resize(out * (in / 32));
+  for (auto& s : h->scales) s = random_pow2(rng, -9, -3);
+  h->w = h->bytes.fp4(out, in, h->values, h->scales);
+  return h;
 }
 
-cpu::Bf16Weight random_bf16(int64_t out, int64_t in, uint32_t seed) {
+// bf16 values N(0, 0.05); stored bf16, or (f32) as f32 tensors of the same values.
+std::shared_ptr<const Held<family::Matrix>> random_matrix(int64_t out, int64_t in, uint32_t seed, bool f32 = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 0.05f);
-  cpu::Bf16Weight w;
-  w.out = out, w.in = in;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = round_bf16(nd(rng));
-  return w;
+  auto h = std::make_shared<Held<family::Matrix>>();
+  h->out = out, h->in = in;
+  h->values.resize(out * in);
+  for (auto& v : h->values) v = round_bf16(nd(rng));
+  if (f32) {
+    h->w.weight = h->bytes.f32(h->values);
+    h->w.weight.shape = {out, in};
+  } else {
+    h->w = h->bytes.bf16(out, in, h->values);
+  }
+  return h;
 }
 
 // One linear kind under test: runs the device linear on `rows` rows starting at row `r0` of the
@@ -176,30 +197,30 @@ struct Fixture {
 };
 
 void fp8_case(Fixture& f, int64_t out, int64_t in, int block, int act_block, int64_t ref_rows, uint32_t seed) {
-  auto w = std::make_shared<cpu::Fp8Weight>(random_fp8(out, in, block, seed));
+  auto h = random_fp8(out, in, block, seed);
   const size_t mark = f.arena.mark();
-  auto v = upload(*w, f.arena, "fp8");
+  auto v = upload_now(h->w, f.arena, "fp8");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const Fp8View view = *v;
   Case c{"fp8_linear", out, in, true,
          [=](const float* x, int64_t r, float* y) { return fp8_linear(x, r, view, act_block, y, nullptr); },
-         [=](const float* x, int64_t r, float* y) { cpu::fp8_linear<float>(pool(), x, r, *w, y, act_block); },
+         [=](const float* x, int64_t r, float* y) { cpu::fp8_linear<float>(pool(), x, r, h->w, y, act_block); },
          [=](const float* x, int64_t r, double* y) {
-           std::vector<float> yf(r * w->out);
-           cpu::fp8_linear<double>(pool(), x, r, *w, yf.data(), act_block);
+           std::vector<float> yf(r * h->out);
+           cpu::fp8_linear<double>(pool(), x, r, h->w, yf.data(), act_block);
            std::copy(yf.begin(), yf.end(), y);
          },
          [=](const float* x, int64_t r, double* y) {
-           const int64_t nb = w->in / act_block, wsb = (w->in + w->block - 1) / w->block;
-           std::vector<float> xq(w->in), xs(nb);
+           const int64_t nb = h->in / act_block, wsb = (h->in + block - 1) / block;
+           std::vector<float> xq(h->in), xs(nb);
            for (int64_t m = 0; m < r; ++m) {
-             cpu::act_quant_row(x + m * w->in, w->in, act_block, xq.data(), xs.data());
-             for (int64_t n = 0; n < w->out; ++n) {
+             cpu::act_quant_row(x + m * h->in, h->in, act_block, xq.data(), xs.data());
+             for (int64_t n = 0; n < h->out; ++n) {
                double a = 0;
-               for (int64_t k = 0; k < w->in; ++k)
-                 a += std::fabs(double(xq[k]) * w->w[n * w->in + k] * xs[k / act_block] *
-                                w->scale[(n / w->block) * wsb + k / w->block]);
-               y[m * w->out + n] = a;
+               for (int64_t k = 0; k < h->in; ++k)
+                 a += std::fabs(double(xq[k]) * h->values[n * h->in + k] * xs[k / act_block] *
+                                h->scales[(n / block) * wsb + k / block]);
+               y[m * h->out + n] = a;
              }
            }
          }};
@@ -208,28 +229,29 @@ void fp8_case(Fixture& f, int64_t out, int64_t in, int block, int act_block, int
 }
 
 void fp4_case(Fixture& f, int64_t out, int64_t in, int act_block, int64_t ref_rows, uint32_t seed) {
-  auto w = std::make_shared<cpu::Fp4Weight>(random_fp4(out, in, seed));
+  auto h = random_fp4(out, in, seed);
   const size_t mark = f.arena.mark();
-  auto v = upload(*w, f.arena, "fp4");
+  auto v = upload_now(h->w, f.arena, "fp4");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const Fp4View view = *v;
   Case c{"fp4_linear", out, in, true,
          [=](const float* x, int64_t r, float* y) { return fp4_linear(x, r, view, act_block, y, nullptr); },
-         [=](const float* x, int64_t r, float* y) { cpu::fp4_linear<float>(pool(), x, r, *w, y, act_block); },
+         [=](const float* x, int64_t r, float* y) { cpu::fp4_linear<float>(pool(), x, r, h->w, y, act_block); },
          [=](const float* x, int64_t r, double* y) {
-           std::vector<float> yf(r * w->out);
-           cpu::fp4_linear<double>(pool(), x, r, *w, yf.data(), act_block);
+           std::vector<float> yf(r * h->out);
+           cpu::fp4_linear<double>(pool(), x, r, h->w, yf.data(), act_block);
            std::copy(yf.begin(), yf.end(), y);
          },
          [=](const float* x, int64_t r, double* y) {
-           std::vector<float> xq(w->in), xs(w->in / act_block);
+           std::vector<float> xq(h->in), xs(h->in / act_block);
            for (int64_t m = 0; m < r; ++m) {
-             cpu::act_quant_row(x + m * w->in, w->in, act_block, xq.data(), xs.data());
-             for (int64_t n = 0; n < w->out; ++n) {
+             cpu::act_quant_row(x + m * h->in, h->in, act_block, xq.data(), xs.data());
+             for (int64_t n = 0; n < h->out; ++n) {
                double a = 0;
-               for (int64_t k = 0; k < w->in; ++k)
-                 a += std::fabs(double(xq[k]) * w->w[n * w->in + k] * xs[k / act_block] * w->scale[n * (w->in / 32) + k / 32]);
-               y[m * w->out + n] = a;
+               for (int64_t k = 0; k < h->in; ++k)
+                 a += std::fabs(double(xq[k]) * h->values[n * h->in + k] * xs[k / act_block] *
+                                h->scales[n * (h->in / 32) + k / 32]);
+               y[m * h->out + n] = a;
              }
            }
          }};
@@ -237,62 +259,59 @@ void fp4_case(Fixture& f, int64_t out, int64_t in, int act_block, int64_t ref_ro
   f.arena.reset(mark);
 }
 
+// Sum of |x * w| per output of a plain matrix (its exact values).
+void abs_matrix(const Held<family::Matrix>& h, const float* x, int64_t r, double* y) {
+  for (int64_t m = 0; m < r; ++m)
+    for (int64_t n = 0; n < h.out; ++n) {
+      double a = 0;
+      for (int64_t k = 0; k < h.in; ++k) a += std::fabs(double(x[m * h.in + k]) * h.values[n * h.in + k]);
+      y[m * h.out + n] = a;
+    }
+}
+
 void bf16_case(Fixture& f, int64_t out, int64_t in, int64_t ref_rows, uint32_t seed) {
-  auto w = std::make_shared<cpu::Bf16Weight>(random_bf16(out, in, seed));
+  auto h = random_matrix(out, in, seed);
   const size_t mark = f.arena.mark();
-  auto v = upload_bf16(*w, f.arena, "bf16");
+  auto v = upload_bf16_now(h->w, f.arena, "bf16");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const Bf16View view = *v;
   Case c{"bf16_linear", out, in, true,
          [=](const float* x, int64_t r, float* y) { return bf16_linear(x, r, view, y, nullptr); },
-         [=](const float* x, int64_t r, float* y) { cpu::bf16_linear<float>(pool(), x, r, *w, y); },
+         [=](const float* x, int64_t r, float* y) { cpu::bf16_linear<float>(pool(), x, r, h->w, y); },
          [=](const float* x, int64_t r, double* y) {
-           std::vector<float> yf(r * w->out);
-           cpu::bf16_linear<double>(pool(), x, r, *w, yf.data());
+           std::vector<float> yf(r * h->out);
+           cpu::bf16_linear<double>(pool(), x, r, h->w, yf.data());
            std::copy(yf.begin(), yf.end(), y);
          },
-         [=](const float* x, int64_t r, double* y) {
-           for (int64_t m = 0; m < r; ++m)
-             for (int64_t n = 0; n < w->out; ++n) {
-               double a = 0;
-               for (int64_t k = 0; k < w->in; ++k) a += std::fabs(double(x[m * w->in + k]) * w->w[n * w->in + k]);
-               y[m * w->out + n] = a;
-             }
-         }};
+         [=](const float* x, int64_t r, double* y) { abs_matrix(*h, x, r, y); }};
   check_case(c, ref_rows, seed + 1);
   f.arena.reset(mark);
 }
 
-// bf16_store: the same fp32 linear over weights kept as bf16 on the device (f32_linear(Bf16View)).
+// The fp32 linear over bf16 values stored as f32; bf16_store: the same values stored bf16 and kept as bf16 on
+// the device (f32_linear(Bf16View)).
 void f32_case(Fixture& f, int64_t out, int64_t in, int64_t ref_rows, uint32_t seed, bool bf16_store = false) {
-  auto w = std::make_shared<cpu::F32Weight>(random_bf16(out, in, seed));
+  auto h = random_matrix(out, in, seed, !bf16_store);
   const size_t mark = f.arena.mark();
   std::function<cudaError_t(const float*, int64_t, float*)> device;
   if (bf16_store) {
-    auto v = upload_bf16(*w, f.arena, "f32 over bf16");
+    auto v = upload_bf16_now(h->w, f.arena, "f32 over bf16");
     ASSERT_TRUE(v.ok()) << v.status().to_string();
     const Bf16View view = *v;
     device = [=](const float* x, int64_t r, float* y) { return f32_linear(x, r, view, y, nullptr); };
   } else {
-    auto v = upload_f32(*w, f.arena, "f32");
+    auto v = upload_f32_now(h->w, f.arena, "f32");
     ASSERT_TRUE(v.ok()) << v.status().to_string();
     const F32View view = *v;
     device = [=](const float* x, int64_t r, float* y) { return f32_linear(x, r, view, y, nullptr); };
   }
   Case c{bf16_store ? "f32_linear(bf16 w)" : "f32_linear", out, in, false, device,
-         [=](const float* x, int64_t r, float* y) { cpu::f32_linear<float>(pool(), x, r, *w, y); },
+         [=](const float* x, int64_t r, float* y) { cpu::f32_linear<float>(pool(), x, r, h->w, y); },
          [=](const float* x, int64_t r, double* y) {
-           std::vector<double> xd(x, x + r * w->in);
-           cpu::f32_linear<double>(pool(), xd.data(), r, *w, y);
+           std::vector<double> xd(x, x + r * h->in);
+           cpu::f32_linear<double>(pool(), xd.data(), r, h->w, y);
          },
-         [=](const float* x, int64_t r, double* y) {
-           for (int64_t m = 0; m < r; ++m)
-             for (int64_t n = 0; n < w->out; ++n) {
-               double a = 0;
-               for (int64_t k = 0; k < w->in; ++k) a += std::fabs(double(x[m * w->in + k]) * w->w[n * w->in + k]);
-               y[m * w->out + n] = a;
-             }
-         }};
+         [=](const float* x, int64_t r, double* y) { abs_matrix(*h, x, r, y); }};
   check_case(c, ref_rows, seed + 1);
   f.arena.reset(mark);
 }
@@ -340,15 +359,15 @@ TEST(LinearCuda, F32MatchesOracleAndIsBatchInvariant) {
 }
 
 // A tensor-parallel rank holds rows [n0, n1) of wq_b (whole 32-row scale tiles, as
-// fabric::slice_weights_for_rank cuts them); its launch over that slice must give exactly the
+// fabric::rank_model cuts them); its launch over that slice must give exactly the
 // columns [n0, n1) of the whole weight's launch, for decode (1-8 rows) and prefill (40 rows) alike.
 // The full V4.1 width matters: a K split chosen from the output width gave TP 4/8 other bits.
 TEST(LinearCuda, Fp8ColumnSliceEqualsWholeLaunch) {
   constexpr int64_t kOut = 32768, kIn = 1280, kRows = 40;  // wq_b [64 heads x 512, q_lora]
   constexpr int kBlock = 32, kAct = 32;
   Fixture f;
-  const cpu::Fp8Weight w = random_fp8(kOut, kIn, kBlock, 51);
-  auto v = upload(w, f.arena, "wq_b");
+  auto w = random_fp8(kOut, kIn, kBlock, 51);
+  auto v = upload_now(w->w, f.arena, "wq_b");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const Fp8View whole = *v;
   const std::vector<float> x = random_x(kRows, kIn, 52);
@@ -383,8 +402,8 @@ TEST(LinearCuda, Fp8ColumnSliceEqualsWholeLaunch) {
 TEST(LinearCuda, Fp8PairEqualsTwoLaunches) {
   constexpr int64_t kOut = 2304, kIn = 5120, kRows = 40;  // V4.1 shared expert w1 / w3
   Fixture f;
-  auto v1 = upload(random_fp8(kOut, kIn, 32, 61), f.arena, "w1");
-  auto v3 = upload(random_fp8(kOut, kIn, 32, 62), f.arena, "w3");
+  auto v1 = upload_now(random_fp8(kOut, kIn, 32, 61)->w, f.arena, "w1");
+  auto v3 = upload_now(random_fp8(kOut, kIn, 32, 62)->w, f.arena, "w3");
   ASSERT_TRUE(v1.ok() && v3.ok());
   const std::vector<float> x = random_x(kRows, kIn, 63);
   DeviceBuffer dx(sizeof(float) * x.size()), da(sizeof(float) * kRows * kOut), du(sizeof(float) * kRows * kOut),
@@ -428,8 +447,8 @@ TEST(LinearCuda, StreamingKernelEqualsRowTiles) {
     const size_t mark = f.arena.mark();
     StatusOr<Fp8View> v8 = Fp8View{};
     StatusOr<Fp4View> v4 = Fp4View{};
-    if (sh.fp4) v4 = upload(random_fp4(sh.out, sh.in, 71), f.arena, "fp4");
-    else v8 = upload(random_fp8(sh.out, sh.in, 128, 71), f.arena, "fp8");
+    if (sh.fp4) v4 = upload_now(random_fp4(sh.out, sh.in, 71)->w, f.arena, "fp4");
+    else v8 = upload_now(random_fp8(sh.out, sh.in, 128, 71)->w, f.arena, "fp8");
     ASSERT_TRUE(v8.ok() && v4.ok());
     const std::vector<float> x = random_x(32, sh.in, 72);
     DeviceBuffer dx(sizeof(float) * x.size()), dy(sizeof(float) * 32 * sh.out);
@@ -457,8 +476,8 @@ TEST(LinearCuda, StreamingKernelEqualsRowTiles) {
   }
   // The pair: w1 and w3 of the shared expert's shape.
   constexpr int64_t kOut = 2304, kIn = 5120;
-  auto v1 = upload(random_fp8(kOut, kIn, 32, 73), f.arena, "w1");
-  auto v3 = upload(random_fp8(kOut, kIn, 32, 74), f.arena, "w3");
+  auto v1 = upload_now(random_fp8(kOut, kIn, 32, 73)->w, f.arena, "w1");
+  auto v3 = upload_now(random_fp8(kOut, kIn, 32, 74)->w, f.arena, "w3");
   ASSERT_TRUE(v1.ok() && v3.ok());
   const std::vector<float> x = random_x(32, kIn, 75);
   DeviceBuffer dx(sizeof(float) * x.size()), da(sizeof(float) * 32 * kOut), du(sizeof(float) * 32 * kOut);
@@ -488,18 +507,40 @@ TEST(LinearCuda, RefusesBadShapesAndNamesTheLaunch) {
   EXPECT_NE(s.message().find("fp8_linear [rows=1, out=4, in=40]"), std::string::npos) << s.message();
 }
 
+// The device takes stored bytes as they are, so a value its format cannot hold has no bytes to reach it: the
+// exact encoders that make stored bytes refuse it, naming the element. What the upload can be handed wrongly
+// is a stored tensor of another kind, or scales that do not tile the weight; it refuses both by name.
 TEST(UploadCuda, RefusesValuesTheFormatCannotHold) {
+  auto h = random_fp8(32, 32, 32, 5);
+  std::vector<float> w = h->values;
+  w[7] = 0.3f;  // not an e4m3 value
+  auto codes = cpu::encode_e4m3(w);
+  ASSERT_FALSE(codes.ok());
+  EXPECT_NE(codes.status().message().find("element 7 "), std::string::npos) << codes.status().to_string();
+  auto h4 = random_fp4(2, 32, 6);
+  std::vector<float> s4 = h4->scales;
+  s4[1] = 0.75f;  // not a power of two
+  auto scales = cpu::encode_ue8m0(s4);
+  ASSERT_FALSE(scales.ok());
+  EXPECT_NE(scales.status().message().find("element 1 "), std::string::npos) << scales.status().to_string();
+
   Arena arena(1 << 20);
-  cpu::Fp8Weight w = random_fp8(32, 32, 32, 5);
-  w.w[7] = 0.3f;  // not an e4m3 value
-  auto v = upload(w, arena, "blk.0.wq_a");
+  cpu::held_testing::HeldWeights held;
+  family::Fp8Linear bf16_codes = h->w;
+  bf16_codes.weight = held.bf16(32, 32, h->values).weight;  // the same values stored bf16
+  auto v = upload_now(bf16_codes, arena, "blk.0.wq_a");
   ASSERT_FALSE(v.ok());
-  EXPECT_NE(v.status().message().find("'blk.0.wq_a': w[7]"), std::string::npos) << v.status().to_string();
-  cpu::Fp4Weight w4 = random_fp4(2, 32, 6);
-  w4.scale[1] = 0.75f;  // not a power of two
-  auto v4 = upload(w4, arena, "e");
+  EXPECT_NE(v.status().message().find("'blk.0.wq_a': stored as BF16"), std::string::npos) << v.status().to_string();
+  family::Fp8Linear short_scales = h->w;
+  short_scales.scale = h4->w.scale;  // 2 scale bytes for one 32x32 tile
+  auto s = upload_now(short_scales, arena, "blk.0.wkv");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("'blk.0.wkv': 2 scale bytes"), std::string::npos) << s.status().to_string();
+  family::Fp4Linear fp8_codes = h4->w;
+  fp8_codes.weight = h->w.weight;  // e4m3 codes where packed e2m1 belongs
+  auto v4 = upload_now(fp8_codes, arena, "e");
   ASSERT_FALSE(v4.ok());
-  EXPECT_NE(v4.status().message().find("scale[1]"), std::string::npos) << v4.status().to_string();
+  EXPECT_NE(v4.status().message().find("'e': stored as F8_E4M3"), std::string::npos) << v4.status().to_string();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/moe.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
@@ -26,19 +27,18 @@ ThreadPool& pool() {
   return p;
 }
 
-cpu::Fp4Weight random_fp4(int64_t out, int64_t in, std::mt19937& rng) {
-  cpu::Fp4Weight w;
-  w.out = out, w.in = in;
-  w.w.resize(out * in);
-  for (auto& v : w.w) v = e2m1_to_f32(static_cast<uint8_t>(rng() & 15));
-  w.scale.resize(out * (in / 32));
-  for (auto& s : w.scale) s = std::ldexp(1.f, -9 + static_cast<int>(rng() % 5));
-  return w;
+// Random e2m1 values with pow2 scales per 32, stored as the checkpoint stores them (bytes held by `held`).
+family::Fp4Linear random_fp4(cpu::held_testing::HeldWeights& held, int64_t out, int64_t in, std::mt19937& rng) {
+  std::vector<float> w(out * in), scale(out * (in / 32));
+  for (auto& v : w) v = e2m1_to_f32(static_cast<uint8_t>(rng() & 15));
+  for (auto& s : scale) s = std::ldexp(1.f, -9 + static_cast<int>(rng() % 5));
+  return held.fp4(out, in, w, scale);
 }
 
 struct Experts {
   int64_t E, D, I;
-  std::vector<cpu::ExpertWeights> host;
+  cpu::held_testing::HeldWeights held;  // the stored bytes of `host`
+  std::vector<family::Expert> host;
   Arena arena{size_t(1) << 30};
   DeviceBuffer d1, d3, d2;  // Fp4View [E] each
 };
@@ -47,8 +47,9 @@ void build(Experts& X, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Fp4View> v1, v3, v2;
   for (int64_t e = 0; e < X.E; ++e) {
-    cpu::ExpertWeights w{random_fp4(X.I, X.D, rng), random_fp4(X.D, X.I, rng), random_fp4(X.I, X.D, rng)};
-    auto a = upload(w.w1, X.arena, "w1"), b = upload(w.w3, X.arena, "w3"), c = upload(w.w2, X.arena, "w2");
+    family::Expert w{random_fp4(X.held, X.I, X.D, rng), random_fp4(X.held, X.D, X.I, rng),
+                     random_fp4(X.held, X.I, X.D, rng)};
+    auto a = upload_now(w.w1, X.arena, "w1"), b = upload_now(w.w3, X.arena, "w3"), c = upload_now(w.w2, X.arena, "w2");
     ASSERT_TRUE(a.ok() && b.ok() && c.ok());
     v1.push_back(*a), v3.push_back(*b), v2.push_back(*c);
     X.host.push_back(std::move(w));
@@ -125,7 +126,7 @@ void check(int64_t E, int64_t D, int64_t I, int64_t rows, int k, int64_t ref_pai
   int64_t mismatches = 0, checked = 0;
   double worst_rel = 0;
   for (int64_t i = 0; i < std::min<int64_t>(ref_pairs, p.row.size()); ++i) {
-    const cpu::ExpertWeights& w = X.host[p.expert[i]];
+    const family::Expert& w = X.host[p.expert[i]];
     std::vector<float> a(I), u(I), h(I), o(D);
     cpu::fp4_linear<float>(pool(), &x[p.row[i] * D], 1, w.w1, a.data(), 32);
     cpu::fp4_linear<float>(pool(), &x[p.row[i] * D], 1, w.w3, u.data(), 32);

@@ -13,6 +13,7 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/hadamard.h"
 #include "backends/cpu/head.h"
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
@@ -154,19 +155,20 @@ TEST(V4Ops, HcHeadPreMatchesOracle) {
   cfg.dim = D;
   cfg.norm_eps = 1e-6f;
   cfg.hc_eps = 1e-6f;
-  cpu::HcHeadWeights W;
-  W.fn.out = C;
-  W.fn.in = C * D;
-  W.fn.w = random_bf16(C * C * D, 6, 0.03f);
-  W.base = random_bf16(C, 7, 0.5f);
-  W.scale = 1.25f;
+  // hc_head_fn f32 [C, C*D], hc_head_base f32 [C], hc_head_scale f32 [1], stored as the checkpoint stores them.
+  cpu::held_testing::HeldWeights held;
+  const std::vector<float> fn_w = random_bf16(C * C * D, 6, 0.03f);
+  family::Matrix fn;
+  fn.weight = held.f32(fn_w);
+  fn.weight.shape = {C, C * D};
+  const cpu::HcHead W = cpu::hc_head_of(fn, held.f32(random_bf16(C, 7, 0.5f)), held.f32({1.25f}));
   const auto h = random_bf16(rows * C * D, 8);
   // m = fn . h per row in double (the device's fp32 linear is checked elsewhere); pre from it.
   std::vector<float> m(rows * C);
   for (int64_t r = 0; r < rows; ++r)
     for (int c = 0; c < C; ++c) {
       double acc = 0;
-      for (int64_t i = 0; i < C * D; ++i) acc += double(W.fn.w[c * C * D + i]) * h[r * C * D + i];
+      for (int64_t i = 0; i < C * D; ++i) acc += double(fn_w[c * C * D + i]) * h[r * C * D + i];
       m[r * C + c] = static_cast<float>(acc);
     }
   auto dm = to_device(m), dh = to_device(h), db = to_device(W.base);
