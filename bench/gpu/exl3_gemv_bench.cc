@@ -57,8 +57,9 @@ exl3::Linear random_layer(const Shape& s, uint64_t seed) {
   layer.bits = s.bits;
   layer.codebook = static_cast<exl3::Codebook>(s.codebook);
   std::mt19937_64 rng(seed);
-  layer.trellis.resize(s.in / 16 * (s.out / 16) * 16 * s.bits);
-  for (auto& w : layer.trellis) w = static_cast<uint16_t>(rng());
+  std::vector<uint16_t> trellis(s.in / 16 * (s.out / 16) * 16 * s.bits);
+  for (auto& w : trellis) w = static_cast<uint16_t>(rng());
+  layer.trellis = std::move(trellis);
   for (int64_t i = 0; i < s.in; ++i) layer.suh.push_back(exl3::double_to_half_bits((rng() & 1 ? -0.01 : 0.01)));
   for (int64_t i = 0; i < s.out; ++i) layer.svh.push_back(exl3::double_to_half_bits((rng() & 1 ? -0.5 : 0.5)));
   return layer;

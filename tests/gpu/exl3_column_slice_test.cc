@@ -29,8 +29,9 @@ exl3::Linear random_linear(int64_t in, int64_t out, int bits, uint32_t seed) {
   L.out_features = out;
   L.bits = bits;
   L.codebook = exl3::Codebook::mul1;
-  L.trellis.resize(static_cast<size_t>(in / 16 * (out / 16) * 16 * bits));
-  for (uint16_t& w : L.trellis) w = static_cast<uint16_t>(word(g));
+  std::vector<uint16_t> trellis(static_cast<size_t>(in / 16 * (out / 16) * 16 * bits));
+  for (uint16_t& w : trellis) w = static_cast<uint16_t>(word(g));
+  L.trellis = std::move(trellis);
   const auto signed_scale = [&] { return exl3::double_to_half_bits((g() & 1 ? -1 : 1) * scale(g) / 64.0); };
   for (int64_t k = 0; k < in; ++k) L.suh.push_back(signed_scale());
   for (int64_t n = 0; n < out; ++n) L.svh.push_back(signed_scale());

@@ -92,8 +92,9 @@ exl3::Linear random_layer(int64_t in, int64_t out, int bits, int codebook, uint6
   layer.bits = bits;
   layer.codebook = static_cast<exl3::Codebook>(codebook);
   std::mt19937_64 rng(seed);
-  layer.trellis.resize(in / 16 * (out / 16) * 16 * bits);
-  for (auto& w : layer.trellis) w = static_cast<uint16_t>(rng());
+  std::vector<uint16_t> trellis(in / 16 * (out / 16) * 16 * bits);
+  for (auto& w : trellis) w = static_cast<uint16_t>(rng());
+  layer.trellis = std::move(trellis);
   std::uniform_real_distribution<double> scale(0.005, 0.02);
   for (int64_t i = 0; i < in; ++i) layer.suh.push_back(exl3::double_to_half_bits((rng() & 1 ? -1 : 1) * scale(rng)));
   for (int64_t i = 0; i < out; ++i)
