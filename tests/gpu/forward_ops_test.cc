@@ -1,13 +1,15 @@
 // The forward's own CUDA kernels against the oracle's functions (ref32, float accumulation) on
 // random bf16 data: RMSNorm, mHC mixes with Sinkhorn, collapse, expand, MoE routing (exact
-// selections), pair order and combine, DSpark key packing; and rows independent of the launch's row
-// count, bit for bit.
+// selections), pair order and combine, DSpark key packing, Engram (pinned and mapped tables); and rows
+// independent of the launch's row count, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
@@ -326,16 +328,19 @@ TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
 TEST(ForwardOps, FusedMixesMatchOracle) {
   const int C = 4;
   const int64_t rows = 5, D = 512, n = C * D, nm = C * (C + 2);
+  cpu::held_testing::HeldWeights held;  // hc_X_fn f32 [nm, C*D], stored as the checkpoint stores it
+  const std::vector<float> fn_w = random_bf16(nm * n, 21, 0.02f);
+  family::Matrix fn;
+  fn.weight = held.f32(fn_w);
+  fn.weight.shape = {nm, n};
   cpu::HcParams P;
-  P.fn.out = nm;
-  P.fn.in = n;
-  P.fn.w = random_bf16(nm * n, 21, 0.02f);
+  P.fn = &fn;
   P.base = random_bf16(nm, 22, 0.5f);
   P.scale = {0.3f, 0.6f, 0.9f};
   const auto h = random_bf16(rows * n, 23);
   ThreadPool pool(1);
   const auto ref = cpu::hc_mixes<float>(pool, h.data(), rows, C, D, P, 1e-6f, 1e-6f, 20);
-  auto dh = to_device(h), dfn = to_device(P.fn.w), db = to_device(P.base);
+  auto dh = to_device(h), dfn = to_device(fn_w), db = to_device(P.base);
   DeviceBuffer part(rows * kHcSplits * (nm + 1) * 4), mix(rows * nm * 4), mix1(nm * 4);
   ASSERT_EQ(hc_mix_partials(dh.as<float>(), dfn.as<float>(), rows, C, D, part.as<float>(), nullptr), cudaSuccess);
   ASSERT_EQ(hc_mix_from_partials(part.as<float>(), rows, C, D, db.as<float>(), 0.3f, 0.6f, 0.9f, 1e-6f, 1e-6f, 20,
@@ -357,32 +362,54 @@ TEST(ForwardOps, FusedMixesMatchOracle) {
   EXPECT_TRUE(std::equal(m1.begin(), m1.end(), m.begin() + 2 * nm));
 }
 
-// Engram of the tiny and small presets' first Engram layer (table rows gathered from pinned host
-// memory, wkv FP8 linear, gate) against cpu::engram_apply<float> on random streams.
+// Engram of the tiny and small presets' first Engram layer (wkv FP8 linear, gate) against
+// cpu::engram_apply<float> on random streams, with the table rows read by the kernel from the pinned table, and
+// gathered by the host from the mapped one (as the forward gathers them for a call).
 TEST(ForwardOps, EngramMatchesOracle) {
   for (auto preset : {family::Preset::tiny, family::Preset::small}) {
     SCOPED_TRACE(std::string(family::preset_name(preset)));
-    const cpu::ModelConfig cfg = cpu::model_config_from(family::preset_config(preset, family::Variant::v41));
-    auto w = cpu::synthetic_weights(cfg, 1, false);
-    auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto w = cpu::synthetic_weights(family::preset_config(preset, family::Variant::v41), 1, false);
+    const cpu::ModelConfig cfg = cpu::model_config_from(w->config);
     const int layer = cfg.engram_layers[0];
-    const cpu::EngramWeights& E = *w->layers[layer].engram;
+    const family::LayerWeights& E = w->weights.layers[layer];
     const int C = cfg.hc_mult;
-    const int64_t D = cfg.dim, rows = 5, R = static_cast<int64_t>(E.layout.primes.size());
+    const int64_t D = cfg.dim, rows = 5, R = w->engram.cols, table_size = E.engram_table.dim(0);
     auto h = random_bf16(rows * C * D, 11);
     std::vector<int64_t> table_rows(rows * R);
-    for (int64_t i = 0; i < rows * R; ++i) table_rows[i] = (i * 7919 + 3) % E.table.rows;
+    for (int64_t i = 0; i < rows * R; ++i) table_rows[i] = (i * 7919 + 3) % table_size;
     std::vector<float> ref = h;
     ThreadPool pool(1);
-    cpu::engram_apply<float>(pool, E, table_rows.data(), nullptr, rows, C, D, cfg.norm_eps, cfg.act_block, ref.data());
-    Arena scratch(size_t{64} << 20);
-    OpCtx o{&(*m)->config, nullptr, &scratch};
-    auto dh = to_device(h), dr = to_device(table_rows);
-    Status st = engram_forward(o, *(*m)->layers[layer].engram, dr.as<int64_t>(), rows, dh.as<float>());
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    expect_bf16_close(to_host<float>(dh, rows * C * D), ref, 2, "engram");
+    cpu::engram_apply<float>(pool, E, R, table_rows.data(), nullptr, rows, C, D, cfg.norm_eps, cfg.act_block,
+                             ref.data());
+    for (const EngramPlacement placement : {EngramPlacement::pinned, EngramPlacement::mapped}) {
+      SCOPED_TRACE(placement == EngramPlacement::pinned ? "pinned table" : "mapped table, rows gathered on the host");
+      ModelDeviceOptions mo;
+      mo.engram = placement;
+      auto m = ModelDevice::upload(w, mo);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      const EngramDevice& ED = *(*m)->layers[layer].engram;
+      ASSERT_EQ(ED.codes != nullptr, placement == EngramPlacement::pinned);
+      std::vector<int64_t> index = table_rows;
+      std::vector<uint8_t> codes, scales;
+      if (!ED.codes) {  // the hashed rows in call order; the kernel then reads rows 0..n-1 of the gathered arrays
+        const int64_t dim = ED.dim, sdim = dim / 32, n = static_cast<int64_t>(index.size());
+        codes.resize(n * dim);
+        scales.resize(n * sdim);
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(&codes[i * dim], ED.table.bytes() + index[i] * dim, dim);
+          std::memcpy(&scales[i * sdim], ED.table_scale.bytes() + index[i] * sdim, sdim);
+          index[i] = i;
+        }
+      }
+      Arena scratch(size_t{64} << 20);
+      OpCtx o{&(*m)->config, nullptr, &scratch};
+      auto dh = to_device(h), dr = to_device(index), dc = to_device(codes), ds = to_device(scales);
+      Status st = engram_forward(o, ED, ED.codes ? ED.codes : dc.as<uint8_t>(), ED.codes ? ED.scales : ds.as<uint8_t>(),
+                                 dr.as<int64_t>(), rows, dh.as<float>());
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_bf16_close(to_host<float>(dh, rows * C * D), ref, 2, "engram");
+    }
   }
 }
 
