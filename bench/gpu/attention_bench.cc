@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "core/fp4.h"
 #include "core/quant.h"
@@ -23,6 +24,8 @@
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "backends/cuda/upload.h"
+#include "family/deepseek_v41/preset.h"
 #include "bench_device.h"
 
 using namespace dsv4;
@@ -32,16 +35,17 @@ namespace {
 
 // Layers: 0 window-only, 1 ratio-2 KV+index source, 2 ratio-2 reuse, 3 ratio-1 KV+index+candidate
 // source, 4 ratio-1 reindex (candidates), 5 ratio-1 reuse. Tiny MoE (not timed here).
-cpu::ModelConfig bench_config() {
-  cpu::ModelConfig c;  // V4.1 attention shapes by default
-  c.vocab = 256; c.n_layers = 6;
+family::Config bench_config() {
+  family::Config c = family::v41_flash_config();  // V4.1 attention shapes
+  c.vocab_size = 256; c.num_hidden_layers = 6;
   c.compress_ratios = {0, 2, 2, 1, 1, 1};
-  c.kv_source_layers = {1, 3};
-  c.index_source_layers = {1, 3, 4};
-  c.candidate_source_layer = 3;
-  c.n_experts = 2; c.n_active = 1; c.moe_inter = 64;
-  c.engram_layers = {};
-  c.dspark_stages = 0; c.dspark_target_layers = {};
+  c.kv_source_layer_ids = {1, 3};
+  c.index_source_layer_ids = {1, 3, 4};
+  c.candidate_source_layer_id = 3;
+  c.n_routed_experts = 2; c.num_experts_per_tok = 1; c.moe_intermediate_size = 64;
+  c.engram_layer_ids = {}; c.engram_num_embeddings = {};
+  c.num_nextn_predict_layers = 0; c.dspark_target_layer_ids = {};
+  c.vision.reset();
   return c;
 }
 
@@ -268,17 +272,22 @@ int main(int argc, char** argv) {
     cudaFree(a); cudaFree(b);
   }
   std::printf("device %s, floor bandwidth %.0f GB/s (device-to-device copy, read + write)\n", prop.name, peak / 1e9);
-  const cpu::ModelConfig cfg = bench_config();
+  const family::Config fc = bench_config();
+  const cpu::ModelConfig cfg = cpu::model_config_from(fc);
   const auto roles = cpu::layer_roles(cfg);
   Arena weights(kernels_only ? size_t{1} << 20 : size_t{3} << 30), scratch(size_t{1} << 30);
   std::vector<AttentionDevice> attn;
-  auto w = kernels_only ? nullptr : cpu::synthetic_weights(cfg, 1, false);
-  for (int l = 0; l < cfg.n_layers && !kernels_only; ++l) {
-    auto a = upload_attention(w->layers[l].attn, cfg, l, weights);
-    if (!a.ok()) { std::printf("upload: %s\n", a.status().to_string().c_str()); return 1; }
-    attn.push_back(*a);
+  if (!kernels_only) {
+    auto w = cpu::synthetic_weights(fc, 1, false);
+    Uploader up(weights);
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      auto a = upload_attention(w->weights.layers[l], cfg, l, up);
+      if (!a.ok()) { std::printf("upload: %s\n", a.status().to_string().c_str()); return 1; }
+      attn.push_back(*a);
+    }
+    auto ran = up.run();
+    if (!ran.ok()) { std::printf("upload: %s\n", ran.status().to_string().c_str()); return 1; }
   }
-  w.reset();
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   std::mt19937 rng(5);

@@ -16,6 +16,7 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/linear.h"
+#include "backends/cpu/load.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/arena.h"
@@ -23,29 +24,34 @@
 #include "backends/cuda/attention_kernels.cuh"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/attention_weights.h"
+#include "backends/cuda/upload.h"
 #include "attention_testing.h"
 #include "core/fp4.h"
 #include "core/quant.h"
 #include "core/ue8m0.h"
+#include "family/deepseek_v41/engram_layout.h"
 
 namespace dsv4::cuda {
 namespace {
 
 // The tiny preset's attention shapes (family preset tiny: D 256, 4 heads of 128, window 16, ratios
-// 0,0,2,2,2,1,1,1,1,1, KV sources 2/4/5, index sources 2/4/5/7, candidates from 5, top-8).
-cpu::ModelConfig tiny_config() {
-  cpu::ModelConfig c = cpu::small_test_config();
-  c.dim = 256; c.n_layers = 10;
-  c.n_heads = 4; c.head_dim = 128; c.rope_dim = 64;
-  c.q_lora = 128; c.o_lora = 64; c.o_groups = 2; c.window = 16;
-  c.compress_ratios = {0, 0, 2, 2, 2, 1, 1, 1, 1, 1};
-  c.kv_source_layers = {2, 4, 5};
-  c.index_source_layers = {2, 4, 5, 7};
-  c.candidate_source_layer = 5;
+// 0,0,2,2,2,1,1,1,1,1, KV sources 2/4/5, index sources 2/4/5/7, candidates from 5, top-8) over the rest of
+// cpu::small_test_config.
+family::Config tiny_config() {
+  family::Config c = cpu::small_test_config();
+  c.hidden_size = 256; c.num_hidden_layers = 10;
+  c.num_attention_heads = 4; c.head_dim = 128; c.qk_rope_head_dim = 64;
+  c.q_lora_rank = 128; c.o_lora_rank = 64; c.o_groups = 2; c.sliding_window = 16;
+  c.compress_ratios = {0, 0, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0};  // then the 3 DSpark stages
+  c.kv_source_layer_ids = {2, 4, 5};
+  c.index_source_layer_ids = {2, 4, 5, 7};
+  c.candidate_source_layer_id = 5;
   c.candidate_topk_blocks = 4; c.candidate_block_size = 4;
-  c.index_heads = 4; c.index_head_dim = 128; c.index_topk = 8;
-  c.engram_layers = {1, 4};
-  c.dspark_target_layers = {7, 8, 9};
+  c.index_n_heads = 4; c.index_head_dim = 128; c.index_topk = 8;
+  c.engram_layer_ids = {1, 4};
+  c.dspark_target_layer_ids = {7, 8, 9};
+  c.engram_num_embeddings.clear();
+  for (const auto& l : family::compute_engram_layout(c).layers) c.engram_num_embeddings.push_back(l.rows);
   return c;
 }
 
@@ -61,7 +67,8 @@ struct Piece { int stream; int64_t T; };
 // A model's attention on the CPU oracle (Acc) with its own stream states.
 template <typename Acc>
 struct CpuRunner {
-  const cpu::ModelWeights& W;
+  const family::Model& M;
+  const cpu::ModelConfig cfg;
   std::vector<cpu::LayerRole> roles;
   cpu::StateGeometry geo;
   ThreadPool pool{2};
@@ -69,18 +76,17 @@ struct CpuRunner {
   std::map<int, cpu::StreamState> streams;
   std::map<int, uint64_t> seq;
   std::vector<std::vector<std::vector<int32_t>>> topk;  // [layer][row] of the last call
-  CpuRunner(const cpu::ModelWeights& w, int64_t rollback) : W(w), roles(cpu::layer_roles(w.config)),
-      geo(cpu::make_geometry(w.config, rollback)) {
-    const auto& c = w.config;
+  CpuRunner(const family::Model& m, int64_t rollback) : M(m), cfg(cpu::model_config_from(m.config)),
+      roles(cpu::layer_roles(cfg)), geo(cpu::make_geometry(cfg, rollback)) {
+    const auto& c = cfg;
     fp = cpu::rope_frequencies({c.rope_dim, c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow});
     fy = cpu::rope_frequencies({c.rope_dim, c.compress_rope_theta, c.original_seq_len, c.rope_factor, c.beta_fast, c.beta_slow});
   }
   void open(int s, uint64_t sq) { streams[s] = cpu::new_stream_state(geo); seq[s] = sq; }
   // Returns y [layer][rows * D].
   std::vector<std::vector<float>> call(const std::vector<Piece>& ps) {
-    const auto& cfg = W.config;
     cpu::CallCtx c;
-    c.W = &W; c.cfg = &cfg; c.roles = &roles; c.geo = &geo; c.pool = &pool;
+    c.M = &M; c.cfg = &cfg; c.roles = &roles; c.geo = &geo; c.pool = &pool;
     c.freqs_plain = &fp; c.freqs_yarn = &fy;
     for (const Piece& p : ps) {
       cpu::PieceCtx pc{&streams[p.stream], streams[p.stream].length, p.T, c.rows};
@@ -109,7 +115,7 @@ struct CpuRunner {
 
 // The same on the device.
 struct GpuRunner {
-  const cpu::ModelConfig& cfg;
+  const cpu::ModelConfig cfg;
   std::vector<cpu::LayerRole> roles;
   AttnGeometry geo;
   Arena weights{size_t{256} << 20}, scratch{size_t{256} << 20};
@@ -117,15 +123,19 @@ struct GpuRunner {
   std::map<int, std::unique_ptr<StreamCaches>> streams;
   std::map<int, uint64_t> seq;
   std::vector<std::vector<int32_t>> topk;  // [layer][rows * index_topk] of the last call
-  GpuRunner(const cpu::ModelWeights& w, int64_t max_context, int64_t rollback) : cfg(w.config), roles(cpu::layer_roles(w.config)) {
+  GpuRunner(const family::Model& m, int64_t max_context, int64_t rollback)
+      : cfg(cpu::model_config_from(m.config)), roles(cpu::layer_roles(cfg)) {
     auto g = make_attn_geometry(cfg, max_context, rollback);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     geo = *g;
+    Uploader up(weights);
     for (int l = 0; l < cfg.n_layers; ++l) {
-      auto a = upload_attention(w.layers[l].attn, cfg, l, weights);
+      auto a = upload_attention(m.weights.layers[l], cfg, l, up);
       EXPECT_TRUE(a.ok()) << a.status().to_string();
       attn.push_back(*a);
     }
+    auto ran = up.run();
+    EXPECT_TRUE(ran.ok()) << ran.status().to_string();
   }
   void open(int s, uint64_t sq) {
     auto c = StreamCaches::create(geo);
@@ -208,8 +218,7 @@ const std::vector<Model>& models() {
   static std::vector<Model> m = [] {
     std::vector<Model> v;
     v.push_back({"small_test", cpu::synthetic_weights(cpu::small_test_config(), 7, false), {5, 12, 1, 19}, 6});
-    cpu::ModelConfig t = tiny_config();
-    v.push_back({"tiny", cpu::synthetic_weights(t, 11, false), {7, 30, 2, 40}, 8});
+    v.push_back({"tiny", cpu::synthetic_weights(tiny_config(), 11, false), {7, 30, 2, 40}, 8});
     // V4 / 0731: window 8, ratios 4 (overlapped, indexer, top-4) and 128 (every visible row), two
     // ratio-128 groups completed inside prompt pieces.
     v.push_back({"v4_small_test", cpu::synthetic_weights(cpu::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6, 1.25});
@@ -235,7 +244,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       append(a32, c32.call({{0, T}}));
       append(a64, c64.call({{0, T}}));
       append(ag, gpu.call({{0, T}}));
-      const auto& cfg = m.w->config;
+      const cpu::ModelConfig& cfg = c32.cfg;
       for (int l = 0; l < cfg.n_layers; ++l) {
         if (c32.roles[l].ratio == 0) continue;
         for (int64_t r = 0; r < T; ++r) {
@@ -247,7 +256,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       }
     }
     std::vector<float> p32, p64, pg;
-    for (int l = 0; l < m.w->config.n_layers; ++l) {
+    for (int l = 0; l < c32.cfg.n_layers; ++l) {
       const double floor = nrms(a32[l], a64[l]), err = nrms(ag[l], a64[l]);
       std::printf("[%s] layer %d ratio %d: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e  max|gpu-ref64| %.3e  "
                   "max|ref32-ref64| %.3e  gpu==ref32 %s\n", m.name, l, c32.roles[l].ratio, err, floor,
@@ -259,7 +268,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       EXPECT_LE(err, std::max(m.tol * floor, 1.0 / 512)) << "layer " << l;
       // V4.1: the device follows the oracle's float operations in order (scores, online softmax
       // blocks, accumulators, selection ties): equal to ref32 bit for bit.
-      if (!m.w->config.v4()) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
+      if (!c32.cfg.v4()) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
       p32.insert(p32.end(), a32[l].begin(), a32[l].end());
       p64.insert(p64.end(), a64[l].begin(), a64[l].end());
       pg.insert(pg.end(), ag[l].begin(), ag[l].end());
@@ -270,7 +279,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
     std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e\n", m.name, err, floor);
     EXPECT_LE(err, m.tol * floor);
     std::printf("[%s] top-k rows equal to ref32's: %ld of %ld\n", m.name, long(topk_same), long(topk_rows));
-    if (!m.w->config.v4()) EXPECT_EQ(topk_same, topk_rows);
+    if (!c32.cfg.v4()) EXPECT_EQ(topk_same, topk_rows);
   }
 }
 
@@ -296,8 +305,8 @@ std::vector<std::vector<float>> feed(GpuRunner& g, int s, const std::vector<int6
 
 TEST(AttentionCuda, ExactEqualitiesOnDevice) {
   const Model& m = models()[1];
-  const int64_t D = m.w->config.dim;
   GpuRunner g(*m.w, 512, 16);
+  const int64_t D = g.cfg.dim;
   // Pieces == whole (prompt of 45 crosses the 16-row window, ratio-2 groups, the top-8 limit and
   // the 4x4 candidate rows), then a 4-row verify == 4 single steps.
   g.open(0, 5);
@@ -338,7 +347,7 @@ TEST(AttentionCuda, ExactEqualitiesOnDevice) {
   append(ref, verify);
   EXPECT_EQ(tail, slice(ref, 30, 19, D)) << "restored stream";
   // Another geometry is refused.
-  auto geo2 = make_attn_geometry(m.w->config, 512, 8);
+  auto geo2 = make_attn_geometry(g.cfg, 512, 8);
   ASSERT_TRUE(geo2.ok());
   auto other = StreamCaches::create(*geo2);
   ASSERT_TRUE(other.ok());
