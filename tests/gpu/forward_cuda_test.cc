@@ -19,7 +19,6 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
 #include "backends/cpu/lane_backend.h"
-#include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward.h"
 #include "family/deepseek_v41/preset.h"
@@ -36,8 +35,7 @@ std::shared_ptr<const family::Model> weights() {
     EXPECT_TRUE(preset.ok());
     auto variant = family::parse_variant(variant_name());
     EXPECT_TRUE(variant.ok()) << variant.status().to_string();
-    auto cfg = cpu::model_config_from(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41));
-    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(cfg, 1, true));
+    return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), 1, true);
   }();
   return w;
 }
@@ -45,9 +43,7 @@ std::shared_ptr<const family::Model> weights() {
 // The gate weights of the same preset and variant (cpu::WeightProfile::gate, no drafter).
 std::shared_ptr<const family::Model> gate_weights() {
   static std::shared_ptr<const family::Model> w = [] {
-    auto cfg = weights()->config;
-    return std::shared_ptr<const family::Model>(
-        cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, cpu::WeightProfile::gate));
+    return cpu::synthetic_weights(weights()->config, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
   }();
   return w;
 }
@@ -56,7 +52,7 @@ std::unique_ptr<Forward> cuda_forward(bool gate = false) {
   static std::shared_ptr<const ModelDevice> models[2];
   std::shared_ptr<const ModelDevice>& model = models[gate];
   if (!model) {
-    auto m = ModelDevice::upload(gate ? *gate_weights() : *weights(), ModelDeviceOptions{});
+    auto m = ModelDevice::upload(gate ? gate_weights() : weights(), ModelDeviceOptions{});
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
   }
@@ -86,7 +82,7 @@ TEST(CudaForward, WholeModelGate) {
 // one-prompt ratio NRMS(CUDA, ref64) / F of a 40-token prompt, as measured before the gate weights.
 TEST(CudaForward, RandomWeightsOnePromptRatio) {
   const auto toks = prompt(40, 0);
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   LogitsRun r32 = oracle_run(weights(), cpu::Precision::ref32, toks);
   LogitsRun r64 = oracle_run(weights(), cpu::Precision::ref64, toks);
   auto f = cuda_forward();
@@ -155,7 +151,7 @@ TEST(CudaForward, VerifyWindowEqualsSingleSteps) {
   const auto toks = prompt(150, 2);
   const auto window = fed_in_pieces(*f, toks, {144, 6});
   const auto steps = fed_in_pieces(*f, toks, {144, 1, 1, 1, 1, 1, 1});
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   ASSERT_EQ(window.size(), steps.size());
   EXPECT_TRUE(std::equal(window.end() - 6 * V, window.end(), steps.end() - 6 * V)) << "6-row verify != 6 single steps";
 }
@@ -172,7 +168,7 @@ TEST(CudaForward, StreamInBatchEqualsAlone) {
   auto r = f->forward({Piece{sb, std::vector<int32_t>(b.begin() + 50, b.end()), {0}}, Piece{sa, a1, all_rows(6)},
                        Piece{sc, c, {8}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   EXPECT_TRUE(std::equal(alone.end() - 6 * V, alone.end(), (*r)[1].logits.begin())) << "batched != alone";
 }
 
@@ -181,7 +177,7 @@ TEST(CudaForward, RollbackAndSnapshotEqualContinuing) {
   ASSERT_TRUE(f);
   const auto toks = prompt(160, 6);
   const auto ref = fed_in_pieces(*f, toks, {150, 10});
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   std::vector<int32_t> head(toks.begin(), toks.begin() + 150), tail(toks.begin() + 150, toks.end());
   auto s = *f->open_stream();
   ASSERT_TRUE(f->forward({Piece{s, head, {}}}).ok());
@@ -213,7 +209,7 @@ TEST(CudaForward, DraftAgreesWithOracle) {
   auto s = *f->open_stream();
   ASSERT_TRUE(f->forward({Piece{s, toks, {}}}).ok());
   auto d = f->draft(s, 77);
-  if (weights()->config.v4()) {  // the 0731 drafter is not run (docs/cpu-oracle.md): refused, as the oracle's
+  if (weights()->config.variant == family::Variant::v4) {  // the 0731 drafter is not run (docs/cpu-oracle.md): refused, as the oracle's
     EXPECT_EQ(d.status().code(), StatusCode::unimplemented);
     return;
   }
@@ -344,7 +340,7 @@ TEST(CudaForward, LaneBackendWindowsKeepDraftsSnapshots) {
   ASSERT_TRUE(b.verify({&again, 1}, &r2).ok());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(r2[0][i].logprob, whole[0][i + 2].logprob);
   ASSERT_TRUE(b.keep(1, 140).ok());
-  if (weights()->config.v4()) {  // no drafter: a restored stream continues as the original
+  if (weights()->config.variant == family::Variant::v4) {  // no drafter: a restored stream continues as the original
     auto snap = b.snapshot(1);
     ASSERT_TRUE(snap.ok()) << snap.status().to_string();
     ASSERT_TRUE(b.open(3, spec).ok());

@@ -121,7 +121,7 @@ cpu::gate::Verdict whole_model_gate(
     const std::shared_ptr<const family::Model>& w, BackendLogits&& backend_logits,
     const std::function<void(int k, cpu::OracleOptions& o)>& configure = nullptr) {
   namespace gate = cpu::gate;
-  const int64_t V = w->config.vocab;
+  const int64_t V = w->config.vocab_size;
   const int runs = 2 * gate::kPrompts;
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / runs);
   std::vector<std::future<StatusOr<std::vector<float>>>> ref(runs);
@@ -160,7 +160,7 @@ cpu::gate::Verdict whole_model_gate(
 template <typename Backend>
 cpu::gate::Verdict forward_gate(Backend& f, const std::shared_ptr<const family::Model>& w,
                                 const std::string& title) {
-  const int64_t V = w->config.vocab;
+  const int64_t V = w->config.vocab_size;
   const int L = cpu::gate::kPromptLength;
   LogitsRun f0, r32, r64;  // prompt 0's streams after every layer
   const cpu::gate::Verdict v = whole_model_gate(

@@ -19,12 +19,14 @@
 #include "backends/cpu/block.h"
 #include "backends/cpu/engram.h"
 #include "backends/cpu/forward.h"
+#include "backends/cpu/linear.h"
 #include "backends/cpu/load.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward.h"
 #include "core/thread_pool.h"
+#include "family/deepseek_v41/engram_hash.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cuda {
@@ -45,10 +47,15 @@ std::shared_ptr<const family::Model> weights() {
   static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
-    auto cfg = cpu::model_config_from(family::preset_config(*preset, family::Variant::v41));
-    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(cfg, 1, true));
+    return cpu::synthetic_weights(family::preset_config(*preset, family::Variant::v41), 1, true);
   }();
   return w;
+}
+
+// The oracle's config of those weights.
+const cpu::ModelConfig& config() {
+  static const cpu::ModelConfig c = cpu::model_config_from(weights()->config);
+  return c;
 }
 
 // The prompts of forward_cuda_test (salt 0: its gate test's prompt).
@@ -75,7 +82,7 @@ Probes oracle_probes(cpu::Precision p, const std::vector<int32_t>& toks, std::ve
 
 std::shared_ptr<const ModelDevice> device_model() {
   static std::shared_ptr<const ModelDevice> m = [] {
-    auto model = ModelDevice::upload(*weights(), ModelDeviceOptions{});
+    auto model = ModelDevice::upload(weights(), ModelDeviceOptions{});
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     return model.ok() ? std::shared_ptr<const ModelDevice>(std::move(*model)) : nullptr;
   }();
@@ -116,28 +123,30 @@ std::vector<double> row_nrms(const std::vector<float>& a, const std::vector<floa
 // Engram of layer l in precision Acc applied to h (the op's input), as the oracle's forward does.
 template <typename Acc>
 std::vector<float> engram_local(ThreadPool& pool, const std::vector<int32_t>& toks, int l, std::vector<float> h) {
-  const cpu::ModelWeights& W = *weights();
-  const cpu::ModelConfig& cfg = W.config;
-  const cpu::EngramWeights& E = *W.layers[l].engram;
-  const int64_t rows = static_cast<int64_t>(toks.size()), R = static_cast<int64_t>(E.layout.primes.size());
+  const family::Model& M = *weights();
+  const cpu::ModelConfig& cfg = config();
+  const int engram_index = cpu::layer_roles(cfg)[l].engram_index;
+  const int64_t rows = static_cast<int64_t>(toks.size()), R = M.engram.cols;
   std::vector<int64_t> hist;
-  for (int32_t t : toks) hist.push_back(W.engram_token_map[t]);
-  const int64_t pad = W.engram_token_map[cfg.engram_pad_id];
+  for (int32_t t : toks) hist.push_back(M.engram_token_map[t]);
+  const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
   std::vector<int64_t> table_rows(rows * R);
-  for (int64_t r = 0; r < rows; ++r) cpu::engram_hash_rows(E.layout, hist.data(), r, pad, &table_rows[r * R]);
+  for (int64_t r = 0; r < rows; ++r)
+    family::engram_hash_rows(M.engram, M.engram.layers.at(engram_index), hist.data(), r, pad, &table_rows[r * R]);
   std::vector<uint8_t> image(rows, 0);
-  cpu::engram_apply<Acc>(pool, E, table_rows.data(), image.data(), rows, cfg.hc_mult, cfg.dim, cfg.norm_eps,
-                         cfg.act_block, h.data());
+  cpu::engram_apply<Acc>(pool, M.weights.layers[l], R, table_rows.data(), image.data(), rows, cfg.hc_mult, cfg.dim,
+                         cfg.norm_eps, cfg.act_block, h.data());
   return h;
 }
 
 template <typename Acc>
 std::vector<float> moe_local(ThreadPool& pool, const std::vector<int32_t>& toks, int l, const std::vector<float>& x) {
-  const cpu::ModelWeights& W = *weights();
+  const family::Model& M = *weights();
   const int64_t rows = static_cast<int64_t>(toks.size());
-  std::vector<float> y(rows * W.config.dim);
+  std::vector<float> y(rows * config().dim);
   std::vector<uint8_t> image(rows, 0);
-  cpu::moe_forward<Acc>(pool, W.layers[l].ffn, W.config, x.data(), image.data(), toks.data(), rows, y.data());
+  cpu::moe_forward<Acc>(pool, M.weights.layers[l], M.plan.layers[l].num_experts_per_tok, config(), x.data(),
+                        image.data(), toks.data(), rows, y.data());
   return y;
 }
 
@@ -146,18 +155,18 @@ std::vector<float> moe_local(ThreadPool& pool, const std::vector<int32_t>& toks,
 // compressed rows or top-k read the ones this run wrote from the same inputs, as in the forward.
 template <typename Acc>
 std::vector<std::vector<float>> attention_local(const std::vector<std::vector<float>>& x, int64_t rows) {
-  const cpu::ModelWeights& W = *weights();
-  const cpu::ModelConfig& cfg = W.config;
+  const family::Model& M = *weights();
+  const cpu::ModelConfig& cfg = config();
   const auto roles = cpu::layer_roles(cfg);
   cpu::StateGeometry geo = cpu::make_geometry(cfg, 128);
-  if (!W.dspark) geo.dspark_stages = 0;
+  if (static_cast<int>(M.weights.dspark.size()) != cfg.dspark_stages) geo.dspark_stages = 0;  // as the oracle
   ThreadPool pool(0);
   const auto fp = cpu::rope_frequencies({cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow});
   const auto fy = cpu::rope_frequencies(
       {cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow});
   cpu::StreamState st = cpu::new_stream_state(geo);
   cpu::CallCtx c;
-  c.W = &W; c.cfg = &cfg; c.roles = &roles; c.geo = &geo; c.pool = &pool;
+  c.M = &M; c.cfg = &cfg; c.roles = &roles; c.geo = &geo; c.pool = &pool;
   c.freqs_plain = &fp; c.freqs_yarn = &fy;
   c.pieces.push_back(cpu::PieceCtx{&st, 0, rows, 0});
   for (int64_t i = 0; i < rows; ++i) { c.pos.push_back(i); c.piece_of.push_back(0); }
@@ -211,8 +220,8 @@ struct LocalSums {
 // the CUDA streams. Returns [op][layer] outputs.
 template <typename Acc>
 std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vector<int32_t>& toks, Probes& pcu) {
-  const cpu::ModelWeights& W = *weights();
-  const cpu::ModelConfig& cfg = W.config;
+  const family::Model& M = *weights();
+  const cpu::ModelConfig& cfg = config();
   const auto roles = cpu::layer_roles(cfg);
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, rows = static_cast<int64_t>(toks.size());
@@ -221,28 +230,32 @@ std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vec
   for (const char* op : {"mix.attn.in", "mix.attn.h", "mix.ffn.in", "mix.layer"}) out[op].resize(cfg.n_layers);
   std::vector<float> h0;
   std::vector<std::vector<Acc>> pi;
-  cpu::embed_rows<Acc>(cfg, W.embed, toks.data(), rows, h0, pi);
+  cpu::embed_rows<Acc>(cfg, M.weights.embed, toks.data(), rows, h0, pi);
   for (int l = 0; l < cfg.n_layers; ++l) {
-    const cpu::BlockWeights& B = W.layers[l];
+    const family::LayerWeights& B = M.weights.layers[l];
+    const cpu::Vec attn_norm = cpu::floats(B.attn_norm), ffn_norm = cpu::floats(B.ffn_norm);
     if (l > 0) {
-      auto fm = cpu::hc_mixes<Acc>(pool, pcu[{l - 1, "attn.h"}].data(), rows, C, D, W.layers[l - 1].hc_ffn, cfg.norm_eps,
-                                   cfg.hc_eps, cfg.hc_sinkhorn_iters);
+      auto fm = cpu::hc_mixes<Acc>(pool, pcu[{l - 1, "attn.h"}].data(), rows, C, D,
+                                   cpu::hc_ffn_params(M.weights.layers[l - 1]), cfg.norm_eps, cfg.hc_eps,
+                                   cfg.hc_sinkhorn_iters);
       for (int64_t r = 0; r < rows; ++r) pi[r] = fm[r].pre;
     }
     const std::vector<float>& h = roles[l].engram ? pcu[{l, "engram"}] : (l == 0 ? h0 : pcu[{l - 1, "layer"}]);
     std::vector<float> x(rows * D), xn(rows * D);
-    auto am = cpu::hc_mixes<Acc>(pool, h.data(), rows, C, D, B.hc_attn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+    auto am = cpu::hc_mixes<Acc>(pool, h.data(), rows, C, D, cpu::hc_attn_params(B), cfg.norm_eps, cfg.hc_eps,
+                                 cfg.hc_sinkhorn_iters);
     for (int64_t r = 0; r < rows; ++r) cpu::hc_collapse<Acc>(&h[r * C * D], C, D, pi[r], &x[r * D]);
-    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, B.attn_norm.data(), cfg.norm_eps, xn.data());
+    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, attn_norm.data(), cfg.norm_eps, xn.data());
     out["mix.attn.in"][l] = xn;
     std::vector<float> ha = h;
     for (int64_t r = 0; r < rows; ++r) cpu::hc_expand<Acc>(&pcu[{l, "attn.out"}][r * D], &ha[r * C * D], C, D, am[r]);
     out["mix.attn.h"][l] = ha;
     const std::vector<float>& hb = pcu[{l, "attn.h"}];
     for (int64_t r = 0; r < rows; ++r) cpu::hc_collapse<Acc>(&hb[r * C * D], C, D, am[r].pre, &x[r * D]);
-    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, B.ffn_norm.data(), cfg.norm_eps, xn.data());
+    cpu::rmsnorm_rows<Acc>(x.data(), rows, D, ffn_norm.data(), cfg.norm_eps, xn.data());
     out["mix.ffn.in"][l] = xn;
-    auto fm = cpu::hc_mixes<Acc>(pool, hb.data(), rows, C, D, B.hc_ffn, cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+    auto fm = cpu::hc_mixes<Acc>(pool, hb.data(), rows, C, D, cpu::hc_ffn_params(B), cfg.norm_eps, cfg.hc_eps,
+                                 cfg.hc_sinkhorn_iters);
     std::vector<float> hl = hb;
     for (int64_t r = 0; r < rows; ++r) cpu::hc_expand<Acc>(&pcu[{l, "ffn.out"}][r * D], &hl[r * C * D], C, D, fm[r]);
     out["mix.layer"][l] = hl;
@@ -253,7 +266,7 @@ std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vec
 // Every op of every layer re-run on the CUDA forward's own inputs in ref64 and ref32: error sums of
 // CUDA and of ref32 against ref64 per op kind.
 void add_local_errors(const std::vector<int32_t>& toks, Probes& pcu, LocalSums& sums) {
-  const cpu::ModelConfig& cfg = weights()->config;
+  const cpu::ModelConfig& cfg = config();
   const auto roles = cpu::layer_roles(cfg);
   const int64_t rows = static_cast<int64_t>(toks.size());
   ThreadPool pool(0);
@@ -279,24 +292,26 @@ void add_local_errors(const std::vector<int32_t>& toks, Probes& pcu, LocalSums& 
 
 // Router of layer l on row x (double): the biased scores' top-(K+1) (expert, value).
 std::vector<std::pair<int, double>> router_top(int l, const float* x) {
-  const cpu::ModelWeights& W = *weights();
-  const cpu::MoeWeights& M = W.layers[l].ffn;
-  const int64_t D = W.config.dim, E = M.gate.out;
+  const family::LayerWeights& B = weights()->weights.layers[l];
+  const int64_t D = config().dim, E = B.gate_weight.out();
+  const cpu::Vec bias = cpu::floats(B.gate_bias);
+  std::vector<float> g(D);
   std::vector<std::pair<int, double>> v;
   for (int64_t e = 0; e < E; ++e) {
+    cpu::matrix_row(B.gate_weight, e, g.data());
     double z = 0;
-    for (int64_t i = 0; i < D; ++i) z += static_cast<double>(x[i]) * M.gate.w[e * D + i];
-    v.push_back({static_cast<int>(e), std::sqrt(cpu::softplus<double>(z)) + M.bias[e]});
+    for (int64_t i = 0; i < D; ++i) z += static_cast<double>(x[i]) * g[i];
+    v.push_back({static_cast<int>(e), std::sqrt(cpu::softplus<double>(z)) + bias.at(e)});
   }
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); });
-  v.resize(std::min<int64_t>(E, M.n_active + 1));
+  v.resize(std::min<int64_t>(E, weights()->plan.layers[l].num_experts_per_tok + 1));
   return v;
 }
 
 TEST(LayerProbe, SubLayersAgainstOracle) {
   const auto toks = prompt(prompt_len());
   const int64_t rows = static_cast<int64_t>(toks.size());
-  const cpu::ModelConfig& cfg = weights()->config;
+  const cpu::ModelConfig& cfg = config();
   std::vector<float> l32, l64, lcu;
   Probes p32 = oracle_probes(cpu::Precision::ref32, toks, &l32);
   Probes p64 = oracle_probes(cpu::Precision::ref64, toks, &l64);
@@ -397,12 +412,12 @@ TEST(LayerProbe, GateRatioOverPrompts) {
     const double F = nrms(l32, l64), N = nrms(lcu, l64);
     if (k == 0) {  // forward_cuda_test's prompt: its per-layer table
       std::printf("prompt 0 per layer, NRMS of the streams against ref64, cuda / ref32:");
-      for (int l = 0; l < weights()->config.n_layers; ++l)
+      for (int l = 0; l < config().n_layers; ++l)
         std::printf(" %d: %.1e/%.1e", l, nrms(pcu[{l, "layer"}], p64[{l, "layer"}]), nrms(p32[{l, "layer"}], p64[{l, "layer"}]));
       std::printf("\n");
     }
     int first32 = -1, firstcu = -1, firstcu32 = -1;
-    for (int l = weights()->config.n_layers - 1; l >= 0; --l) {
+    for (int l = config().n_layers - 1; l >= 0; --l) {
       const std::vector<float>& a = p64[{l, "layer"}];
       if (nrms(p32[{l, "layer"}], a) > 1e-3) first32 = l;
       if (nrms(pcu[{l, "layer"}], a) > 1e-3) firstcu = l;
