@@ -3,7 +3,7 @@
 // gate weights with every linear the Mia layout stores as EXL3 re-encoded as the pack writer encodes
 // it (cpu::exl3_gate_weights), gate::kPrompts prompts pooled, NRMS(CUDA, ref64) <= 1.05 F and top-1 on
 // every row. On a synthetic pack written by write_synthetic_exl3_pack (random-profile values, loaded
-// by load_weights as `--backend cuda` does): the EXL3 pieces alone against the oracle's formula in
+// by family::open_model as `--backend cuda` does): the EXL3 pieces alone against the oracle's formula in
 // double (cpu::exl3_linear_bf16/_acc) — the linear kinds through their ordinary calls (FP8, FP4, bf16
 // block-diagonal wo_a, fp32 head) and the grouped routed experts, each row bit-identical alone and
 // in a batch, bf16 outputs within NRMS 2^-8 of ref64 (a bf16 ulp is at most 2^-7 relative: more is a
@@ -25,7 +25,6 @@
 #include "forward_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate_checkpoint.h"
-#include "backends/cpu/load.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/arena.h"
@@ -45,13 +44,24 @@ namespace {
 using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name
 using cpu::Piece;
 
-// The pack is written once per run into DSV4_EXL3_PACK_DIR (or a fresh temporary folder).
+// A folder removed when this object goes (at exit for a static one). The models' views map the files of the
+// packs, and the device upload reads those files by path: they stay until the last upload is done.
+struct RemovedAtEnd {
+  std::string path;
+  ~RemovedAtEnd() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+};
+
+// The pack is written once per run into DSV4_EXL3_PACK_DIR (kept), or a fresh temporary folder removed at exit.
 const std::string& pack_dir() {
+  static RemovedAtEnd temporary;
   static const std::string dir = [] {
     const char* env = std::getenv("DSV4_EXL3_PACK_DIR");
     const std::string d = env ? std::string(env)
                               : (std::filesystem::temp_directory_path() /
                                  ("dsv4_exl3_gpu_" + preset_name() + "_" + std::to_string(getpid()))).string();
+    if (!env) temporary.path = d;
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
     family::Exl3SynthOptions o;
@@ -72,7 +82,6 @@ std::shared_ptr<const family::Model> weights() {
   static std::shared_ptr<const family::Model> w = [] {
     auto r = family::open_model(pack_dir(), family::OpenOptions{pack_dir() + "/release-engram"});
     EXPECT_TRUE(r.ok()) << r.status().to_string();
-    if (!std::getenv("DSV4_EXL3_PACK_DIR")) std::filesystem::remove_all(pack_dir());  // decoded: no longer read
     return r.ok() ? std::shared_ptr<const family::Model>(*r) : nullptr;
   }();
   return w;
@@ -100,7 +109,7 @@ std::shared_ptr<const ModelDevice> device_model(bool gate = false) {
   std::shared_ptr<const ModelDevice>& model = models[gate];
   const auto w = gate ? gate_weights() : weights();
   if (!model && w) {
-    auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
+    auto m = ModelDevice::upload(w, ModelDeviceOptions{});
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (m.ok()) std::printf("EXL3 model on the device: %.1f MiB of weights\n", (*m)->weight_bytes() / 1048576.0);
     if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
@@ -155,7 +164,7 @@ std::vector<float> to_host(const DeviceBuffer& b, size_t n) {
 
 // One linear kind: `call(x, rows, y)` on the device against the oracle's formula in double.
 template <typename Call>
-void check_kind(const char* name, const cpu::Exl3Weight& W, bool f32_out, Call&& call) {
+void check_kind(const char* name, const family::Exl3Linear& W, bool f32_out, Call&& call) {
   const int64_t rows = 5;
   const auto x = bf16_rows(rows * W.in, static_cast<uint32_t>(W.in * 31 + W.out));
   DeviceBuffer dx = to_device(x), dy(rows * W.out * sizeof(float)), d1(W.out * sizeof(float));
@@ -187,23 +196,26 @@ TEST(CudaExl3Pack, LinearKindsMatchTheFormulaAndAreBatchInvariant) {
   auto w = weights();
   ASSERT_TRUE(w);
   Arena A(size_t(256) << 20);
-  const cpu::BlockWeights& L = w->layers[0];
-  ASSERT_TRUE(L.attn.wq_a.exl3 && L.attn.wo_a.exl3 && w->head.exl3 && L.ffn.experts.at(1).w1.exl3);
-  auto wq_a = upload(L.attn.wq_a, A, "wq_a");
-  auto wo_a = upload_bf16(L.attn.wo_a, A, "wo_a");
-  auto head = upload_f32(w->head, A, "head");
-  auto e1 = upload(L.ffn.experts[1].w1, A, "experts.1.w1");
-  auto shared = upload(L.ffn.shared.w2, A, "shared.w2");
+  const family::LayerWeights& L = w->weights.layers[0];
+  ASSERT_TRUE(L.wq_a.exl3 && L.wo_a.exl3 && w->weights.head.exl3 && L.experts.at(1).w1.exl3);
+  Uploader up(A);  // as ModelDevice::upload takes each kind (wo_a: the bf16 view of its EXL3 linear)
+  auto wq_a = upload(L.wq_a, up, "wq_a");
+  auto wo_a = upload_dequant_bf16(L.wo_a, up, "wo_a");
+  auto head = upload_f32(w->weights.head, up, "head");
+  auto e1 = upload(L.experts[1].w1, up, "experts.1.w1");
+  auto shared = upload(L.shared_w2, up, "shared.w2");
   ASSERT_TRUE(wq_a.ok() && wo_a.ok() && head.ok() && e1.ok() && shared.ok());
-  check_kind("fp8_linear(wq_a)", *L.attn.wq_a.exl3, false,
+  auto ran = up.run();
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  check_kind("fp8_linear(wq_a)", *L.wq_a.exl3, false,
              [&](const float* x, int64_t r, float* y) { return fp8_linear(x, r, *wq_a, 128, y, nullptr); });
-  check_kind("fp8_linear(shared.w2)", *L.ffn.shared.w2.exl3, false,
+  check_kind("fp8_linear(shared.w2)", *L.shared_w2.exl3, false,
              [&](const float* x, int64_t r, float* y) { return fp8_linear(x, r, *shared, 128, y, nullptr); });
-  check_kind("fp4_linear(experts.1.w1)", *L.ffn.experts[1].w1.exl3, false,
+  check_kind("fp4_linear(experts.1.w1)", *L.experts[1].w1.exl3, false,
              [&](const float* x, int64_t r, float* y) { return fp4_linear(x, r, *e1, 32, y, nullptr); });
-  check_kind("bf16_linear(wo_a, all groups)", *L.attn.wo_a.exl3, false,
+  check_kind("bf16_linear(wo_a, all groups)", *L.wo_a.exl3, false,
              [&](const float* x, int64_t r, float* y) { return bf16_linear(x, r, Bf16View{nullptr, 0, 0, wo_a->exl3}, y, nullptr); });
-  check_kind("f32_linear(head)", *w->head.exl3, true,
+  check_kind("f32_linear(head)", *w->weights.head.exl3, true,
              [&](const float* x, int64_t r, float* y) { return f32_linear(x, r, *head, y, nullptr); });
 }
 
@@ -213,7 +225,7 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
   auto m = device_model();
   ASSERT_TRUE(m);
   const MoeDevice& M = m->layers[0].ffn;
-  const cpu::MoeWeights& C = w->layers[0].ffn;
+  const family::LayerWeights& C = w->weights.layers[0];
   ASSERT_GT(M.exl3.n_experts, 0);
   const int64_t D = M.exl3.dim, I = M.exl3.inter, E = M.exl3.n_experts, rows = 6;
   const int K = 2;
@@ -236,7 +248,7 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
   DeviceBuffer dx = to_device(x), dr = to_device(prow), de = to_device(pexp), dw = to_device(pw);
   DeviceBuffer dh(exl3_routed_experts_scratch_bytes(P, M.exl3)), dout(P * D * sizeof(float)),
       dh1(exl3_routed_experts_scratch_bytes(1, M.exl3)), d1(D * sizeof(float));
-  const float limit = w->config.swiglu_limit;
+  const float limit = static_cast<float>(w->config.swiglu_limit);
   ASSERT_EQ(exl3_routed_experts(dx.as<float>(), dr.as<int32_t>(), de.as<int32_t>(), dw.as<float>(), P, M.exl3, limit,
                                 dh.get(), dout.as<float>(), nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -248,7 +260,7 @@ TEST(CudaExl3Pack, RoutedExpertsMatchTheFormulaAndAreBatchInvariant) {
                                   M.exl3, limit, dh1.get(), d1.as<float>(), nullptr), cudaSuccess);
     const auto one = to_host(d1, D);
     EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + p * D)) << "pair " << p << " alone differs";
-    const cpu::ExpertWeights& X = C.experts[pairs[p].expert];
+    const family::Expert& X = C.experts[pairs[p].expert];
     std::vector<float> a(I), u(I), h(I), o(D);
     cpu::exl3_linear_bf16<double>(pool, &x[pairs[p].row * D], 1, *X.w1.exl3, a.data());
     cpu::exl3_linear_bf16<double>(pool, &x[pairs[p].row * D], 1, *X.w3.exl3, u.data());
@@ -275,7 +287,7 @@ TEST(CudaExl3Forward, WholeModelGate) {
 }
 
 // The gate on files: the gate pack `dsv4 synth --profile gate --format exl3` writes
-// (cpu::write_gate_exl3_pack), loaded by load_weights with its Engram release shards as
+// (cpu::write_gate_exl3_pack), opened by family::open_model with its Engram release shards as
 // `--backend cuda` loads a pack, uploaded, and gated against the oracle on the loaded weights
 // (which are cpu::written_exl3_gate_weights: docs/numerics.md, "The gate on written files").
 TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
@@ -283,6 +295,7 @@ TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
   ASSERT_TRUE(preset.ok());
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("dsv4_exl3_gate_pack_" + preset_name() + "_" + std::to_string(getpid()))).string();
+  const RemovedAtEnd temporary{dir};  // when the test ends: the upload reads the files by path
   family::Exl3SynthOptions o;
   o.sync = false;
   o.release_dir = dir + "/release-engram";
@@ -290,13 +303,12 @@ TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
   auto written = cpu::write_gate_exl3_pack(family::preset_config(*preset, family::Variant::v41), dir, o);
   ASSERT_TRUE(written.ok()) << written.status().to_string();
   auto loaded = family::open_model(dir, family::OpenOptions{o.release_dir});
-  std::filesystem::remove_all(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   std::printf("EXL3 gate pack (preset %s): written and loaded in %.1f s, %lld bytes\n", preset_name().c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               static_cast<long long>(written->payload_bytes));
   std::shared_ptr<const family::Model> w(*loaded);
-  auto m = ModelDevice::upload(*w, ModelDeviceOptions{});
+  auto m = ModelDevice::upload(w, ModelDeviceOptions{});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   ForwardOptions fo;
   fo.max_context = 4096;
@@ -317,7 +329,7 @@ TEST(CudaExl3Forward, RandomPackOnePromptRatio) {
   ASSERT_TRUE(weights());
   const int n = 40;
   const auto toks = prompt(n, 0);
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   LogitsRun r32 = oracle_run(weights(), cpu::Precision::ref32, toks);
   LogitsRun r64 = oracle_run(weights(), cpu::Precision::ref64, toks);
   auto f = cuda_forward();
@@ -390,7 +402,7 @@ TEST(CudaExl3Forward, VerifyWindowEqualsSingleSteps) {
   const auto toks = prompt(150, 2);
   const auto window = fed_in_pieces(*f, toks, {144, 6});
   const auto steps = fed_in_pieces(*f, toks, {144, 1, 1, 1, 1, 1, 1});
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   ASSERT_EQ(window.size(), steps.size());
   ASSERT_FALSE(window.empty());
   EXPECT_TRUE(std::equal(window.end() - 6 * V, window.end(), steps.end() - 6 * V)) << "6-row verify != 6 single steps";
@@ -409,14 +421,14 @@ TEST(CudaExl3Forward, StreamInBatchEqualsAlone) {
   auto r = f->forward({Piece{sb, std::vector<int32_t>(b.begin() + 50, b.end()), {0}}, Piece{sa, a1, all_rows(6)},
                        Piece{sc, c, {8}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const int64_t V = weights()->config.vocab;
+  const int64_t V = weights()->config.vocab_size;
   EXPECT_TRUE(std::equal(alone.end() - 6 * V, alone.end(), (*r)[1].logits.begin())) << "batched != alone";
 }
 
 TEST(CudaExl3Forward, DraftAgreesWithOracle) {
   auto f = cuda_forward();
   ASSERT_TRUE(f);
-  ASSERT_TRUE(weights()->dspark) << "the synthetic pack carries the DSpark stages";
+  ASSERT_FALSE(weights()->weights.dspark.empty()) << "the synthetic pack carries the DSpark stages";
   const auto toks = prompt(50, 7);
   auto s = *f->open_stream();
   ASSERT_TRUE(f->forward({Piece{s, toks, {}}}).ok());
