@@ -1,5 +1,5 @@
 // Tensor parallelism of the CUDA forward at TP 2, 4 and 8 on ONE GPU: each rank is a thread with its own
-// Forward over its slice of the weights (fabric::slice_weights_for_rank, the expert-parallel plan), and the
+// Forward over its slice of the weights (fabric::rank_model, the expert-parallel plan), and the
 // ranks' gathers are device copies through a shared buffer (ThreadCollective below) instead of NCCL. The
 // per-rank arithmetic is the same code a rank process runs on its own GPU, so this shows what a 2-GPU
 // machine cannot: TP 4 logits equal TP 1's bit for bit (every rank identical, pieces == whole), on random
@@ -14,7 +14,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,7 +25,6 @@
 #include "backends/cpu/load.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"
-#include "backends/cpu/weights_copy.h"
 #include "backends/cuda/collective.h"
 #include "backends/cuda/forward.h"
 #include "backends/cuda/model.h"
@@ -156,18 +154,15 @@ family::Config small_config() {
 using Prompts = std::vector<std::vector<int32_t>>;
 using Logits = std::vector<std::vector<float>>;
 
-std::shared_ptr<const family::Model> weights(const cpu::ModelConfig& cfg, cpu::WeightProfile profile) {
+std::shared_ptr<const family::Model> weights(const family::Config& cfg, cpu::WeightProfile profile) {
   return cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, profile);
 }
 
-// A fresh copy of the whole model for one rank to cut (called from the ranks' threads at once).
-using WeightsFn = std::function<std::shared_ptr<const family::Model>()>;
-
 // TP 1 (the whole model, no collective): each prompt's logits (every row), fed whole to a fresh stream.
-Logits tp1_run(const cpu::ModelWeights& w, const Prompts& prompts) {
+Logits tp1_run(std::shared_ptr<const family::Model> w, const Prompts& prompts) {
   cuda::ModelDeviceOptions mo;
   mo.dspark = false;
-  auto m = cuda::ModelDevice::upload(w, mo);
+  auto m = cuda::ModelDevice::upload(std::move(w), mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
   auto f = cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(*m)), forward_options());
@@ -189,30 +184,23 @@ struct RankOut {
   std::string error;
 };
 
-// TP `tp` with the ranks as threads on this GPU: each rank's weights made (in parallel) and cut to its
-// slice, then every rank runs the same calls.
-std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, const WeightsFn& make, int tp,
-                            const Prompts& prompts) {
-  std::vector<std::shared_ptr<const family::Model>> rank_weights(tp);
-  {
-    std::vector<std::thread> makers;
-    for (int r = 0; r < tp; ++r) makers.emplace_back([&, r] { rank_weights[r] = make(); });
-    for (auto& t : makers) t.join();
-  }
+// TP `tp` with the ranks as threads on this GPU: each rank's slice of `whole` cut as a rank process cuts it,
+// then every rank runs the same calls.
+std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, const family::Model& whole,
+                            int tp, const Prompts& prompts) {
   std::vector<std::unique_ptr<cuda::Forward>> ranks;
   ThreadGroup group(tp, kMaxCallRows * std::max<int64_t>(cfg.dim, cfg.vocab));
   EXPECT_TRUE(group.ok()) << "staging buffer or events";
   if (!group.ok()) return {};
   for (int r = 0; r < tp; ++r) {
-    Status cut = fabric::slice_weights_for_rank(*rank_weights[r], plan, r);
-    EXPECT_TRUE(cut.ok()) << cut.to_string();
+    auto cut = fabric::rank_model(whole, plan, r);
+    EXPECT_TRUE(cut.ok()) << cut.status().to_string();
     if (!cut.ok()) return {};
     cuda::ModelDeviceOptions mo;
     mo.dspark = false;
-    auto m = cuda::ModelDevice::upload(*rank_weights[r], mo);
+    auto m = cuda::ModelDevice::upload(*cut, mo);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (!m.ok()) return {};
-    rank_weights[r].reset();
     cuda::ForwardOptions fo = forward_options();
     fo.collective = std::make_shared<ThreadCollective>(group, r);
     auto f = cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(*m)), fo);
@@ -282,11 +270,11 @@ TEST_P(TpThreads, RandomWeightsEqualOneGpuBitForBit) {
   auto plan = fabric::make_split_plan(fc_, family::expected_tensors(fc_), tp, fabric::ExpertSplit::expert_parallel);
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   const Prompts prompts = {prompt(40, 0)};
-  static const Logits one = tp1_run(*weights(cfg_, cpu::WeightProfile::random), prompts);
+  static const std::shared_ptr<const family::Model> full = weights(fc_, cpu::WeightProfile::random);
+  static const Logits one = tp1_run(full, prompts);
   ASSERT_EQ(one.size(), 1u);
   ASSERT_EQ(one[0].size(), static_cast<size_t>(40 * cfg_.vocab));
-  const WeightsFn make = [&] { return weights(cfg_, cpu::WeightProfile::random); };
-  expect_equal_to_tp1(tp, tp_run(cfg_, *plan, make, tp, prompts), one, "small preset with 16 heads, random weights");
+  expect_equal_to_tp1(tp, tp_run(cfg_, *plan, *full, tp, prompts), one, "small preset with 16 heads, random weights");
 }
 
 // The gate weights and prompts (docs/numerics.md): TP N equals TP 1 bit for bit on all 8 gate prompts, and
@@ -297,11 +285,10 @@ TEST_P(TpThreads, GateWeightsEqualOneGpuAndPassTheGate) {
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   Prompts prompts;
   for (int k = 0; k < cpu::gate::kPrompts; ++k) prompts.push_back(cpu::gate::prompt(k, cfg_.vocab));
-  static const std::shared_ptr<const family::Model> full = weights(cfg_, cpu::WeightProfile::gate);
-  static const Logits one = tp1_run(*full, prompts);
+  static const std::shared_ptr<const family::Model> full = weights(fc_, cpu::WeightProfile::gate);
+  static const Logits one = tp1_run(full, prompts);
   ASSERT_EQ(one.size(), prompts.size());
-  const WeightsFn make = [&] { return weights(cfg_, cpu::WeightProfile::gate); };
-  const std::vector<RankOut> out = tp_run(cfg_, *plan, make, tp, prompts);
+  const std::vector<RankOut> out = tp_run(cfg_, *plan, *full, tp, prompts);
   expect_equal_to_tp1(tp, out, one, "small preset with 16 heads, gate weights");
   if (out.empty() || !out[0].error.empty()) return;
   const cpu::gate::Verdict v = gpu_testing::whole_model_gate(full, [&](int k) { return out[0].whole[static_cast<size_t>(k)]; });
@@ -337,7 +324,7 @@ const Exl3Case& exl3_case(family::Preset p, const Prompts& prompts) {
   EXPECT_TRUE(w.ok()) << w.status().to_string();
   if (w.ok()) {
     k.weights = *w;
-    k.one = tp1_run(*k.weights, prompts);
+    k.one = tp1_run(k.weights, prompts);
   }
   return cases.emplace(p, std::move(k)).first->second;
 }
@@ -357,8 +344,7 @@ TEST_P(TpThreadsExl3, GateWeightsEqualOneGpuAndPassTheGate) {
   const Exl3Case& k = exl3_case(preset, prompts);
   ASSERT_TRUE(k.weights);
   ASSERT_EQ(k.one.size(), prompts.size());
-  const WeightsFn make = [&] { return cpu::copy_sharing_exl3(*k.weights); };  // encoded once, cut per rank
-  const std::vector<RankOut> out = tp_run(cfg, *plan, make, tp, prompts);
+  const std::vector<RankOut> out = tp_run(cfg, *plan, *k.weights, tp, prompts);  // encoded once, cut per rank
   const std::string what = std::string(family::preset_name(preset)) + " preset with 16 heads, EXL3 gate weights";
   expect_equal_to_tp1(tp, out, k.one, what.c_str());
   if (out.empty() || !out[0].error.empty()) return;

@@ -85,16 +85,14 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   auto plan = make_split_plan(fc, family::expected_tensors(fc), tp, ExpertSplit::expert_parallel);
   CHECK_TRUE(plan.ok(), "split plan: %s", plan.ok() ? "" : plan.status().to_string().c_str());
   if (!plan.ok()) return 1;
-  std::shared_ptr<const family::Model> w = cpu::synthetic_weights(cfg, 1, true);
-  Status cut = slice_weights_for_rank(*w, *plan, rank);
-  CHECK_TRUE(cut.ok(), "%s", cut.to_string().c_str());
+  auto cut = rank_model(*cpu::synthetic_weights(fc, 1, true), *plan, rank);
+  CHECK_TRUE(cut.ok(), "%s", cut.ok() ? "" : cut.status().to_string().c_str());
   if (!cut.ok()) return 1;
   cuda::ModelDeviceOptions mo;
   mo.device = rank;
-  auto model = cuda::ModelDevice::upload(*w, mo);
+  auto model = cuda::ModelDevice::upload(*cut, mo);
   CHECK_TRUE(model.ok(), "upload: %s", model.ok() ? "" : model.status().to_string().c_str());
   if (!model.ok()) return 1;
-  w.reset();
   cuda::ForwardOptions fo;
   fo.max_context = 4096;
   fo.max_rollback = 16;
@@ -189,9 +187,9 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
 
   if (rank == 0) {
     // TP 1 (one GPU, the whole model) and the CPU oracle on the same prompt.
-    std::shared_ptr<const family::Model> full = cpu::synthetic_weights(cfg, 1, true);
+    std::shared_ptr<const family::Model> full = cpu::synthetic_weights(fc, 1, true);
     cuda::ModelDeviceOptions mo1;
-    auto m1 = cuda::ModelDevice::upload(*full, mo1);
+    auto m1 = cuda::ModelDevice::upload(full, mo1);
     CHECK_TRUE(m1.ok(), "TP 1 upload");
     if (!m1.ok()) return 1;
     cuda::ForwardOptions fo1 = fo;
