@@ -24,6 +24,8 @@ struct BackendChoice {
   // the model passed to make_stream_forward is then the rank's slice.
   int device = 0;
   std::shared_ptr<cuda::Collective> collective;
+  bool pin_engram = false;   // CUDA: a locked host copy of the Engram tables instead of their mapped files
+  std::string log_prefix;    // CUDA: load progress and its rate go to stderr with this prefix; empty: silent
 };
 
 // The chosen forward on `model`; `oracle` configures the CPU oracle (its precision, threads).

@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "backends/cpu/forward.h"
-#include "family/deepseek_v41/model.h"
 #include "backends/cpu/synthetic.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
+#include "cli/memory_check.h"
+#include "family/deepseek_v41/model.h"
 #include "family/deepseek_v41/default_model.h"
 #include "family/deepseek_v41/preset.h"
 #include "tokenizer/v41_tokenizer.h"
@@ -91,6 +92,8 @@ int run_main(int argc, char** argv) {
   std::string backend = "cpu";
   app.add_option("--backend", backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")->capture_default_str();
   app.add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
+  MemoryFlags memory;
+  add_memory_flags(app, memory);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -169,6 +172,18 @@ int run_main(int argc, char** argv) {
   bc.name = backend;
   bc.max_context = static_cast<int64_t>(ids.size()) + std::max<int64_t>(max_tokens, forced.size()) + 1;
   bc.max_call_rows = std::max<int64_t>(static_cast<int64_t>(ids.size()), 1);
+  bc.pin_engram = memory.engram == "pinned";
+  bc.log_prefix = "dsv4 run: ";
+  if (backend == "cuda") {  // the memory plan before anything is allocated
+    ServeShape shape;
+    shape.context = bc.max_context;
+    shape.parallel = 1;
+    shape.call_rows = bc.max_call_rows;
+    if (Status st = check_memory(*weights, shape, memory, stderr); !st.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }
   auto fwd = make_stream_forward(bc, weights, opt);
   if (!fwd.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
