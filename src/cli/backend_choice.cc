@@ -19,6 +19,8 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (choice.name == "cpu") {
     cpu::OracleOptions o = oracle;
     o.max_rollback = choice.max_rollback;
+    if (choice.layer_probe) o.layer_probe = choice.layer_probe;
+    if (choice.op_probe) o.op_probe = choice.op_probe;
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> f, cpu::Oracle::create(std::move(model), o));
     return cpu::oracle_stream_forward(std::move(f));
   }
@@ -61,6 +63,8 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   fo.max_call_rows = choice.max_call_rows;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
                         cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
+  if (choice.layer_probe) f->set_layer_probe(choice.layer_probe);
+  if (choice.op_probe) f->set_op_probe(choice.op_probe);
   return cuda::cuda_stream_forward(std::move(f));
 #else
   return error(StatusCode::unimplemented, "--backend cuda: this dsv4 was built without the CUDA backend");
