@@ -1,6 +1,10 @@
 // --backend selection (see backend_choice.h).
 #include "cli/backend_choice.h"
 
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
 #ifdef DSV4_WITH_CUDA
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/forward.h"
@@ -15,6 +19,8 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (choice.name == "cpu") {
     cpu::OracleOptions o = oracle;
     o.max_rollback = choice.max_rollback;
+    if (choice.layer_probe) o.layer_probe = choice.layer_probe;
+    if (choice.op_probe) o.op_probe = choice.op_probe;
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> f, cpu::Oracle::create(std::move(model), o));
     return cpu::oracle_stream_forward(std::move(f));
   }
@@ -26,7 +32,30 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
   cuda::ModelDeviceOptions mo;
   mo.device = choice.device;
+  mo.pin_engram = choice.pin_engram;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  std::mutex mu;
+  if (!choice.log_prefix.empty())
+    mo.staging.progress = [&](const StageProgress& p) {  // at most every 2 s, and the last chunk
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last < std::chrono::seconds(2) && p.bytes_done != p.bytes_total) return;
+      last = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "%suploading weights: %.2f / %.2f GiB (%.2f GiB/s)\n", choice.log_prefix.c_str(),
+                   p.bytes_done / 1073741824.0, p.bytes_total / 1073741824.0, s > 0 ? p.bytes_done / 1073741824.0 / s : 0.0);
+    };
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::upload(model, mo));
+  if (!choice.log_prefix.empty()) {
+    const StageStats& st = m->upload_stats;
+    std::fprintf(stderr,
+                 "%sweights on the device: %.2f GiB; read %.2f GiB from files and %.1f MiB from memory in %.2f s "
+                 "(%.2f GiB/s); Engram tables %s\n",
+                 choice.log_prefix.c_str(), m->weight_bytes() / 1073741824.0, st.file_bytes / 1073741824.0,
+                 st.memory_bytes / 1048576.0, st.seconds, st.seconds > 0 ? st.file_bytes / 1073741824.0 / st.seconds : 0.0,
+                 choice.pin_engram ? "pinned in host memory" : "read from their files per step");
+  }
   cuda::ForwardOptions fo;
   fo.collective = choice.collective;
   fo.max_context = choice.max_context;
@@ -34,6 +63,8 @@ StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendC
   fo.max_call_rows = choice.max_call_rows;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
                         cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
+  if (choice.layer_probe) f->set_layer_probe(choice.layer_probe);
+  if (choice.op_probe) f->set_op_probe(choice.op_probe);
   return cuda::cuda_stream_forward(std::move(f));
 #else
   return error(StatusCode::unimplemented, "--backend cuda: this dsv4 was built without the CUDA backend");

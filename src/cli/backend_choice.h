@@ -2,6 +2,7 @@
 // has the CUDA backend (a clear error otherwise). Both come as one StreamForward.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,12 @@ struct BackendChoice {
   // the model passed to make_stream_forward is then the rank's slice.
   int device = 0;
   std::shared_ptr<cuda::Collective> collective;
+  bool pin_engram = false;   // CUDA: a locked host copy of the Engram tables instead of their mapped files
+  // Hidden states (`run --dump-hidden`): each layer's streams h [rows, C, D] after it, and the named outputs of the
+  // oracle's op_probe ("final_norm" as layer n_layers) on either backend; empty: none.
+  std::function<void(int layer, const std::vector<float>& h)> layer_probe;
+  std::function<void(int layer, const char* op, const std::vector<float>& v)> op_probe;
+  std::string log_prefix;    // CUDA: load progress and its rate go to stderr with this prefix; empty: silent
 };
 
 // The chosen forward on `model`; `oracle` configures the CPU oracle (its precision, threads).

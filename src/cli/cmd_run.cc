@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "backends/cpu/forward.h"
-#include "family/deepseek_v41/model.h"
 #include "backends/cpu/synthetic.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
+#include "cli/memory_check.h"
+#include "core/npz.h"
+#include "family/deepseek_v41/model.h"
 #include "family/deepseek_v41/default_model.h"
 #include "family/deepseek_v41/preset.h"
 #include "tokenizer/v41_tokenizer.h"
@@ -88,9 +90,16 @@ int run_main(int argc, char** argv) {
   app.add_option("--force", force_text, "feed this continuation (comma-separated ids) instead of generating");
   app.add_option("--dump-logits", dump,
                  "write fp32 logits [rows, vocab] of every prompt and generated/forced position to this .npy");
+  std::string dump_hidden;
+  app.add_option("--dump-hidden", dump_hidden,
+                 "write every prompt position's residual streams after each layer (layer_NN [T, hc, hidden] f32), "
+                 "the final norm's output (final_norm [T, hidden]) and the prompt (tokens [T] i32) to this .npz, "
+                 "to find the first layer and position where dsv4 and another implementation part");
   std::string backend = "cpu";
   app.add_option("--backend", backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")->capture_default_str();
   app.add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
+  MemoryFlags memory;
+  add_memory_flags(app, memory);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -169,6 +178,37 @@ int run_main(int argc, char** argv) {
   bc.name = backend;
   bc.max_context = static_cast<int64_t>(ids.size()) + std::max<int64_t>(max_tokens, forced.size()) + 1;
   bc.max_call_rows = std::max<int64_t>(static_cast<int64_t>(ids.size()), 1);
+  bc.pin_engram = memory.engram == "pinned";
+  bc.log_prefix = "dsv4 run: ";
+  if (backend == "cuda") {  // the memory plan before anything is allocated
+    ServeShape shape;
+    shape.context = bc.max_context;
+    shape.parallel = 1;
+    shape.call_rows = bc.max_call_rows;
+    if (Status st = check_memory(*weights, shape, memory, stderr); !st.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }
+  // --dump-hidden: the prompt call's layers and final norm, written as they arrive (one array in memory at a time).
+  NpzWriter hidden;
+  bool in_prompt = false;
+  Status hidden_status;
+  const int64_t C = weights->config.hc_mult, D = weights->config.hidden_size, T = static_cast<int64_t>(ids.size());
+  if (!dump_hidden.empty()) {
+    if (Status st = hidden.open(dump_hidden); !st.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    bc.layer_probe = [&](int layer, const std::vector<float>& h) {
+      if (in_prompt && hidden_status.ok())
+        hidden_status = hidden.add_f32(fmt::format("layer_{:02d}", layer), {T, C, D}, h);
+    };
+    bc.op_probe = [&](int, const char* op, const std::vector<float>& v) {
+      if (in_prompt && hidden_status.ok() && std::string_view(op) == "final_norm")
+        hidden_status = hidden.add_f32("final_norm", {T, D}, v);
+    };
+  }
   auto fwd = make_stream_forward(bc, weights, opt);
   if (!fwd.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
@@ -184,12 +224,23 @@ int run_main(int argc, char** argv) {
   const int32_t s = *opened;
   std::vector<float> all;
   cpu::Piece piece{s, ids, {}};
-  for (size_t i = dump.empty() ? ids.size() - 1 : 0; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
+  const bool every_row = !dump.empty() || !dump_hidden.empty();
+  for (size_t i = every_row ? 0 : ids.size() - 1; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
   const auto t0 = std::chrono::steady_clock::now();
+  in_prompt = true;
   auto r = o.forward({piece});
+  in_prompt = false;
   if (!r.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", r.status().to_string().c_str());
     return 1;
+  }
+  if (!dump_hidden.empty()) {
+    if (hidden_status.ok()) hidden_status = hidden.add_i32("tokens", {T}, ids);
+    if (hidden_status.ok()) hidden_status = hidden.finish();
+    if (!hidden_status.ok()) {
+      std::fprintf(stderr, "dsv4 run: --dump-hidden: %s\n", hidden_status.to_string().c_str());
+      return 1;
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<float> last((*r)[0].logits.end() - V, (*r)[0].logits.end());

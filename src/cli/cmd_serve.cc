@@ -15,6 +15,7 @@
 #include "cache/prompt_cache.h"
 #include "cli/command.h"
 #include "cli/fabric_serve.h"
+#include "cli/memory_check.h"
 #include "cli/tp_cuda.h"
 #include "backends/cpu/lane_backend.h"
 #include "cli/backend_choice.h"
@@ -44,6 +45,7 @@ struct ServeFlags {
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
   FabricFlags fabric;  // --tp and the rank flags (cli/fabric_serve.h)
+  MemoryFlags memory;  // --gpu-memory, --host-memory, --engram (cli/memory_check.h)
 };
 
 void add_flags(CLI::App& app, ServeFlags& f) {
@@ -124,6 +126,7 @@ void add_flags(CLI::App& app, ServeFlags& f) {
                  "FOR TESTS ONLY: time the fake spends 'loading' (health says loading)")
       ->capture_default_str();
   add_fabric_flags(app, f.fabric);
+  add_memory_flags(app, f.memory);
 }
 
 // Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
@@ -169,6 +172,22 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bc.name = flags.backend;
   bc.max_context = flags.context;
   bc.max_call_rows = std::max(bo.max_prefill_rows, bo.max_verify_rows);
+  bc.pin_engram = flags.memory.engram == "pinned";
+  bc.log_prefix = "dsv4 serve: ";
+  if (bc.name == "cuda") {
+    // The memory plan before anything is allocated (every rank checks; rank 0 prints it).
+    ServeShape shape;
+    shape.tp = control != nullptr ? control->world() : 1;
+    shape.context = flags.context;
+    shape.parallel = flags.parallel;
+    shape.call_rows = bc.max_call_rows;
+    shape.prompt_cache_bytes = flags.prompt_cache_mib << 20;
+    std::FILE* out = control == nullptr || control->rank() == 0 ? stderr : nullptr;
+    std::FILE* sink = out ? out : std::fopen("/dev/null", "w");
+    const Status fits = check_memory(*model, shape, flags.memory, sink);
+    if (!out && sink) std::fclose(sink);
+    DSV4_RETURN_IF_ERROR(fits.with_context(dir));
+  }
   // --tp N --backend cuda: this rank's slice on its GPU, joined over NCCL (the CPU oracle runs replicated).
   if (control != nullptr && control->world() > 1 && bc.name == "cuda")
     DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, model, bc));

@@ -1,6 +1,8 @@
 // `dsv4 inspect --plan`: memory plans for one or several --tp, each refused with what would change it.
 #include "cli/inspect_plan.h"
 
+#include "cli/memory_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -11,9 +13,6 @@
 #include "engine/memory_plan.h"
 #include "family/deepseek_v41/tensors.h"
 
-#ifdef DSV4_WITH_CUDA
-#include "backends/cuda/device_info.h"
-#endif
 
 namespace dsv4::cli {
 
@@ -38,8 +37,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--engram", f.engram,
-                 "with --plan: where the Engram tables live: pinned (host copy, what the CUDA backend does), "
-                 "mapped (page cache of the shards), disk (read from SSD)")
+                 "with --plan: where the Engram tables live: mapped (page cache of the shards; the CUDA backend's "
+                 "default), disk (read from SSD), pinned (a locked host copy, serve --engram pinned)")
       ->capture_default_str()
       ->check(CLI::IsMember({"pinned", "mapped", "disk"}));
   app.add_option("--prompt-cache-mib", f.prompt_cache_mib, "with --plan: host RAM of the prompt cache, as serve's")
@@ -50,42 +49,6 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 
 namespace {
 
-StatusOr<int64_t> gpu_memory(const PlanFlags& f) {
-  if (!f.gpu_memory.empty()) return engine::parse_byte_size(f.gpu_memory);
-#ifdef DSV4_WITH_CUDA
-  const std::vector<cuda::DeviceInfo> devices = cuda::list_devices();
-  if (!devices.empty()) {
-    int64_t least = devices[0].memory_bytes;
-    for (const cuda::DeviceInfo& d : devices) least = std::min(least, d.memory_bytes);
-    return least;
-  }
-  return error(StatusCode::invalid_argument, "no CUDA device is visible: give --gpu-memory SIZE (e.g. 80G)");
-#else
-  return error(StatusCode::invalid_argument, "this dsv4 has no CUDA backend to ask: give --gpu-memory SIZE (e.g. 80G)");
-#endif
-}
-
-StatusOr<int64_t> host_memory(const PlanFlags& f) {
-  if (!f.host_memory.empty()) return engine::parse_byte_size(f.host_memory);
-  auto m = engine::host_memory_available();
-  if (!m.ok()) return m.status().with_context("give --host-memory SIZE");
-  return m;
-}
-
-// An EXL3 pack's stored tensors, plus the release's Engram tables (read from the release shards at load).
-StatusOr<std::vector<engine::StoredTensor>> pack_tensors(const std::string& dir, const family::Config& c) {
-  DSV4_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
-  std::vector<engine::StoredTensor> out;
-  for (const std::string& n : ck.names()) {
-    DSV4_ASSIGN_OR_RETURN(TensorView v, ck.tensor(n));
-    out.push_back({n, v.nbytes});
-  }
-  for (const family::TensorSpec& t : family::expected_tensors(c).tensors)
-    if (t.role == family::TensorRole::engram_table || t.role == family::TensorRole::engram_scale)
-      out.push_back({t.name, t.bytes()});
-  return out;
-}
-
 int fail(const Status& s, int code) {
   std::fprintf(stderr, "dsv4 inspect: %s\n", s.to_string().c_str());
   return code;
@@ -94,9 +57,9 @@ int fail(const Status& s, int code) {
 }  // namespace
 
 int run_plan(const PlanFlags& f, const family::Config& config, const std::string& dir, bool exl3_pack) {
-  auto gpu = gpu_memory(f);
+  auto gpu = gpu_memory_bytes(f.gpu_memory);
   if (!gpu.ok()) return fail(gpu.status(), 2);
-  auto host = host_memory(f);
+  auto host = host_memory_bytes(f.host_memory);
   if (!host.ok()) return fail(host.status(), 2);
   engine::MemoryPlanInputs in;
   in.config = config;

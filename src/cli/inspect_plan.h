@@ -20,7 +20,7 @@ struct PlanFlags {
   int64_t context = 4096;
   int32_t parallel = 4;
   int64_t call_rows = 4096;
-  std::string engram = "pinned";
+  std::string engram = "mapped";
   int64_t prompt_cache_mib = 256;
   bool no_drafter = false;
 };

@@ -107,8 +107,8 @@ void finish_plan(MemoryPlan& p) {
     p.notes.push_back("tensor parallelism runs V4.1 weights only so far (fabric/rank_weights.h): serve refuses "
                       "V4-0731 at --tp > 1");
   if (p.share.host_engram > 0 && inputs.engram != EngramPlacement::pinned)
-    p.notes.push_back(fmt::format("Engram {}: the CUDA backend pins the tables today; this placement needs the "
-                                  "loader's support (each token reads 24 rows of 264 B per Engram layer)",
+    p.notes.push_back(fmt::format("Engram {}: the host gathers the rows each step hashes to from the tables' files "
+                                  "(each token reads 24 rows of 264 B per Engram layer)",
                                   engram_placement_name(inputs.engram)));
 }
 

@@ -28,8 +28,9 @@ namespace dsv4::engine {
 
 // Where the Engram tables (V4.1: 2 x 101.4 GB with scales) live while serving.
 enum class EngramPlacement : uint8_t {
-  pinned,  // a page-locked host copy the GPU reads row by row (what the CUDA backend does today)
-  mapped,  // the checkpoint's shards memory-mapped: no anonymous memory, the page cache keeps hot rows
+  pinned,  // a page-locked host copy the GPU reads row by row (serve --engram pinned)
+  mapped,  // the checkpoint's shards memory-mapped, the rows a step hashes to gathered on the host: no anonymous
+           // memory, the page cache keeps hot rows (the CUDA backend's default)
   disk,    // read from SSD per step: no host memory held for them
 };
 std::string_view engram_placement_name(EngramPlacement p);
@@ -66,7 +67,7 @@ struct MemoryPlanInputs {
   int64_t max_rollback = 128;           // rows a stream can be rolled back by (the lane backend's)
   int64_t max_call_rows = 4096;         // rows of one forward call: the prefill chunk (cli/backend_choice.h)
   bool drafter = true;                  // upload the DSpark drafter (V4.1; the 0731 drafter is not run)
-  EngramPlacement engram = EngramPlacement::pinned;
+  EngramPlacement engram = EngramPlacement::mapped;
   int64_t staging_bytes = int64_t{512} << 20;      // pinned load buffers per rank process (2 x 256 MiB)
   int64_t prompt_cache_bytes = int64_t{256} << 20; // serve --prompt-cache-mib, on rank 0's host
   int64_t device_memory = 0;            // bytes per GPU; 0 = unknown (then no verdict)

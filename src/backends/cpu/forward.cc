@@ -238,7 +238,10 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     std::vector<int64_t> rows;
     for (int32_t r : pieces[i].logit_rows) rows.push_back(c.pieces[i].row0 + r);
     std::vector<Acc> logits;
-    head_logits<Acc>(*pool_, cfg, norm, W.head, h.data(), pi, rows, logits, nullptr, hc_head ? &*hc_head : nullptr);
+    Vec normed;
+    head_logits<Acc>(*pool_, cfg, norm, W.head, h.data(), pi, rows, logits, nullptr, hc_head ? &*hc_head : nullptr,
+                     options_.op_probe ? &normed : nullptr);
+    if (options_.op_probe) options_.op_probe(cfg.n_layers, "final_norm", normed);
     out[i].logits.assign(logits.begin(), logits.end());
   }
   // 5. DSpark rings receive one row per main position.

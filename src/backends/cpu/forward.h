@@ -31,8 +31,9 @@ struct OracleOptions {
   // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (per-layer
   // comparisons of other backends against the oracle); empty: nothing is copied.
   std::function<void(int layer, const std::vector<float>& h)> layer_probe;
-  // Tests only: named sub-layer outputs of every backbone layer ("engram" h after Engram, then the
-  // block's "attn.in", "attn.out", "attn.h", "ffn.in", "ffn.out"; see block.h); empty: no copies.
+  // Named sub-layer outputs of every backbone layer ("engram" h after Engram, then the block's "attn.in",
+  // "attn.out", "attn.h", "ffn.in", "ffn.out"; see block.h) and, as layer n_layers, "final_norm" (the head's
+  // normed input [logit rows, D], per piece); tests and `dsv4 run --dump-hidden`. Empty: no copies.
   std::function<void(int layer, const char* op, const std::vector<float>& v)> op_probe;
   // Test-only: every quantization step off (activation quant, window / compressed KV and index
   // QDQ), as Hugging Face transformers' DeepSeek-V4 port computes; see tests/hf/README.md.

@@ -43,7 +43,7 @@ template <typename Acc>
 void head_logits(ThreadPool& pool, const ModelConfig& cfg, const std::vector<float>& norm,
                  const Matrix& head, const float* h, const std::vector<std::vector<Acc>>& pi,
                  const std::vector<int64_t>& rows, std::vector<Acc>& logits, Vec* collapsed = nullptr,
-                 const HcHead* hc = nullptr) {
+                 const HcHead* hc = nullptr, Vec* normed = nullptr) {
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, n = static_cast<int64_t>(rows.size());
   Vec x(n * D), xn(n * D);
@@ -56,6 +56,7 @@ void head_logits(ThreadPool& pool, const ModelConfig& cfg, const std::vector<flo
   logits.resize(n * head.out());
   f32_linear<Acc>(pool, xa.data(), n, head, logits.data());
   if (collapsed) *collapsed = std::move(x);
+  if (normed) *normed = std::move(xn);
 }
 
 }  // namespace dsv4::cpu

@@ -299,6 +299,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
       probe_(l, probe_host);
     }
   }
+  o.layer = cfg.n_layers;  // the head's probes ("final_norm") come as the layer after the last
   if (d.n_logits > 0)
     DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
       if (o.collective) return tp_head_logits(o, M, d.h, d.pi, d.index, d.n_logits, d.logits);  // vocabulary rows, gathered

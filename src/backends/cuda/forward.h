@@ -50,8 +50,9 @@ struct ForwardOptions {
 // layers against the oracle); empty function: no copies.
 using LayerProbe = std::function<void(int layer, const std::vector<float>& h)>;
 
-// Tests only: named sub-layer outputs of one layer ("engram", "attn.in", "attn.out", "attn.h", "ffn.in",
-// "ffn.out"), as the oracle's OracleOptions::op_probe names them.
+// Named sub-layer outputs of one layer ("engram", "attn.in", "attn.out", "attn.h", "ffn.in", "ffn.out") and the
+// head's normed input ("final_norm", as layer n_layers), as the oracle's OracleOptions::op_probe names them
+// (tests, `dsv4 run --dump-hidden`; the forward runs eagerly and synchronizes at every probe while one is set).
 using OpProbe = std::function<void(int layer, const char* op, const std::vector<float>& v)>;
 
 class Forward {

@@ -233,6 +233,7 @@ Status head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16V
   DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(hs, ps, C, n, C, D, norm, cfg.norm_eps, x, xn, c.stream),
                    "hc_collapse_rmsnorm(head)", shape);
   DSV4_CUDA_LAUNCH(f32_linear_either(xn, n, head, head16, logits, c.stream), "f32_linear(head)", shape);
+  DSV4_RETURN_IF_ERROR(op_probe(c, "final_norm", xn, n * D));
   if (collapsed)
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(collapsed, x, n * D * sizeof(float), cudaMemcpyDeviceToDevice,
                                                      c.stream), "copying the collapsed head rows"));

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/block_ops.cuh"
 #include "backends/cuda/check.h"
+#include "backends/cuda/forward_block.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/v4_ops.cuh"
 
@@ -27,6 +28,7 @@ Status head_logits_v4(OpCtx& c, const ModelDevice& M, const float* h, const int6
   DSV4_CUDA_LAUNCH(hc_collapse(hs, pre, C, n, C, D, x, c.stream), "hc_collapse(head)", shape);
   DSV4_CUDA_LAUNCH(rmsnorm_rows(x, n, D, M.norm, cfg.norm_eps, xn, c.stream), "rmsnorm(norm)", shape);
   DSV4_CUDA_LAUNCH(f32_linear_either(xn, n, M.head, M.head16, logits, c.stream), "f32_linear(head)", shape);
+  DSV4_RETURN_IF_ERROR(op_probe(c, "final_norm", xn, n * D));
   return ok_status();
 }
 

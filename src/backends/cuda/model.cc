@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -228,29 +229,7 @@ class ModelUploader {
     e->table_scale = w.engram_table_scale;
     e->table_rows = w.engram_table.dim(0);
     e->dim = static_cast<int>(w.engram_table.dim(1));
-    if (o_.engram == EngramPlacement::pinned && !up_.measuring()) {
-      const size_t cb = static_cast<size_t>(w.engram_table.nbytes), sb = static_cast<size_t>(w.engram_table_scale.nbytes);
-      void* host = nullptr;
-      const cudaError_t err = cudaHostAlloc(&host, cb + sb, cudaHostAllocMapped | cudaHostAllocPortable);
-      if (err != cudaSuccess)
-        return error(StatusCode::resource_exhausted, "{}: pinned host memory for a {}-byte Engram table: {}", name, cb + sb,
-                     cudaGetErrorString(err));
-      m_.pinned.push_back(host);
-      m_.pinned_bytes += cb + sb;
-      for (const auto& [view, at] : {std::pair{&w.engram_table, size_t{0}}, std::pair{&w.engram_table_scale, cb}}) {
-        ReadJob j;
-        j.src = view->data;
-        j.bytes = view->nbytes;
-        for (const TensorStore* s : stores()) {
-          if ((j.file = s->locate(view->data))) break;
-        }
-        DSV4_RETURN_IF_ERROR(read_job(j, static_cast<uint8_t*>(host) + at).with_context(name));
-      }
-      void* dev = nullptr;
-      DSV4_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(&dev, host, 0), name + ": mapping the Engram table"));
-      e->codes = static_cast<const uint8_t*>(dev);
-      e->scales = static_cast<const uint8_t*>(dev) + cb;
-    }
+    if (o_.pin_engram && !up_.measuring()) DSV4_RETURN_IF_ERROR(pin_table(*e, name));
     DSV4_ASSIGN_OR_RETURN(e->wkv, upload(w.engram_wkv, up_, name + ".wkv"));
     const std::vector<float> q = host_floats(w.engram_q_weight), k = host_floats(w.engram_k_weight);
     if (q.size() != k.size()) return error(StatusCode::invalid_argument, "{}: q and k weights differ in size", name);
@@ -258,6 +237,53 @@ class ModelUploader {
     for (size_t i = 0; i < qk.size(); ++i) qk[i] = q[i] * k[i];  // float, as the oracle forms it
     DSV4_ASSIGN_OR_RETURN(e->qk, up_.floats(std::move(qk), name + ".qk"));
     return std::shared_ptr<const EngramDevice>(std::move(e));
+  }
+
+  // --engram pinned: the table's pages locked in host memory and mapped for the device. The mapped file's own pages
+  // are registered (read-only: one copy per host, shared by every process mapping the file); where a system
+  // refuses that, a pinned copy is made instead.
+  Status pin_table(EngramDevice& e, const std::string& name) {
+    // One registration over the pages of both tensors (a shard holds them side by side; registering them apart
+    // would register their shared page twice).
+    constexpr uintptr_t kPage = 4096;
+    const auto lo = [](const TensorView& v) { return reinterpret_cast<uintptr_t>(v.data); };
+    const uintptr_t begin = std::min(lo(e.table), lo(e.table_scale)) & ~(kPage - 1);
+    const uintptr_t end = (std::max(lo(e.table) + e.table.nbytes, lo(e.table_scale) + e.table_scale.nbytes) + kPage - 1) &
+                          ~(kPage - 1);
+    const bool together = end - begin <= static_cast<uintptr_t>(e.table.nbytes + e.table_scale.nbytes) + (uintptr_t{64} << 20);
+    void* base = reinterpret_cast<void*>(begin);
+    if (together && cudaHostRegister(base, end - begin, cudaHostRegisterMapped | cudaHostRegisterPortable |
+                                                            cudaHostRegisterReadOnly) == cudaSuccess) {
+      m_.registered.push_back(base);
+      m_.pinned_bytes += end - begin;
+      void* dev = nullptr;
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(&dev, base, 0), name + ": mapping the Engram table"));
+      e.codes = static_cast<const uint8_t*>(dev) + (lo(e.table) - begin);
+      e.scales = static_cast<const uint8_t*>(dev) + (lo(e.table_scale) - begin);
+      return ok_status();
+    }
+    (void)cudaGetLastError();  // refused (or held apart): a pinned copy instead
+    const size_t cb = static_cast<size_t>(e.table.nbytes), sb = static_cast<size_t>(e.table_scale.nbytes);
+    void* host = nullptr;
+    const cudaError_t err = cudaHostAlloc(&host, cb + sb, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess)
+      return error(StatusCode::resource_exhausted, "{}: pinned host memory for a {}-byte Engram table: {}", name, cb + sb,
+                   cudaGetErrorString(err));
+    m_.pinned.push_back(host);
+    m_.pinned_bytes += cb + sb;
+    for (const auto& [view, at] : {std::pair{&e.table, size_t{0}}, std::pair{&e.table_scale, cb}}) {
+      ReadJob j;
+      j.src = view->data;
+      j.bytes = view->nbytes;
+      for (const TensorStore* s : stores())
+        if ((j.file = s->locate(view->data))) break;
+      DSV4_RETURN_IF_ERROR(read_job(j, static_cast<uint8_t*>(host) + at).with_context(name));
+    }
+    void* dev = nullptr;
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(&dev, host, 0), name + ": mapping the Engram table"));
+    e.codes = static_cast<const uint8_t*>(dev);
+    e.scales = static_cast<const uint8_t*>(dev) + cb;
+    return ok_status();
   }
 
   // A DSpark stage's window-only attention (no compressor, no indexer; plain RoPE).
@@ -425,6 +451,7 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(std::shared_ptr<const
 }
 
 ModelDevice::~ModelDevice() {
+  for (void* p : registered) cudaHostUnregister(p);
   for (void* p : pinned) cudaFreeHost(p);
 }
 

@@ -46,11 +46,6 @@ struct MoeDevice {
   const int32_t* tid2eid = nullptr;  // V4 hash-routed layers: int32 [V, n_active] expert ids
 };
 
-// Where the Engram tables (FP8, 189 GiB for V4.1-Flash) stay: in the page cache of their mapped files, the
-// rows a step hashes to gathered by the host into the call's metadata; or a pinned, device-mapped copy the
-// gather kernel reads in place (no host work per step; the whole table in locked host memory).
-enum class EngramPlacement : uint8_t { mapped, pinned };
-
 // One Engram layer. The table stays in host memory; only the rows a step hashes to reach the device.
 struct EngramDevice {
   family::EngramLayout layout;       // host: this layer's primes, offsets, multipliers (layers[0])
@@ -99,7 +94,10 @@ cudaError_t f32_linear_either(const float* x, int64_t rows, const F32View& w32, 
 struct ModelDeviceOptions {
   int device = 0;
   bool dspark = true;  // upload the drafter when the weights carry one
-  EngramPlacement engram = EngramPlacement::mapped;
+  // Where the Engram tables (FP8, 189 GiB for V4.1-Flash) stay: in their mapped files, the rows a step hashes to
+  // gathered by the host into the call's metadata (false); or a pinned, device-mapped copy the gather kernel reads
+  // in place (true: no host work per step, the whole table in locked host memory).
+  bool pin_engram = false;
   UploadOptions staging;  // pinned staging buffers, reader threads, progress
 };
 
@@ -107,7 +105,7 @@ struct ModelDevice {
   // The device bytes every weight of `m` takes (the arena upload() allocates), without touching the device.
   static StatusOr<size_t> weight_bytes_of(const family::Model& m, const ModelDeviceOptions& o);
   // Uploads the stored bytes of every weight of `m` (a model or one tensor-parallel rank's slice of one)
-  // through pinned staging buffers in file order; the Engram tables stay on the host (o.engram). `m` must
+  // through pinned staging buffers in file order; the Engram tables stay on the host (o.pin_engram). `m` must
   // outlive the ModelDevice when its Engram tables stay mapped.
   static StatusOr<std::unique_ptr<ModelDevice>> upload(std::shared_ptr<const family::Model> m,
                                                        const ModelDeviceOptions& o);
@@ -142,6 +140,7 @@ struct ModelDevice {
   ModelDevice& operator=(const ModelDevice&) = delete;
   std::unique_ptr<Arena> arena;  // every device weight
   std::vector<void*> pinned;     // cudaHostAlloc'ed blocks, freed by the destructor
+  std::vector<void*> registered; // cudaHostRegister'ed pages of mapped Engram tables, unregistered by it
 };
 
 }  // namespace dsv4::cuda

@@ -1,0 +1,125 @@
+// `dsv4 run --dump-hidden` on the tiny preset: the archive holds every layer's streams [T, hc, hidden], the final
+// norm's output [T, hidden] and the prompt, every value finite; and final_norm is the head's input: multiplied by
+// the head's stored weights (the preset's synthetic bf16 head, summed here in double) it gives the logits the run
+// dumps with --dump-logits, row for row.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "backends/cpu/stored.h"
+#include "backends/cpu/synthetic.h"
+#include "cli_testing.h"
+#include "family/deepseek_v41/preset.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t(p[3]) << 24); }
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+struct Array {
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // little-endian elements
+};
+
+// The shape of a .npy header "{'descr': ..., 'shape': (a, b, c), }".
+std::vector<int64_t> npy_shape(const std::string& h) {
+  std::vector<int64_t> s;
+  const size_t a = h.find("'shape': (") + 10, b = h.find(')', a);
+  std::string dims = h.substr(a, b - a);
+  for (size_t i = 0; i < dims.size();) {
+    size_t j = dims.find(',', i);
+    if (j == std::string::npos) j = dims.size();
+    const std::string d = dims.substr(i, j - i);
+    if (d.find_first_not_of(' ') != std::string::npos) s.push_back(std::stoll(d));
+    i = j + 1;
+  }
+  return s;
+}
+
+Array npy_array(const uint8_t* p, size_t n) {
+  const size_t hl = le16(p + 8);
+  return {npy_shape(std::string(reinterpret_cast<const char*>(p) + 10, hl)),
+          std::vector<uint8_t>(p + 10 + hl, p + n)};
+}
+
+// Every array of a stored .npz, by name (without ".npy").
+std::map<std::string, Array> read_npz(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> z((std::istreambuf_iterator<char>(in)), {});
+  std::map<std::string, Array> out;
+  if (z.size() < 22) return out;
+  const uint8_t* eocd = z.data() + z.size() - 22;
+  const uint8_t* p = z.data() + le32(eocd + 16);
+  for (int i = 0; i < le16(eocd + 10); ++i) {
+    const uint32_t size = le32(p + 20), off = le32(p + 42);
+    const uint16_t nl = le16(p + 28);
+    std::string name(reinterpret_cast<const char*>(p + 46), nl);
+    const uint8_t* local = z.data() + off;
+    out[name.substr(0, name.size() - 4)] = npy_array(local + 30 + le16(local + 26) + le16(local + 28), size);
+    p += 46 + nl;
+  }
+  return out;
+}
+
+std::vector<float> floats_of(const Array& a) {
+  std::vector<float> v(a.data.size() / 4);
+  std::memcpy(v.data(), a.data.data(), a.data.size());
+  return v;
+}
+
+TEST(DumpHidden, LayersAndTheHeadsInputOnTiny) {
+  const fs::path dir = fs::temp_directory_path() / ("dsv4_dump_hidden_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string npz = (dir / "h.npz").string(), npy = (dir / "l.npy").string();
+  const auto r = dsv4::cli_testing::run_dsv4("run --preset tiny --seed 3 --ids 5,6,70000,8,9 --max-tokens 1 --threads 2 "
+                                             "--dump-hidden " + npz + " --dump-logits " + npy);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto arrays = read_npz(npz);
+  const dsv4::family::Config c = dsv4::family::preset_config(dsv4::family::Preset::tiny, dsv4::family::Variant::v41);
+  const int64_t T = 5, C = c.hc_mult, D = c.hidden_size, V = c.vocab_size;
+  ASSERT_EQ(arrays.size(), static_cast<size_t>(c.num_hidden_layers) + 2);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string n = fmt::format("layer_{:02d}", l);
+    ASSERT_TRUE(arrays.count(n)) << n;
+    EXPECT_EQ(arrays.at(n).shape, (std::vector<int64_t>{T, C, D})) << n;
+    for (float x : floats_of(arrays.at(n))) ASSERT_TRUE(std::isfinite(x)) << n;
+  }
+  EXPECT_NE(arrays.at("layer_00").data, arrays.at("layer_01").data);
+  ASSERT_EQ(arrays.at("tokens").shape, std::vector<int64_t>{T});
+  std::vector<int32_t> toks(T);
+  std::memcpy(toks.data(), arrays.at("tokens").data.data(), 4 * T);
+  EXPECT_EQ(toks, (std::vector<int32_t>{5, 6, 70000, 8, 9}));
+  ASSERT_EQ(arrays.at("final_norm").shape, (std::vector<int64_t>{T, D}));
+  const std::vector<float> xn = floats_of(arrays.at("final_norm"));
+  // The dumped logits: T prompt rows, then the generated one.
+  std::ifstream in(npy, std::ios::binary);
+  const std::vector<uint8_t> lb((std::istreambuf_iterator<char>(in)), {});
+  const Array logits = npy_array(lb.data(), lb.size());
+  ASSERT_EQ(logits.shape, (std::vector<int64_t>{T + 1, V}));
+  const std::vector<float> lv = floats_of(logits);
+  // The head's stored bf16 weights of the same synthetic model (`run --preset tiny --seed 3`).
+  const auto m = dsv4::cpu::synthetic_weights(c, 3, true);
+  std::vector<float> row(D);
+  double worst = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    dsv4::cpu::floats_at(m->weights.head.weight, v * D, D, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < D; ++k) s += double(xn[t * D + k]) * row[k], mag += std::fabs(double(xn[t * D + k]) * row[k]);
+      worst = std::max(worst, std::fabs(s - lv[t * V + v]) / (mag + 1e-30));
+    }
+  }
+  // The oracle sums 256 float products in float (8 interleaved partial sums): relative error ~1e-7 of sum |x·w|.
+  EXPECT_LT(worst, 1e-5);
+  fs::remove_all(dir);
+}
+
+}  // namespace
