@@ -381,14 +381,14 @@ TEST(ForwardOps, EngramMatchesOracle) {
     ThreadPool pool(1);
     cpu::engram_apply<float>(pool, E, R, table_rows.data(), nullptr, rows, C, D, cfg.norm_eps, cfg.act_block,
                              ref.data());
-    for (const EngramPlacement placement : {EngramPlacement::pinned, EngramPlacement::mapped}) {
-      SCOPED_TRACE(placement == EngramPlacement::pinned ? "pinned table" : "mapped table, rows gathered on the host");
+    for (const bool pinned : {true, false}) {
+      SCOPED_TRACE(pinned ? "pinned table" : "mapped table, rows gathered on the host");
       ModelDeviceOptions mo;
-      mo.engram = placement;
+      mo.pin_engram = pinned;
       auto m = ModelDevice::upload(w, mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       const EngramDevice& ED = *(*m)->layers[layer].engram;
-      ASSERT_EQ(ED.codes != nullptr, placement == EngramPlacement::pinned);
+      ASSERT_EQ(ED.codes != nullptr, pinned);
       std::vector<int64_t> index = table_rows;
       std::vector<uint8_t> codes, scales;
       if (!ED.codes) {  // the hashed rows in call order; the kernel then reads rows 0..n-1 of the gathered arrays
