@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "backends/cpu/gate.h"
 #include "backends/cpu/gate_checkpoint.h"
@@ -31,6 +32,7 @@ int run_synth(int argc, char** argv) {
   std::string preset_s, variant_s = "v41", out, format = "release", engram_out, profile = "random", sparse_s = "none";
   uint64_t seed = 0;
   int64_t layers = 0;
+  int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   bool list = false, no_sync = false;
   app.add_option("--preset", preset_s, "tiny (CPU, seconds, every layer role), small (CPU-friendly) or full "
                                        "(the release shape: 510 GB for v41, 167 GB for v4-0731; free space is checked first)")->required();
@@ -55,6 +57,9 @@ int run_synth(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "all", "engram"}))->capture_default_str();
   app.add_option("--layers", layers, "keep only the first N >= 1 backbone layers at the preset's full width (head, "
                                      "final norm and DSpark stages stay; layer roles cut as docs/synth.md says)");
+  app.add_option("--threads", threads, "shards generated and written at once (--profile random --format release; "
+                                       "default: the CPU count, at most 16)")
+      ->check(CLI::Range(1, 256))->capture_default_str();
   app.add_flag("--no-sync", no_sync, "skip fsync of the written files (faster, for throwaway output)");
   try {
     app.parse(argc, argv);
@@ -164,8 +169,9 @@ int run_synth(int argc, char** argv) {
   o.seed = seed;
   o.sync = !no_sync;
   o.sparse = sparse;
+  o.threads = threads;
   o.progress = [](const SynthProgress& p) {
-    std::fprintf(stderr, "\rsynth: shard %d/%d  %.1f / %.1f MB", p.shard, p.num_shards, p.bytes_done / 1e6,
+    std::fprintf(stderr, "\rsynth: %d/%d shards  %.1f / %.1f MB", p.shard, p.num_shards, p.bytes_done / 1e6,
                  p.bytes_total / 1e6);
     if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
     std::fflush(stderr);

@@ -21,8 +21,11 @@ DSV4_HD inline uint8_t f32_to_e2m1(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7;
-  uint32_t c = narrow_rne_code(a, 1, 1);
-  if (c > 0x7u) c = 0x7u;
+  // The magnitude's code is the number of rounding boundaries at or below it: the midpoints between
+  // neighbouring magnitudes, each tie going to the even code (> where the lower code is even).
+  const float m = f32_from_bits(a);
+  const uint32_t c = static_cast<uint32_t>(m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) +
+                     (m >= 3.5f) + (m > 5.0f);
   return static_cast<uint8_t>(((u >> 28) & 0x8u) | c);
 }
 

@@ -275,7 +275,7 @@ std::string shard_file_name(int index, int count) {
   return fmt::format("model-{:05d}-of-{:05d}.safetensors", index, count);
 }
 
-Status ShardedSafetensorsWriter::write_shard(const std::string& file_name, const SafetensorsWriter& shard) {
+Status ShardedSafetensorsWriter::reserve(const std::string& file_name, const SafetensorsWriter& shard) {
   constexpr std::string_view kSuffix = ".safetensors";
   if (file_name.empty() || file_name.find('/') != std::string::npos || file_name == "." ||
       file_name == ".." || file_name.size() <= kSuffix.size() ||
@@ -283,6 +283,7 @@ Status ShardedSafetensorsWriter::write_shard(const std::string& file_name, const
     return error(StatusCode::invalid_argument, "shard file name '{}' is not a plain *.safetensors name",
                  file_name);
   }
+  std::lock_guard<std::mutex> lock(mu_);
   if (files_.count(file_name) != 0) {
     return error(StatusCode::invalid_argument, "shard '{}' written twice", file_name);
   }
@@ -293,12 +294,31 @@ Status ShardedSafetensorsWriter::write_shard(const std::string& file_name, const
                    it.name, prev->second);
     }
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return error(StatusCode::unavailable, "{}: cannot create directory: {}", dir_, ec.message());
-  DSV4_RETURN_IF_ERROR(shard.write((std::filesystem::path(dir_) / file_name).string(), options_));
   files_.insert(file_name);
   for (const auto& it : shard.tensors()) weight_map_.emplace(it.name, file_name);
+  return ok_status();
+}
+
+void ShardedSafetensorsWriter::release(const std::string& file_name, const SafetensorsWriter& shard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  files_.erase(file_name);
+  for (const auto& it : shard.tensors()) {
+    auto at = weight_map_.find(it.name);
+    if (at != weight_map_.end() && at->second == file_name) weight_map_.erase(at);
+  }
+}
+
+Status ShardedSafetensorsWriter::write_shard(const std::string& file_name, const SafetensorsWriter& shard) {
+  DSV4_RETURN_IF_ERROR(reserve(file_name, shard));
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  Status st = ec ? error(StatusCode::unavailable, "{}: cannot create directory: {}", dir_, ec.message())
+                 : shard.write((std::filesystem::path(dir_) / file_name).string(), options_);
+  if (!st.ok()) {
+    release(file_name, shard);
+    return st;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   total_size_ += shard.payload_bytes();
   return ok_status();
 }

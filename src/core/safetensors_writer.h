@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -113,9 +114,10 @@ Status write_sparse_file_atomically(const std::string& path, bool sync,
 // "model-00003-of-00048.safetensors" (1-based index).
 std::string shard_file_name(int index, int count);
 
-// Writes a sharded checkpoint: shard files one at a time, then model.safetensors.index.json with
-// metadata.total_size (sum of payload bytes) and the weight_map. Only the shard being written
-// needs its descriptions in memory.
+// Writes a sharded checkpoint: shard files, then model.safetensors.index.json with
+// metadata.total_size (sum of payload bytes) and the weight_map. Only the shards being written
+// need their descriptions in memory. write_shard may be called from several threads at once (each
+// writes its own file; the names are checked and reserved under a lock).
 class ShardedSafetensorsWriter {
  public:
   explicit ShardedSafetensorsWriter(std::string dir, SafetensorsWriteOptions options = {})
@@ -131,6 +133,11 @@ class ShardedSafetensorsWriter {
   const std::map<std::string, std::string>& weight_map() const { return weight_map_; }
 
  private:
+  // Checks `file_name` and the shard's tensor names and reserves them (under the lock).
+  Status reserve(const std::string& file_name, const SafetensorsWriter& shard);
+  void release(const std::string& file_name, const SafetensorsWriter& shard);
+
+  std::mutex mu_;
   std::string dir_;
   SafetensorsWriteOptions options_;
   std::map<std::string, std::string> weight_map_;  // tensor name -> shard file name

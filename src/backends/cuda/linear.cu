@@ -142,12 +142,27 @@ cudaError_t launch_stream(const float* x, int64_t rows, const LowpWeight (&W)[NW
                     n_items, tiles, act_block, L);
 }
 
+// Whether the row kernel that `rows` rows of nw weights [out, in] would take (streaming or one CTA per
+// 16-column tile) fits shared memory: it stages each pass's rows over its whole slice of K, so a wide K
+// at 8 rows a pass (DSpark's main_proj, K = 3 x 5120) does not.
+template <Fmt F>
+bool row_kernel_fits(int64_t in, int act_block, int64_t rows, int nw, int64_t out) {
+  const int64_t tiles = (out + 15) / 16;
+  const size_t bytes = lowp::use_stream(rows, (rows + lowp::kPassRows - 1) / lowp::kPassRows * tiles, caps().sms)
+                           ? lowp::stream_layout<F>(in, act_block, rows, nw, caps()).bytes()
+                           : lowp::tile_layout<F>(in, act_block, rows, nw, tiles, caps()).bytes();
+  return bytes <= static_cast<size_t>(smem_optin());
+}
+
 template <Fmt F>
 cudaError_t launch(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
   if (bad_shape(x, rows, W, act_block)) return cudaErrorInvalidValue;
   if (rows == 0 || W.out == 0) return cudaSuccess;
   // The K split is the shape's (part of every element's arithmetic); rows only size the staging.
-  if (rows > prefill_rows(W.out)) return launch_prefill<F>(x, rows, W, act_block, y, s);  // speed only: same bits
+  // Speed only, same bits: the prefill tiles above prefill_rows, and where a row kernel's staging of the
+  // rows would not fit shared memory.
+  if (rows > prefill_rows(W.out) || !row_kernel_fits<F>(W.in, act_block, rows, 1, W.out))
+    return launch_prefill<F>(x, rows, W, act_block, y, s);
   const int64_t tiles = (W.out + 15) / 16;
   if (lowp::use_stream(rows, (rows + lowp::kPassRows - 1) / lowp::kPassRows * tiles, caps().sms)) {
     // speed only: the streaming kernel gives every element the row tile's bits
@@ -175,7 +190,9 @@ cudaError_t fp8_linear(const float* x, int64_t rows, const Fp8View& W, int act_b
 
 cudaError_t fp8_linear_pair(const float* x, int64_t rows, const Fp8View& W1, const Fp8View& W3, int act_block,
                             float* y1, float* y3, cudaStream_t s) {
-  if (W1.exl3 || W3.exl3 || rows > prefill_rows(W1.out)) {  // two launches: the same bits
+  if (W1.exl3 || W3.exl3 || rows > prefill_rows(W1.out) ||
+      (act_block > 0 && W1.in % act_block == 0 && !row_kernel_fits<Fmt::fp8>(W1.in, act_block, rows, 2, W1.out))) {
+    // two launches: the same bits
     const cudaError_t e = fp8_linear(x, rows, W1, act_block, y1, s);
     return e != cudaSuccess ? e : fp8_linear(x, rows, W3, act_block, y3, s);
   }

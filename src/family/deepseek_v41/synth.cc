@@ -6,7 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <memory>
 #include <system_error>
 #include <utility>
@@ -14,6 +19,7 @@
 #include "core/safetensors_writer.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/v41_tokenizer.h"
+#include "family/deepseek_v41/synth_prefetch.h"
 #include "family/deepseek_v41/synth_values.h"
 #include "family/deepseek_v41/tensors.h"
 
@@ -105,6 +111,8 @@ int64_t synth_disk_bytes(const Config& c, SynthSparse sparse) {
 
 namespace {
 
+constexpr int64_t kPrefetchWindow = int64_t{128} << 20;  // bytes generated ahead per shard writer
+
 std::string human_bytes(int64_t b) {
   return b >= 1000000000 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
 }
@@ -149,6 +157,7 @@ TensorSource synthetic_tensor_source(const Config& c, uint64_t seed) {
     return ok_status();
   };
   s.origin = fmt::format("dsv4 synth, seed {}", seed);
+  s.concurrent = true;  // synth_bytes is a pure function of its arguments
   return s;
 }
 
@@ -169,29 +178,72 @@ StatusOr<SynthResult> write_checkpoint(const Config& c, const std::string& dir, 
   wo.sync = o.sync;
   ShardedSafetensorsWriter sharded(dir, wo);
   SynthResult result;
-  size_t i = 0;
+  // Each shard's first tensor: shards are written by `workers` threads taking the next unwritten one.
+  std::vector<size_t> first(static_cast<size_t>(table.num_shards) + 2, table.tensors.size());
+  for (size_t i = table.tensors.size(); i-- > 0;) first[static_cast<size_t>(table.tensors[i].shard)] = i;
+  for (int32_t shard = table.num_shards; shard >= 1; --shard)
+    first[static_cast<size_t>(shard)] = std::min(first[static_cast<size_t>(shard)], first[static_cast<size_t>(shard) + 1]);
+  std::mutex mu;  // result, done, written, failure
   int64_t done = 0;
-  for (int32_t shard = 1; shard <= table.num_shards; ++shard) {
+  int32_t written = 0;
+  Status failure = ok_status();
+  std::atomic<int32_t> next{1};
+  const int workers = src.concurrent ? std::clamp(o.threads, 1, std::max(table.num_shards, 1)) : 1;
+  std::atomic<int> writing{0};  // shards being written: each one's generation helpers share o.threads
+  auto write_one = [&](int32_t shard) -> Status {
     SafetensorsWriter w;
     w.set_metadata("format", "pt");
-    for (; i < table.tensors.size() && table.tensors[i].shard == shard; ++i) {
+    std::vector<const TensorSpec*> generated;
+    for (size_t i = first[static_cast<size_t>(shard)]; i < first[static_cast<size_t>(shard) + 1]; ++i)
+      if (!synth_hole(o.sparse, table.tensors[i])) generated.push_back(&table.tensors[i]);
+    // With threads to spare, the shard's tensors are generated ahead of the writer by several threads.
+    std::optional<TensorPrefetch> ahead;
+    if (workers > 1)
+      ahead.emplace(generated, src, [&] { return o.threads / std::max(writing.load(), 1); }, kPrefetchWindow);
+    size_t k = 0;
+    for (size_t i = first[static_cast<size_t>(shard)]; i < first[static_cast<size_t>(shard) + 1]; ++i) {
       const TensorSpec* t = &table.tensors[i];
       if (synth_hole(o.sparse, *t)) {
         DSV4_RETURN_IF_ERROR(w.add_hole(t->name, t->dtype, t->shape));
         continue;
       }
-      DSV4_RETURN_IF_ERROR(w.add_generated(t->name, t->dtype, t->shape, [&src, t](int64_t off, std::span<uint8_t> out) {
-        return src.fill(*t, off, out);
-      }));
+      TensorFill fill = [&src, t](int64_t off, std::span<uint8_t> out) { return src.fill(*t, off, out); };
+      if (ahead) fill = [&ahead, k](int64_t off, std::span<uint8_t> out) { return ahead->fill(k, off, out); };
+      ++k;
+      DSV4_RETURN_IF_ERROR(w.add_generated(t->name, t->dtype, t->shape, std::move(fill)));
     }
     const std::string file = table.shard_file(shard);
     DSV4_RETURN_IF_ERROR(sharded.write_shard(file, w));
     if (w.hole_bytes() > 0) DSV4_RETURN_IF_ERROR(check_holes_kept(dir + "/" + file, w.hole_bytes()));
+    std::lock_guard<std::mutex> lock(mu);
     done += w.payload_bytes();
     result.hole_bytes += w.hole_bytes();
     result.tensors += static_cast<int64_t>(w.tensors().size());
-    if (o.progress) o.progress({shard, table.num_shards, file, done, total});
+    if (o.progress) o.progress({++written, table.num_shards, file, done, total});
+    return ok_status();
+  };
+  auto worker = [&] {
+    for (int32_t shard = next++; shard <= table.num_shards; shard = next++) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure.ok()) return;
+      }
+      ++writing;
+      Status st = write_one(shard);
+      --writing;
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.ok()) failure = std::move(st);
+        return;
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (int k = 1; k < workers; ++k) pool.emplace_back(worker);
+    worker();
   }
+  DSV4_RETURN_IF_ERROR(failure);
   DSV4_RETURN_IF_ERROR(sharded.finish());
   DSV4_RETURN_IF_ERROR(write_text(dir + "/config.json", config_to_json(c), o.sync));
   if (c.has_engram()) {

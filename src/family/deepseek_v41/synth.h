@@ -21,7 +21,7 @@ namespace dsv4::family {
 inline constexpr int kSynthFormatVersion = 3;
 
 struct SynthProgress {
-  int32_t shard = 0;        // 1-based, the shard just written
+  int32_t shard = 0;        // shards written so far (1-based; with threads > 1 not the index of `file`)
   int32_t num_shards = 0;
   std::string file;
   int64_t bytes_done = 0;   // payload bytes written so far
@@ -46,7 +46,9 @@ struct SynthOptions {
   uint64_t seed = 0;  // of the random values (write_checkpoint takes its bytes from its source instead)
   bool sync = true;  // fsync files (off for throwaway test output)
   SynthSparse sparse = SynthSparse::none;  // holes instead of the source's bytes (the source is not asked)
-  std::function<void(const SynthProgress&)> progress;  // called after each shard
+  // Shards written at once when the source allows it (TensorSource::concurrent); 1 writes them in order.
+  int threads = 1;
+  std::function<void(const SynthProgress&)> progress;  // called after each shard, from one thread at a time
 };
 
 struct SynthResult {
@@ -76,6 +78,8 @@ struct TensorSource {
   std::optional<EngramTokenMap> engram_token_map;
   // Where the values come from, as recorded in an EXL3 pack's engram_shards.json ("dsv4 synth, seed 0").
   std::string origin;
+  // Whether `fill` may run on several threads at once (SynthOptions::threads).
+  bool concurrent = false;
 };
 
 // The random values of `c` for `seed` (synth_values.h): what write_synthetic_checkpoint writes.

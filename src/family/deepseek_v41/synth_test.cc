@@ -168,10 +168,20 @@ TEST(Synth, TinyV4ValidatesAndHashTableIsValid) {
 }
 
 TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
+  // `b` is written by 4 threads taking shards out of order: the files must not change.
   const Config c = tiny_small_vocab();
   const std::string a = temp_dir("a"), b = temp_dir("b"), d = temp_dir("d");
   ASSERT_TRUE(write_synthetic_checkpoint(c, a, fast(11)).ok());
-  ASSERT_TRUE(write_synthetic_checkpoint(c, b, fast(11)).ok());
+  SynthOptions threaded = fast(11);
+  threaded.threads = 4;
+  int32_t calls = 0, last = 0;
+  threaded.progress = [&](const SynthProgress& p) {
+    ++calls;
+    EXPECT_EQ(p.shard, last + 1);  // counts written shards, one call at a time
+    last = p.shard;
+  };
+  ASSERT_TRUE(write_synthetic_checkpoint(c, b, threaded).ok());
+  EXPECT_EQ(calls, 18);
   ASSERT_TRUE(write_synthetic_checkpoint(c, d, fast(12)).ok());
   int files = 0;
   for (const auto& e : fs::directory_iterator(a)) {

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/bf16.h"
 #include "core/quant.h"
@@ -20,6 +22,13 @@ uint64_t splitmix64(uint64_t z) {
 }
 
 uint64_t hash_at(uint64_t key, uint64_t i) { return splitmix64(key ^ splitmix64(i)); }
+
+// The sum of the hash's four 16-bit fields, each + 0.5, / 65536, as U(0,1) draws: (sum + 2) / 65536 is
+// exact in double (as is every partial sum), so the integer sum gives the bits of adding them one by one.
+inline double noise_of(uint64_t h) {
+  const uint64_t sum = (h & 0xFFFF) + ((h >> 16) & 0xFFFF) + ((h >> 32) & 0xFFFF) + (h >> 48);
+  return ((static_cast<double>(sum) + 2.0) / 65536.0 - 2.0) * 1.7320508075688772;  // sum of 4 U(0,1): variance 1/3
+}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -62,8 +71,15 @@ double element_value(const Config& c, const TensorSpec& t, const SynthDistributi
 
 void fill_floats(const Config& c, const TensorSpec& t, const SynthDistribution& d, uint64_t key, int64_t first,
                  std::span<float> out) {
+  if (t.role == TensorRole::hc_base) {
+    for (size_t j = 0; j < out.size(); ++j)
+      out[j] = static_cast<float>(element_value(c, t, d, key, first + static_cast<int64_t>(j)));
+    return;
+  }
+  // element_value with the mean of every other role, a constant.
+  const double mean = d.mean, std = d.std;
   for (size_t j = 0; j < out.size(); ++j)
-    out[j] = static_cast<float>(element_value(c, t, d, key, first + static_cast<int64_t>(j)));
+    out[j] = static_cast<float>(mean + std * noise_of(hash_at(key, static_cast<uint64_t>(first) + j)));
 }
 
 // FP8 weight [out, in] with B x B tiles: codes and scales of tile row `tr`.
@@ -78,6 +94,54 @@ void fp8_tile_row(const Config& c, const TensorSpec& w, uint64_t seed, int64_t t
   quant_fp8_weight(vals, rows, in, static_cast<int>(B), codes, scales);
 }
 
+// A quantized weight's codes and scales, generated whole: its weight and scale tensors are asked for in
+// chunks, one after the other, and each needs every value of the weight. Each thread keeps the last one.
+struct Quantized {
+  uint64_t key = 0;
+  std::string name;
+  std::vector<uint8_t> codes, scales;
+};
+
+constexpr int64_t kWholeTensorBytes = int64_t{256} << 20;  // larger weights are generated per row range
+
+// `w`'s codes and scales (fp8 tiles, or the 32-element blocks of rows of fp4 weights and Engram tables)
+// when its codes are at most kWholeTensorBytes; nullptr otherwise.
+const Quantized* whole_quantized(const Config& c, const TensorSpec& w, uint64_t seed) {
+  if (w.bytes() > kWholeTensorBytes) return nullptr;
+  thread_local Quantized q;
+  const uint64_t key = synth_stream_key(seed, w.name);
+  if (!q.name.empty() && q.key == key && q.name == w.name) return &q;
+  q.name.clear();
+  q.key = key;
+  q.codes.assign(static_cast<size_t>(w.bytes()), 0);
+  if (w.role == TensorRole::fp8_weight) {
+    const int64_t B = c.quant.weight_block_out, in = w.shape[1], tile_rows = (w.shape[0] + B - 1) / B;
+    const int64_t per_tile_row = (in + B - 1) / B;
+    q.scales.assign(static_cast<size_t>(tile_rows * per_tile_row), 0);
+    std::vector<uint8_t> codes, scales;
+    for (int64_t tr = 0; tr < tile_rows; ++tr) {
+      fp8_tile_row(c, w, seed, tr, codes, scales);
+      std::memcpy(q.codes.data() + tr * B * in, codes.data(), codes.size());
+      std::memcpy(q.scales.data() + tr * per_tile_row, scales.data(), scales.size());
+    }
+  } else {
+    const bool fp4 = w.role == TensorRole::fp4_weight;
+    const int64_t in = fp4 ? w.shape[1] * 2 : w.shape[1], row_codes = fp4 ? in / 2 : in, row_scales = in / 32;
+    q.scales.assign(static_cast<size_t>(w.shape[0] * row_scales), 0);
+    const SynthDistribution d = synth_distribution(c, w);
+    std::vector<float> vals(static_cast<size_t>(in));
+    for (int64_t r = 0; r < w.shape[0]; ++r) {
+      fill_floats(c, w, d, key, r * in, vals);
+      std::span<uint8_t> codes(q.codes.data() + r * row_codes, static_cast<size_t>(row_codes));
+      std::span<uint8_t> scales(q.scales.data() + r * row_scales, static_cast<size_t>(row_scales));
+      if (fp4) quant_fp4_ue8m0(vals, 32, codes, scales);
+      else quant_fp8_ue8m0(vals, 32, codes, scales);
+    }
+  }
+  q.name = w.name;
+  return &q;
+}
+
 }  // namespace
 
 uint64_t synth_stream_key(uint64_t seed, std::string_view name) {
@@ -86,12 +150,7 @@ uint64_t synth_stream_key(uint64_t seed, std::string_view name) {
   return splitmix64(h ^ splitmix64(seed));
 }
 
-double synth_noise(uint64_t key, uint64_t i) {
-  const uint64_t h = hash_at(key, i);
-  double s = 0;
-  for (int k = 0; k < 4; ++k) s += (static_cast<double>((h >> (16 * k)) & 0xFFFF) + 0.5) / 65536.0;
-  return (s - 2.0) * 1.7320508075688772;  // sum of 4 U(0,1): variance 1/3
-}
+double synth_noise(uint64_t key, uint64_t i) { return noise_of(hash_at(key, i)); }
 
 SynthDistribution synth_distribution(const Config& c, const TensorSpec& t) {
   switch (t.role) {
@@ -124,6 +183,26 @@ std::vector<uint8_t> synth_rows(const Config& c, const TensorTable& table, const
   std::vector<uint8_t> out(static_cast<size_t>((r1 - r0) * row_bytes));
   if (r1 <= r0) return out;
   const uint64_t key = synth_stream_key(seed, t.name);
+  switch (t.role) {
+    case TensorRole::fp8_weight:
+    case TensorRole::fp8_scale:
+    case TensorRole::fp4_weight:
+    case TensorRole::fp4_scale:
+    case TensorRole::engram_table:
+    case TensorRole::engram_scale: {
+      const bool is_scale = t.role == TensorRole::fp8_scale || t.role == TensorRole::fp4_scale ||
+                            t.role == TensorRole::engram_scale;
+      const TensorSpec* w = is_scale ? table.find(weight_name_of(t.name)) : &t;
+      DSV4_CHECK(w != nullptr);
+      if (const Quantized* q = whole_quantized(c, *w, seed)) {
+        const std::vector<uint8_t>& src = is_scale ? q->scales : q->codes;
+        std::memcpy(out.data(), src.data() + r0 * row_bytes, out.size());
+        return out;
+      }
+      break;
+    }
+    default: break;
+  }
   switch (t.role) {
     case TensorRole::fp8_weight: {
       const int64_t B = c.quant.weight_block_out;
