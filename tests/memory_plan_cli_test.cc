@@ -69,7 +69,7 @@ TEST_F(MemoryPlanCli, OneGpuIsRefusedWithTheNumbers) {
 
 // Eight 141 GiB GPUs hold 39.66 GiB of weights each with room to spare; the host pins the 188.83 GiB of tables.
 TEST_F(MemoryPlanCli, EightH200sFit) {
-  const CliRun r = plan("--tp 8 --gpu-memory 141G --host-memory 1T");
+  const CliRun r = plan("--tp 8 --gpu-memory 141G --host-memory 1T --engram pinned");
   EXPECT_EQ(exit_code(r), 0) << r.out;
   EXPECT_TRUE(has(r.out, "verdict: fits")) << r.out;
   EXPECT_TRUE(has(r.out, "Engram pinned 188.83")) << r.out;
@@ -171,7 +171,7 @@ TEST_F(MemoryPlanCli, Exl3PackDirectory) {
   SafetensorsWriteOptions o;
   o.sync = false;
   ASSERT_TRUE(w.write((pack / "model.safetensors").string(), o).ok());
-  const CliRun r = run_dsv4("inspect " + pack.string() + " --plan --tp 2 --gpu-memory 80G --host-memory 1T");
+  const CliRun r = run_dsv4("inspect " + pack.string() + " --plan --tp 2 --gpu-memory 80G --host-memory 1T --engram pinned");
   EXPECT_EQ(exit_code(r), 0) << r.out;
   EXPECT_TRUE(has(r.out, "EXL3 pack")) << r.out;
   EXPECT_TRUE(has(r.out, "Engram pinned 188.83")) << r.out;

@@ -37,7 +37,9 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 //   metadata 10,485,760; total 13,279,739,408;
 // - runtime: 1 GiB context + 256 MiB graphs + 1 GiB NCCL = 2,415,919,104; margin 2% of the sum above.
 TEST(MemoryPlan, V41Tp8ByHand) {
-  auto p = plan_memory(v41(8, 65536, 4));
+  MemoryPlanInputs in = v41(8, 65536, 4);
+  in.engram = EngramPlacement::pinned;
+  auto p = plan_memory(in);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p->stream_bytes, 67284992);
   EXPECT_EQ(p->stream_bytes_per_position, 890);
@@ -62,6 +64,17 @@ TEST(MemoryPlan, V41Tp8ByHand) {
   EXPECT_EQ(p->host.runtime, 8 * kGiB);
   EXPECT_EQ(p->host.history, 8 * 4 * 65536 * 8);
   EXPECT_EQ(p->host.need(), 202758032400 + 12 * kGiB + 16 * kMiB + 256 * kMiB);
+}
+
+// Without --engram the tables stay mapped from their files: no anonymous host memory for them, the same GPU plan.
+TEST(MemoryPlan, EngramMappedByDefault) {
+  auto p = plan_memory(v41(8, 65536, 4));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->inputs.engram, EngramPlacement::mapped);
+  EXPECT_EQ(p->host.engram, 0);
+  EXPECT_EQ(p->host.engram_page_cache, 202758032400);
+  EXPECT_EQ(p->host.need(), 12 * kGiB + 16 * kMiB + 256 * kMiB);
+  for (const RankMemory& r : p->ranks) EXPECT_EQ(r.weights, 42579942312);
 }
 
 // One GPU of 80 GiB holds less than a third of the 286.8 GiB of weights: refused, naming the numbers and --tp 8
@@ -108,6 +121,7 @@ TEST(MemoryPlan, RefusesPinnedEngramOnASmallHost) {
   MemoryPlanInputs in = v41(8, 4096, 4);
   in.device_memory = *parse_byte_size("141G");
   in.host_memory = *parse_byte_size("64G");
+  in.engram = EngramPlacement::pinned;
   auto p = plan_memory(in);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_TRUE(p->devices_fit());
