@@ -1,9 +1,9 @@
 // The lane core on the CPU oracle (tiny preset): DSpark acceptance and tokens per verify; cached vs fresh prompts.
 #include <benchmark/benchmark.h>
 
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/synthetic.h"
-#include "backends/cpu/lane_backend.h"
+#include "backends/cpu/oracle_forward.h"
 #include "family/deepseek_v41/preset.h"
 #include "lanes/lane_host.h"
 
@@ -15,11 +15,11 @@ std::shared_ptr<const family::Model> tiny_weights() {
   return weights;
 }
 
-std::unique_ptr<cpu::CpuLaneBackend> make_backend() {
-  cpu::LaneBackendOptions options;
+std::unique_ptr<engine::LaneBackend> make_backend() {
+  engine::LaneBackendOptions options;
   options.model_id = "tiny-synthetic-seed-7";
   options.max_context = 1 << 14;
-  return std::move(cpu::CpuLaneBackend::create(tiny_weights(), cpu::OracleOptions{}, options)).value();
+  return std::move(cpu::oracle_lane_backend(tiny_weights(), cpu::OracleOptions{}, options)).value();
 }
 
 std::vector<lanes::TokenId> prompt_of(int64_t length, uint64_t salt) {

@@ -5,9 +5,10 @@
 #include <filesystem>
 
 #include "backends/cpu/synthetic.h"
-#include "backends/cpu/load.h"
-#include "backends/cpu/lane_backend.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "backends/cpu/oracle_forward.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/state_geometry.h"
 #include "lanes/lane_host.h"
 #include "lanes/test_support.h"
 
@@ -25,12 +26,12 @@ std::shared_ptr<const family::Model> tiny_weights() {
   return weights;
 }
 
-std::unique_ptr<cpu::CpuLaneBackend> make_backend(int32_t max_streams = 4) {
-  cpu::LaneBackendOptions options;
+std::unique_ptr<engine::LaneBackend> make_backend(int32_t max_streams = 4) {
+  engine::LaneBackendOptions options;
   options.model_id = "tiny-synthetic-seed-7";
   options.eos_ids = {1};
   options.max_streams = max_streams;
-  auto backend = cpu::CpuLaneBackend::create(tiny_weights(), cpu::OracleOptions{}, options);
+  auto backend = cpu::oracle_lane_backend(tiny_weights(), cpu::OracleOptions{}, options);
   EXPECT_TRUE(backend.ok()) << backend.status().to_string();
   return std::move(backend).value();
 }
@@ -60,13 +61,13 @@ std::vector<TokenId> serial_decode(const Request& r) {
   const int32_t id = oracle->open_stream();
   const int64_t vocab = oracle->config().vocab;
   if (r.prompt.size() > 1) {
-    EXPECT_TRUE(oracle->forward({cpu::Piece{id, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - 1), {}}}).ok());
+    EXPECT_TRUE(oracle->forward({engine::Piece{id, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - 1), {}}}).ok());
   }
   std::vector<TokenId> out;
   TokenId feed = r.prompt.back();
   int64_t position = static_cast<int64_t>(r.prompt.size()) - 1;
   while (static_cast<int32_t>(out.size()) < r.max_tokens) {
-    auto result = oracle->forward({cpu::Piece{id, {feed}, {0}}});
+    auto result = oracle->forward({engine::Piece{id, {feed}, {0}}});
     EXPECT_TRUE(result.ok());
     std::span<const float> row((*result)[0].logits.data(), static_cast<size_t>(vocab));
     feed = lanes::sample_keyed(row, r.sampling, r.seed.value_or(lanes::seed_from_prompt(r.prompt)), position + 1);
@@ -77,7 +78,7 @@ std::vector<TokenId> serial_decode(const Request& r) {
 }
 
 struct CpuRig {
-  std::unique_ptr<cpu::CpuLaneBackend> backend = make_backend();
+  std::unique_ptr<engine::LaneBackend> backend = make_backend();
   std::unique_ptr<cache::PromptCache> cache;
   std::unique_ptr<lanes::LaneHost> host;
   std::shared_ptr<lanes::testing::Collector> sink = std::make_shared<lanes::testing::Collector>();
@@ -186,17 +187,19 @@ TEST(LanesOnCpuOracle, NestedEntriesShareRowPagesAndResumeExactly) {
     // length-prefixed vectors: per layer the window ring's last min(L, window) rows and the two fp64 projection rings'
     // L % ratio partial-group rows (ratio-2 KV sources) and two empty indexer projection rings (V4 only), then the
     // DSpark stage count and rings' last min(L, window).
-    const cpu::StateGeometry g = cpu::make_geometry(cpu::model_config_from(tiny_weights()->config), cpu::OracleOptions{}.max_rollback);
+    family::StateGeometryOptions go;
+    go.max_rollback = cpu::OracleOptions{}.max_rollback;
+    const family::StateGeometry g = family::make_state_geometry(family::build_plan(tiny_weights()->config), go);
     const int64_t window = tiny_weights()->config.sliding_window;
     int64_t rows_bytes = 42 * 8, bounded = 0;
-    for (size_t l = 0; l < g.ratio.size(); ++l) {
-      if (g.kv_source[l]) rows_bytes += (42 / g.ratio[l]) * (g.compressed_row + g.index_row);
+    for (const family::LayerStateShape& l : g.layers) {
+      if (l.kv_source) rows_bytes += (42 / l.ratio) * (g.compressed_row + g.index_row);
     }
     for (int64_t L = 7; L <= 42; L += 7) {
       const int64_t recent = std::min<int64_t>(L, window);
       bounded += 8 + (8 + 5 * 8);
-      for (size_t l = 0; l < g.ratio.size(); ++l) {
-        const int64_t partial = g.kv_source[l] && g.ratio[l] > 1 ? L % g.ratio[l] : 0;
+      for (const family::LayerStateShape& l : g.layers) {
+        const int64_t partial = l.kv_source && l.ratio > 1 ? L % l.ratio : 0;
         bounded += (8 + recent * g.window_row) + 2 * (8 + partial * g.d * 8) + 2 * 8;  // + empty indexer rings
       }
       bounded += (8 + 8) + g.dspark_stages * (8 + recent * g.window_row);

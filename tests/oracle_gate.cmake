@@ -6,7 +6,7 @@ if(DSV4_TESTS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   list(FILTER gate_cpu_srcs EXCLUDE REGEX "_(test|bench)\\.cc$")
   add_executable(oracle_gate_fma ${CMAKE_CURRENT_SOURCE_DIR}/gate/oracle_gate_fma_main.cc ${gate_cpu_srcs})
   target_include_directories(oracle_gate_fma PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(oracle_gate_fma PRIVATE dsv4_family dsv4_lanes)
+  target_link_libraries(oracle_gate_fma PRIVATE dsv4_family dsv4_lanes dsv4_engine)
   target_compile_options(oracle_gate_fma PRIVATE -mfma -ffp-contract=fast)
   # The weights must be the plain build's: their generator keeps separate roundings.
   set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backends/cpu/synthetic.cc

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
 
@@ -52,7 +52,7 @@ TEST(SynthGeneration, TinyV41GreedyIsVariedAndPositionsDiffer) {
   std::vector<int32_t> generated;
   std::vector<int32_t> next = prompt;
   for (int step = 0; step < 24; ++step) {
-    cpu::Piece p{s, next, {static_cast<int32_t>(next.size()) - 1}};
+    engine::Piece p{s, next, {static_cast<int32_t>(next.size()) - 1}};
     auto r = (*oracle)->forward({p});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     const std::vector<float>& logits = (*r)[0].logits;

@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "backends/cpu/numerics.h"
 #include "backends/cpu/synthetic.h"
 #include "core/fp4.h"
 #include "core/quant.h"
@@ -59,7 +60,7 @@ int64_t weight_bytes(const AttentionDevice& a) {
 }
 
 // Random valid packed rows (no NaN codes, moderate scales) for every cache of the stream.
-void fill_caches(StreamCaches& sc, const AttnGeometry& g, int64_t length, std::mt19937& rng) {
+void fill_caches(StreamCaches& sc, const family::StateGeometry& g, int64_t length, std::mt19937& rng) {
   auto fp8_rows = [&](uint8_t* dst, int64_t rows, int64_t d) {
     std::vector<uint8_t> h(rows * (d + d / 32));
     for (int64_t r = 0; r < rows; ++r) {
@@ -79,14 +80,14 @@ void fill_caches(StreamCaches& sc, const AttnGeometry& g, int64_t length, std::m
     }
     cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice);
   };
-  for (int l = 0; l < g.n_layers; ++l) {
+  for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) {
     const LayerCachesDev& c = sc.layer(l);
     fp8_rows(c.window, g.ring_capacity, g.d);
-    if (!g.kv_source[l]) continue;
-    const int64_t rows = length / g.ratio[l];
-    if (g.compressed_format == cpu::RowFormat::fp8_ue8m0_32) fp8_rows(c.compressed, rows, g.d);
+    if (!g.layers[l].kv_source) continue;
+    const int64_t rows = length / g.layers[l].ratio;
+    if (g.compressed_format == KvRowFormat::fp8_ue8m0_32) fp8_rows(c.compressed, rows, g.d);
     else fp4_rows(c.compressed, rows, g.d, 16, true);
-    fp4_rows(c.index_keys, rows, g.ihd, 32, false);
+    fp4_rows(c.index_keys, rows, g.index_head_dim, 32, false);
     if (c.comp_kv) {
       std::vector<float> f(g.ring_capacity * g.d);
       for (auto& v : f) v = std::normal_distribution<float>(0, 1)(rng);
@@ -133,7 +134,7 @@ double graph_us(cudaStream_t s, F&& f) {
 }
 
 // The attention-specific kernels alone at one decode row (ratio-1 source layer `l` of the caches).
-void kernel_breakdown(const cpu::ModelConfig& cfg, StreamCaches& sc, int l, int64_t ctx, Arena& ar,
+void kernel_breakdown(const family::ModelPlan& cfg, StreamCaches& sc, int l, int64_t ctx, Arena& ar,
                       cudaStream_t s, std::mt19937& rng) {
   const size_t mark = ar.mark();
   const int64_t H = cfg.n_heads, d = cfg.head_dim, IH = cfg.index_heads, ihd = cfg.index_head_dim, K = cfg.index_topk;
@@ -273,8 +274,8 @@ int main(int argc, char** argv) {
   }
   std::printf("device %s, floor bandwidth %.0f GB/s (device-to-device copy, read + write)\n", prop.name, peak / 1e9);
   const family::Config fc = bench_config();
-  const cpu::ModelConfig cfg = cpu::model_config_from(fc);
-  const auto roles = cpu::layer_roles(cfg);
+  const family::ModelPlan cfg = family::build_plan(fc);
+  const auto& roles = cfg.layers;
   Arena weights(kernels_only ? size_t{1} << 20 : size_t{3} << 30), scratch(size_t{1} << 30);
   std::vector<AttentionDevice> attn;
   if (!kernels_only) {
@@ -294,7 +295,7 @@ int main(int argc, char** argv) {
   const char* names[] = {"window only (ratio 0)", "ratio-2 KV+index source", "ratio-2 reuse",
                          "ratio-1 KV+index+candidate source", "ratio-1 reindex (candidates)", "ratio-1 reuse"};
   for (int64_t ctx : contexts) {
-    auto geo = make_attn_geometry(cfg, ctx + 16, 16);
+    auto geo = device_state_geometry(cfg, ctx + 16, 16);
     auto sc = StreamCaches::create(*geo);
     if (!sc.ok()) { std::printf("caches: %s\n", sc.status().to_string().c_str()); return 1; }
     fill_caches(**sc, *geo, ctx, rng);
@@ -319,12 +320,12 @@ int main(int argc, char** argv) {
     std::printf("\ncontext %ld (decode at position %ld, batch 1)\n", long(ctx), long(p));
     std::printf("%-36s %10s %10s %10s %9s %9s\n", "layer", "us/step", "graph us", "floor us", "MB read", "of floor");
     for (int l = 0; l < cfg.n_layers; ++l) {
-      const cpu::LayerRole& r = roles[l];
+      const family::LayerPlan& r = roles[l];
       // Bytes a decode step must read: weights, 128 window rows, the selected compressed rows,
       // and on index sources every index key row of the context.
       int64_t kv = cfg.window * geo->window_row;
-      if (r.ratio > 0) kv += cfg.index_topk * geo->compressed_row;
-      if (r.index_source) kv += ((p + 1) / r.ratio) * geo->index_row;
+      if (r.compress_ratio > 0) kv += cfg.index_topk * geo->compressed_row;
+      if (r.index_source) kv += ((p + 1) / r.compress_ratio) * geo->index_row;
       const double mb = (weight_bytes(attn[l]) + kv) / 1e6;
       const double floor_us = (weight_bytes(attn[l]) + kv) / peak * 1e6;
       for (int i = 0; i < std::min(3, iters); ++i) (void)attention_layer(c, l, x, y);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <mutex>
 
+#include "backends/cpu/oracle_forward.h"
+
 #ifdef DSV4_WITH_CUDA
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/forward.h"
@@ -13,7 +15,7 @@
 
 namespace dsv4::cli {
 
-StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendChoice& choice,
+StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
                                                                   std::shared_ptr<const family::Model> model,
                                                                   const cpu::OracleOptions& oracle) {
   if (choice.name == "cpu") {

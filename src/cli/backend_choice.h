@@ -6,7 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "backends/cpu/stream_forward.h"
+#include "backends/cpu/forward.h"
+#include "engine/stream_forward.h"
 #include "family/deepseek_v41/model.h"
 #include "core/status.h"
 
@@ -34,7 +35,7 @@ struct BackendChoice {
 };
 
 // The chosen forward on `model`; `oracle` configures the CPU oracle (its precision, threads).
-StatusOr<std::unique_ptr<cpu::StreamForward>> make_stream_forward(const BackendChoice& choice,
+StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
                                                                   std::shared_ptr<const family::Model> model,
                                                                   const cpu::OracleOptions& oracle);
 

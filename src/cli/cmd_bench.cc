@@ -52,7 +52,7 @@ int bench_main(int argc, char** argv) {
     return 2;
   }
 #ifdef DSV4_WITH_CUDA
-  f.variant = variant == "v41" ? cpu::Variant::v41 : cpu::Variant::v4;
+  f.variant = variant == "v41" ? family::Variant::v41 : family::Variant::v4;
   const Status st = cuda::run_forward_bench(f, stdout);
   if (!st.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", st.to_string().c_str());

@@ -214,7 +214,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
     return 1;
   }
-  cpu::StreamForward& o = **fwd;
+  engine::StreamForward& o = **fwd;
   const int64_t V = o.config().vocab;
   auto opened = o.open_stream();
   if (!opened.ok()) {
@@ -223,7 +223,7 @@ int run_main(int argc, char** argv) {
   }
   const int32_t s = *opened;
   std::vector<float> all;
-  cpu::Piece piece{s, ids, {}};
+  engine::Piece piece{s, ids, {}};
   const bool every_row = !dump.empty() || !dump_hidden.empty();
   for (size_t i = every_row ? 0 : ids.size() - 1; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
   const auto t0 = std::chrono::steady_clock::now();
@@ -250,7 +250,7 @@ int run_main(int argc, char** argv) {
   for (int i = 0; i < n; ++i) {
     const int32_t next = forced.empty() ? argmax(last.data(), V) : forced[i];
     out.push_back(next);
-    auto step = o.forward({cpu::Piece{s, {next}, {0}}});
+    auto step = o.forward({engine::Piece{s, {next}, {0}}});
     if (!step.ok()) {
       std::fprintf(stderr, "dsv4 run: %s\n", step.status().to_string().c_str());
       return 1;

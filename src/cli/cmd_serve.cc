@@ -17,7 +17,7 @@
 #include "cli/fabric_serve.h"
 #include "cli/memory_check.h"
 #include "cli/tp_cuda.h"
-#include "backends/cpu/lane_backend.h"
+#include "engine/lane_backend.h"
 #include "cli/backend_choice.h"
 #include "cli/v41_text_side.h"
 #include "fabric/leader.h"
@@ -163,7 +163,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   if (c.vocab_size < text.vocab_size)
     return error(StatusCode::invalid_argument, "{}: vocab {} is smaller than the tokenizer's {}",
                  dir, c.vocab_size, text.vocab_size);
-  cpu::LaneBackendOptions bo;
+  engine::LaneBackendOptions bo;
   bo.model_id = fs::weakly_canonical(dir, ec).string();
   bo.eos_ids = {eos};
   bo.max_context = flags.context;
@@ -171,7 +171,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   BackendChoice bc;
   bc.name = flags.backend;
   bc.max_context = flags.context;
-  bc.max_call_rows = std::max(bo.max_prefill_rows, bo.max_verify_rows);
+  bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;  // a step carries prompt pieces and windows together
   bc.pin_engram = flags.memory.engram == "pinned";
   bc.log_prefix = "dsv4 serve: ";
   if (bc.name == "cuda") {
@@ -191,8 +191,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   // --tp N --backend cuda: this rank's slice on its GPU, joined over NCCL (the CPU oracle runs replicated).
   if (control != nullptr && control->world() > 1 && bc.name == "cuda")
     DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, model, bc));
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::StreamForward> fwd, make_stream_forward(bc, model, cpu::OracleOptions{}));
-  DSV4_ASSIGN_OR_RETURN(backend, cpu::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd, make_stream_forward(bc, model, cpu::OracleOptions{}));
+  DSV4_ASSIGN_OR_RETURN(backend, engine::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
   std::fprintf(stderr,
                "dsv4 serve: loaded %s in %.2f s: %zu tensors, %d layers, dim %lld, vocab %lld, %s, context %d, "
                "%d parallel\n",

@@ -43,6 +43,7 @@ enum class KvRowFormat : uint8_t {
   fp4_e4m3_16,   // compressed rows (V4.1 reference): d/2 e2m1 pairs + d/16 e4m3 scales
   fp4_ue8m0_32,  // index keys: d/2 e2m1 pairs + d/32 scales
   model1,        // V4 window and compressed rows: (d-r) e4m3 + (d-r)/64 scales + r bf16 + 1 pad
+  bf16,          // plain bf16 values, 2d bytes: the CPU oracle's unquantized mode (tests)
 };
 
 constexpr int64_t kv_row_bytes(KvRowFormat f, int64_t d, int64_t rope_dim = kKvRopeDim) {
@@ -51,6 +52,7 @@ constexpr int64_t kv_row_bytes(KvRowFormat f, int64_t d, int64_t rope_dim = kKvR
     case KvRowFormat::fp4_e4m3_16: return d / 2 + d / 16;
     case KvRowFormat::fp4_ue8m0_32: return d / 2 + d / 32;
     case KvRowFormat::model1: return (d - rope_dim) + (d - rope_dim) / 64 + 2 * rope_dim + 1;
+    case KvRowFormat::bf16: return 2 * d;
   }
   return 0;
 }

@@ -66,7 +66,7 @@ void finish_plan(MemoryPlan& p) {
   go.max_context = inputs.max_context;
   go.max_rollback = inputs.max_rollback;
   go.dspark = p.drafter;
-  const family::StateGeometry g = family::make_state_geometry(c, family::build_plan(c), go);
+  const family::StateGeometry g = family::make_state_geometry(family::build_plan(c), go);
   p.stream_bytes = g.device_bytes();
   p.stream_ring_bytes = g.ring_bytes();
   p.stream_bytes_per_position = g.row_table_bytes(inputs.max_context, false) / inputs.max_context;

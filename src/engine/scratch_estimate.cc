@@ -5,6 +5,7 @@
 #include <set>
 
 #include "engine/byte_size.h"
+#include "family/deepseek_v41/layer_plan.h"
 
 namespace dsv4::engine {
 
@@ -48,8 +49,8 @@ Dims dims(const family::Config& c, int32_t tp) {
   x.engram_layers = static_cast<int64_t>(c.engram_layer_ids.size());
   x.engram_R = c.has_engram() ? int64_t{c.engram_num_orders()} * c.engram_n_heads : 0;
   x.engram_dim = c.engram_head_dim;
-  // The backends run no V4-0731 drafter, so its taps are not buffered (cpu::model_config_from).
-  x.taps = x.v4 ? 0 : static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  // Taps are buffered for a drafter the plan runs (none on V4-0731: family::ModelPlan::dspark_stages).
+  x.taps = static_cast<int64_t>(family::build_plan(c).dspark_target_layers.size());
   return x;
 }
 

@@ -137,6 +137,21 @@ class Backend {
   // One forward over every window; out[w].rows[i] for window w, row i. After it, each stream holds
   // start + tokens.size() rows until keep trims them.
   virtual Status verify(std::span<const Window> windows, std::vector<std::vector<RowResult>>* out) = 0;
+  // One step of prompt pieces and verify windows of different streams together: out[w] as verify gives it.
+  // Backends that can run them in one forward do (the engine's lane adapter); the default runs prefill, then
+  // verify.
+  virtual Status step(std::span<const Piece> pieces, std::span<const Window> windows,
+                      std::vector<std::vector<RowResult>>* out) {
+    if (!pieces.empty()) {
+      Status st = prefill(pieces);
+      if (!st.ok()) return st;
+    }
+    if (windows.empty()) {
+      out->clear();
+      return Status();
+    }
+    return verify(windows, out);
+  }
   // Rolls the stream back to its first `rows` positions (the accepted rows); rows <= rows held.
   virtual Status keep(StreamId stream, int64_t rows) = 0;
   // DSpark proposals, one per request, in one batch; only called when max_draft_depth > 0.

@@ -211,8 +211,7 @@ bool LaneHost::step() {
     halt_all();
   } else if (has_work()) {
     admit();
-    run_pieces();
-    run_verify();
+    run_step();
     drop_finished();
     run_drafts();
     ++round_;
@@ -335,9 +334,28 @@ void LaneHost::admit() {
   }
 }
 
-void LaneHost::run_pieces() {
+void LaneHost::run_step() {
   std::vector<Piece> pieces;
-  std::vector<Stream*> owners;
+  std::vector<Stream*> filling;
+  choose_pieces(pieces, filling);
+  std::vector<Window> windows;
+  std::vector<Stream*> decoding;
+  choose_windows(windows, decoding);
+  if (pieces.empty() && windows.empty()) return;
+  std::vector<std::vector<RowResult>> results;
+  Status status = backend_.step(pieces, windows, &results);
+  if (status.ok() && results.size() != windows.size())
+    status = error(StatusCode::internal, "a step returned {} windows for {}", results.size(), windows.size());
+  if (!status.ok()) {
+    for (Stream* s : filling) finish(*s, ended(FinishReason::error, status.to_string()));
+    for (Stream* s : decoding) finish(*s, ended(FinishReason::error, status.to_string()));
+    return;
+  }
+  after_pieces(pieces, filling);
+  for (size_t i = 0; i < windows.size(); ++i) conclude(*decoding[i], windows[i], results[i]);
+}
+
+void LaneHost::choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& owners) {
   int64_t budget = options_.prefill_rows;
   const int64_t page = options_.cache != nullptr ? options_.cache->page_tokens() : 0;
   for (auto& stream : running_) {
@@ -356,12 +374,10 @@ void LaneHost::run_pieces() {
     owners.push_back(stream.get());
     budget -= end - stream->rows;
   }
-  if (pieces.empty()) return;
-  Status status = backend_.prefill(pieces);
-  if (!status.ok()) {
-    for (Stream* s : owners) finish(*s, ended(FinishReason::error, status.to_string()));
-    return;
-  }
+}
+
+void LaneHost::after_pieces(const std::vector<Piece>& pieces, const std::vector<Stream*>& owners) {
+  const int64_t page = options_.cache != nullptr ? options_.cache->page_tokens() : 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     Stream& s = *owners[i];
     s.rows += static_cast<int64_t>(pieces[i].tokens.size());
@@ -417,7 +433,7 @@ Window LaneHost::build_window(Stream& s) const {
   return w;
 }
 
-void LaneHost::run_verify() {
+void LaneHost::choose_windows(std::vector<Window>& windows, std::vector<Stream*>& owners) {
   std::vector<Stream*> ready;
   for (auto& stream : running_) {
     if (stream->decoding) ready.push_back(stream.get());
@@ -426,8 +442,6 @@ void LaneHost::run_verify() {
   std::sort(ready.begin(), ready.end(), [](const Stream* a, const Stream* b) {
     return a->last_served != b->last_served ? a->last_served < b->last_served : a->seq < b->seq;
   });
-  std::vector<Window> windows;
-  std::vector<Stream*> owners;
   int64_t rows_left = info_.max_verify_rows;
   for (Stream* s : ready) {
     if (static_cast<int32_t>(windows.size()) >= options_.max_batch_streams) break;
@@ -437,15 +451,6 @@ void LaneHost::run_verify() {
     windows.push_back(std::move(w));
     owners.push_back(s);
   }
-  if (windows.empty()) return;
-  std::vector<std::vector<RowResult>> results;
-  Status status = backend_.verify(windows, &results);
-  if (!status.ok() || results.size() != windows.size()) {
-    if (status.ok()) status = error(StatusCode::internal, "verify returned {} windows for {}", results.size(), windows.size());
-    for (Stream* s : owners) finish(*s, ended(FinishReason::error, status.to_string()));
-    return;
-  }
-  for (size_t i = 0; i < windows.size(); ++i) conclude(*owners[i], windows[i], results[i]);
 }
 
 void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>& rows) {

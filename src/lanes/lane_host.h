@@ -1,9 +1,10 @@
-// The lane host: one engine thread runs rounds (admission, prompt pieces, one verify, drafts) for every request.
+// The lane host: one engine thread runs rounds (admission, one step of prompt pieces and verify windows, drafts)
+// for every request.
 //
 // A round: take submissions and cancels -> halt if the drain deadline passed -> admit in queue order
-// (foreground before background, FIFO, head-of-line waits for a slot and memory) -> one prefill call with
-// pieces of prompts still filling -> one verify over the windows of the least recently served decoding
-// streams -> conclude each (accept drafts, commit, finish rules, keep) -> one draft call for the next round.
+// (foreground before background, FIFO, head-of-line waits for a slot and memory) -> one step: pieces of
+// prompts still filling together with the windows of the least recently served decoding streams -> conclude
+// each window (accept drafts, commit, finish rules, keep) -> one draft call for the next round.
 #pragma once
 
 #include <condition_variable>
@@ -66,8 +67,12 @@ class LaneHost final : public Engine {
   void take_inbox();
   void halt_all();
   void admit();
-  void run_pieces();
-  void run_verify();
+  // One backend step: prompt pieces of the streams still filling (within the prefill budget) and verify windows
+  // of the decoding streams, then each piece's bookkeeping and each window's conclusion.
+  void run_step();
+  void choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& owners);
+  void after_pieces(const std::vector<Piece>& pieces, const std::vector<Stream*>& owners);
+  void choose_windows(std::vector<Window>& windows, std::vector<Stream*>& owners);
   void run_drafts();
   // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
   void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);

@@ -210,7 +210,8 @@ TEST(Scheduling, DecodingContinuesWhileAPromptFills) {
   const RequestId bid = *host.submit(b, sink);
   fake.clear_calls();
   for (int round = 0; round < 7; ++round) host.step();
-  // Every round: one prefill piece of B, then one verify that includes A (B joins after its last piece).
+  // Every round is one step: a prefill piece of B with a window of A (FakeBackend runs a step as prefill then
+  // verify); B's first window comes the round after its last piece.
   std::vector<FakeCall::Kind> kinds;
   for (const FakeCall& c : fake.calls()) {
     if (c.kind == FakeCall::Kind::prefill || c.kind == FakeCall::Kind::verify) kinds.push_back(c.kind);
@@ -223,7 +224,10 @@ TEST(Scheduling, DecodingContinuesWhileAPromptFills) {
   EXPECT_EQ(kinds, expected);
   EXPECT_EQ(sink->get(a).tokens.size(), 8u);
   EXPECT_EQ(sink->get(bid).prefill_rows, (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 99}));
-  EXPECT_EQ(sink->get(bid).tokens.size(), 1u);  // its first token came in the round its prompt finished
+  EXPECT_EQ(sink->get(bid).tokens.size(), 0u);
+  host.step();
+  EXPECT_EQ(sink->get(bid).tokens.size(), 1u);  // its first token: the round after its prompt finished
+  EXPECT_EQ(sink->get(a).tokens.size(), 9u);
 }
 
 TEST(Scheduling, CancelBetweenPromptPieces) {

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "backends/cpu/gate.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "backends/cpu/gate.h"
+#include "backends/cpu/numerics.h"
 #include "core/tensor_store.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"

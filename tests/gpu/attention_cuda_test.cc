@@ -12,11 +12,12 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <span>
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/linear.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/arena.h"
@@ -68,16 +69,16 @@ struct Piece { int stream; int64_t T; };
 template <typename Acc>
 struct CpuRunner {
   const family::Model& M;
-  const cpu::ModelConfig cfg;
-  std::vector<cpu::LayerRole> roles;
+  const family::ModelPlan cfg;
+  std::vector<family::LayerPlan> roles;
   cpu::StateGeometry geo;
   ThreadPool pool{2};
   std::vector<float> fp, fy;
   std::map<int, cpu::StreamState> streams;
   std::map<int, uint64_t> seq;
   std::vector<std::vector<std::vector<int32_t>>> topk;  // [layer][row] of the last call
-  CpuRunner(const family::Model& m, int64_t rollback) : M(m), cfg(cpu::model_config_from(m.config)),
-      roles(cpu::layer_roles(cfg)), geo(cpu::make_geometry(cfg, rollback)) {
+  CpuRunner(const family::Model& m, int64_t rollback) : M(m), cfg(family::build_plan(m.config)),
+      roles(cfg.layers), geo(family::make_state_geometry(cfg, family::StateGeometryOptions{.max_rollback = rollback})) {
     const auto& c = cfg;
     fp = cpu::rope_frequencies({c.rope_dim, c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow});
     fy = cpu::rope_frequencies({c.rope_dim, c.compress_rope_theta, c.original_seq_len, c.rope_factor, c.beta_fast, c.beta_slow});
@@ -115,17 +116,17 @@ struct CpuRunner {
 
 // The same on the device.
 struct GpuRunner {
-  const cpu::ModelConfig cfg;
-  std::vector<cpu::LayerRole> roles;
-  AttnGeometry geo;
+  const family::ModelPlan cfg;
+  std::vector<family::LayerPlan> roles;
+  family::StateGeometry geo;
   Arena weights{size_t{256} << 20}, scratch{size_t{256} << 20};
   std::vector<AttentionDevice> attn;
   std::map<int, std::unique_ptr<StreamCaches>> streams;
   std::map<int, uint64_t> seq;
   std::vector<std::vector<int32_t>> topk;  // [layer][rows * index_topk] of the last call
   GpuRunner(const family::Model& m, int64_t max_context, int64_t rollback)
-      : cfg(cpu::model_config_from(m.config)), roles(cpu::layer_roles(cfg)) {
-    auto g = make_attn_geometry(cfg, max_context, rollback);
+      : cfg(family::build_plan(m.config)), roles(cfg.layers) {
+    auto g = device_state_geometry(cfg, max_context, rollback);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     geo = *g;
     Uploader up(weights);
@@ -244,9 +245,9 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       append(a32, c32.call({{0, T}}));
       append(a64, c64.call({{0, T}}));
       append(ag, gpu.call({{0, T}}));
-      const cpu::ModelConfig& cfg = c32.cfg;
+      const family::ModelPlan& cfg = c32.cfg;
       for (int l = 0; l < cfg.n_layers; ++l) {
-        if (c32.roles[l].ratio == 0) continue;
+        if (c32.roles[l].compress_ratio == 0) continue;
         for (int64_t r = 0; r < T; ++r) {
           std::vector<int32_t> g(gpu.topk[l].begin() + r * cfg.index_topk, gpu.topk[l].begin() + (r + 1) * cfg.index_topk);
           while (!g.empty() && g.back() < 0) g.pop_back();
@@ -259,7 +260,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
     for (int l = 0; l < c32.cfg.n_layers; ++l) {
       const double floor = nrms(a32[l], a64[l]), err = nrms(ag[l], a64[l]);
       std::printf("[%s] layer %d ratio %d: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e  max|gpu-ref64| %.3e  "
-                  "max|ref32-ref64| %.3e  gpu==ref32 %s\n", m.name, l, c32.roles[l].ratio, err, floor,
+                  "max|ref32-ref64| %.3e  gpu==ref32 %s\n", m.name, l, c32.roles[l].compress_ratio, err, floor,
                   max_abs(ag[l], a64[l]), max_abs(a32[l], a64[l]), ag[l] == a32[l] ? "yes" : "no");
       // Per layer: within the ref32 floor, or below the outputs' bf16 resolution (2^-9 relative):
       // a layer whose ref32 happens to equal ref64 has floor 0, and one bf16 flip from a libm
@@ -268,7 +269,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       EXPECT_LE(err, std::max(m.tol * floor, 1.0 / 512)) << "layer " << l;
       // V4.1: the device follows the oracle's float operations in order (scores, online softmax
       // blocks, accumulators, selection ties): equal to ref32 bit for bit.
-      if (!c32.cfg.v4()) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
+      if (c32.cfg.window_format != KvRowFormat::model1) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
       p32.insert(p32.end(), a32[l].begin(), a32[l].end());
       p64.insert(p64.end(), a64[l].begin(), a64[l].end());
       pg.insert(pg.end(), ag[l].begin(), ag[l].end());
@@ -279,7 +280,7 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
     std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e\n", m.name, err, floor);
     EXPECT_LE(err, m.tol * floor);
     std::printf("[%s] top-k rows equal to ref32's: %ld of %ld\n", m.name, long(topk_same), long(topk_rows));
-    if (!c32.cfg.v4()) EXPECT_EQ(topk_same, topk_rows);
+    if (c32.cfg.window_format != KvRowFormat::model1) EXPECT_EQ(topk_same, topk_rows);
   }
 }
 
@@ -346,12 +347,43 @@ TEST(AttentionCuda, ExactEqualitiesOnDevice) {
   auto ref = whole;
   append(ref, verify);
   EXPECT_EQ(tail, slice(ref, 30, 19, D)) << "restored stream";
-  // Another geometry is refused.
-  auto geo2 = make_attn_geometry(g.cfg, 512, 8);
-  ASSERT_TRUE(geo2.ok());
-  auto other = StreamCaches::create(*geo2);
-  ASSERT_TRUE(other.ok());
-  EXPECT_FALSE((*other)->from_bytes(*snap).ok());
+  // Split parts: the bounded part and each row table's rows, the tables handed back in two chunks; the rows
+  // from position 16 on are the tail of the rows from 0.
+  auto parts = g.streams[8]->to_parts(0);
+  ASSERT_TRUE(parts.ok()) << parts.status().to_string();
+  auto later = g.streams[8]->to_parts(16);
+  ASSERT_TRUE(later.ok()) << later.status().to_string();
+  ASSERT_EQ(later->rows.size(), parts->rows.size());
+  std::vector<std::vector<std::span<const uint8_t>>> chunks;
+  for (size_t t = 0; t < parts->rows.size(); ++t) {
+    const std::vector<uint8_t>& all = parts->rows[t];
+    const size_t tail = later->rows[t].size();
+    ASSERT_LE(tail, all.size());
+    EXPECT_TRUE(std::equal(later->rows[t].begin(), later->rows[t].end(), all.end() - tail)) << "table " << t;
+    chunks.push_back({std::span<const uint8_t>(all).first(all.size() - tail), std::span<const uint8_t>(all).last(tail)});
+  }
+  g.open(10, 5);
+  ASSERT_TRUE(g.streams[10]->from_parts(parts->bounded, chunks).ok());
+  EXPECT_EQ(feed(g, 10, {15, 4}), slice(ref, 30, 19, D)) << "restored from parts";
+  // Into caches of another max_context and max_rollback: the bounded part holds only the ring slots a restored
+  // stream reads, so it continues the same.
+  GpuRunner g2(*m.w, 300, 4);
+  g2.open(9, 5);
+  ASSERT_TRUE(g2.streams[9]->from_bytes(*snap).ok());
+  EXPECT_EQ(feed(g2, 9, {15, 4}), slice(ref, 30, 19, D)) << "restored into caches of another size";
+  // Refused, leaving nothing half-read: a cut snapshot, a header of another layout, a table short of a row.
+  g.open(11, 5);
+  std::vector<uint8_t> cut(snap->begin(), snap->end() - 1);
+  EXPECT_FALSE(g.streams[11]->from_bytes(cut).ok());
+  std::vector<uint8_t> other = parts->bounded;
+  other[16 + 8 * 2] ^= 1;  // the window length in the header
+  EXPECT_FALSE(g.streams[11]->from_parts(other, chunks).ok());
+  if (!chunks.empty() && !chunks[0][1].empty()) {
+    auto shorter = chunks;
+    shorter[0][1] = shorter[0][1].first(shorter[0][1].size() - 1);
+    EXPECT_FALSE(g.streams[11]->from_parts(parts->bounded, shorter).ok());
+  }
+  EXPECT_EQ(g.streams[11]->length(), 0);
 }
 
 // Selection kernels against the oracle's select_topk_rows / select_candidate_rows on scores with

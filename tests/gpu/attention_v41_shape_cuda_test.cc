@@ -43,7 +43,7 @@ TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
   std::vector<float> tmp(d);
   for (int64_t s = 0; s < cap; ++s) {
     for (auto& v : tmp) v = bf(1.0f);
-    cpu::pack_row(cpu::RowFormat::fp8_ue8m0_32, tmp.data(), d, &ring[s * wrow]);
+    cpu::pack_row(KvRowFormat::fp8_ue8m0_32, tmp.data(), d, &ring[s * wrow]);
   }
   const auto freqs = cpu::rope_frequencies({static_cast<int>(rd), 10000.0, 0, 16.0, 32.0, 1.0});
   // Selections: row r has a count of valid rows (K, 0, or in between), ascending distinct, -1 after.
@@ -62,9 +62,9 @@ TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
   for (int pi = 0, r = 0; pi < 2; ++pi) {
     for (int64_t i = 0; i < Ts[pi]; ++i, ++r) { pos[r] = starts[pi] + i; rp[r] = pi; }
   }
-  for (cpu::RowFormat fmt : {cpu::RowFormat::fp8_ue8m0_32, cpu::RowFormat::fp4_e4m3_16}) {
+  for (KvRowFormat fmt : {KvRowFormat::fp8_ue8m0_32, KvRowFormat::fp4_e4m3_16}) {
     SCOPED_TRACE(static_cast<int>(fmt));
-    const int64_t crow = cpu::row_bytes(fmt, d);
+    const int64_t crow = kv_row_bytes(fmt, d);
     std::vector<uint8_t> comp(nc * crow);
     for (int64_t t = 0; t < nc; ++t) {
       for (auto& v : tmp) v = bf(1.0f);
@@ -89,7 +89,7 @@ TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
     float* dout = a.alloc_n<float>(rows * H * d);
     float* dout1 = a.alloc_n<float>(H * d);
     float* dwork1 = a.alloc_n<float>(std::max<int64_t>(1, sparse_attention_work_floats(1, H, W, K)));
-    const CompFormat cf = fmt == cpu::RowFormat::fp8_ue8m0_32 ? CompFormat::fp8_ue8m0_32 : CompFormat::fp4_e4m3_16;
+    const CompFormat cf = fmt == KvRowFormat::fp8_ue8m0_32 ? CompFormat::fp8_ue8m0_32 : CompFormat::fp4_e4m3_16;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
     float* dwork = a.alloc_n<float>(std::max<int64_t>(1, sparse_attention_work_floats(rows, H, W, K)));
     CUDA_OK(sparse_attention(dq, dk, dpc, drp, dpos, rows, H, d, W, cap, dtop, K, cf, dsink, scale, df,
@@ -97,7 +97,7 @@ TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
     std::vector<float> got(rows * H * d), got1(H * d);
     CUDA_OK(cudaMemcpy(got.data(), dout, 4 * got.size(), cudaMemcpyDeviceToHost));
     std::vector<float> ringf(cap * d), compf(nc * d), o(d);
-    for (int64_t s = 0; s < cap; ++s) cpu::unpack_row(cpu::RowFormat::fp8_ue8m0_32, &ring[s * wrow], d, &ringf[s * d]);
+    for (int64_t s = 0; s < cap; ++s) cpu::unpack_row(KvRowFormat::fp8_ue8m0_32, &ring[s * wrow], d, &ringf[s * d]);
     for (int64_t t = 0; t < nc; ++t) cpu::unpack_row(fmt, &comp[t * crow], d, &compf[t * d]);
     const int64_t hpg = H / G;
     int64_t mismatches = 0, alone_diff = 0;

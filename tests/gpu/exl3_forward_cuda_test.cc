@@ -42,7 +42,7 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name
-using cpu::Piece;
+using engine::Piece;
 
 // A folder removed when this object goes (at exit for a static one). The models' views map the files of the
 // packs, and the device upload reads those files by path: they stay until the last upload is done.
@@ -434,7 +434,7 @@ TEST(CudaExl3Forward, DraftAgreesWithOracle) {
   ASSERT_TRUE(f->forward({Piece{s, toks, {}}}).ok());
   auto d = f->draft(s, 77);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  cpu::DraftResult ref[2];
+  engine::DraftResult ref[2];
   for (int k = 0; k < 2; ++k) {
     cpu::OracleOptions o;
     o.precision = k == 0 ? cpu::Precision::ref32 : cpu::Precision::ref64;

@@ -13,12 +13,13 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <span>
 #include <thread>
 
 #include "forward_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
-#include "backends/cpu/lane_backend.h"
+#include "engine/lane_backend.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward.h"
 #include "family/deepseek_v41/preset.h"
@@ -27,7 +28,7 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace gpu_testing;  // prompts, rows, NRMS, argmax, oracle runs, the gate, preset_name, variant_name
-using cpu::Piece;
+using engine::Piece;
 
 std::shared_ptr<const family::Model> weights() {
   static std::shared_ptr<const family::Model> w = [] {
@@ -200,6 +201,37 @@ TEST(CudaForward, RollbackAndSnapshotEqualContinuing) {
   auto r2 = f->forward({Piece{s2, tail, all_rows(10)}});
   ASSERT_TRUE(r2.ok());
   EXPECT_TRUE(std::equal(ref.end() - 10 * V, ref.end(), (*r2)[0].logits.begin())) << "restored != continuing";
+  // Split snapshots (the family's layout, as the prompt cache keeps them): the rows from position 64 on are the
+  // tail of the whole tables; a stream rebuilt from the bounded part and the tables in two chunks continues the same.
+  auto s3 = *f->open_stream();
+  ASSERT_TRUE(f->forward({Piece{s3, head, {}}}).ok());
+  auto parts = f->snapshot_parts(s3, 0);
+  ASSERT_TRUE(parts.ok()) << parts.status().to_string();
+  auto later = f->snapshot_parts(s3, 64);
+  ASSERT_TRUE(later.ok()) << later.status().to_string();
+  const std::vector<family::RowTableShape> tables = f->row_tables();
+  ASSERT_EQ(parts->rows.size(), tables.size());
+  ASSERT_EQ(later->rows.size(), tables.size());
+  std::vector<std::vector<std::span<const uint8_t>>> chunks;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const std::vector<uint8_t>& all = parts->rows[t];
+    EXPECT_EQ(static_cast<int64_t>(all.size()), tables[t].bytes(150)) << "table " << t;
+    const size_t tail_bytes = later->rows[t].size();
+    ASSERT_LE(tail_bytes, all.size());
+    EXPECT_TRUE(std::equal(later->rows[t].begin(), later->rows[t].end(), all.end() - tail_bytes)) << "table " << t;
+    chunks.push_back({std::span<const uint8_t>(all).first(all.size() - tail_bytes), std::span<const uint8_t>(all).last(tail_bytes)});
+  }
+  auto s4 = *f->open_stream();
+  ASSERT_TRUE(f->restore_parts(s4, parts->bounded, chunks).ok());
+  EXPECT_EQ(*f->length(s4), 150);
+  auto r4 = f->forward({Piece{s4, tail, all_rows(10)}});
+  ASSERT_TRUE(r4.ok());
+  EXPECT_TRUE(std::equal(ref.end() - 10 * V, ref.end(), (*r4)[0].logits.begin())) << "restored from parts != continuing";
+  // A bounded part cut short is refused and the stream stays as it was.
+  auto s5 = *f->open_stream();
+  std::vector<uint8_t> cut(parts->bounded.begin(), parts->bounded.end() - 1);
+  EXPECT_FALSE(f->restore_parts(s5, cut, chunks).ok());
+  EXPECT_EQ(*f->length(s5), 0);
 }
 
 TEST(CudaForward, DraftAgreesWithOracle) {
@@ -214,7 +246,7 @@ TEST(CudaForward, DraftAgreesWithOracle) {
     return;
   }
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  cpu::DraftResult ref[2];
+  engine::DraftResult ref[2];
   for (int k = 0; k < 2; ++k) {
     cpu::OracleOptions o;
     o.precision = k == 0 ? cpu::Precision::ref32 : cpu::Precision::ref64;
@@ -308,9 +340,9 @@ TEST(CudaForward, GraphReplayEqualsEagerBitForBit) {
 TEST(CudaForward, LaneBackendWindowsKeepDraftsSnapshots) {
   auto f = cuda_forward();
   ASSERT_TRUE(f);
-  cpu::LaneBackendOptions lo;
+  engine::LaneBackendOptions lo;
   lo.model_id = "gpu-test";
-  auto made = cpu::LaneBackend::create(cuda_stream_forward(std::move(f)), 16, lo);
+  auto made = engine::LaneBackend::create(cuda_stream_forward(std::move(f)), 16, lo);
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   lanes::Backend& b = **made;
   lanes::StreamSpec spec;

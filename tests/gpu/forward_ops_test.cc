@@ -15,7 +15,7 @@
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rmsnorm.h"
 #include "backends/cpu/engram.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/arena.h"
@@ -300,7 +300,7 @@ TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
   const auto freqs = cpu::rope_frequencies(plain);
   std::vector<int64_t> pos = {0, 5, 130, 70000};
   auto dk = to_device(kn), df = to_device(freqs), dp = to_device(pos);
-  const int64_t rb = cpu::row_bytes(cpu::RowFormat::fp8_ue8m0_32, d), cap = 144;
+  const int64_t rb = kv_row_bytes(KvRowFormat::fp8_ue8m0_32, d), cap = 144;
   DeviceBuffer ring(cap * rb), qdq(rows * d * 4);
   cudaMemset(ring.get(), 0, cap * rb);
   ASSERT_EQ(dspark_pack_keys(dk.as<float>(), df.as<float>(), dp.as<int64_t>(), 0, rows, d, rd, cap, ring.as<uint8_t>(),
@@ -313,10 +313,10 @@ TEST(ForwardOps, DsparkKeyPackingMatchesOracleRows) {
     std::vector<float> k(&kn[r * d], &kn[(r + 1) * d]);
     cpu::rope_apply<float>(&k[d - rd], freqs, pos[r], false);
     std::vector<uint8_t> ref(rb);
-    cpu::pack_row(cpu::RowFormat::fp8_ue8m0_32, k.data(), d, ref.data());
+    cpu::pack_row(KvRowFormat::fp8_ue8m0_32, k.data(), d, ref.data());
     for (int64_t i = 0; i < rb; ++i) differing_bytes += ref[i] != ring_h[(pos[r] % cap) * rb + i];
     std::vector<float> back(d);
-    cpu::unpack_row(cpu::RowFormat::fp8_ue8m0_32, &ring_h[(pos[r] % cap) * rb], d, back.data());
+    cpu::unpack_row(KvRowFormat::fp8_ue8m0_32, &ring_h[(pos[r] % cap) * rb], d, back.data());
     EXPECT_TRUE(std::equal(back.begin(), back.end(), q.begin() + r * d)) << "qdq values differ from the packed row";
   }
   // cos/sin of the device may differ from the host's in the last bit for a few pairs.
@@ -369,7 +369,7 @@ TEST(ForwardOps, EngramMatchesOracle) {
   for (auto preset : {family::Preset::tiny, family::Preset::small}) {
     SCOPED_TRACE(std::string(family::preset_name(preset)));
     auto w = cpu::synthetic_weights(family::preset_config(preset, family::Variant::v41), 1, false);
-    const cpu::ModelConfig cfg = cpu::model_config_from(w->config);
+    const family::ModelPlan cfg = family::build_plan(w->config);
     const int layer = cfg.engram_layers[0];
     const family::LayerWeights& E = w->weights.layers[layer];
     const int C = cfg.hc_mult;

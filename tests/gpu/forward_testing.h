@@ -96,7 +96,7 @@ inline LogitsRun oracle_run(const std::shared_ptr<const family::Model>& w, cpu::
   o.layer_probe = [&](int, const std::vector<float>& h) { run.layers.push_back(h); };
   auto oracle = cpu::Oracle::create(w, o);
   if (!oracle.ok()) return run;
-  auto r = (*oracle)->forward({cpu::Piece{(*oracle)->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
+  auto r = (*oracle)->forward({engine::Piece{(*oracle)->open_stream(), toks, all_rows(static_cast<int>(toks.size()))}});
   if (r.ok()) run.logits = (*r)[0].logits;
   return run;
 }
@@ -170,7 +170,7 @@ cpu::gate::Verdict forward_gate(Backend& f, const std::shared_ptr<const family::
         auto s = f.open_stream();
         std::vector<float> out;
         if (!s.ok()) return out;
-        auto r = f.forward({cpu::Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
+        auto r = f.forward({engine::Piece{*s, cpu::gate::prompt(k, V), all_rows(L)}});
         f.set_layer_probe(nullptr);
         if (r.ok()) out = std::move((*r)[0].logits);
         else std::printf("gate prompt %d: %s\n", k, r.status().to_string().c_str());

@@ -20,7 +20,7 @@
 #include "backends/cpu/engram.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/linear.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
@@ -36,7 +36,7 @@ using gpu_testing::nrms;
 using gpu_testing::preset_name;
 using gpu_testing::prompt;
 
-using cpu::Piece;
+using engine::Piece;
 
 int prompt_len() {
   const char* p = std::getenv("DSV4_PROBE_TOKENS");
@@ -53,8 +53,8 @@ std::shared_ptr<const family::Model> weights() {
 }
 
 // The oracle's config of those weights.
-const cpu::ModelConfig& config() {
-  static const cpu::ModelConfig c = cpu::model_config_from(weights()->config);
+const family::ModelPlan& config() {
+  static const family::ModelPlan c = family::build_plan(weights()->config);
   return c;
 }
 
@@ -124,8 +124,8 @@ std::vector<double> row_nrms(const std::vector<float>& a, const std::vector<floa
 template <typename Acc>
 std::vector<float> engram_local(ThreadPool& pool, const std::vector<int32_t>& toks, int l, std::vector<float> h) {
   const family::Model& M = *weights();
-  const cpu::ModelConfig& cfg = config();
-  const int engram_index = cpu::layer_roles(cfg)[l].engram_index;
+  const family::ModelPlan& cfg = config();
+  const int engram_index = cfg.layers[l].engram_index;
   const int64_t rows = static_cast<int64_t>(toks.size()), R = M.engram.cols;
   std::vector<int64_t> hist;
   for (int32_t t : toks) hist.push_back(M.engram_token_map[t]);
@@ -156,9 +156,9 @@ std::vector<float> moe_local(ThreadPool& pool, const std::vector<int32_t>& toks,
 template <typename Acc>
 std::vector<std::vector<float>> attention_local(const std::vector<std::vector<float>>& x, int64_t rows) {
   const family::Model& M = *weights();
-  const cpu::ModelConfig& cfg = config();
-  const auto roles = cpu::layer_roles(cfg);
-  cpu::StateGeometry geo = cpu::make_geometry(cfg, 128);
+  const family::ModelPlan& cfg = config();
+  const auto& roles = cfg.layers;
+  cpu::StateGeometry geo = family::make_state_geometry(cfg, family::StateGeometryOptions{.max_rollback = 128});
   if (static_cast<int>(M.weights.dspark.size()) != cfg.dspark_stages) geo.dspark_stages = 0;  // as the oracle
   ThreadPool pool(0);
   const auto fp = cpu::rope_frequencies({cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow});
@@ -221,8 +221,8 @@ struct LocalSums {
 template <typename Acc>
 std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vector<int32_t>& toks, Probes& pcu) {
   const family::Model& M = *weights();
-  const cpu::ModelConfig& cfg = config();
-  const auto roles = cpu::layer_roles(cfg);
+  const family::ModelPlan& cfg = config();
+  const auto& roles = cfg.layers;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, rows = static_cast<int64_t>(toks.size());
   ThreadPool pool(0);
@@ -266,8 +266,8 @@ std::map<std::string, std::vector<std::vector<float>>> glue_local(const std::vec
 // Every op of every layer re-run on the CUDA forward's own inputs in ref64 and ref32: error sums of
 // CUDA and of ref32 against ref64 per op kind.
 void add_local_errors(const std::vector<int32_t>& toks, Probes& pcu, LocalSums& sums) {
-  const cpu::ModelConfig& cfg = config();
-  const auto roles = cpu::layer_roles(cfg);
+  const family::ModelPlan& cfg = config();
+  const auto& roles = cfg.layers;
   const int64_t rows = static_cast<int64_t>(toks.size());
   ThreadPool pool(0);
   const auto g64 = glue_local<double>(toks, pcu), g32 = glue_local<float>(toks, pcu);
@@ -311,7 +311,7 @@ std::vector<std::pair<int, double>> router_top(int l, const float* x) {
 TEST(LayerProbe, SubLayersAgainstOracle) {
   const auto toks = prompt(prompt_len());
   const int64_t rows = static_cast<int64_t>(toks.size());
-  const cpu::ModelConfig& cfg = config();
+  const family::ModelPlan& cfg = config();
   std::vector<float> l32, l64, lcu;
   Probes p32 = oracle_probes(cpu::Precision::ref32, toks, &l32);
   Probes p64 = oracle_probes(cpu::Precision::ref64, toks, &l64);
@@ -364,7 +364,7 @@ TEST(LayerProbe, SubLayersAgainstOracle) {
       std::printf("\n");
     }
   ThreadPool pool(0);
-  const auto roles = cpu::layer_roles(cfg);
+  const auto& roles = cfg.layers;
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::vector<float>* in_h = l == 0 ? nullptr : &pcu[{l - 1, "layer"}];
     if (roles[l].engram && in_h && pcu.count({l, "engram"})) {

@@ -2,7 +2,7 @@
 // scratch (attention_scratch_bytes, dspark_scratch_bytes), on every preset. Host arithmetic only: no kernel runs.
 #include <gtest/gtest.h>
 
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_state.h"
 #include "backends/cuda/dspark_device.h"
@@ -24,18 +24,11 @@ TEST(StateGeometryCuda, DeviceBytesEqualStreamCaches) {
           const family::Config c = family::preset_config(p, v);
           SCOPED_TRACE(std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v)) + " context " +
                        std::to_string(context) + " rollback " + std::to_string(rollback));
-          auto g = make_attn_geometry(cpu::model_config_from(c), context, rollback);
+          auto g = device_state_geometry(family::build_plan(c), context, rollback);
           ASSERT_TRUE(g.ok()) << g.status().to_string();
-          family::StateGeometryOptions o;
-          o.max_context = context;
-          o.max_rollback = rollback;
-          o.dspark = g->dspark_stages > 0;  // V4-0731: no drafter rings (its drafter is not run)
-          const family::StateGeometry f = family::make_state_geometry(c, family::build_plan(c), o);
-          EXPECT_EQ(f.device_bytes(), StreamCaches::device_bytes(*g));
-          EXPECT_EQ(f.ring_capacity, g->ring_capacity);
-          EXPECT_EQ(f.window_row, g->window_row);
-          EXPECT_EQ(f.compressed_row, g->compressed_row);
-          EXPECT_EQ(f.index_row, g->index_row);
+          // What one stream's allocation takes equals the family geometry's count (the memory plan's source).
+          EXPECT_EQ(g->device_bytes(), StreamCaches::device_bytes(*g));
+          EXPECT_EQ(g->ring_capacity, family::build_plan(c).window + rollback);
         }
       }
     }
@@ -55,7 +48,7 @@ TEST(MemoryPlanCuda, ScratchEqualsTheForwardsSizing) {
             if (c.num_attention_heads % tp != 0 || c.o_groups % tp != 0) continue;
             SCOPED_TRACE(std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v)) + " tp " +
                          std::to_string(tp) + " rows " + std::to_string(rows) + " context " + std::to_string(context));
-            cpu::ModelConfig m = cpu::model_config_from(c);
+            family::ModelPlan m = family::build_plan(c);
             m.n_heads /= tp;
             m.o_groups /= tp;
             const engine::ScratchEstimate e = engine::estimate_scratch(c, tp, rows, context, false);

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "backends/cpu/gate.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/collective.h"
@@ -37,7 +37,7 @@
 namespace dsv4 {
 namespace {
 
-using cpu::Piece;
+using engine::Piece;
 using gpu_testing::all_rows;
 using gpu_testing::nrms;
 using gpu_testing::prompt;
@@ -186,7 +186,7 @@ struct RankOut {
 
 // TP `tp` with the ranks as threads on this GPU: each rank's slice of `whole` cut as a rank process cuts it,
 // then every rank runs the same calls.
-std::vector<RankOut> tp_run(const cpu::ModelConfig& cfg, const fabric::SplitPlan& plan, const family::Model& whole,
+std::vector<RankOut> tp_run(const family::ModelPlan& cfg, const fabric::SplitPlan& plan, const family::Model& whole,
                             int tp, const Prompts& prompts) {
   std::vector<std::unique_ptr<cuda::Forward>> ranks;
   ThreadGroup group(tp, kMaxCallRows * std::max<int64_t>(cfg.dim, cfg.vocab));
@@ -261,7 +261,7 @@ void expect_equal_to_tp1(int tp, const std::vector<RankOut>& out, const Logits& 
 class TpThreads : public testing::TestWithParam<int> {
  protected:
   const family::Config fc_ = small_config();
-  const cpu::ModelConfig cfg_ = cpu::model_config_from(fc_);
+  const family::ModelPlan cfg_ = family::build_plan(fc_);
 };
 
 // Random weights (the exact-equality weights of the other tests), one 40-token prompt.
@@ -336,7 +336,7 @@ class TpThreadsExl3 : public testing::TestWithParam<std::tuple<family::Preset, i
 TEST_P(TpThreadsExl3, GateWeightsEqualOneGpuAndPassTheGate) {
   const auto [preset, tp] = GetParam();
   const family::Config fc = exl3_config(preset);
-  const cpu::ModelConfig cfg = cpu::model_config_from(fc);
+  const family::ModelPlan cfg = family::build_plan(fc);
   auto plan = fabric::make_split_plan(fc, family::expected_tensors(fc), tp, fabric::ExpertSplit::expert_parallel);
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan: " << plan.status().to_string();
   Prompts prompts;

@@ -1,6 +1,6 @@
 // The V4 / 0731 kernels against the oracle's functions (float accumulation) on random bf16 data:
 // the per-head bf16 query norm (cpu::head_rms_bf16), the 584-byte KV rows (cpu::pack_row of
-// RowFormat::fp8_nope64_bf16rope, byte for byte), the indexer's Hadamard + FP4 QDQ
+// KvRowFormat::model1, byte for byte), the indexer's Hadamard + FP4 QDQ
 // (cpu::hadamard_row, cpu::qdq_row), the descending top-k (cpu::select_topk_desc), hash routing
 // and hc_head's pre-mix (cpu::hc_head_pre), sparse attention over V4 rows
 // (cpu::sparse_attend_head); and rows independent of the launch's row count, bit for bit.
@@ -57,16 +57,16 @@ TEST(V4Ops, HeadRmsEqualsOracle) {
 
 TEST(V4Ops, PackedRowsEqualOracleBytes) {
   for (int64_t d : {128, 512}) {
-    const int64_t rows = 5, rd = 64, rb = row_v4_bytes(d, rd);
-    ASSERT_EQ(rb, cpu::row_bytes(cpu::RowFormat::fp8_nope64_bf16rope, d, rd));
+    const int64_t rows = 5, rd = 64, rb = kv_model1_row_bytes(d, rd);
+    ASSERT_EQ(rb, kv_row_bytes(KvRowFormat::model1, d, rd));
     auto x = random_bf16(rows * d, 2, 2.0f);
     x[3] = 0.0f;  // a zero group member; and one all-zero group
     for (int64_t i = 64; i < 128; ++i) x[2 * d + i] = 0.0f;
     std::vector<uint8_t> ref(rows * rb);
     std::vector<float> refv(rows * d);
     for (int64_t r = 0; r < rows; ++r) {
-      cpu::pack_row(cpu::RowFormat::fp8_nope64_bf16rope, &x[r * d], d, &ref[r * rb], rd);
-      cpu::unpack_row(cpu::RowFormat::fp8_nope64_bf16rope, &ref[r * rb], d, &refv[r * d], rd);
+      cpu::pack_row(KvRowFormat::model1, &x[r * d], d, &ref[r * rb], rd);
+      cpu::unpack_row(KvRowFormat::model1, &ref[r * rb], d, &refv[r * d], rd);
     }
     auto dx = to_device(x);
     DeviceBuffer dp(rows * rb);
@@ -82,7 +82,7 @@ TEST(V4Ops, HadamardFp4EqualsOracle) {
   std::vector<float> ref = x;
   for (int64_t i = 0; i < n; ++i) {
     cpu::hadamard_row<float>(&ref[i * hd], hd);
-    cpu::qdq_row(cpu::RowFormat::fp4_ue8m0_32, &ref[i * hd], hd);
+    cpu::qdq_row(KvRowFormat::fp4_ue8m0_32, &ref[i * hd], hd);
   }
   auto dx = to_device(x);
   ASSERT_EQ(v4_hadamard_fp4(dx.as<float>(), n, hd, nullptr), cudaSuccess);
@@ -150,7 +150,7 @@ TEST(V4Ops, HashRoutingTakesTableExpertsAndNormalisedScores) {
 TEST(V4Ops, HcHeadPreMatchesOracle) {
   const int C = 4;
   const int64_t D = 256, rows = 3;
-  cpu::ModelConfig cfg;
+  family::ModelPlan cfg;
   cfg.hc_mult = C;
   cfg.dim = D;
   cfg.norm_eps = 1e-6f;
@@ -186,20 +186,20 @@ TEST(V4Ops, HcHeadPreMatchesOracle) {
 // Sparse attention of one piece at positions 0..T-1 (keys: this call's rows) plus selected
 // compressed V4 rows, against cpu::sparse_attend_head<float> and the inverse RoPE.
 TEST(V4Ops, SparseAttentionMatchesOracle) {
-  const int64_t T = 70, H = 4, G = 2, d = 128, rd = 64, W = 8, n_sel = 5, n_comp = 6, rb = row_v4_bytes(d, rd);
+  const int64_t T = 70, H = 4, G = 2, d = 128, rd = 64, W = 8, n_sel = 5, n_comp = 6, rb = kv_model1_row_bytes(d, rd);
   const auto q = random_bf16(T * H * d, 9, 0.3f);
   auto kvn = random_bf16(T * d, 10);
   std::vector<uint8_t> kvp(T * rb);
   for (int64_t r = 0; r < T; ++r) {  // the window keys as the V4 path leaves them: QDQ'd
-    cpu::pack_row(cpu::RowFormat::fp8_nope64_bf16rope, &kvn[r * d], d, &kvp[r * rb], rd);
-    cpu::unpack_row(cpu::RowFormat::fp8_nope64_bf16rope, &kvp[r * rb], d, &kvn[r * d], rd);
+    cpu::pack_row(KvRowFormat::model1, &kvn[r * d], d, &kvp[r * rb], rd);
+    cpu::unpack_row(KvRowFormat::model1, &kvp[r * rb], d, &kvn[r * d], rd);
   }
   const auto comp_vals = random_bf16(n_comp * d, 11);
   std::vector<uint8_t> comp(n_comp * rb);
   std::vector<float> comp_dec(n_comp * d);
   for (int64_t j = 0; j < n_comp; ++j) {
-    cpu::pack_row(cpu::RowFormat::fp8_nope64_bf16rope, &comp_vals[j * d], d, &comp[j * rb], rd);
-    cpu::unpack_row(cpu::RowFormat::fp8_nope64_bf16rope, &comp[j * rb], d, &comp_dec[j * d], rd);
+    cpu::pack_row(KvRowFormat::model1, &comp_vals[j * d], d, &comp[j * rb], rd);
+    cpu::unpack_row(KvRowFormat::model1, &comp[j * rb], d, &comp_dec[j * d], rd);
   }
   std::vector<int32_t> sel(T * n_sel);
   for (int64_t r = 0; r < T; ++r)

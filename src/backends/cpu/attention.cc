@@ -98,7 +98,7 @@ std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int6
 }
 
 template <typename Acc>
-void attention_output(ThreadPool& pool, const family::LayerWeights& A, const ModelConfig& cfg,
+void attention_output(ThreadPool& pool, const family::LayerWeights& A, const family::ModelPlan& cfg,
                       const float* o, int64_t rows, float* y) {
   const int64_t G = cfg.o_groups, O = cfg.o_lora;
   const int64_t gin = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim / G;
@@ -125,7 +125,7 @@ struct WindowSource {
   const float* fresh;  // [T, d] QDQ'd keys of this call's rows
   const uint8_t* ring;
   int64_t cap, row_bytes, d;
-  RowFormat format;
+  KvRowFormat format;
   int64_t rd;
   std::vector<std::vector<float>> decoded;  // ring rows decoded on demand, by slot
   const float* key(int64_t q) {
@@ -143,13 +143,13 @@ struct WindowSource {
 
 template <typename Acc>
 void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
-  const ModelConfig& cfg = *c.cfg;
-  const LayerRole& role = (*c.roles)[layer];
+  const family::ModelPlan& cfg = *c.cfg;
+  const family::LayerPlan& role = (*c.roles)[layer];
   const family::LayerWeights& A = c.M->weights.layers[layer];
   const Vec sink = floats(A.attn_sink);
   ThreadPool& pool = *c.pool;
   const int64_t rows = c.rows, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_dim;
-  const std::vector<float>& freqs = role.ratio > 0 ? *c.freqs_yarn : *c.freqs_plain;
+  const std::vector<float>& freqs = role.compress_ratio > 0 ? *c.freqs_yarn : *c.freqs_plain;
   const StateGeometry& geo = *c.geo;
 
   // a. query: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
@@ -159,7 +159,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < H; ++h) {
-      if (cfg.v4()) head_rms_bf16<Acc>(&q[(r * H + h) * d], d, cfg.norm_eps);  // V4 per-head q norm
+      if (cfg.q_head_norm) head_rms_bf16<Acc>(&q[(r * H + h) * d], d, cfg.norm_eps);  // per-head q norm (V4)
       rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, c.pos[r], false);
     }
 
@@ -188,7 +188,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
                     cfg.window_format, rd, std::vector<std::vector<float>>(geo.ring_capacity)};
     // Compressed rows of the KV source this layer reads, decoded once per piece.
     std::vector<float> comp;
-    if (role.ratio > 0) {
+    if (role.compress_ratio > 0) {
       const LayerCache& src = pc.state->layers[role.kv_from];
       const int64_t n = static_cast<int64_t>(src.compressed.size()) / geo.compressed_row;
       comp.resize(n * d);
@@ -207,15 +207,15 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
         int64_t width = cfg.window;
         bool empty_first = false;
         if (c.reference_shapes && pc.start == 0) width = std::min<int64_t>(pc.T, cfg.window);
-        if (c.reference_shapes && pc.start > 0 && pc.T == 1 && !cfg.v4()) empty_first = true;  // V4 pads at the end
+        if (c.reference_shapes && pc.start > 0 && pc.T == 1 && cfg.reference_window_pads_first) empty_first = true;
         keys.assign(width, nullptr);
         const int64_t first = std::max<int64_t>(0, p - cfg.window + 1);
         const int64_t at = empty_first ? cfg.window - 1 - (p - first) : 0;
         for (int64_t qpos = first; qpos <= p; ++qpos) keys[at + qpos - first] = ws.key(qpos);
-        if (role.ratio > 0 && cfg.v4() && !role.index_source) {
-          // V4 ratio > 4: every visible compressed row, ascending (model-spec.md §8).
-          for (int64_t t = 0; t < (p + 1) / role.ratio; ++t) keys.push_back(&comp[t * d]);
-        } else if (role.ratio > 0) {
+        if (role.attn == family::AttnKind::v4_hca) {
+          // Every visible compressed row, ascending (model-spec.md §8).
+          for (int64_t t = 0; t < (p + 1) / role.compress_ratio; ++t) keys.push_back(&comp[t * d]);
+        } else if (role.compress_ratio > 0) {
           for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
         }
         sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, sink[h], &o[(r * H + h) * d]);
@@ -237,8 +237,8 @@ template void sparse_attend_head<float>(const float*, const std::vector<const fl
 template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*);
 template void attention_layer<float>(CallCtx&, int, const float*, float*);
 template void attention_layer<double>(CallCtx&, int, const float*, float*);
-template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const ModelConfig&, const float*, int64_t, float*);
-template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const ModelConfig&, const float*, int64_t, float*);
+template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
+template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
 template void head_rms_bf16<float>(float*, int64_t, float);
 template void head_rms_bf16<double>(float*, int64_t, float);
 

@@ -40,7 +40,7 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y);
 // The grouped wo_a (its FP8 values dequantized to bf16, as the reference holds it) and FP8 wo_b of the rows'
 // attention outputs o bf16 [rows, H, d].
 template <typename Acc>
-void attention_output(ThreadPool& pool, const family::LayerWeights& A, const ModelConfig& cfg,
+void attention_output(ThreadPool& pool, const family::LayerWeights& A, const family::ModelPlan& cfg,
                       const float* o, int64_t rows, float* y);
 
 }  // namespace dsv4::cpu

@@ -9,7 +9,7 @@
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rmsnorm.h"
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 
 namespace dsv4::cpu {
 
@@ -19,12 +19,12 @@ using BlockProbe = std::function<void(const char* op, const float* v, int64_t n)
 
 // attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows; K experts per row.
 template <typename Acc>
-void block_forward(ThreadPool& pool, const ModelConfig& cfg, const family::LayerWeights& B, int K, int64_t rows,
+void block_forward(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& B, int K, int64_t rows,
                    const std::function<void(const float*, float*)>& attn, const uint8_t* image,
                    const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
                    const BlockProbe& probe = nullptr) {
   auto show = [&](const char* op, const float* v, int64_t n) { if (probe) probe(op, v, n); };
-  const bool same = cfg.v4();
+  const bool same = cfg.premix == family::HcPremix::own;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
   Vec x(rows * D), xn(rows * D), y(rows * D);
@@ -51,7 +51,7 @@ void block_forward(ThreadPool& pool, const ModelConfig& cfg, const family::Layer
 
 // Embedding rows (embed bf16 [V, D]) expanded into C identical streams, pi = one-hot(0).
 template <typename Acc>
-void embed_rows(const ModelConfig& cfg, const TensorView& embed, const int32_t* ids,
+void embed_rows(const family::ModelPlan& cfg, const TensorView& embed, const int32_t* ids,
                 int64_t rows, std::vector<float>& h, std::vector<std::vector<Acc>>& pi) {
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/stream_state.h"
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/model.h"
 #include "core/thread_pool.h"
 
@@ -21,8 +21,8 @@ struct PieceCtx {
 
 struct CallCtx {
   const family::Model* M = nullptr;
-  const ModelConfig* cfg = nullptr;
-  const std::vector<LayerRole>* roles = nullptr;
+  const family::ModelPlan* cfg = nullptr;
+  const std::vector<family::LayerPlan>* roles = nullptr;
   const StateGeometry* geo = nullptr;
   ThreadPool* pool = nullptr;
   const std::vector<float>* freqs_plain = nullptr;  // base rope_theta, no YaRN (ratio 0)

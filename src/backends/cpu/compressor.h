@@ -123,11 +123,11 @@ template <typename Acc>
 void emit_compressed_row(CallCtx& c, int layer, StreamState& st, int64_t j, float* latent) {
   LayerCache& cache = st.layers[layer];
   st.last_index_publisher = layer;
-  const ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t d = cfg.head_dim, ihd = cfg.index_head_dim, rd = cfg.rope_dim;
-  const int64_t pos = j * (*c.roles)[layer].ratio;
+  const int64_t pos = j * (*c.roles)[layer].compress_ratio;
   // Index key from the un-rotated latent.
   Vec k(ihd), kn(ihd);
   bf16_linear<Acc>(*c.pool, latent, 1, A.indexer_wk, k.data());
@@ -148,9 +148,9 @@ void emit_compressed_row(CallCtx& c, int layer, StreamState& st, int64_t j, floa
 // (index keys: norm, RoPE, Hadamard, FP4) before the main one, as the reference does.
 template <typename Acc>
 void compress_layer(CallCtx& c, int layer, const float* x) {
-  const ModelConfig& cfg = *c.cfg;
-  const LayerRole& role = (*c.roles)[layer];
-  const int ratio = role.ratio;
+  const family::ModelPlan& cfg = *c.cfg;
+  const family::LayerPlan& role = (*c.roles)[layer];
+  const int ratio = role.compress_ratio;
   const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t d = cfg.head_dim, rd = cfg.rope_dim, ihd = cfg.index_head_dim, rows = c.rows;
@@ -166,8 +166,8 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
       }
     return;
   }
-  if (!cfg.v4()) {
-    PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, nullptr, ratio, false, geo.comp_cap[layer], &LayerCache::comp_kv,
+  if (!role.compressor_ape) {  // V4.1: plain pooled groups
+    PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, nullptr, ratio, false, geo.layers[layer].proj_kv.capacity, &LayerCache::comp_kv,
                &LayerCache::comp_gate};
     pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
       rmsnorm_row<Acc>(lat, d, comp_norm.data(), cfg.norm_eps, normed.data());
@@ -175,8 +175,8 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
     });
     return;
   }
-  if (role.overlap) {  // the indexer's compressor: index keys
-    PoolSpec P{&A.indexer_compressor_wkv, &A.indexer_compressor_wgate, &A.indexer_compressor_ape, ratio, true, geo.comp_cap[layer],
+  if (role.compressor_overlap) {  // the indexer's compressor: index keys
+    PoolSpec P{&A.indexer_compressor_wkv, &A.indexer_compressor_wgate, &A.indexer_compressor_ape, ratio, true, geo.layers[layer].proj_kv.capacity,
                &LayerCache::idx_comp_kv, &LayerCache::idx_comp_gate};
     pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
       rmsnorm_row<Acc>(lat, ihd, idx_comp_norm.data(), cfg.norm_eps, normed.data());
@@ -188,7 +188,7 @@ void compress_layer(CallCtx& c, int layer, const float* x) {
       pack_row(cfg.index_format, normed.data(), ihd, &keys[at], rd);
     });
   }
-  PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, &A.compressor_ape, ratio, role.overlap, geo.comp_cap[layer], &LayerCache::comp_kv,
+  PoolSpec P{&A.compressor_wkv, &A.compressor_wgate, &A.compressor_ape, ratio, role.compressor_overlap, geo.layers[layer].proj_kv.capacity, &LayerCache::comp_kv,
              &LayerCache::comp_gate};
   pooled_groups<Acc>(c, layer, P, x, [&](StreamState& st, int64_t j, float* lat) {
     rmsnorm_row<Acc>(lat, d, comp_norm.data(), cfg.norm_eps, normed.data());

@@ -14,10 +14,10 @@ namespace dsv4::cpu {
 namespace {
 // Window key of a stage for one row: RoPE(kv_norm(wkv x)) at pos, packed FP8.
 template <typename Acc>
-void stage_keys(ThreadPool& pool, const ModelConfig& cfg, const family::LayerWeights& A,
+void stage_keys(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& A,
                 const std::vector<float>& freqs, const float* x, int64_t rows, const int64_t* pos,
                 Vec& keys, std::vector<uint8_t>& packed) {
-  const int64_t d = cfg.head_dim, rb = row_bytes(RowFormat::fp8_ue8m0_32, d);
+  const int64_t d = cfg.head_dim, rb = kv_row_bytes(KvRowFormat::fp8_ue8m0_32, d);
   Vec kv(rows * d);
   keys.resize(rows * d);
   packed.resize(rows * rb);
@@ -25,15 +25,15 @@ void stage_keys(ThreadPool& pool, const ModelConfig& cfg, const family::LayerWei
   rmsnorm_rows<Acc>(kv.data(), rows, d, floats(A.kv_norm).data(), cfg.norm_eps, keys.data());
   for (int64_t r = 0; r < rows; ++r) {
     rope_apply<Acc>(&keys[r * d + d - cfg.rope_dim], freqs, pos[r], false);
-    pack_row(RowFormat::fp8_ue8m0_32, &keys[r * d], d, &packed[r * rb]);
-    unpack_row(RowFormat::fp8_ue8m0_32, &packed[r * rb], d, &keys[r * d]);
+    pack_row(KvRowFormat::fp8_ue8m0_32, &keys[r * d], d, &packed[r * rb]);
+    unpack_row(KvRowFormat::fp8_ue8m0_32, &packed[r * rb], d, &keys[r * d]);
   }
 }
 }  // namespace
 
 template <typename Acc>
 void dspark_write_rings(CallCtx& c, const Vec& taps) {
-  const ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const std::vector<family::LayerWeights>& S = c.M->weights.dspark;
   const int64_t rows = c.rows, D = cfg.dim;
   Vec mp(rows * D), main_x(rows * D);
@@ -55,7 +55,7 @@ void dspark_write_rings(CallCtx& c, const Vec& taps) {
 }
 
 template <typename Acc>
-DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const ModelConfig& cfg, const StateGeometry& geo,
+DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const family::ModelPlan& cfg, const StateGeometry& geo,
                          const std::vector<float>& freqs, const StreamState& s, int32_t next) {
   const std::vector<family::LayerWeights>& S = M.weights.dspark;
   const family::LayerWeights& last = S.back();
@@ -79,7 +79,7 @@ DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const ModelCo
     Vec ring_keys(nring * d);
     for (int64_t k = 0; k < nring; ++k) {
       const int64_t q = p - ((p - k) % win + win) % win;
-      unpack_row(RowFormat::fp8_ue8m0_32, &ring[(q % geo.ring_capacity) * geo.window_row], d, &ring_keys[k * d]);
+      unpack_row(KvRowFormat::fp8_ue8m0_32, &ring[(q % geo.ring_capacity) * geo.window_row], d, &ring_keys[k * d]);
     }
     auto attn = [&](const float* x, float* y) {
       Vec qa(B * cfg.q_lora), qr(B * cfg.q_lora), q(B * H * d), o(B * H * d), keys;
@@ -142,7 +142,7 @@ DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const ModelCo
 
 template void dspark_write_rings<float>(CallCtx&, const Vec&);
 template void dspark_write_rings<double>(CallCtx&, const Vec&);
-template DraftResult dspark_draft<float>(ThreadPool&, const family::Model&, const ModelConfig&, const StateGeometry&, const std::vector<float>&, const StreamState&, int32_t);
-template DraftResult dspark_draft<double>(ThreadPool&, const family::Model&, const ModelConfig&, const StateGeometry&, const std::vector<float>&, const StreamState&, int32_t);
+template DraftResult dspark_draft<float>(ThreadPool&, const family::Model&, const family::ModelPlan&, const StateGeometry&, const std::vector<float>&, const StreamState&, int32_t);
+template DraftResult dspark_draft<double>(ThreadPool&, const family::Model&, const family::ModelPlan&, const StateGeometry&, const std::vector<float>&, const StreamState&, int32_t);
 
 }  // namespace dsv4::cpu

@@ -14,7 +14,7 @@ void dspark_write_rings(CallCtx& c, const Vec& taps);
 
 // Drafts `block` tokens after the stream's last position p given `next` (token at p + 1).
 template <typename Acc>
-DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const ModelConfig& cfg, const StateGeometry& geo,
+DraftResult dspark_draft(ThreadPool& pool, const family::Model& M, const family::ModelPlan& cfg, const StateGeometry& geo,
                          const std::vector<float>& freqs_plain, const StreamState& s, int32_t next);
 
 }  // namespace dsv4::cpu

@@ -9,17 +9,18 @@
 #include "backends/cpu/dspark.h"
 #include "backends/cpu/engram.h"
 #include "backends/cpu/head.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
 #include "family/deepseek_v41/engram_hash.h"
+#include "engine/step_plan.h"
 
 namespace dsv4::cpu {
 
 StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const family::Model> model,
                                                  const OracleOptions& options) {
   if (!model) return error(StatusCode::invalid_argument, "no model");
-  const ModelConfig cfg = model_config_from(model->config);
-  DSV4_RETURN_IF_ERROR(cfg.validate());
+  const family::ModelPlan cfg = model->plan;
+  DSV4_RETURN_IF_ERROR(family::check_plan(cfg));
   if (static_cast<int>(model->weights.layers.size()) != cfg.n_layers)
     return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", model->weights.layers.size(),
                  cfg.n_layers);
@@ -33,9 +34,10 @@ StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const family::M
   o->base_ = cfg;
   o->cfg_ = options.unquantized ? without_quantization(cfg) : cfg;
   o->drafter_ = cfg.dspark_stages > 0 && static_cast<int>(o->model_->weights.dspark.size()) == cfg.dspark_stages;
-  o->roles_ = layer_roles(cfg);
-  o->geo_ = make_geometry(o->cfg_, options.max_rollback);
-  if (!o->drafter_) o->geo_.dspark_stages = 0;
+  family::StateGeometryOptions go;
+  go.max_rollback = options.max_rollback;
+  go.dspark = o->drafter_;
+  o->geo_ = family::make_state_geometry(o->cfg_, go);
   RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   o->freqs_plain_ = rope_frequencies(plain);
@@ -142,42 +144,31 @@ template <typename Acc>
 StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>& pieces) {
   const family::Model& M = *model_;
   const family::ModelWeights& W = M.weights;
-  const ModelConfig& cfg = cfg_;
+  const family::ModelPlan& cfg = cfg_;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
-  // Refuse bad input before touching any state.
-  std::set<int32_t> seen;
-  for (const Piece& pc : pieces) {
-    if (!streams_.count(pc.stream)) return error(StatusCode::not_found, "no stream {}", pc.stream);
-    if (!seen.insert(pc.stream).second)
-      return error(StatusCode::invalid_argument, "stream {} appears twice in one call", pc.stream);
-    for (int32_t t : pc.tokens)
-      if (t < 0 || t >= V) return error(StatusCode::invalid_argument, "token {} outside vocab {}", t, V);
-    for (int32_t r : pc.logit_rows)
-      if (r < 0 || r >= static_cast<int32_t>(pc.tokens.size()))
-        return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
-  }
+  // The step's plan checks every piece before any state is touched.
+  auto length = [&](int32_t id) -> StatusOr<int64_t> {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
+    return it->second.length;
+  };
+  DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, engine::StepLimits{V, 0, 0}));
   CallCtx c;
   c.M = &M;
   c.cfg = &cfg;
-  c.roles = &roles_;
+  c.roles = &cfg_.layers;
   c.geo = &geo_;
   c.pool = pool_.get();
   c.freqs_plain = &freqs_plain_;
   c.freqs_yarn = &freqs_yarn_;
   c.reference_shapes = options_.reference_shapes;
-  std::vector<int32_t> ids;
-  for (const Piece& pc : pieces) {
-    StreamState& s = streams_.at(pc.stream);
-    PieceCtx p{&s, s.length, static_cast<int64_t>(pc.tokens.size()), c.rows};
-    c.pieces.push_back(p);
-    for (int64_t i = 0; i < p.T; ++i) {
-      c.pos.push_back(p.start + i);
-      c.piece_of.push_back(static_cast<int>(c.pieces.size()) - 1);
-      ids.push_back(pc.tokens[i]);
-    }
-    c.rows += p.T;
-  }
+  for (const engine::PiecePlan& p : plan.pieces)
+    c.pieces.push_back(PieceCtx{&streams_.at(p.stream), p.start, p.rows, p.row0});
+  c.pos = plan.pos;
+  c.piece_of.assign(plan.piece_of.begin(), plan.piece_of.end());
+  c.rows = plan.rows();
+  const std::vector<int32_t>& ids = plan.ids;
   c.image.assign(c.rows, 0);
   c.topk.assign(c.rows, {});
   c.cand.assign(c.rows, {});
@@ -206,7 +197,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   Vec taps(drafter_ ? c.rows * n_taps * D : 0);
   // 3. Blocks.
   for (int l = 0; l < cfg.n_layers; ++l) {
-    const LayerRole& role = roles_[l];
+    const family::LayerPlan& role = cfg_.layers[l];
     const family::LayerWeights& B = W.layers[l];
     BlockProbe probe;
     if (options_.op_probe)
@@ -216,12 +207,12 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
                         cfg.norm_eps, cfg.act_block, h.data());
       if (probe) probe("engram", h.data(), c.rows * C * D);
     }
-    if (role.tap_index >= 0 && drafter_)
+    if (role.dspark_tap_index >= 0 && drafter_)
       for (int64_t r = 0; r < c.rows; ++r)
         for (int64_t i = 0; i < D; ++i) {
           Acc s = 0;
           for (int k = 0; k < C; ++k) s += static_cast<Acc>(h[(r * C + k) * D + i]);
-          taps[(r * n_taps + role.tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
+          taps[(r * n_taps + role.dspark_tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
         }
     auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
     block_forward<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, c.rows, attn, c.image.data(), ids.data(), h,
@@ -231,7 +222,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   // 4. Logits of the requested rows.
   const Vec norm = floats(W.norm);
   std::optional<HcHead> hc_head;
-  if (family::present(W.hc_head_base)) hc_head = hc_head_of(W.hc_head_fn, W.hc_head_base, W.hc_head_scale);
+  if (cfg.premix == family::HcPremix::own) hc_head = hc_head_of(W.hc_head_fn, W.hc_head_base, W.hc_head_scale);
   std::vector<PieceResult> out(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].logit_rows.empty()) continue;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/stream_state.h"
+#include "engine/stream_forward.h"
 #include "family/deepseek_v41/model.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -40,24 +41,10 @@ struct OracleOptions {
   bool unquantized = false;
 };
 
-// Tokens appended to one stream at its current length.
-struct Piece {
-  int32_t stream = 0;
-  std::vector<int32_t> tokens;
-  // Rows (indices into tokens) whose logits are wanted; logits of row i predict token i+1.
-  std::vector<int32_t> logit_rows;
-};
-
-struct PieceResult {
-  std::vector<float> logits;  // fp32 [logit_rows.size(), vocab]
-};
-
-struct DraftResult {
-  std::vector<int32_t> tokens;     // drafts for positions p+2 .. p+1+block
-  std::vector<float> probs;        // softmax probability of each draft under its row's logits
-  std::vector<float> confidence;   // raw confidence-head logit per row
-  std::vector<float> logits;       // fp32 [block, vocab] (Markov-biased)
-};
+// The engine's call types (engine/stream_forward.h): the oracle is one of its forwards.
+using engine::DraftResult;
+using engine::Piece;
+using engine::PieceResult;
 
 class Oracle {
  public:
@@ -66,7 +53,7 @@ class Oracle {
                                                   const OracleOptions& options);
   ~Oracle();
 
-  const ModelConfig& config() const { return cfg_; }
+  const family::ModelPlan& config() const { return cfg_; }
   const family::Model& model() const { return *model_; }
   // Whether the model's drafter runs (V4.1 with DSpark stages; the 0731 drafter's forward is not
   // confirmed by reference code, model-spec.md §10.7, so its stages are checked, not run).
@@ -96,11 +83,10 @@ class Oracle {
   template <typename Acc> StatusOr<DraftResult> draft_impl(StreamState& s, int32_t next);
 
   std::shared_ptr<const family::Model> model_;
-  ModelConfig base_;  // the model's config
-  ModelConfig cfg_;   // base_, or its unquantized form
+  family::ModelPlan base_;  // the model's config
+  family::ModelPlan cfg_;   // base_, or its unquantized form
   bool drafter_ = false;
   OracleOptions options_;
-  std::vector<LayerRole> roles_;
   StateGeometry geo_;
   std::vector<float> freqs_plain_, freqs_yarn_;
   std::unique_ptr<ThreadPool> pool_;

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/oracle_testing.h"
 #include "backends/cpu/synthetic.h"
 #include "family/deepseek_v41/preset.h"

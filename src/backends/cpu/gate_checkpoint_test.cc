@@ -12,7 +12,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/release_encode.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cpu/synthetic_exl3.h"

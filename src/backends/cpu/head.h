@@ -6,7 +6,7 @@
 
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/rmsnorm.h"
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 
 namespace dsv4::cpu {
 
@@ -24,7 +24,7 @@ inline HcHead hc_head_of(const Matrix& fn, const TensorView& base, const TensorV
 // hc_head's pre-mix of one row h bf16 [C, D]: m = (fn . x) * rsqrt(mean(x^2) + eps),
 // pre = sigmoid(m * scale + base) + hc_eps (no Sinkhorn).
 template <typename Acc>
-std::vector<Acc> hc_head_pre(ThreadPool& pool, const ModelConfig& cfg, const HcHead& W, const float* h) {
+std::vector<Acc> hc_head_pre(ThreadPool& pool, const family::ModelPlan& cfg, const HcHead& W, const float* h) {
   const int C = cfg.hc_mult;
   const int64_t n = static_cast<int64_t>(C) * cfg.dim;
   std::vector<Acc> x(h, h + n), m(C), pre(C);
@@ -40,7 +40,7 @@ std::vector<Acc> hc_head_pre(ThreadPool& pool, const ModelConfig& cfg, const HcH
 // logits [rows, V] = head( RMSNorm( collapse(h_r, pi_r) ; norm ) ) for the listed rows; with
 // hc (V4) the collapse uses hc_head's pre-mix instead of pi.
 template <typename Acc>
-void head_logits(ThreadPool& pool, const ModelConfig& cfg, const std::vector<float>& norm,
+void head_logits(ThreadPool& pool, const family::ModelPlan& cfg, const std::vector<float>& norm,
                  const Matrix& head, const float* h, const std::vector<std::vector<Acc>>& pi,
                  const std::vector<int64_t>& rows, std::vector<Acc>& logits, Vec* collapsed = nullptr,
                  const HcHead* hc = nullptr, Vec* normed = nullptr) {

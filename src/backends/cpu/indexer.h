@@ -20,8 +20,8 @@ namespace dsv4::cpu {
 // keys at even-position decode steps.
 template <typename Acc>
 void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
-  const ModelConfig& cfg = *c.cfg;
-  const LayerRole& role = (*c.roles)[layer];
+  const family::ModelPlan& cfg = *c.cfg;
+  const family::LayerPlan& role = (*c.roles)[layer];
   const family::LayerWeights& A = c.M->weights.layers[layer];
   const StateGeometry& geo = *c.geo;
   const int64_t rows = c.rows, IH = cfg.index_heads, ihd = cfg.index_head_dim, rd = cfg.rope_dim;
@@ -37,7 +37,7 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
     for (int64_t h = 0; h < IH; ++h) {
       float* qh = &qi[(r * IH + h) * ihd];
       rope_apply<Acc>(qh + ihd - rd, *c.freqs_yarn, c.pos[r], false);
-      if (cfg.v4()) hadamard_row<Acc>(qh, ihd);  // V4 rotates queries and keys (model-spec.md §8)
+      if (cfg.index_hadamard) hadamard_row<Acc>(qh, ihd);  // queries and keys rotated (V4, model-spec.md §8)
       qdq_row(cfg.index_format, qh, ihd, rd);
     }
   for (const PieceCtx& pc : c.pieces) {
@@ -45,7 +45,8 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
     // Reference quirk (model-spec.md §3.6, audit note 23): on a one-token decode call an owner
     // that makes no new row does not republish, so it scores against the most recently
     // published index keys (the previous call's last publisher).
-    if (c.reference_shapes && !cfg.v4() && pc.start > 0 && pc.T == 1 && role.kv_source && (pc.start + 1) % role.ratio != 0 &&
+    if (c.reference_shapes && role.attn == family::AttnKind::full && pc.start > 0 && pc.T == 1 &&
+        (pc.start + 1) % role.compress_ratio != 0 &&
         pc.state->last_index_publisher >= 0)
       src_layer = pc.state->last_index_publisher;
     const LayerCache& src = pc.state->layers[src_layer];
@@ -55,7 +56,7 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
     c.pool->parallel_for(pc.T, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t r = pc.row0 + i, p = pc.start + i;
-        const int64_t Lc = (p + 1) / role.ratio;
+        const int64_t Lc = (p + 1) / role.compress_ratio;
         std::vector<float> score(Lc);
         for (int64_t t = 0; t < Lc; ++t) {
           // Each op's result is a bf16 tensor: dot -> bf16, relu, x weight -> bf16, head sum -> bf16.
@@ -74,7 +75,7 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
             if (!c.cand[r][t]) score[t] = neg_inf;
         // V4.1 sorts the picks by row; V4 keeps torch.topk's descending score order.
         const int64_t k = std::min<int64_t>(cfg.index_topk, Lc);
-        c.topk[r] = cfg.v4() ? select_topk_desc(score, k) : select_topk_rows(score, k);
+        c.topk[r] = cfg.topk_by_score ? select_topk_desc(score, k) : select_topk_rows(score, k);
       }
     }, 1);
   }

@@ -8,28 +8,15 @@
 #include <cstdint>
 
 #include "backends/cpu/numerics.h"
+#include "core/kv_rows.h"
 
 namespace dsv4::cpu {
 
-enum class RowFormat : uint8_t { fp8_ue8m0_32, fp4_e4m3_16, fp4_ue8m0_32, fp8_nope64_bf16rope, bf16 };
-
-// rd: the RoPE tail left in bf16 by fp8_nope64_bf16rope (ignored by the other formats).
-inline int64_t row_bytes(RowFormat f, int64_t d, int64_t rd = 64) {
-  switch (f) {
-    case RowFormat::fp8_nope64_bf16rope: return (d - rd) + (d - rd) / 64 + 2 * rd + 1;
-    case RowFormat::bf16: return 2 * d;
-    case RowFormat::fp8_ue8m0_32: return d + d / 32;
-    case RowFormat::fp4_e4m3_16: return d / 2 + d / 16;
-    case RowFormat::fp4_ue8m0_32: return d / 2 + d / 32;
-  }
-  return 0;
-}
-
 // Quantizes x [d] (bf16 values) into `out`; FP4 pairs keep the even element in the low nibble.
-inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out, int64_t rd = 64) {
+inline void pack_row(KvRowFormat f, const float* x, int64_t d, uint8_t* out, int64_t rd = 64) {
   uint8_t codes[64];
   switch (f) {
-    case RowFormat::fp8_nope64_bf16rope: {
+    case KvRowFormat::model1: {
       const int64_t n = d - rd;
       for (int64_t g = 0; g < n / 64; ++g) out[n + g] = quant_fp8_group(x + g * 64, 64, out + g * 64);
       uint8_t* tail = out + n + n / 64;
@@ -41,23 +28,23 @@ inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out, int64
       tail[2 * rd] = 0;
       return;
     }
-    case RowFormat::bf16:
+    case KvRowFormat::bf16:
       for (int64_t i = 0; i < d; ++i) {
         const bf16_t b = to_bf16(x[i]);
         out[2 * i] = static_cast<uint8_t>(b & 0xff);
         out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
       }
       return;
-    case RowFormat::fp8_ue8m0_32:
+    case KvRowFormat::fp8_ue8m0_32:
       for (int64_t g = 0; g < d / 32; ++g) out[d + g] = quant_fp8_group(x + g * 32, 32, out + g * 32);
       return;
-    case RowFormat::fp4_e4m3_16:
+    case KvRowFormat::fp4_e4m3_16:
       for (int64_t g = 0; g < d / 16; ++g) {
         out[d / 2 + g] = quant_fp4_e4m3_group(x + g * 16, 16, codes);
         for (int i = 0; i < 8; ++i) out[g * 8 + i] = codes[2 * i] | (codes[2 * i + 1] << 4);
       }
       return;
-    case RowFormat::fp4_ue8m0_32:
+    case KvRowFormat::fp4_ue8m0_32:
       for (int64_t g = 0; g < d / 32; ++g) {
         out[d / 2 + g] = quant_fp4_ue8m0_group(x + g * 32, 32, codes);
         for (int i = 0; i < 16; ++i) out[g * 16 + i] = codes[2 * i] | (codes[2 * i + 1] << 4);
@@ -67,26 +54,26 @@ inline void pack_row(RowFormat f, const float* x, int64_t d, uint8_t* out, int64
 }
 
 // The dequantized bf16 values of a packed row.
-inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x, int64_t rd = 64) {
+inline void unpack_row(KvRowFormat f, const uint8_t* in, int64_t d, float* x, int64_t rd = 64) {
   switch (f) {
-    case RowFormat::fp8_nope64_bf16rope: {
+    case KvRowFormat::model1: {
       const int64_t n = d - rd;
       for (int64_t i = 0; i < n; ++i) x[i] = e4m3_to_f32(in[i]) * ue8m0_to_f32(in[n + i / 64]);
       const uint8_t* tail = in + n + n / 64;
       for (int64_t i = 0; i < rd; ++i) x[n + i] = bf16_to_f32(static_cast<bf16_t>(tail[2 * i] | (tail[2 * i + 1] << 8)));
       return;
     }
-    case RowFormat::bf16:
+    case KvRowFormat::bf16:
       for (int64_t i = 0; i < d; ++i) x[i] = bf16_to_f32(static_cast<bf16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
       return;
-    case RowFormat::fp8_ue8m0_32:
+    case KvRowFormat::fp8_ue8m0_32:
       for (int64_t i = 0; i < d; ++i) x[i] = e4m3_to_f32(in[i]) * ue8m0_to_f32(in[d + i / 32]);
       return;
-    case RowFormat::fp4_e4m3_16:
+    case KvRowFormat::fp4_e4m3_16:
       for (int64_t i = 0; i < d; ++i)
         x[i] = e2m1_to_f32((in[i / 2] >> (4 * (i & 1))) & 15) * e4m3_to_f32(in[d / 2 + i / 16]);
       return;
-    case RowFormat::fp4_ue8m0_32:
+    case KvRowFormat::fp4_ue8m0_32:
       for (int64_t i = 0; i < d; ++i)
         x[i] = e2m1_to_f32((in[i / 2] >> (4 * (i & 1))) & 15) * ue8m0_to_f32(in[d / 2 + i / 32]);
       return;
@@ -94,7 +81,7 @@ inline void unpack_row(RowFormat f, const uint8_t* in, int64_t d, float* x, int6
 }
 
 // In-place QDQ of a bf16 row under format f (pack then unpack).
-inline void qdq_row(RowFormat f, float* x, int64_t d, int64_t rd = 64) {
+inline void qdq_row(KvRowFormat f, float* x, int64_t d, int64_t rd = 64) {
   uint8_t buf[8192];
   pack_row(f, x, d, buf, rd);
   unpack_row(f, buf, d, x, rd);

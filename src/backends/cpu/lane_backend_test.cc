@@ -1,6 +1,6 @@
 // The oracle behind the lane Backend contract: windows == steps with keyed draws, keep, drafts,
 // snapshots into fresh streams, and refusals.
-#include "backends/cpu/lane_backend.h"
+#include "backends/cpu/oracle_forward.h"
 
 #include <gtest/gtest.h>
 
@@ -9,16 +9,16 @@
 namespace dsv4::cpu {
 namespace {
 
-std::unique_ptr<CpuLaneBackend> backend(bool v4 = false) {
+std::unique_ptr<engine::LaneBackend> backend(bool v4 = false) {
   static std::shared_ptr<const family::Model> v41 = synthetic_weights(small_test_config(), 7, true);
   static std::shared_ptr<const family::Model> v4w = synthetic_weights(small_v4_test_config(), 17, false);
   const std::shared_ptr<const family::Model>& w = v4 ? v4w : v41;
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = 16;
-  LaneBackendOptions options;
+  engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
-  auto b = CpuLaneBackend::create(w, o, options);
+  auto b = oracle_lane_backend(w, o, options);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
   return std::move(b).value();
 }
@@ -37,7 +37,7 @@ std::vector<int32_t> toks(int n, uint32_t seed) {
   return t;
 }
 
-TEST(CpuLaneBackend, WindowEqualsSingleRowWindows) {
+TEST(OracleLaneBackend, WindowEqualsSingleRowWindows) {
   auto b = backend();
   const auto t = toks(24, 3);
   ASSERT_TRUE(b->open(1, sampled()).ok());
@@ -69,7 +69,45 @@ TEST(CpuLaneBackend, WindowEqualsSingleRowWindows) {
   EXPECT_FALSE(b->verify({&bad, 1}, &r2).ok());
 }
 
-TEST(CpuLaneBackend, DraftsAndSnapshots) {
+// One step of a prompt piece and a verify window (one forward call) equals the piece and the window fed apart:
+// the window's draws and logprobs, and the prompt stream's later rows, bit for bit.
+TEST(OracleLaneBackend, MixedStepEqualsPrefillThenVerify) {
+  const auto t = toks(30, 5);
+  auto apart = backend();
+  auto mixed = backend();
+  for (auto* b : {apart.get(), mixed.get()}) {
+    ASSERT_TRUE(b->open(1, sampled()).ok());
+    ASSERT_TRUE(b->open(2, sampled()).ok());
+    lanes::Piece first{1, 0, {t.data(), 12}};
+    ASSERT_TRUE(b->prefill({&first, 1}).ok());
+  }
+  lanes::Piece prompt{2, 0, {t.data() + 3, 20}};
+  lanes::Window w{1, 12, {t.begin() + 12, t.begin() + 17}, true, 2};
+  std::vector<std::vector<lanes::RowResult>> a, m, none;
+  ASSERT_TRUE(apart->prefill({&prompt, 1}).ok());
+  ASSERT_TRUE(apart->verify({&w, 1}, &a).ok());
+  ASSERT_TRUE(mixed->step({&prompt, 1}, {&w, 1}, &m).ok());
+  ASSERT_EQ(m.size(), 1u);
+  ASSERT_EQ(m[0].size(), a[0].size());
+  for (size_t i = 0; i < a[0].size(); ++i) {
+    EXPECT_EQ(m[0][i].token, a[0][i].token) << i;
+    EXPECT_EQ(m[0][i].logprob, a[0][i].logprob) << i;
+    EXPECT_EQ(m[0][i].proposed_logprob, a[0][i].proposed_logprob) << i;
+  }
+  lanes::Window next{2, 20, {t[23], t[24]}, true, 0};
+  std::vector<std::vector<lanes::RowResult>> an, mn;
+  ASSERT_TRUE(apart->verify({&next, 1}, &an).ok());
+  ASSERT_TRUE(mixed->verify({&next, 1}, &mn).ok());
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(mn[0][i].logprob, an[0][i].logprob) << i;
+  // A step with nothing in it is no forward call; a bad piece fails the whole step.
+  EXPECT_TRUE(mixed->step({}, {}, &none).ok());
+  EXPECT_TRUE(none.empty());
+  lanes::Piece bad{2, 3, {t.data(), 2}};
+  lanes::Window w2{1, 17, {t[17]}, false, 0};
+  EXPECT_FALSE(mixed->step({&bad, 1}, {&w2, 1}, &none).ok());
+}
+
+TEST(OracleLaneBackend, DraftsAndSnapshots) {
   auto b = backend();
   const auto t = toks(20, 9);
   ASSERT_TRUE(b->open(7, sampled()).ok());
@@ -98,7 +136,7 @@ TEST(CpuLaneBackend, DraftsAndSnapshots) {
   EXPECT_FALSE(b->keep(9, 0).ok());
 }
 
-TEST(CpuLaneBackend, SplitSnapshotsJoinAcrossEntries) {
+TEST(OracleLaneBackend, SplitSnapshotsJoinAcrossEntries) {
   // Parts taken at 9 rows (from 0) and at 19 rows (from 9) join into the 19-row state: the restored stream's
   // windows and drafts equal the original's. 9 is odd, so a ratio-2 group straddles the two parts; on V4 a ratio-4
   // group does, and the window's first group (positions 16..19) pools the restored overlap group 12..15.

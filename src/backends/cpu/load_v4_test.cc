@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/stored.h"
 #include "backends/cpu/oracle_testing.h"
 #include "core/checkpoint.h"
@@ -34,8 +34,9 @@ TEST(OracleLoadV4, BoundTensorsAreTheStoredValues) {
   const family::Model& m = **w;
   auto ck = Checkpoint::open(tiny_v4_dir());
   ASSERT_TRUE(ck.ok());
-  const ModelConfig c = model_config_from(m.config);
-  EXPECT_TRUE(c.v4());
+  const family::ModelPlan c = family::build_plan(m.config);
+  EXPECT_EQ(c.premix, family::HcPremix::own);
+  EXPECT_EQ(c.window_format, KvRowFormat::model1);
   EXPECT_EQ(c.weight_block, 128);
   EXPECT_EQ(c.act_block, 128);
   EXPECT_EQ(m.config.num_hash_layers, 3);

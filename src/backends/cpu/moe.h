@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/linear.h"
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 
 namespace dsv4::cpu {
 
@@ -44,7 +44,7 @@ void swiglu_clamped(const float* a, const float* u, int64_t n, Acc weight, float
 // y[rows, D] = MoE(x[rows, D]) with K experts per row; image[r] selects bias_vl for row r (may be null);
 // ids[r] is the row's token (V4 hash-routed layers take their experts from tid2eid[ids[r]], in table order).
 template <typename Acc>
-void moe_forward(ThreadPool& pool, const family::LayerWeights& W, int K, const ModelConfig& cfg, const float* x,
+void moe_forward(ThreadPool& pool, const family::LayerWeights& W, int K, const family::ModelPlan& cfg, const float* x,
                  const uint8_t* image, const int32_t* ids, int64_t rows, float* y) {
   const int64_t D = cfg.dim, E = W.gate_weight.out(), I = cfg.moe_inter;
   const Vec bias = floats(W.gate_bias), bias_vl = floats(W.gate_bias_vl);
@@ -74,7 +74,7 @@ void moe_forward(ThreadPool& pool, const family::LayerWeights& W, int K, const M
     for (int e : sel[r]) {
       Acc w = s[e];
       // V4.1: w / (sum + 1e-20) when K > 1; V4: w / sum always (router_eps 0).
-      if (K > 1 || cfg.v4()) w = w / (sum + static_cast<Acc>(cfg.router_eps));
+      if (K > 1 || cfg.route_norm_always) w = w / (sum + static_cast<Acc>(cfg.router_eps));
       wts[r].push_back(w * static_cast<Acc>(cfg.route_scale));
     }
   }

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/held_weights_testing.h"
+#include "backends/cpu/kv_rows.h"
 #include "backends/cpu/linear.h"
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
@@ -189,20 +190,20 @@ TEST(KvRows, GenericPackingMatchesCoreLayoutsAt512And128) {
   for (auto& v : x) { s = s * 1664525u + 1013904223u; v = round_bf16(static_cast<float>(static_cast<int32_t>(s) >> 8) * 1e-6f); }
   for (int i = 0; i < 128; ++i) k[i] = x[i * 3];
   std::vector<uint8_t> a(528), b(528);
-  pack_row(RowFormat::fp8_ue8m0_32, x.data(), 512, a.data());
+  pack_row(KvRowFormat::fp8_ue8m0_32, x.data(), 512, a.data());
   dsv4::pack_kv_fp8_row(std::span<const float>(x), std::span<uint8_t>(b));
   EXPECT_EQ(a, b);
   a.assign(288, 0); b.assign(288, 0);
-  pack_row(RowFormat::fp4_e4m3_16, x.data(), 512, a.data());
+  pack_row(KvRowFormat::fp4_e4m3_16, x.data(), 512, a.data());
   dsv4::pack_kv_fp4_row(std::span<const float>(x), std::span<uint8_t>(b));
   EXPECT_EQ(a, b);
   a.assign(68, 0); b.assign(68, 0);
-  pack_row(RowFormat::fp4_ue8m0_32, k.data(), 128, a.data());
+  pack_row(KvRowFormat::fp4_ue8m0_32, k.data(), 128, a.data());
   dsv4::pack_index_key_row(std::span<const float>(k), std::span<uint8_t>(b));
   EXPECT_EQ(a, b);
-  EXPECT_EQ(row_bytes(RowFormat::fp8_ue8m0_32, 512), 528);
-  EXPECT_EQ(row_bytes(RowFormat::fp4_e4m3_16, 512), 288);
-  EXPECT_EQ(row_bytes(RowFormat::fp4_ue8m0_32, 128), 68);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp8_ue8m0_32, 512), 528);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp4_e4m3_16, 512), 288);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::fp4_ue8m0_32, 128), 68);
 }
 
 }  // namespace

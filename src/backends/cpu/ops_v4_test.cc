@@ -58,7 +58,7 @@ TEST(OracleV4Ops, HadamardMatchesTheExplicitMatrix) {
 // the previous half empty for j = 0. Fed whole and in pieces that cut groups.
 TEST(OracleV4Ops, OverlappedPoolingFollowsTheSpec) {
   const int64_t n = 4, w = 2 * n, r = 4, T = 13;
-  ModelConfig cfg;
+  family::ModelPlan cfg;
   cfg.dim = w;
   std::vector<float> kv_values(w * w, 0.0f), gate_values(w * w, 0.0f);
   for (int64_t i = 0; i < w; ++i) { kv_values[i * w + i] = 1.0f; gate_values[i * w + i] = 2.0f; }
@@ -125,9 +125,9 @@ TEST(OracleV4Ops, OverlappedPoolingFollowsTheSpec) {
 // Hash routing: experts come from tid2eid[token], weighted by the normalised unbiased scores, so
 // a hash-routed layer equals the same layer routed by a bias that forces exactly those experts.
 TEST(OracleV4Ops, HashRoutingEqualsForcedBias) {
-  ModelConfig cfg;
+  family::ModelPlan cfg;
   cfg.dim = 64; cfg.moe_inter = 32; cfg.act_block = 32;
-  apply_v4_numerics(cfg);
+  family::set_variant_numerics(cfg, family::Variant::v4);
   const int E = 4, K = 2;
   held_testing::HeldWeights held;
   family::LayerWeights hashed;
@@ -181,11 +181,11 @@ TEST(OracleV4Ops, HeadRmsNormRoundsLikeBf16Tensors) {
 // The V4 KV row: FP8 over the NoPE dims per 64 (pow2 scale), RoPE dims kept bf16; 583 + 1 pad
 // bytes at d = 512 (the 584 B production row).
 TEST(OracleV4Ops, NopeFp8RopeBf16Row) {
-  EXPECT_EQ(row_bytes(RowFormat::fp8_nope64_bf16rope, 512, 64), 584);
+  EXPECT_EQ(kv_row_bytes(KvRowFormat::model1, 512, 64), 584);
   std::vector<float> x(128);
   for (int i = 0; i < 128; ++i) x[i] = bf16_to_f32(f32_to_bf16(0.01f * static_cast<float>(i * i % 97) - 0.3f));
   std::vector<float> y = x;
-  qdq_row(RowFormat::fp8_nope64_bf16rope, y.data(), 128, 64);
+  qdq_row(KvRowFormat::model1, y.data(), 128, 64);
   for (int i = 64; i < 128; ++i) EXPECT_EQ(y[i], x[i]) << "RoPE dim " << i;
   // NoPE block: amax 0.66 -> scale 2^ceil(log2(0.66/448)) = 2^-9; e4m3 keeps 3 mantissa bits.
   for (int i = 0; i < 64; ++i) {

@@ -5,18 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "family/deepseek_v41/rope.h"
+
 namespace dsv4::cpu {
 
-struct RopeParams {
-  int dim = 64;              // rotated dims (the last `dim` elements of a vector)
-  double base = 10000.0;
-  int64_t original_seq_len = 0;  // > 0 enables YaRN
-  double factor = 16.0;
-  double beta_fast = 32.0, beta_slow = 1.0;
-};
-
-// The dim/2 fp32 frequencies f_i, evaluated exactly as the reference does (§3.2).
-std::vector<float> rope_frequencies(const RopeParams& p);
+// The frequency tables are the family's (family/deepseek_v41/rope.h).
+using family::RopeParams;
+using family::rope_frequencies;
 
 // cos/sin of fp32(pos) * f_i, in fp32, for i = 0..dim/2-1.
 void rope_cos_sin(const std::vector<float>& freqs, int64_t pos, float* cos_out, float* sin_out);

@@ -6,44 +6,19 @@
 
 namespace dsv4::cpu {
 
-StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback) {
-  StateGeometry g;
-  g.ring_capacity = c.window + max_rollback;
-  g.window = c.window;
-  g.d = c.head_dim;
-  g.window_row = row_bytes(c.window_format, c.head_dim, c.rope_dim);
-  g.compressed_row = row_bytes(c.compressed_format, c.head_dim, c.rope_dim);
-  g.index_row = row_bytes(c.index_format, c.index_head_dim, c.rope_dim);
-  g.idx_width = 2 * static_cast<int64_t>(c.index_head_dim);
-  auto roles = layer_roles(c);
-  for (const auto& r : roles) {
-    g.ratio.push_back(r.ratio);
-    g.kv_source.push_back(r.kv_source);
-    g.overlap.push_back(r.overlap);
-    g.index_keys.push_back(r.kv_source && (!c.v4() || r.overlap));
-    const bool pooled = r.kv_source && r.ratio > 1;
-    // A group completed after a rollback of max_rollback rows still finds its own and (with
-    // overlap) the previous group's projections.
-    const int64_t span = r.overlap ? 2 * r.ratio : r.ratio;
-    g.comp_cap.push_back(pooled ? std::max<int64_t>(c.window, span) + max_rollback : 0);
-    g.comp_width.push_back(pooled ? (r.overlap ? 2 : 1) * static_cast<int64_t>(c.head_dim) : 0);
-  }
-  g.dspark_stages = c.dspark_stages;
-  return g;
-}
-
 StreamState new_stream_state(const StateGeometry& g) {
   StreamState s;
-  s.layers.resize(g.ratio.size());
-  for (size_t l = 0; l < g.ratio.size(); ++l) {
+  s.layers.resize(g.layers.size());
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    const family::LayerStateShape& shape = g.layers[l];
     s.layers[l].window.assign(g.ring_capacity * g.window_row, 0);
-    if (g.comp_cap[l] > 0) {
-      s.layers[l].comp_kv.assign(g.comp_cap[l] * g.comp_width[l], 0.0);
-      s.layers[l].comp_gate.assign(g.comp_cap[l] * g.comp_width[l], 0.0);
+    if (shape.proj_kv.present()) {
+      s.layers[l].comp_kv.assign(shape.proj_kv.capacity * shape.proj_kv.width, 0.0);
+      s.layers[l].comp_gate.assign(shape.proj_gate.capacity * shape.proj_gate.width, 0.0);
     }
-    if (g.overlap[l]) {
-      s.layers[l].idx_comp_kv.assign(g.comp_cap[l] * g.idx_width, 0.0);
-      s.layers[l].idx_comp_gate.assign(g.comp_cap[l] * g.idx_width, 0.0);
+    if (shape.idx_proj_kv.present()) {
+      s.layers[l].idx_comp_kv.assign(shape.idx_proj_kv.capacity * shape.idx_proj_kv.width, 0.0);
+      s.layers[l].idx_comp_gate.assign(shape.idx_proj_gate.capacity * shape.idx_proj_gate.width, 0.0);
     }
   }
   s.dspark_rings.assign(g.dspark_stages, std::vector<uint8_t>(g.ring_capacity * g.window_row, 0));
@@ -53,9 +28,9 @@ StreamState new_stream_state(const StateGeometry& g) {
 void truncate_state(const StateGeometry& g, StreamState& s, int64_t length) {
   s.length = length;
   s.history.resize(length);
-  for (size_t l = 0; l < g.ratio.size(); ++l) {
-    if (!g.kv_source[l]) continue;
-    const size_t rows = static_cast<size_t>(length / g.ratio[l]);
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    if (!g.layers[l].kv_source) continue;
+    const size_t rows = static_cast<size_t>(length / g.layers[l].ratio);
     s.layers[l].compressed.resize(std::min(s.layers[l].compressed.size(), rows * g.compressed_row));
     // V4 ratio > 4 layers keep no index keys: shrink only.
     s.layers[l].index_keys.resize(std::min(s.layers[l].index_keys.size(), rows * g.index_row));
@@ -118,7 +93,7 @@ StatusOr<StreamState> deserialize(const StateGeometry& g, std::span<const uint8_
   Reader r{bytes, 8};
   std::vector<int64_t> head;
   r.get(head);
-  if (!r.ok || head.size() != 4 || head[1] != static_cast<int64_t>(g.ratio.size()) ||
+  if (!r.ok || head.size() != 4 || head[1] != static_cast<int64_t>(g.layers.size()) ||
       head[2] != g.ring_capacity)
     return error(StatusCode::data_loss, "stream snapshot: header does not match this model");
   StreamState s = new_stream_state(g);
@@ -168,16 +143,6 @@ bool put_tail(std::vector<T>& ring, const std::vector<T>& tail, int64_t cap, int
   return true;
 }
 
-// Slots a restored stream reads: window and DSpark rings the last `window` positions (attention and the drafter
-// look no further back, and a restored stream is never rolled back past its restore point); projection rings the
-// positions of the current partial group, and with overlap the last complete group too (the next group pools it).
-int64_t window_slots(const StateGeometry& g, int64_t length) { return std::min(length, g.window); }
-int64_t group_slots(const StateGeometry& g, size_t layer, int64_t length) {
-  if (g.comp_cap[layer] == 0) return 0;
-  const int64_t r = g.ratio[layer];
-  return length - std::max<int64_t>(0, (length / r) * r - (g.overlap[layer] ? r : 0));
-}
-
 }  // namespace
 
 std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s) { return serialize(g, s); }
@@ -186,30 +151,22 @@ StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vecto
   return deserialize(g, bytes);
 }
 
-std::vector<RowTableGeometry> row_tables(const StateGeometry& g) {
-  std::vector<RowTableGeometry> tables = {{1, static_cast<int64_t>(sizeof(int64_t))}};
-  for (size_t l = 0; l < g.ratio.size(); ++l) {
-    if (!g.kv_source[l]) continue;
-    tables.push_back({g.ratio[l], g.compressed_row});
-    if (g.index_keys[l]) tables.push_back({g.ratio[l], g.index_row});
-  }
-  return tables;
-}
-
 std::vector<uint8_t> serialize_bounded(const StateGeometry& g, const StreamState& s) {
-  const int64_t L = s.length, nw = window_slots(g, L);
+  const int64_t L = s.length, nw = g.window_slots(L);
   std::vector<uint8_t> out(kBoundedMagic, kBoundedMagic + 8);
   put(out, std::vector<int64_t>{L, static_cast<int64_t>(s.layers.size()), g.ring_capacity, s.last_index_publisher,
                                g.window});
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const LayerCache& c = s.layers[l];
-    const int64_t nc = group_slots(g, l, L), cap = g.comp_cap[l], w = g.comp_width[l];
-    const bool idx = g.overlap[l] && nc > 0;
+    const family::LayerStateShape& shape = g.layers[l];
+    const int64_t nc = g.group_slots(static_cast<int32_t>(l), L), cap = shape.proj_kv.capacity, w = shape.proj_kv.width;
+    const int64_t iw = shape.idx_proj_kv.width;
+    const bool idx = shape.idx_proj_kv.present() && nc > 0;
     put(out, ring_tail(c.window, g.ring_capacity, g.window_row, L, nw));
     put(out, nc > 0 ? ring_tail(c.comp_kv, cap, w, L, nc) : std::vector<double>{});
     put(out, nc > 0 ? ring_tail(c.comp_gate, cap, w, L, nc) : std::vector<double>{});
-    put(out, idx ? ring_tail(c.idx_comp_kv, cap, g.idx_width, L, nc) : std::vector<double>{});
-    put(out, idx ? ring_tail(c.idx_comp_gate, cap, g.idx_width, L, nc) : std::vector<double>{});
+    put(out, idx ? ring_tail(c.idx_comp_kv, cap, iw, L, nc) : std::vector<double>{});
+    put(out, idx ? ring_tail(c.idx_comp_gate, cap, iw, L, nc) : std::vector<double>{});
   }
   put(out, std::vector<int64_t>{static_cast<int64_t>(s.dspark_rings.size())});
   for (const auto& r : s.dspark_rings) put(out, ring_tail(r, g.ring_capacity, g.window_row, L, nw));
@@ -222,16 +179,18 @@ StatusOr<StreamState> deserialize_bounded(const StateGeometry& g, std::span<cons
   Reader r{bytes, 8};
   std::vector<int64_t> head;
   r.get(head);
-  if (!r.ok || head.size() != 5 || head[0] < 0 || head[1] != static_cast<int64_t>(g.ratio.size()) ||
+  if (!r.ok || head.size() != 5 || head[0] < 0 || head[1] != static_cast<int64_t>(g.layers.size()) ||
       head[2] != g.ring_capacity || head[4] != g.window)
     return error(StatusCode::data_loss, "stream snapshot: bounded part of another geometry");
   StreamState s = new_stream_state(g);
-  const int64_t L = s.length = head[0], nw = window_slots(g, L);
+  const int64_t L = s.length = head[0], nw = g.window_slots(L);
   s.last_index_publisher = static_cast<int32_t>(head[3]);
   for (size_t l = 0; l < s.layers.size() && r.ok; ++l) {
     LayerCache& c = s.layers[l];
-    const int64_t nc = group_slots(g, l, L), cap = g.comp_cap[l], width = g.comp_width[l];
-    const bool idx = g.overlap[l] && nc > 0;
+    const family::LayerStateShape& shape = g.layers[l];
+    const int64_t nc = g.group_slots(static_cast<int32_t>(l), L), cap = shape.proj_kv.capacity, width = shape.proj_kv.width;
+    const int64_t iw = shape.idx_proj_kv.width;
+    const bool idx = shape.idx_proj_kv.present() && nc > 0;
     std::vector<uint8_t> w;
     std::vector<double> kv, gate, ikv, igate;
     r.get(w);
@@ -242,8 +201,8 @@ StatusOr<StreamState> deserialize_bounded(const StateGeometry& g, std::span<cons
     r.ok = r.ok && put_tail(c.window, w, g.ring_capacity, g.window_row, L, nw) &&
            (nc > 0 ? put_tail(c.comp_kv, kv, cap, width, L, nc) && put_tail(c.comp_gate, gate, cap, width, L, nc)
                    : kv.empty() && gate.empty()) &&
-           (idx ? put_tail(c.idx_comp_kv, ikv, cap, g.idx_width, L, nc) &&
-                      put_tail(c.idx_comp_gate, igate, cap, g.idx_width, L, nc)
+           (idx ? put_tail(c.idx_comp_kv, ikv, cap, iw, L, nc) &&
+                      put_tail(c.idx_comp_gate, igate, cap, iw, L, nc)
                 : ikv.empty() && igate.empty());
   }
   std::vector<int64_t> nd;
@@ -264,12 +223,12 @@ StateParts split_state(const StateGeometry& g, const StreamState& s, int64_t fro
   StateParts parts{serialize_bounded(g, s), {}};
   const uint8_t* history = reinterpret_cast<const uint8_t*>(s.history.data());
   parts.rows.emplace_back(history + from * 8, history + s.length * 8);
-  for (size_t l = 0; l < g.ratio.size(); ++l) {
-    if (!g.kv_source[l]) continue;
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    if (!g.layers[l].kv_source) continue;
     const LayerCache& c = s.layers[l];
-    const int64_t r0 = from / g.ratio[l];
+    const int64_t r0 = from / g.layers[l].ratio;
     parts.rows.emplace_back(c.compressed.begin() + r0 * g.compressed_row, c.compressed.end());
-    if (g.index_keys[l]) parts.rows.emplace_back(c.index_keys.begin() + r0 * g.index_row, c.index_keys.end());
+    if (g.layers[l].index_keys) parts.rows.emplace_back(c.index_keys.begin() + r0 * g.index_row, c.index_keys.end());
   }
   return parts;
 }
@@ -277,7 +236,7 @@ StateParts split_state(const StateGeometry& g, const StreamState& s, int64_t fro
 StatusOr<StreamState> join_state(const StateGeometry& g, std::span<const uint8_t> bounded,
                                  std::span<const std::vector<std::span<const uint8_t>>> tables) {
   DSV4_ASSIGN_OR_RETURN(StreamState s, deserialize_bounded(g, bounded));
-  const std::vector<RowTableGeometry> shapes = row_tables(g);
+  const std::vector<family::RowTableShape> shapes = g.row_tables();
   if (tables.size() != shapes.size())
     return error(StatusCode::data_loss, "stream snapshot: {} row tables, this model has {}", tables.size(), shapes.size());
   // Each table must hold exactly the rows of `length` positions.
@@ -294,10 +253,10 @@ StatusOr<StreamState> join_state(const StateGeometry& g, std::span<const uint8_t
   s.history.resize(static_cast<size_t>(s.length));
   if (s.length != 0) std::memcpy(s.history.data(), joined[0].data(), joined[0].size());
   size_t t = 1;
-  for (size_t l = 0; l < g.ratio.size(); ++l) {
-    if (!g.kv_source[l]) continue;
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    if (!g.layers[l].kv_source) continue;
     s.layers[l].compressed = std::move(joined[t++]);
-    if (g.index_keys[l]) s.layers[l].index_keys = std::move(joined[t++]);
+    if (g.layers[l].index_keys) s.layers[l].index_keys = std::move(joined[t++]);
   }
   return s;
 }

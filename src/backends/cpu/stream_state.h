@@ -7,21 +7,23 @@
 #include <span>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/state_geometry.h"
 #include "core/status.h"
+#include "engine/stream_forward.h"
 
 namespace dsv4::cpu {
 
 struct LayerCache {
-  // Ring of packed window rows [ring_capacity, row_bytes(fp8, d)]: position q in slot q % cap.
+  // Ring of packed window rows [ring_capacity, kv_row_bytes(fp8, d)]: position q in slot q % cap.
   std::vector<uint8_t> window;
   // Gated-pooling KV source (V4.1 ratio 2, every V4 compressor): fp32 (or wider) compressor
   // projections k_t, g_t of recent positions, by slot q % comp_cap [comp_cap, comp_width]. A
   // group is pooled once all its positions exist. V4 ratio 4 also keeps its indexer's
   // compressor projections [comp_cap, 2 * ihd].
   std::vector<double> comp_kv, comp_gate, idx_comp_kv, idx_comp_gate;
-  // KV source: compressed main KV rows [n_rows, row_bytes(compressed_format, d)] and index-key
-  // rows [n_rows, row_bytes(fp4_ue8m0_32, ihd)]; row j stands for position j * ratio.
+  // KV source: compressed main KV rows [n_rows, kv_row_bytes(compressed_format, d)] and index-key
+  // rows [n_rows, kv_row_bytes(fp4_ue8m0_32, ihd)]; row j stands for position j * ratio.
   std::vector<uint8_t> compressed, index_keys;
 };
 
@@ -29,25 +31,13 @@ struct StreamState {
   int64_t length = 0;                 // tokens fed and accepted
   std::vector<int64_t> history;       // Engram compressed ids per position (-1 = DEAD)
   std::vector<LayerCache> layers;     // [n_layers]
-  std::vector<std::vector<uint8_t>> dspark_rings;  // per stage [cap, row_bytes(fp8, d)]
+  std::vector<std::vector<uint8_t>> dspark_rings;  // per stage [cap, kv_row_bytes(fp8, d)]
   int32_t last_index_publisher = -1;  // KV-source layer that last wrote index keys (reference shapes)
 };
 
-// Geometry shared by every stream of one model.
-struct StateGeometry {
-  int64_t ring_capacity = 0;  // window + max rollback
-  int64_t window = 0;         // sliding window (positions attention and the drafter read back)
-  int64_t window_row = 0, compressed_row = 0, index_row = 0, d = 0;
-  std::vector<int> ratio;      // per layer
-  std::vector<bool> kv_source; // per layer
-  std::vector<bool> overlap;   // per layer (V4 ratio 4)
-  std::vector<bool> index_keys;  // per layer: keeps index-key rows (V4.1 KV sources, V4 overlap layers)
-  std::vector<int64_t> comp_cap, comp_width;  // per layer, 0 without pooled projections
-  int64_t idx_width = 0;       // 2 * index_head_dim (V4 ratio-4 indexer compressor)
-  int dspark_stages = 0;
-};
+// Geometry shared by every stream of one model: the family's (state_geometry.h).
+using StateGeometry = family::StateGeometry;
 
-StateGeometry make_geometry(const ModelConfig& c, int64_t max_rollback);
 StreamState new_stream_state(const StateGeometry& g);
 // Drops every row at or after `length` (window and projection rings keep older positions).
 void truncate_state(const StateGeometry& g, StreamState& s, int64_t length);
@@ -55,21 +45,10 @@ void truncate_state(const StateGeometry& g, StreamState& s, int64_t length);
 std::vector<uint8_t> serialize_state(const StateGeometry& g, const StreamState& s);
 StatusOr<StreamState> deserialize_state(const StateGeometry& g, const std::vector<uint8_t>& bytes);
 
-// Split snapshots (lanes::Backend::snapshot_parts). The append-only tables, in this fixed order: the Engram history
-// (one int64 id per position), then for each KV-source layer in layer order its compressed rows and (where it keeps
-// them) its index-key rows, one row per `ratio` positions. The bounded rest, in the production row formats: a header,
-// then only the ring slots a restored stream can read — the last `window` positions of every window and DSpark ring,
-// and of each projection ring (main and indexer) the current partial group's positions, with overlap the last
-// complete group's too — so it does not grow with rows (nor with max_rollback).
-struct RowTableGeometry {
-  int32_t positions_per_row = 1;
-  int64_t row_bytes = 0;
-};
-std::vector<RowTableGeometry> row_tables(const StateGeometry& g);
-struct StateParts {
-  std::vector<uint8_t> bounded;
-  std::vector<std::vector<uint8_t>> rows;  // [table] rows for positions [from, length)
-};
+// Split snapshots (lanes::Backend::snapshot_parts) in the layout StateGeometry describes: the append-only row
+// tables (row_tables()) and the bounded part (a header, then the ring slots window_slots and group_slots name),
+// in the production row formats.
+using engine::StateParts;  // engine/stream_forward.h
 StateParts split_state(const StateGeometry& g, const StreamState& s, int64_t from);
 std::vector<uint8_t> serialize_bounded(const StateGeometry& g, const StreamState& s);
 StatusOr<StreamState> deserialize_bounded(const StateGeometry& g, std::span<const uint8_t> bytes);  // tables empty

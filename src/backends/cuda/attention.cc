@@ -48,7 +48,7 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 Status begin_attention_call(CallCtx& c) {
   if (!c.cfg || !c.roles || !c.attn || !c.scratch)
     return error(StatusCode::invalid_argument, "attention call: config, roles, weights and scratch must be set");
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   auto t = std::make_shared<AttentionCallTables>();
   t->n_pieces = static_cast<int64_t>(c.pieces.size());
   std::vector<int32_t> row_piece(c.rows);
@@ -89,13 +89,13 @@ Status begin_attention_call(CallCtx& c) {
   if (c.pos_bound > 0 && c.pos_bound < t->max_lc[1])
     return error(StatusCode::invalid_argument, "attention call: position bound {} below position {}", c.pos_bound,
                  t->max_lc[1] - 1);
-  if (cfg.v4()) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // first: its metadata offsets then depend on the key only
+  if (cfg.window_format == KvRowFormat::model1) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // first: its metadata offsets then depend on the key only
   // Host image: pieces [L, P], row_piece, emit lists; each part 256-aligned.
   const int L = cfg.n_layers;
   const int64_t P = t->n_pieces;
   std::vector<PieceDev> pd(L * P);
   for (int l = 0; l < L; ++l) {
-    const cpu::LayerRole& role = (*c.roles)[l];
+    const family::LayerPlan& role = (*c.roles)[l];
     for (int64_t i = 0; i < P; ++i) {
       const DevicePiece& pc = c.pieces[i];
       const LayerCachesDev& own = pc.caches->layer(l);
@@ -136,7 +136,7 @@ Status begin_attention_call(CallCtx& c) {
   return ok_status();
 }
 
-int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos) {
+int64_t attention_scratch_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t max_pos) {
   const int64_t H = cfg.n_heads, d = cfg.head_dim, Q = cfg.q_lora, GO = int64_t{cfg.o_groups} * cfg.o_lora;
   const int64_t ihd = cfg.index_head_dim, IH = cfg.index_heads, lc = max_pos + 1;
   auto f = [](int64_t n) { return align256(n * 4); };
@@ -147,14 +147,14 @@ int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64
                   f(rows * IH) + f(rows * lc) + f(sparse_attention_work_floats(rows, H, cfg.window, cfg.index_topk)) +
                   f(topk_work_ints(rows, lc, cfg.index_topk)) + f(candidate_work_elems(rows, lc, cfg.candidate_block_size)) +
                   20 * 256;
-  return call + layer + (cfg.v4() ? attention_v4_extra_scratch_bytes(cfg, rows, max_pos) : 0);
+  return call + layer + (cfg.window_format == KvRowFormat::model1 ? attention_v4_extra_scratch_bytes(cfg, rows, max_pos) : 0);
 }
 
 Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   if (!c.tables) return error(StatusCode::invalid_argument, "attention layer {}: begin_attention_call first", layer);
-  const cpu::ModelConfig& cfg = *c.cfg;
-  if (cfg.v4()) return attention_layer_v4(c, layer, x, y);  // attention_v4.cc
-  const cpu::LayerRole& role = (*c.roles)[layer];
+  const family::ModelPlan& cfg = *c.cfg;
+  if (cfg.window_format == KvRowFormat::model1) return attention_layer_v4(c, layer, x, y);  // MODEL1 rows: attention_v4.cc
+  const family::LayerPlan& role = (*c.roles)[layer];
   if (layer < 0 || layer >= cfg.n_layers)
     return error(StatusCode::invalid_argument, "attention layer {} out of range", layer);
   const AttentionDevice& A = c.attn[layer];
@@ -167,7 +167,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   const float eps = cfg.norm_eps;
   const PieceDev* pieces = t.pieces + layer * t.n_pieces;
   const int64_t wrow = d + d / 32;
-  const CompFormat fmt = cfg.compressed_format == cpu::RowFormat::fp8_ue8m0_32 ? CompFormat::fp8_ue8m0_32
+  const CompFormat fmt = cfg.compressed_format == KvRowFormat::fp8_ue8m0_32 ? CompFormat::fp8_ue8m0_32
                                                                                 : CompFormat::fp4_e4m3_16;
   auto shape = [&](int64_t out, int64_t in) { return shape_text({{"layer", layer}, {"rows", R}, {"out", out}, {"in", in}}); };
 
@@ -204,7 +204,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   float* kp = nullptr;
   float* gp = nullptr;
   if (role.kv_source) {
-    const int ratio = role.ratio;
+    const int ratio = role.compress_ratio;
     const int64_t ne = t.n_emit[ratio], ihd = cfg.index_head_dim;
     DSV4_ASSIGN_OR_RETURN(float* lat, take<float>(ar, ne * d, "compressor latents"));
     if (ratio == 2) {
@@ -233,7 +233,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
 
   // Indexer (index source): scores against the published index keys, candidates, top-k.
   if (role.index_source) {
-    const int ratio = role.ratio;
+    const int ratio = role.compress_ratio;
     const int64_t IH = cfg.index_heads, ihd = cfg.index_head_dim, lc = t.max_lc[ratio];
     DSV4_ASSIGN_OR_RETURN(float* qi, take<float>(ar, R * IH * ihd, "indexer queries"));
     DSV4_ASSIGN_OR_RETURN(float* wt, take<float>(ar, R * IH, "indexer weights"));
@@ -261,13 +261,13 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   const int64_t G = cfg.o_groups, O = cfg.o_lora, gin = H * d / G;
   const int64_t cap = t.cap;
   DSV4_ASSIGN_OR_RETURN(float* o, take<float>(ar, R * H * d, "attention o"));
-  const int64_t n_sel = role.ratio > 0 ? cfg.index_topk : 0;
+  const int64_t n_sel = role.compress_ratio > 0 ? cfg.index_topk : 0;
   DSV4_ASSIGN_OR_RETURN(float* aw, take<float>(ar, sparse_attention_work_floats(R, H, cfg.window, n_sel), "attention scores"));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   DSV4_RETURN_IF_ERROR(join());
   DSV4_CUDA_LAUNCH(sparse_attention(q, kvn, pieces, t.row_piece, c.pos, R, H, d, cfg.window, cap, c.topk,
                                     n_sel, fmt, A.sink, scale, A.freqs, nf, G, o, aw, s),
-                   "sparse attention", shape(H * d, cfg.window + (role.ratio > 0 ? cfg.index_topk : 0)));
+                   "sparse attention", shape(H * d, cfg.window + (role.compress_ratio > 0 ? cfg.index_topk : 0)));
   // The rings receive this call's rows after every row has read them.
   DSV4_CUDA_LAUNCH(ring_write(pieces, t.row_piece, R, cap, kvp, wrow, kp, gp, d, s), "ring write", shape(wrow, d));
 

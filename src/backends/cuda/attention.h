@@ -23,6 +23,6 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y);
 
 // Scratch bytes attention_layer may take for a call of `rows` rows whose largest position is
 // max_pos (the forward sizes its arena with this plus its own needs).
-int64_t attention_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos);
+int64_t attention_scratch_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t max_pos);
 
 }  // namespace dsv4::cuda

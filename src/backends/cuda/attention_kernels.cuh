@@ -26,7 +26,7 @@ struct EmitDev {
   int64_t j = 0;
 };
 
-// Compressed main KV row formats (cpu::RowFormat values).
+// Compressed main KV row formats (KvRowFormat values).
 enum class CompFormat : int32_t { fp8_ue8m0_32 = 0, fp4_e4m3_16 = 1 };
 
 // y[r] = RMSNorm(x[r]; w) (bf16 [n]); with freqs, the last 2*n_freq elements are rotated at pos[r];

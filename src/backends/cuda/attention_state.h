@@ -7,48 +7,38 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/state_geometry.h"
 #include "backends/cuda/device_buffer.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
 
-// Shapes shared by every stream of one model (the device counterpart of cpu::StateGeometry).
-struct AttnGeometry {
-  int n_layers = 0, dspark_stages = 0;
-  int64_t max_context = 0;    // positions a stream may hold
-  int64_t max_rollback = 0;
-  int64_t ring_capacity = 0;  // window + max_rollback: position q lives in slot q % capacity
-  int64_t d = 0, ihd = 0;     // head dim (window / compressed rows), index head dim
-  int64_t window_row = 0, compressed_row = 0, index_row = 0;  // bytes per packed row
-  cpu::RowFormat compressed_format = cpu::RowFormat::fp4_e4m3_16;
-  std::vector<int> ratio;       // per layer
-  std::vector<uint8_t> kv_source;  // per layer
-  // V4 / 0731 (model-spec.md §8): every ratio > 0 layer pools its own projections, [proj_cap,
-  // proj_width] fp32 per ring (proj_width 2d at ratio 4, else d; proj_cap = max(window, span) +
-  // max_rollback); ratio-4 layers also keep index keys and their indexer's [proj_cap, 2*ihd] rings.
-  bool v4 = false;
-  int64_t rope_dim = 0;
-  std::vector<int64_t> proj_cap, proj_width;  // per layer (0: no V4 projection rings)
-  std::vector<uint8_t> index_keys;            // per layer: keeps index-key rows
-  std::vector<uint8_t> overlap;               // per layer: V4 ratio 4 (indexer rings)
-  bool operator==(const AttnGeometry&) const = default;
-};
+// The caches' shapes are the family's stream-state geometry (family/deepseek_v41/state_geometry.h) with fp32
+// projection rings: per layer a window ring, the compressed / index-key row tables sized for max_context, the
+// pooling compressors' projection rings (and the V4 ratio-4 indexer's), then the DSpark stages' rings.
+// Refuses shapes the device kernels do not hold (max_context <= 0, max_rollback < 0).
+StatusOr<family::StateGeometry> device_state_geometry(const family::ModelPlan& plan, int64_t max_context,
+                                                      int64_t max_rollback, bool dspark = true);
 
-StatusOr<AttnGeometry> make_attn_geometry(const cpu::ModelConfig& cfg, int64_t max_context,
-                                          int64_t max_rollback);
+// A stream's snapshot in the layout the geometry describes (as every backend's): the append-only row tables
+// (row_tables(), here without the token history, which the forward keeps on the host) and the bounded part.
+struct CacheParts {
+  std::vector<uint8_t> bounded;
+  std::vector<std::vector<uint8_t>> rows;  // [table] rows for positions [from, length)
+};
 
 // Device pointers of one layer's caches inside a stream's allocation (null where absent).
 struct LayerCachesDev {
   uint8_t* window = nullptr;      // [ring_capacity, window_row]
   uint8_t* compressed = nullptr;  // KV source: [max_context / ratio, compressed_row]; row j = position j*ratio
   uint8_t* index_keys = nullptr;  // KV source: [max_context / ratio, index_row]
-  float* comp_kv = nullptr;       // ratio-2 KV source: fp32 k_t [ring_capacity, d] by slot q % capacity
-  float* comp_gate = nullptr;     // ratio-2 KV source: fp32 g_t [ring_capacity, d]
-                                  // (V4: [proj_cap, proj_width] of every compressed layer)
-  float* idx_comp_kv = nullptr;   // V4 ratio 4: the indexer compressor's [proj_cap, 2*ihd]
+  float* comp_kv = nullptr;       // pooling KV source: fp32 k_t [proj_kv.capacity, proj_kv.width] by slot q % capacity
+  float* comp_gate = nullptr;     // pooling KV source: fp32 g_t, the same shape
+  float* idx_comp_kv = nullptr;   // V4 ratio 4: the indexer compressor's [idx_proj_kv.capacity, 2*ihd]
   float* idx_comp_gate = nullptr;
 };
 
@@ -57,11 +47,11 @@ class StreamCaches {
   // Allocates the caches of one stream and zeroes them on `s`, the CUDA stream that will use them
   // (ordered before its later work: a clear on another stream could land after a restore's copies
   // or a first forward's writes); refuses when the device is out of memory.
-  static StatusOr<std::unique_ptr<StreamCaches>> create(const AttnGeometry& g, cudaStream_t s = nullptr);
+  static StatusOr<std::unique_ptr<StreamCaches>> create(const family::StateGeometry& g, cudaStream_t s = nullptr);
   // Device bytes one stream takes (admission accounting).
-  static int64_t device_bytes(const AttnGeometry& g);
+  static int64_t device_bytes(const family::StateGeometry& g);
 
-  const AttnGeometry& geometry() const { return geo_; }
+  const family::StateGeometry& geometry() const { return geo_; }
   const LayerCachesDev& layer(int l) const { return layers_[l]; }
   uint8_t* dspark_ring(int stage) const { return dspark_[stage]; }  // [ring_capacity, window_row]
 
@@ -72,13 +62,20 @@ class StreamCaches {
   // Rolls back to `length` (>= length() - max_rollback): rows at or after it are dropped; rings
   // keep older positions, so the next piece continues exactly as if the dropped rows never came.
   Status truncate(int64_t length);
-  // Snapshot of every cache (written rows only) and back; from_bytes refuses another geometry.
+  // Snapshots. to_parts: the bounded part (a header naming the layout, then the ring slots the geometry's
+  // window_slots and group_slots name) and each row table's rows from position `from`; from_parts rebuilds the
+  // caches from a bounded part and each table's rows [0, n) as chunks, refusing another layout or tables that do
+  // not hold exactly the bounded part's rows. A snapshot restores into caches of any max_context that holds it
+  // and any max_rollback. to_bytes / from_bytes: the same as one buffer (parts from position 0).
+  StatusOr<CacheParts> to_parts(int64_t from, cudaStream_t s = nullptr) const;
+  Status from_parts(std::span<const uint8_t> bounded, std::span<const std::vector<std::span<const uint8_t>>> tables,
+                    cudaStream_t s = nullptr);
   StatusOr<std::vector<uint8_t>> to_bytes(cudaStream_t s = nullptr) const;
-  Status from_bytes(const std::vector<uint8_t>& bytes, cudaStream_t s = nullptr);
+  Status from_bytes(std::span<const uint8_t> bytes, cudaStream_t s = nullptr);
 
  private:
-  explicit StreamCaches(const AttnGeometry& g) : geo_(g) {}
-  AttnGeometry geo_;
+  explicit StreamCaches(const family::StateGeometry& g) : geo_(g) {}
+  family::StateGeometry geo_;
   DeviceBuffer mem_;
   std::vector<LayerCachesDev> layers_;
   std::vector<uint8_t*> dspark_;

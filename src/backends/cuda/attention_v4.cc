@@ -95,7 +95,7 @@ class OpTimer {
   std::vector<Mark> marks_;
 };
 
-std::vector<int> v4_ratios(const cpu::ModelConfig& cfg) {
+std::vector<int> v4_ratios(const family::ModelPlan& cfg) {
   std::vector<int> r;
   for (int x : cfg.compress_ratios)
     if (x > 0 && std::find(r.begin(), r.end(), x) == r.end()) r.push_back(x);
@@ -123,7 +123,7 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
 void set_v4_attention_timing(std::map<std::string, double>* times) { g_op_times = times; }
 
-size_t attention_v4_meta_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t pieces) {
+size_t attention_v4_meta_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t pieces) {
   const size_t LP = static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(pieces);
   size_t b = CallMeta::padded(sizeof(PieceV4) * LP) + CallMeta::padded(sizeof(PieceDev) * LP) +
              CallMeta::padded(4 * static_cast<size_t>(rows));
@@ -132,7 +132,7 @@ size_t attention_v4_meta_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_
 }
 
 Status begin_attention_call_v4(CallCtx& c) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   auto t = std::make_shared<V4CallTables>();
   const int L = cfg.n_layers;
   const int64_t P = static_cast<int64_t>(c.pieces.size()), R = c.rows;
@@ -195,34 +195,34 @@ Status begin_attention_call_v4(CallCtx& c) {
   return ok_status();
 }
 
-int64_t attention_v4_extra_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos) {
+int64_t attention_v4_extra_scratch_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t max_pos) {
   const int64_t d = cfg.head_dim, ihd = cfg.index_head_dim;
   // The call tables when no CallMeta holds them (begin_attention_call_v4 takes them from scratch).
   const int64_t nr = static_cast<int64_t>(v4_ratios(cfg).size());
   const int64_t tables = rows * (cfg.n_layers * static_cast<int64_t>(sizeof(PieceV4) + sizeof(PieceDev)) + 4 +
                                  nr * static_cast<int64_t>(sizeof(EmitDev))) + (4 + nr) * 256;
   int64_t visible = 0;  // widest "every visible row" list of the layers without an indexer
-  for (const cpu::LayerRole& r : cpu::layer_roles(cfg))
-    if (r.ratio > 0 && !r.index_source) visible = std::max(visible, (max_pos + 1) / r.ratio);
+  for (const family::LayerPlan& r : cfg.layers)
+    if (r.compress_ratio > 0 && !r.index_source) visible = std::max(visible, (max_pos + 1) / r.compress_ratio);
   return 4 * (4 * rows * d + 4 * rows * ihd + rows * visible) + rows * (2 * d + 64) + tables + 16 * 256;
 }
 
 Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   if (layer < 0 || layer >= cfg.n_layers) return error(StatusCode::invalid_argument, "attention layer {} out of range", layer);
   if (c.pieces.empty() || c.rows == 0) return ok_status();
-  const cpu::LayerRole& role = (*c.roles)[layer];
+  const family::LayerPlan& role = (*c.roles)[layer];
   const AttentionDevice& A = c.attn[layer];
-  const AttnGeometry& geo = c.pieces[0].caches->geometry();
+  const family::StateGeometry& geo = c.pieces[0].caches->geometry();
   Arena& ar = *c.scratch;
   const size_t mark = ar.mark();
   const cudaStream_t s = c.stream;
   const int64_t R = c.rows, H = cfg.n_heads, d = cfg.head_dim, Q = cfg.q_lora, rd = cfg.rope_dim;
-  const int ab = cfg.act_block, nf = cfg.rope_dim / 2, ratio = role.ratio;
+  const int ab = cfg.act_block, nf = cfg.rope_dim / 2, ratio = role.compress_ratio;
   const float eps = cfg.norm_eps;
   OpTimer timer(s, ratio);
-  const int64_t cap = geo.ring_capacity, wrow = row_v4_bytes(d, rd);
-  if (!geo.v4 || geo.window_row != wrow || (ratio > 0 && geo.compressed_row != wrow))
+  const int64_t cap = geo.ring_capacity, wrow = kv_model1_row_bytes(d, rd);
+  if (geo.window_format != KvRowFormat::model1 || geo.window_row != wrow || (ratio > 0 && geo.compressed_row != wrow))
     return error(StatusCode::internal, "V4 attention layer {}: caches of another row format ({} B, expected {} B)", layer,
                  geo.window_row, wrow);
   auto shape = [&](int64_t out, int64_t in) { return shape_text({{"layer", layer}, {"rows", R}, {"out", out}, {"in", in}}); };
@@ -277,10 +277,10 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
   V4_LAUNCH(v4_pack_rows(kvn, R, d, rd, kvp, ks), "kv V4 rows", shape(wrow, d));
 
   // c. compressors: the indexer's (ratio 4) then the main one, rows of the groups this call completes.
-  const int64_t w = geo.proj_width[layer], pcap = geo.proj_cap[layer], iw = 2 * static_cast<int64_t>(cfg.index_head_dim);
+  const int64_t w = geo.layers[layer].proj_kv.width, pcap = geo.layers[layer].proj_kv.capacity, iw = 2 * static_cast<int64_t>(cfg.index_head_dim);
   float *kp = nullptr, *gp = nullptr, *ikp = nullptr, *igp = nullptr;
   if (ratio > 0) {
-    if (role.overlap) {
+    if (role.compressor_overlap) {
       DSV4_ASSIGN_OR_RETURN(ikp, take<float>(ar, R * iw, "indexer compressor kv projection"));
       DSV4_ASSIGN_OR_RETURN(igp, take<float>(ar, R * iw, "indexer compressor gate projection"));
       V4_LAUNCH(f32_linear_either(x, R, A.idx_comp_wkv32, A.idx_comp_wkv, ikp, ks), "indexer compressor wkv", shape(iw, cfg.dim));
@@ -293,7 +293,7 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     DSV4_ASSIGN_OR_RETURN(gp, take<float>(ar, R * w, "compressor gate projection"));
     V4_LAUNCH(f32_linear_either(x, R, A.comp_wkv32, A.comp_wkv, kp, ks), "compressor wkv", shape(w, cfg.dim));
     V4_LAUNCH(f32_linear_either(x, R, A.comp_wgate32, A.comp_wgate, gp, ks), "compressor wgate", shape(w, cfg.dim));
-    V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
+    V4_LAUNCH(v4_compress(t.emit, t.n_emit, t.pv, kp, gp, w, role.compressor_overlap, ratio, pcap, A.comp_ape, A.comp_norm, eps,
                                  A.freqs, nf, false, rd, ks), "compressor pool/rows", shape(w, t.n_emit));
   }
   if (beside) DSV4_RETURN_IF_ERROR(end_side(c.side, "V4 attention: key path done"));

@@ -3,17 +3,16 @@
 
 #include <string>
 
-#include "backends/cpu/rope.h"
+#include "family/deepseek_v41/rope.h"
 #include "backends/cuda/upload.h"
 
 namespace dsv4::cuda {
 
-StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const cpu::ModelConfig& cfg, int layer,
+StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const family::ModelPlan& cfg, int layer,
                                            Uploader& up) {
-  const auto roles = cpu::layer_roles(cfg);
-  if (layer < 0 || layer >= static_cast<int>(roles.size()))
+  if (layer < 0 || layer >= static_cast<int>(cfg.layers.size()))
     return error(StatusCode::invalid_argument, "upload_attention: layer {} out of range", layer);
-  const cpu::LayerRole& role = roles[layer];
+  const family::LayerPlan& role = cfg.layers[layer];
   const std::string n = "layers." + std::to_string(layer) + ".attn.";
   AttentionDevice a;
   DSV4_ASSIGN_OR_RETURN(a.wq_a, upload(w.wq_a, up, n + "wq_a"));
@@ -25,11 +24,9 @@ StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const 
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, upload_floats(w.kv_norm, up, n + "kv_norm"));
   DSV4_ASSIGN_OR_RETURN(a.sink, upload_floats(w.attn_sink, up, n + "attn_sink"));
   // RoPE: ratio-0 layers use rope_theta without YaRN, compressed layers compress_rope_theta with it.
-  const cpu::RopeParams rp = role.ratio > 0
-      ? cpu::RopeParams{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow}
-      : cpu::RopeParams{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
-  DSV4_ASSIGN_OR_RETURN(a.freqs, up.floats(cpu::rope_frequencies(rp), n + "rope frequencies"));
-  if (role.kv_source && cfg.v4()) {
+  const std::vector<float> freqs = family::rope_frequencies(family::rope_params(cfg, role.yarn));
+  DSV4_ASSIGN_OR_RETURN(a.freqs, up.floats(freqs, n + "rope frequencies"));
+  if (role.kv_source && role.compressor_ape) {
     // fp32 linears over bf16-stored weights (half the bytes, widened exactly by the kernels); an EXL3 pack's
     // linears through the fp32 views, unrounded.
     auto either = [&](const family::Matrix& wt, const std::string& name, Bf16View& v16, F32View& v32) -> Status {
@@ -44,7 +41,7 @@ StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const 
     DSV4_RETURN_IF_ERROR(either(w.compressor_wgate, n + "compressor.wgate", a.comp_wgate, a.comp_wgate32));
     DSV4_ASSIGN_OR_RETURN(a.comp_ape, upload_floats(w.compressor_ape, up, n + "compressor.ape"));
     DSV4_ASSIGN_OR_RETURN(a.comp_norm, upload_floats(w.compressor_norm, up, n + "compressor.norm"));
-    if (role.overlap) {
+    if (role.compressor_overlap) {
       DSV4_RETURN_IF_ERROR(either(w.indexer_compressor_wkv, n + "indexer.compressor.wkv", a.idx_comp_wkv, a.idx_comp_wkv32));
       DSV4_RETURN_IF_ERROR(
           either(w.indexer_compressor_wgate, n + "indexer.compressor.wgate", a.idx_comp_wgate, a.idx_comp_wgate32));
@@ -53,7 +50,7 @@ StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const 
     }
   } else if (role.kv_source) {
     DSV4_ASSIGN_OR_RETURN(a.comp_wkv, upload_bf16(w.compressor_wkv, up, n + "compressor.wkv"));
-    if (role.ratio > 1) {
+    if (role.compress_ratio > 1) {
       DSV4_ASSIGN_OR_RETURN(a.comp_wgate, upload_bf16(w.compressor_wgate, up, n + "compressor.wgate"));
       // An EXL3 pack: the fp32 views (unset bf16 pointers select them) carry the linears, unrounded.
       if (a.comp_wkv.exl3) a.comp_wkv32 = F32View{nullptr, a.comp_wkv.out, a.comp_wkv.in, a.comp_wkv.exl3};

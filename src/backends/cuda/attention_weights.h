@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/upload.h"
 #include "backends/cuda/weights.h"
 #include "core/status.h"
@@ -42,7 +42,7 @@ struct AttentionDevice {
 };
 
 // Uploads layer `layer`'s attention weights (its role decides which exist).
-StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const cpu::ModelConfig& cfg, int layer,
+StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const family::ModelPlan& cfg, int layer,
                                            Uploader& up);
 
 }  // namespace dsv4::cuda

@@ -107,7 +107,7 @@ __global__ void pack_rows_kernel(float* x, int64_t d, int64_t rd, uint8_t* packe
   const int64_t r = blockIdx.x;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) sh[i] = x[r * d + i];
   __syncthreads();
-  pack_v4_shared(sh, d, rd, packed + r * row_v4_bytes(d, rd));
+  pack_v4_shared(sh, d, rd, packed + r * kv_model1_row_bytes(d, rd));
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) x[r * d + i] = sh[i];
 }
 
@@ -176,7 +176,7 @@ __global__ void compress_kernel(const EmitDev* emit, const PieceV4* pieces, cons
     hadamard_shared(sh, n);
     pack_fp4_shared(sh, n, pc.ikeys + e.j * (n / 2 + n / 32));
   } else {
-    pack_v4_shared(sh, n, rd, pc.comp + e.j * row_v4_bytes(n, rd));
+    pack_v4_shared(sh, n, rd, pc.comp + e.j * kv_model1_row_bytes(n, rd));
   }
 }
 
@@ -302,14 +302,14 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
   const int64_t ks = sparse_key_stride(d);
   float* keys = smem;                      // [64, ks]
   float* qs = smem + kSparseChunk * ks;    // [d]
-  const int rowp = static_cast<int>(sparse_raw_stride(row_v4_bytes(d, rd)));
+  const int rowp = static_cast<int>(sparse_raw_stride(kv_model1_row_bytes(d, rd)));
   uint8_t* raw = reinterpret_cast<uint8_t*>(qs + d);  // [64, rowp] packed rows of the block
   __shared__ float s_blk[kSparseChunk], p_blk[kSparseChunk], s_stat[3];
   __shared__ const uint8_t* kptr[kSparseChunk];
   __shared__ const float* fptr[kSparseChunk];
   const int64_t h = blockIdx.x, r = blockIdx.y;
   const PieceV4 pc = pieces[row_piece[r]];
-  const int64_t p = pos[r], nn = d - rd, rowb = row_v4_bytes(d, rd);
+  const int64_t p = pos[r], nn = d - rd, rowb = kv_model1_row_bytes(d, rd);
   const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[(r * H + h) * d + i];
   const int64_t first = p - W + 1 > 0 ? p - W + 1 : 0, n = W + n_sel;
@@ -511,7 +511,7 @@ cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4*
   if (d > kSparseThreads || d % 8 || H % G || (d - rd) % 64) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
   const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float) +
-                    kSparseChunk * sparse_raw_stride(row_v4_bytes(d, rd));  // d = 512: 169 KiB
+                    kSparseChunk * sparse_raw_stride(kv_model1_row_bytes(d, rd));  // d = 512: 169 KiB
   // Always raised: with the static arrays a total over 48 KiB needs it even when shm alone is not.
   const cudaError_t e = cudaFuncSetAttribute(sparse_v4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
   if (e != cudaSuccess) return e;

@@ -11,14 +11,15 @@
 #include <cstdint>
 
 #include "backends/cuda/attention_kernels.cuh"
+#include "core/kv_rows.h"
 
 namespace dsv4::cuda {
 
 // One piece as the V4 kernels of one layer see it (the layer is its own KV source).
 struct PieceV4 {
   int64_t start = 0, T = 0, row0 = 0;
-  uint8_t* window = nullptr;   // ring [cap, row_v4_bytes(d)]
-  uint8_t* comp = nullptr;     // compressed rows [*, row_v4_bytes(d)], row j = position j*ratio
+  uint8_t* window = nullptr;   // ring [cap, kv_model1_row_bytes(d)]
+  uint8_t* comp = nullptr;     // compressed rows [*, kv_model1_row_bytes(d)], row j = position j*ratio
   uint8_t* ikeys = nullptr;    // overlap layers: index-key rows [*, ihd/2 + ihd/32]
   float* proj_kv = nullptr;    // main compressor projections [pcap, w] by slot q % pcap
   float* proj_gate = nullptr;
@@ -26,8 +27,8 @@ struct PieceV4 {
   float* iproj_gate = nullptr;
 };
 
-// Bytes of a V4 KV row of d dims with rd bf16 RoPE dims (cpu::RowFormat::fp8_nope64_bf16rope).
-__host__ __device__ inline int64_t row_v4_bytes(int64_t d, int64_t rd) { return (d - rd) + (d - rd) / 64 + 2 * rd + 1; }
+// Bytes of a V4 KV row of d dims with rd bf16 RoPE dims: core's kv_row_bytes(KvRowFormat::model1), usable in kernels.
+__host__ __device__ inline int64_t kv_model1_row_bytes(int64_t d, int64_t rd) { return kv_row_bytes(KvRowFormat::model1, d, rd); }
 
 // In place on q [rows * heads, hd]: cpu::head_rms_bf16 (bf16 q^2 summed in order, bf16 mean,
 // bf16 + eps, bf16 rsqrt, bf16 product).

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/side_stream.h"
 
 namespace dsv4::cuda {
@@ -34,8 +34,8 @@ struct DevicePiece {
 struct CallCtx {
   // Model (filled by the forward): cudafwd's model, and what attention reads of it.
   const ModelDevice* model = nullptr;
-  const cpu::ModelConfig* cfg = nullptr;
-  const std::vector<cpu::LayerRole>* roles = nullptr;  // [n_layers]
+  const family::ModelPlan* cfg = nullptr;
+  const std::vector<family::LayerPlan>* roles = nullptr;  // [n_layers]
   const AttentionDevice* attn = nullptr;               // [n_layers] per-layer attention weights
 
   cudaStream_t stream = nullptr;

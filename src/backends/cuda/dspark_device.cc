@@ -13,7 +13,7 @@
 
 namespace dsv4::cuda {
 
-int64_t dspark_scratch_bytes(const cpu::ModelConfig& cfg) {
+int64_t dspark_scratch_bytes(const family::ModelPlan& cfg) {
   const int64_t B = cfg.dspark_block, D = cfg.dim, C = cfg.hc_mult, Hd = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim;
   const int64_t I = cfg.moe_inter, K = std::max(cfg.n_active, cfg.dspark_active);
   const int64_t E = std::max<int64_t>(cfg.n_experts, cfg.dspark_experts);
@@ -27,7 +27,7 @@ namespace {
 
 // kv_norm(wkv x) of `rows` rows of one stage: bf16 [rows, d] before RoPE.
 Status stage_key_rows(OpCtx& c, const AttentionDevice& A, const float* x, int64_t rows, float* kn) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int64_t d = cfg.head_dim;
   DSV4_ASSIGN_OR_RETURN(float* kv, c.alloc<float>(rows * d, "DSpark stage kv"));
   const auto shape = shape_text({{"rows", rows}, {"d", d}, {"D", cfg.dim}});
@@ -40,7 +40,7 @@ Status stage_key_rows(OpCtx& c, const AttentionDevice& A, const float* x, int64_
 
 Status dspark_write_rings(OpCtx& c, const ModelDevice& M, const std::vector<DevicePiece>& pieces, const int64_t* pos,
                           int64_t rows, const float* taps) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const DsparkDevice& S = *M.dspark;
   const int64_t D = cfg.dim, d = cfg.head_dim;
   const auto shape = shape_text({{"rows", rows}, {"D", D}});
@@ -62,8 +62,8 @@ Status dspark_write_rings(OpCtx& c, const ModelDevice& M, const std::vector<Devi
   return ok_status();
 }
 
-StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const StreamCaches& caches, int32_t next) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+StatusOr<engine::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const StreamCaches& caches, int32_t next) {
+  const family::ModelPlan& cfg = *c.cfg;
   const DsparkDevice& S = *M.dspark;
   const int64_t B = cfg.dspark_block, D = cfg.dim, d = cfg.head_dim, H = cfg.n_heads, V = cfg.vocab;
   const int64_t R = cfg.dspark_markov_rank, win = cfg.window, C = cfg.hc_mult;
@@ -151,7 +151,7 @@ StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const St
                                      "confidence input"));
     DSV4_CUDA_LAUNCH(f32_linear(cat, 1, S.confidence, conf + 4 * i, c.stream), "f32_linear(confidence)", mshape);
   }
-  cpu::DraftResult out;
+  engine::DraftResult out;
   out.tokens.resize(B + 1);
   out.probs.resize(B);
   std::vector<float> conf_host(4 * B);

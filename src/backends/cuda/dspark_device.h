@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backends/cpu/forward.h"
+#include "engine/stream_forward.h"
 #include "backends/cuda/call.h"
 #include "backends/cuda/forward_block.h"
 #include "backends/cuda/model.h"
@@ -17,7 +17,7 @@ namespace dsv4::cuda {
 class StreamCaches;
 
 // Scratch bytes of one draft (the forward reserves them besides a call's own).
-int64_t dspark_scratch_bytes(const cpu::ModelConfig& cfg);
+int64_t dspark_scratch_bytes(const family::ModelPlan& cfg);
 
 // taps bf16 [rows, n_taps, D]: every stage's ring receives the packed key of each row of each
 // piece (the last ring_capacity rows of a piece), at slot position % ring_capacity.
@@ -25,6 +25,6 @@ Status dspark_write_rings(OpCtx& c, const ModelDevice& M, const std::vector<Devi
                           const int64_t* pos, int64_t rows, const float* taps);
 
 // Drafts dspark_block tokens after the stream's last position p given `next` (token at p + 1).
-StatusOr<cpu::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const StreamCaches& caches, int32_t next);
+StatusOr<engine::DraftResult> dspark_draft(OpCtx& c, const ModelDevice& M, const StreamCaches& caches, int32_t next);
 
 }  // namespace dsv4::cuda

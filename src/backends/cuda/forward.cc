@@ -23,7 +23,7 @@ namespace dsv4::cuda {
 namespace {
 
 // Scratch of the forward's own buffers for a call of `rows` rows (attention adds its own).
-int64_t forward_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows) {
+int64_t forward_scratch_bytes(const family::ModelPlan& cfg, int64_t rows) {
   const int64_t C = cfg.hc_mult, D = cfg.dim, nm = C * (C + 2);
   const int64_t E = std::max<int64_t>(cfg.n_experts, cfg.dspark_experts), K = std::max(cfg.n_active, cfg.dspark_active);
   const int64_t I = cfg.moe_inter;
@@ -64,10 +64,10 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   std::unique_ptr<Forward> f(new Forward());
   f->model_ = std::move(model);
   f->options_ = options;
-  const cpu::ModelConfig& cfg = f->model_->config;
-  DSV4_ASSIGN_OR_RETURN(AttnGeometry g, make_attn_geometry(cfg, options.max_context, options.max_rollback));
-  if (!f->model_->dspark) g.dspark_stages = 0;
-  f->geo_ = std::make_unique<AttnGeometry>(g);
+  const family::ModelPlan& cfg = f->model_->config;
+  DSV4_ASSIGN_OR_RETURN(family::StateGeometry g,
+                        device_state_geometry(cfg, options.max_context, options.max_rollback, f->model_->dspark != nullptr));
+  f->geo_ = std::make_unique<family::StateGeometry>(std::move(g));
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
   DSV4_RETURN_IF_ERROR(create_side_stream(f->side_));
   const int64_t rows = options.max_call_rows;
@@ -143,9 +143,10 @@ Status Forward::assume_length(int32_t stream, int64_t length) {
 }
 
 namespace {
-constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'U', 'D', '1'};
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'U', 'D', '2'};
 }
 
+// Whole snapshots: magic, the history's length and the caches' bytes' size, the history, the caches' bytes.
 StatusOr<std::vector<uint8_t>> Forward::snapshot(int32_t stream) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(stream);
@@ -174,8 +175,7 @@ Status Forward::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
   if (n > (bytes.size() - 24) / 8 || bytes.size() != 24 + n * 8 + cb)
     return error(StatusCode::data_loss, "stream snapshot: truncated or mismatched");
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
-  std::vector<uint8_t> caches(bytes.begin() + 24 + n * 8, bytes.end());
-  DSV4_RETURN_IF_ERROR(fresh->from_bytes(caches, stream_));
+  DSV4_RETURN_IF_ERROR(fresh->from_bytes(std::span<const uint8_t>(bytes).subspan(24 + n * 8), stream_));
   if (fresh->length() != static_cast<int64_t>(n))
     return error(StatusCode::data_loss, "stream snapshot: {} history ids for {} rows", n, fresh->length());
   std::vector<int64_t> hist(n);
@@ -185,33 +185,60 @@ Status Forward::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
   return ok_status();
 }
 
-StatusOr<std::vector<cpu::PieceResult>> Forward::forward(const std::vector<cpu::Piece>& pieces) {
+std::vector<family::RowTableShape> Forward::row_tables() const { return geo_->row_tables(); }
+
+StatusOr<engine::StateParts> Forward::snapshot_parts(int32_t stream, int64_t from) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const cpu::ModelConfig& cfg = model_->config;
-  std::set<int32_t> seen;
-  int64_t rows = 0, logit_rows = 0;
-  for (const cpu::Piece& pc : pieces) {
-    auto it = streams_.find(pc.stream);
-    if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", pc.stream);
-    if (!seen.insert(pc.stream).second)
-      return error(StatusCode::invalid_argument, "stream {} appears twice in one call", pc.stream);
-    for (int32_t t : pc.tokens)
-      if (t < 0 || t >= cfg.vocab) return error(StatusCode::invalid_argument, "token {} outside vocab {}", t, cfg.vocab);
-    for (int32_t r : pc.logit_rows)
-      if (r < 0 || r >= static_cast<int32_t>(pc.tokens.size()))
-        return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
-    if (it->second.caches->length() + static_cast<int64_t>(pc.tokens.size()) > options_.max_context)
-      return error(StatusCode::out_of_range, "stream {}: {} + {} rows exceed the context of {}", pc.stream,
-                   it->second.caches->length(), pc.tokens.size(), options_.max_context);
-    rows += static_cast<int64_t>(pc.tokens.size());
-    logit_rows += static_cast<int64_t>(pc.logit_rows.size());
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  DSV4_ASSIGN_OR_RETURN(CacheParts caches, it->second.caches->to_parts(from, stream_));
+  engine::StateParts parts{std::move(caches.bounded), {}};
+  const std::vector<int64_t>& hist = it->second.history;
+  const uint8_t* h = reinterpret_cast<const uint8_t*>(hist.data());
+  parts.rows.emplace_back(h + from * 8, h + hist.size() * 8);
+  for (std::vector<uint8_t>& rows : caches.rows) parts.rows.push_back(std::move(rows));
+  return parts;
+}
+
+Status Forward::restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                              std::span<const std::vector<std::span<const uint8_t>>> tables) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (tables.empty()) return error(StatusCode::data_loss, "stream snapshot: no token history");
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
+  DSV4_RETURN_IF_ERROR(fresh->from_parts(bounded, tables.subspan(1), stream_));
+  size_t bytes = 0;
+  for (std::span<const uint8_t> c : tables[0]) bytes += c.size();
+  if (bytes != static_cast<size_t>(fresh->length()) * 8)
+    return error(StatusCode::data_loss, "stream snapshot: {} bytes of token history for {} rows", bytes, fresh->length());
+  std::vector<int64_t> hist(static_cast<size_t>(fresh->length()));
+  uint8_t* at = reinterpret_cast<uint8_t*>(hist.data());
+  for (std::span<const uint8_t> c : tables[0]) {
+    if (!c.empty()) std::memcpy(at, c.data(), c.size());
+    at += c.size();
   }
-  if (rows > options_.max_call_rows)
-    return error(StatusCode::invalid_argument, "a call of {} rows exceeds max_call_rows {}", rows, options_.max_call_rows);
+  it->second.caches = std::move(fresh);
+  it->second.history = std::move(hist);
+  return ok_status();
+}
+
+StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<engine::Piece>& pieces) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const family::ModelPlan& cfg = model_->config;
+  // The step's plan checks every piece before any state is touched.
+  auto length = [&](int32_t id) -> StatusOr<int64_t> {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
+    return it->second.caches->length();
+  };
+  DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan,
+                        engine::plan_step(pieces, length,
+                                          engine::StepLimits{cfg.vocab, options_.max_context, options_.max_call_rows}));
   std::vector<size_t> hist_len;
-  for (const cpu::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
+  for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(pieces, logit_rows);
+  Status st = run(plan);
   // The one synchronization of a call: the logits rows are in logits_host_ after it.
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
   scratch_->reset(mark);
@@ -224,7 +251,7 @@ StatusOr<std::vector<cpu::PieceResult>> Forward::forward(const std::vector<cpu::
     for (size_t i = 0; i < pieces.size(); ++i) streams_.at(pieces[i].stream).history.resize(hist_len[i]);
     return st;
   }
-  std::vector<cpu::PieceResult> out(pieces.size());
+  std::vector<engine::PieceResult> out(pieces.size());
   const int64_t V = cfg.vocab;
   const float* host = static_cast<const float*>(logits_host_.data());
   int64_t at = 0;
@@ -262,7 +289,7 @@ struct Forward::DeviceCall {
 
 Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   const ModelDevice& M = *model_;
-  const cpu::ModelConfig& cfg = M.config;
+  const family::ModelPlan& cfg = M.config;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, rows = d.c->rows;
   // A failed capture is followed by an eager run of the same work: start from the same scratch.
@@ -274,7 +301,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
   std::vector<float> probe_host;
   for (int l = 0; l < cfg.n_layers; ++l) {
-    const cpu::LayerRole& role = M.roles[l];
+    const family::LayerPlan& role = M.config.layers[l];
     const LayerDevice& L = M.layers[l];
     const size_t layer_mark = scratch_->mark();
     o.layer = l;
@@ -285,8 +312,8 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
       }));
       DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
     }
-    if (role.tap_index >= 0 && d.taps)
-      DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.tap_index, d.taps, s), "dspark_tap",
+    if (role.dspark_tap_index >= 0 && d.taps)
+      DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.dspark_tap_index, d.taps, s), "dspark_tap",
                        shape_text({{"rows", rows}, {"layer", l}}));
     AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
     DSV4_RETURN_IF_ERROR(block_forward(o, L, rows, attn, nullptr, d.h, d.pi));
@@ -310,37 +337,35 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   return ok_status();
 }
 
-Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
+Status Forward::run(const engine::StepPlan& plan) {
+  const int64_t n_logits = plan.logit_rows();
   const ModelDevice& M = *model_;
-  const cpu::ModelConfig& cfg = M.config;
+  const family::ModelPlan& cfg = M.config;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
   CallCtx c;
   c.model = &M;
   c.cfg = &cfg;
-  c.roles = &M.roles;
+  c.roles = &M.config.layers;
   c.attn = M.attention.data();
   c.stream = stream_;
   c.side = side_;
   c.scratch = scratch_.get();
   c.collective = options_.collective.get();
   // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.
-  std::vector<int32_t> ids;
-  std::vector<int64_t> pos;
+  const std::vector<int32_t>& ids = plan.ids;
+  const std::vector<int64_t>& pos = plan.pos;
   std::vector<StreamSlot*> slots;
-  for (const cpu::Piece& pc : pieces) {
-    StreamSlot& s = streams_.at(pc.stream);
+  for (const engine::PiecePlan& p : plan.pieces) {
+    StreamSlot& s = streams_.at(p.stream);
     slots.push_back(&s);
-    DevicePiece p{s.caches.get(), s.caches->length(), static_cast<int64_t>(pc.tokens.size()), c.rows};
-    c.pieces.push_back(p);
-    for (int64_t i = 0; i < p.T; ++i) {
-      pos.push_back(p.start + i);
-      ids.push_back(pc.tokens[i]);
-      const int32_t t = pc.tokens[i];
+    c.pieces.push_back(DevicePiece{s.caches.get(), p.start, p.rows, p.row0});
+    for (int64_t i = 0; i < p.rows; ++i) {
+      const int32_t t = ids[p.row0 + i];
       s.history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
     }
-    c.rows += p.T;
   }
+  c.rows = plan.rows();
   const int64_t rows = c.rows;
   if (rows == 0) return ok_status();
   const size_t n_engram = cfg.engram_layers.size();
@@ -359,9 +384,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
       }
     if (!E.codes) gather_engram_rows(E, engram_host[e], engram_codes[e], engram_scales[e]);
   }
-  std::vector<int64_t> index;
-  for (size_t i = 0; i < pieces.size(); ++i)
-    for (int32_t r : pieces[i].logit_rows) index.push_back(c.pieces[i].row0 + r);
+  const std::vector<int64_t>& index = plan.logit_index;
   // Upper bound of the metadata image: the parts above plus the attention tables (pieces per layer,
   // row pieces, groups completed per ratio).
   const int64_t P = static_cast<int64_t>(c.pieces.size());
@@ -371,7 +394,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
   for (size_t e = 0; e < n_engram; ++e)
     meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
-  if (cfg.v4()) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
+  if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
   bool moved = false;
   DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
   if (moved) graphs_->clear();  // captured graphs read the old metadata buffer
@@ -450,7 +473,7 @@ Status Forward::run(const std::vector<cpu::Piece>& pieces, int64_t n_logits) {
   return ok_status();
 }
 
-StatusOr<cpu::DraftResult> Forward::draft(int32_t stream, int32_t next) {
+StatusOr<engine::DraftResult> Forward::draft(int32_t stream, int32_t next) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!model_->dspark) return error(StatusCode::unimplemented, "the model has no DSpark weights");
   auto it = streams_.find(stream);
@@ -469,27 +492,33 @@ StatusOr<cpu::DraftResult> Forward::draft(int32_t stream, int32_t next) {
 }
 
 namespace {
-class CudaForward final : public cpu::StreamForward {
+class CudaForward final : public engine::StreamForward {
  public:
   explicit CudaForward(std::unique_ptr<Forward> f) : f_(std::move(f)) {}
-  const cpu::ModelConfig& config() const override { return f_->config(); }
+  const family::ModelPlan& config() const override { return f_->config(); }
   bool has_drafter() const override { return f_->model().dspark != nullptr; }
-  uint32_t snapshot_version() const override { return 0x43554431; }  // "CUD1": the CUDA snapshot format
+  uint32_t snapshot_version() const override { return 0x43554432; }  // "CUD2": the CUDA snapshot format (split)
   StatusOr<int32_t> open_stream() override { return f_->open_stream(); }
   Status close_stream(int32_t s) override { return f_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }
-  StatusOr<std::vector<cpu::PieceResult>> forward(const std::vector<cpu::Piece>& p) override { return f_->forward(p); }
+  StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& p) override { return f_->forward(p); }
   Status truncate(int32_t s, int64_t n) override { return f_->truncate(s, n); }
   StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return f_->snapshot(s); }
   Status restore(int32_t s, const std::vector<uint8_t>& b) override { return f_->restore(s, b); }
-  StatusOr<cpu::DraftResult> draft(int32_t s, int32_t next) override { return f_->draft(s, next); }
+  StatusOr<engine::DraftResult> draft(int32_t s, int32_t next) override { return f_->draft(s, next); }
+  std::vector<family::RowTableShape> row_tables() const override { return f_->row_tables(); }
+  StatusOr<engine::StateParts> snapshot_parts(int32_t s, int64_t from) const override { return f_->snapshot_parts(s, from); }
+  Status restore_parts(int32_t s, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables) override {
+    return f_->restore_parts(s, bounded, tables);
+  }
 
  private:
   std::unique_ptr<Forward> f_;
 };
 }  // namespace
 
-std::unique_ptr<cpu::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward) {
+std::unique_ptr<engine::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward) {
   return std::make_unique<CudaForward>(std::move(forward));
 }
 

@@ -11,15 +11,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "backends/cpu/forward.h"
-#include "backends/cpu/stream_forward.h"
+#include "engine/step_plan.h"
+#include "engine/stream_forward.h"
 #include "backends/cuda/call_meta.h"
 #include "backends/cuda/forward_block.h"
 #include "backends/cuda/graph_cache.h"
 #include "backends/cuda/model.h"
+#include "family/deepseek_v41/state_geometry.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
@@ -27,7 +29,6 @@ namespace dsv4::cuda {
 class Arena;
 class Collective;
 class StreamCaches;
-struct AttnGeometry;
 
 struct ForwardOptions {
   int64_t max_context = 65536;   // positions one stream may hold
@@ -61,7 +62,7 @@ class Forward {
                                                    const ForwardOptions& options);
   ~Forward();
 
-  const cpu::ModelConfig& config() const { return model_->config; }
+  const family::ModelPlan& config() const { return model_->config; }
   const ModelDevice& model() const { return *model_; }
   const ForwardOptions& options() const { return options_; }
   StatusOr<int32_t> open_stream();
@@ -69,12 +70,18 @@ class Forward {
   StatusOr<int64_t> length(int32_t stream) const;
 
   // One forward over every piece (each stream at most once per call); logits fp32 per piece.
-  StatusOr<std::vector<cpu::PieceResult>> forward(const std::vector<cpu::Piece>& pieces);
+  StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& pieces);
   Status truncate(int32_t stream, int64_t length);
   StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const;
   Status restore(int32_t stream, const std::vector<uint8_t>& bytes);
+  // Split snapshots (the family's layout, StateGeometry): the row tables (token history first), the bounded
+  // part with each table's rows from `from`, and a stream rebuilt from a bounded part and every table's rows.
+  std::vector<family::RowTableShape> row_tables() const;
+  StatusOr<engine::StateParts> snapshot_parts(int32_t stream, int64_t from) const;
+  Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables);
   // DSpark: drafts the block after `next` (the token sampled for position length(stream)).
-  StatusOr<cpu::DraftResult> draft(int32_t stream, int32_t next);
+  StatusOr<engine::DraftResult> draft(int32_t stream, int32_t next);
 
   // Benchmarks only: an empty stream declared to hold `length` positions, its caches left zeroed
   // (valid rows of value 0) and its Engram history DEAD, so steps can be timed at a long context
@@ -104,7 +111,7 @@ class Forward {
   Forward() = default;
   // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings
   // and the copy of the requested logits rows into logits_host_; the caller synchronizes.
-  Status run(const std::vector<cpu::Piece>& pieces, int64_t logit_rows);
+  Status run(const engine::StepPlan& plan);
   // Embedding, every layer and the head on `s` from metadata already staged (see run()).
   struct DeviceCall;
   OpCtx op_ctx(cudaStream_t s);  // with the profile mode set
@@ -112,7 +119,7 @@ class Forward {
 
   std::shared_ptr<const ModelDevice> model_;
   ForwardOptions options_;
-  std::unique_ptr<AttnGeometry> geo_;
+  std::unique_ptr<family::StateGeometry> geo_;
   cudaStream_t stream_ = nullptr;
   SideStream side_;  // OpCtx::side, CallCtx::side
   std::unique_ptr<Arena> scratch_;
@@ -131,6 +138,6 @@ class Forward {
 };
 
 // The CUDA forward behind the lane adapter's StreamForward.
-std::unique_ptr<cpu::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward);
+std::unique_ptr<engine::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward);
 
 }  // namespace dsv4::cuda

@@ -22,7 +22,7 @@ constexpr int64_t kFusedRoutePairs = 96;
 // Mixing coefficients of one sub-layer: m = fp32-linear(h; fn) and the row statistics (fused in
 // fixed K-slices for C <= 4), then the per-row Sinkhorn.
 Status mixes(OpCtx& c, const HcDevice& P, const float* h, int64_t rows, float* mix) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
   const auto shape = shape_text({{"rows", rows}, {"C", C}, {"D", D}});
@@ -70,7 +70,7 @@ Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n) {
 
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image, float* h,
                      float* pi) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
   const auto shape = shape_text({{"rows", rows}, {"D", D}});
@@ -83,7 +83,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   // with the attention's), so a sub-layer's mixes are needed only by its expand: with a side stream
   // they run there beside the collapse and the attention or MoE, which read h and never write it.
   // The same kernels run either way: the bits do not depend on it.
-  const bool beside = !cfg.v4() && side_on(c);
+  const bool beside = cfg.premix == family::HcPremix::carried && side_on(c);
   auto start_mixes = [&](const HcDevice& P, float* mix) -> Status {
     if (!beside) return timed(c, "hc mixes", [&] { return mixes(c, P, h, rows, mix); });
     return run_beside(c, "hc mixes beside", [&](OpCtx& s) { return mixes(s, P, h, rows, mix); });
@@ -92,7 +92,8 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   DSV4_RETURN_IF_ERROR(start_mixes(L.hc_attn, amix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
-    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? amix : pi, cfg.v4() ? nm : C, rows, C, D, L.attn_norm,
+    const bool own = cfg.premix == family::HcPremix::own;
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, own ? amix : pi, own ? nm : C, rows, C, D, L.attn_norm,
                                          cfg.norm_eps, x, xn, c.stream),
                      "hc_collapse_rmsnorm(attn_norm)", shape);
     return ok_status();
@@ -109,7 +110,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   // FFN sub-layer, collapsed with the attention pre-mix.
   DSV4_RETURN_IF_ERROR(start_mixes(L.hc_ffn, fmix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.v4() ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
+    DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.premix == family::HcPremix::own ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
                                          c.stream),
                      "hc_collapse_rmsnorm(ffn_norm)", shape);
     return ok_status();
@@ -131,7 +132,7 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
 }
 
 Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* image, int64_t rows, MoeOut& out) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int64_t D = cfg.dim, E = M.n_experts, I = M.inter;
   const int K = M.n_active;
   const int64_t P = rows * K;
@@ -174,8 +175,9 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
       DSV4_CUDA_LAUNCH(moe_route_hash(logits, rows, E, K, M.tid2eid, c.ids, cfg.route_scale, sel, wts, c.stream),
                        "moe_route_hash", shape);
     } else {
-      // V4 normalises without +1e-20: the same float for K > 1 (sum >= K * sqrt(softplus) > 1e-13).
-      if (cfg.v4() && K == 1) return error(StatusCode::unimplemented, "V4 top-1 routing on CUDA");
+      // The kernels add router_eps only where they normalise: without +1e-20 (V4) the same float for K > 1
+      // (sum >= K * sqrt(softplus) > 1e-13); a lone expert normalised (route_norm_always) they do not do.
+      if (cfg.route_norm_always && K == 1) return error(StatusCode::unimplemented, "top-1 routing normalised on CUDA");
       if (P <= kFusedRoutePairs) {
         DSV4_CUDA_LAUNCH(moe_route_pairs(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts,
                                          pair_row, pair_expert, pair_weight, pair_of, c.stream),
@@ -206,7 +208,7 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
 
 Status engram_forward(OpCtx& c, const EngramDevice& E, const uint8_t* codes, const uint8_t* scales,
                       const int64_t* table_rows, int64_t rows, float* h) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, R = E.layout.cols;
   const auto shape = shape_text({{"rows", rows}, {"R", R}, {"dim", E.dim}, {"D", D}});
@@ -220,7 +222,7 @@ Status engram_forward(OpCtx& c, const EngramDevice& E, const uint8_t* codes, con
 
 Status head_logits(OpCtx& c, const float* norm, const F32View& head, const Bf16View& head16, const float* h, const float* pi,
                    const int64_t* index, int64_t n, float* logits, float* collapsed) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
   const auto shape = shape_text({{"rows", n}, {"V", head.out}, {"D", D}});

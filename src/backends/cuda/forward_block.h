@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/model.h"
@@ -35,7 +35,7 @@ class Collective;  // collective.h
 
 // What every sub-layer needs: sizes, the stream, scratch (released by the caller).
 struct OpCtx {
-  const cpu::ModelConfig* cfg = nullptr;
+  const family::ModelPlan* cfg = nullptr;
   cudaStream_t stream = nullptr;
   Arena* scratch = nullptr;
   // When set, every timed() section synchronizes the stream around itself and adds its

@@ -9,52 +9,54 @@
 #include <map>
 #include <string>
 
-#include "backends/cpu/kv_rows.h"
-#include "backends/cpu/load.h"
+#include "core/kv_rows.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/forward.h"
 #include "backends/cuda/forward_v4.h"
 #include "backends/cuda/model.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/with_layers.h"
 
 namespace dsv4::cuda {
 
-cpu::ModelConfig bench_config(int layers, cpu::Variant variant) {
-  const family::Variant v = variant == cpu::Variant::v4 ? family::Variant::v4 : family::Variant::v41;
-  cpu::ModelConfig c = cpu::model_config_from(family::preset_config(family::Preset::full, v));
-  c.n_layers = layers;
-  c.compress_ratios.resize(layers);
-  auto keep = [&](std::vector<int>& v) { std::erase_if(v, [&](int l) { return l >= layers; }); };
-  keep(c.kv_source_layers);
-  keep(c.index_source_layers);
-  if (c.candidate_source_layer >= layers) c.candidate_source_layer = -1;
+family::ModelPlan bench_config(int layers, family::Variant variant) {
+  // The cut keeps every width and role (family/deepseek_v41/with_layers.h); the bench runs neither Engram nor
+  // the drafter.
+  family::Config cfg = family::preset_config(family::Preset::full, variant);
+  StatusOr<family::Config> cut = family::with_layers(cfg, layers);
+  if (cut.ok()) cfg = *std::move(cut);
+  cfg.engram_layer_ids.clear();
+  cfg.engram_num_embeddings.clear();
+  family::ModelPlan c = family::build_plan(cfg);
   c.engram_layers.clear();
+  for (family::LayerPlan& l : c.layers) l.engram = false, l.engram_index = -1, l.dspark_tap = false, l.dspark_tap_index = -1;
   c.dspark_target_layers.clear();
   c.dspark_stages = 0;
-  c.num_hash_layers = std::min(c.num_hash_layers, layers);  // V4: hash-routed layers 0-2 when kept
+  c.dspark.clear();
   return c;
 }
 
 // Every weight of the attention, mixes, router, the active routed experts and the shared expert
 // per layer, the head (bf16); the window ring, the selected compressed rows, the scanned index keys.
-double decode_bytes_v4(const cpu::ModelConfig& c, int64_t L);
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L);
 
-double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
-  if (c.v4()) return decode_bytes_v4(c, L);
+double decode_bytes(const family::ModelPlan& c, int64_t L) {
+  if (c.window_format == KvRowFormat::model1) return decode_bytes_v4(c, L);
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
   const double fp8 = 1.0 + 1.0 / 1024, fp4 = 0.5 * (1.0 + 1.0 / 16);
-  const auto roles = cpu::layer_roles(c);
+  const auto& roles = c.layers;
   double b = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    const cpu::LayerRole& r = roles[l];
+    const family::LayerPlan& r = roles[l];
     b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
-    if (r.kv_source) b += (r.ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
+    if (r.kv_source) b += (r.compress_ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
     if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
     b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
     b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
     b += 128.0 * (d + d / 32);  // window ring
-    if (r.ratio > 0) {
-      const double rows = static_cast<double>(L / r.ratio);
+    if (r.compress_ratio > 0) {
+      const double rows = static_cast<double>(L / r.compress_ratio);
       b += std::min(rows, static_cast<double>(c.index_topk)) * (d / 2 + d / 16);
       if (r.index_source) b += rows * (ihd / 2 + ihd / 32);
     }
@@ -66,28 +68,28 @@ double decode_bytes(const cpu::ModelConfig& c, int64_t L) {
 // compressor [w, D] x2 (w = 2d at ratio 4) and position bias, ratio 4 also the indexer's compressor
 // [2*ihd, D] x2, query side and weights_proj, the min(L/4, top-k) selected rows and the L/4 index
 // keys it scans; larger ratios read every visible row (L/ratio). Hash-routed layers read no bias.
-double decode_bytes_v4(const cpu::ModelConfig& c, int64_t L) {
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L) {
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
   const double wb = c.weight_block, fp8 = 1.0 + 1.0 / (wb * wb), fp4 = 0.5 * (1.0 + 1.0 / 16);
-  const double row = static_cast<double>(cpu::row_bytes(cpu::RowFormat::fp8_nope64_bf16rope, c.head_dim, c.rope_dim));
+  const double row = static_cast<double>(kv_row_bytes(KvRowFormat::model1, c.head_dim, c.rope_dim));
   const double ikey = ihd / 2 + ihd / 32;  // FP4 / UE8M0-32 index key
-  const auto roles = cpu::layer_roles(c);
+  const auto& roles = c.layers;
   double b = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    const cpu::LayerRole& r = roles[l];
+    const family::LayerPlan& r = roles[l];
     b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
     if (r.kv_source) {
-      const double w = r.overlap ? 2 * d : d;
-      b += 2 * w * D * 2 + r.ratio * w * 4;
-      if (r.overlap) b += 2 * (2 * ihd) * D * 2 + r.ratio * 2 * ihd * 4;
+      const double w = r.compressor_overlap ? 2 * d : d;
+      b += 2 * w * D * 2 + r.compress_ratio * w * 4;
+      if (r.compressor_overlap) b += 2 * (2 * ihd) * D * 2 + r.compress_ratio * 2 * ihd * 4;
     }
     if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
     b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
     b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
     b += static_cast<double>(c.window) * row;  // window ring
-    if (r.ratio > 0) {
-      const double rows = static_cast<double>(L / r.ratio);
+    if (r.compress_ratio > 0) {
+      const double rows = static_cast<double>(L / r.compress_ratio);
       b += (r.index_source ? std::min(rows, static_cast<double>(c.index_topk)) : rows) * row;
       if (r.index_source) b += rows * ikey;
     }
@@ -163,16 +165,16 @@ double dense_rate() {
 
 // Matrix FLOPs per prompt token of the layers (linears of attention, compressor and indexer
 // query side, router, active and shared experts, mixes); attention scores excluded.
-double flops_per_token(const cpu::ModelConfig& c) {
+double flops_per_token(const family::ModelPlan& c) {
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter;
-  const auto roles = cpu::layer_roles(c);
+  const auto& roles = c.layers;
   double f = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     f += Q * D + Hd * Q + d * D + D * G * O + O * Hd + 2 * nm * C * D + static_cast<double>(c.n_experts) * D;
     f += (c.n_active + 1) * 3 * I * D;
-    if (roles[l].kv_source) f += (roles[l].overlap ? 2 : 1) * 2 * d * D;
-    if (roles[l].overlap) f += 2 * 2.0 * c.index_head_dim * D;  // V4: the indexer's compressor
+    if (roles[l].kv_source) f += (roles[l].compressor_overlap ? 2 : 1) * 2 * d * D;
+    if (roles[l].compressor_overlap) f += 2 * 2.0 * c.index_head_dim * D;  // V4: the indexer's compressor
     if (roles[l].index_source) f += static_cast<double>(c.index_heads) * c.index_head_dim * Q + c.index_heads * D;
   }
   return 2 * f;
@@ -184,9 +186,9 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
-  const cpu::ModelConfig cfg = bench_config(f.layers, f.variant);
+  const family::ModelPlan cfg = bench_config(f.layers, f.variant);
   std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
-              f.layers, cfg.v4() ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+              f.layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
   const double bw = copy_bandwidth();
   std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
   const auto t0 = std::chrono::steady_clock::now();
@@ -209,19 +211,19 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         auto fw = Forward::create(model, o);
         if (!fw.ok()) return fail(fw.status());
         Forward& F = **fw;
-        std::vector<cpu::Piece> call;
+        std::vector<engine::Piece> call;
         bool ok = true;
         for (int i = 0; i < b && ok; ++i) {
           auto s = F.open_stream();
           if (!s.ok()) return fail(s.status());
           ok = F.assume_length(*s, L).ok();
-          call.push_back(cpu::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
+          call.push_back(engine::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
         }
         Status last = ok_status();
         auto step = [&] {
           auto r = F.forward(call);
           if (!r.ok()) { last = r.status(); return false; }
-          for (const cpu::Piece& p : call) (void)F.truncate(p.stream, L);
+          for (const engine::Piece& p : call) (void)F.truncate(p.stream, L);
           return true;
         };
         const double ms = time_ms(f.iters, 2, step);
@@ -255,10 +257,10 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
     std::map<std::string, double> prof, v4ops;
     F.set_profile(&prof, false);  // events around each op, no synchronization
-    if (cfg.v4()) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
+    if (cfg.window_format == KvRowFormat::model1) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
     const int n = std::max(1, f.iters);
     for (int i = 0; i < n; ++i) {
-      auto r = F.forward({cpu::Piece{*s, {1000}, {0}}});
+      auto r = F.forward({engine::Piece{*s, {1000}, {0}}});
       if (!r.ok()) {
         set_v4_attention_timing(nullptr);
         return r.status();
@@ -302,7 +304,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     for (int64_t i = 0; i < T; ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
     Status last = ok_status();
     const double ms = time_ms(std::max(1, f.iters / 2), 1, [&] {
-      auto r = F.forward({cpu::Piece{*s, toks, {}}});
+      auto r = F.forward({engine::Piece{*s, toks, {}}});
       if (!r.ok()) { last = r.status(); return false; }
       return F.truncate(*s, 0).ok();
     });
@@ -314,7 +316,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     if (T == f.prefill.front()) {  // where a prefill chunk's time goes
       std::map<std::string, double> prof;
       F.set_profile(&prof, false);
-      auto r = F.forward({cpu::Piece{*s, toks, {}}});
+      auto r = F.forward({engine::Piece{*s, toks, {}}});
       F.set_profile(nullptr);
       if (!r.ok()) return r.status();
       DSV4_RETURN_IF_ERROR(F.truncate(*s, 0));

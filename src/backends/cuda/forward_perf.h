@@ -7,14 +7,14 @@
 #include <cstdio>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
 
 struct ForwardBenchOptions {
   int layers = 4;                      // the first N layers of the full plan of `variant`
-  cpu::Variant variant = cpu::Variant::v41;  // v41: DeepSeek-V4.1-Flash; v4: DeepSeek-V4-Flash-0731
+  family::Variant variant = family::Variant::v41;  // v41: DeepSeek-V4.1-Flash; v4: DeepSeek-V4-Flash-0731
   std::vector<int> batches = {1, 8, 32};
   std::vector<int64_t> contexts = {4096, 65536, 262144};
   int verify_rows = 6;
@@ -25,12 +25,12 @@ struct ForwardBenchOptions {
 
 // The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers (roles
 // unchanged), without Engram and drafter (the device synthesizer generates neither).
-cpu::ModelConfig bench_config(int layers, cpu::Variant variant = cpu::Variant::v41);
+family::ModelPlan bench_config(int layers, family::Variant variant = family::Variant::v41);
 
 // Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head). V4 / 0731:
 // 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its
 // indexer's), every visible row of the larger ratios, hc_head.
-double decode_bytes(const cpu::ModelConfig& c, int64_t L);
+double decode_bytes(const family::ModelPlan& c, int64_t L);
 
 // Runs every measurement, printing markdown tables to `out`.
 Status run_forward_bench(const ForwardBenchOptions& options, std::FILE* out);

@@ -12,7 +12,7 @@ namespace dsv4::cuda {
 
 Status head_logits_v4(OpCtx& c, const ModelDevice& M, const float* h, const int64_t* index, int64_t n, float* logits) {
   if (!M.hc_head) return error(StatusCode::invalid_argument, "V4 head without hc_head weights");
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
   const HcHeadDevice& W = *M.hc_head;

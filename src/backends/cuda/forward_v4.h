@@ -24,7 +24,7 @@ Status head_logits_v4(OpCtx& c, const ModelDevice& M, const float* h, const int6
 Status begin_attention_call_v4(CallCtx& c);
 
 // Bytes of CallMeta those tables take for a call of `rows` rows in `pieces` pieces (upper bound).
-size_t attention_v4_meta_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t pieces);
+size_t attention_v4_meta_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t pieces);
 
 // y bf16 [rows, D] = V4 attention of backbone layer `layer` on x bf16 [rows, D] (attention_layer's
 // contract; dispatched from it when the config is V4).
@@ -36,6 +36,6 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y);
 void set_v4_attention_timing(std::map<std::string, double>* times);
 
 // Scratch bytes attention_layer_v4 takes beyond attention_scratch_bytes' V4.1 estimate.
-int64_t attention_v4_extra_scratch_bytes(const cpu::ModelConfig& cfg, int64_t rows, int64_t max_pos);
+int64_t attention_v4_extra_scratch_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t max_pos);
 
 }  // namespace dsv4::cuda

@@ -9,13 +9,14 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cpu/load.h"
-#include "backends/cpu/rope.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/rope.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/exl3_view.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/upload.h"
+#include "core/bf16.h"
 
 namespace dsv4::cuda {
 
@@ -67,7 +68,7 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 // Lays out and queues the pieces of one model in order; every failure names the tensor.
 class ModelUploader {
  public:
-  ModelUploader(ModelDevice& m, const cpu::ModelConfig& cfg, const family::Model& src, Uploader& up,
+  ModelUploader(ModelDevice& m, const family::ModelPlan& cfg, const family::Model& src, Uploader& up,
                 const ModelDeviceOptions& o)
       : m_(m), cfg_(cfg), src_(src), up_(up), o_(o) {}
 
@@ -336,7 +337,7 @@ class ModelUploader {
   }
 
   ModelDevice& m_;
-  const cpu::ModelConfig& cfg_;
+  const family::ModelPlan& cfg_;
   const family::Model& src_;
   Uploader& up_;
   const ModelDeviceOptions& o_;
@@ -346,13 +347,10 @@ namespace {
 
 // Lays out (and, when `up` is not measuring, queues) every weight of `src` into `m`.
 Status build(ModelDevice& m, const family::Model& src, const ModelDeviceOptions& o, Uploader& up) {
-  const cpu::ModelConfig& cfg = m.config;
+  const family::ModelPlan& cfg = m.config;
   const family::ModelWeights& w = src.weights;
-  cpu::RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
-  cpu::RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast,
-                       cfg.beta_slow};
-  m.freqs_plain = cpu::rope_frequencies(plain);
-  m.freqs_yarn = cpu::rope_frequencies(yarn);
+  m.freqs_plain = family::rope_frequencies(family::rope_params(cfg, false));
+  m.freqs_yarn = family::rope_frequencies(family::rope_params(cfg, true));
   DSV4_ASSIGN_OR_RETURN(m.d_freqs_plain, up.floats(m.freqs_plain, "rope.freqs_plain"));
   DSV4_ASSIGN_OR_RETURN(m.d_freqs_yarn, up.floats(m.freqs_yarn, "rope.freqs_yarn"));
   if (w.embed.dtype != DType::bf16 || w.embed.rank() != 2 || w.embed.dim(1) != cfg.dim)
@@ -369,7 +367,7 @@ Status build(ModelDevice& m, const family::Model& src, const ModelDeviceOptions&
   }
   DSV4_ASSIGN_OR_RETURN(m.norm, upload_floats(w.norm, up, "norm"));
   DSV4_RETURN_IF_ERROR(upload_either(w.head, up, "head", m.head, m.head16));
-  if (cfg.v4()) {
+  if (cfg.premix == family::HcPremix::own) {  // the head collapses with its own pre-mix (hc_head)
     auto hh = std::make_unique<HcHeadDevice>();
     DSV4_ASSIGN_OR_RETURN(hh->fn, upload_f32(w.hc_head_fn, up, "hc_head_fn"));
     DSV4_ASSIGN_OR_RETURN(hh->base, upload_floats(w.hc_head_base, up, "hc_head_base"));
@@ -380,7 +378,8 @@ Status build(ModelDevice& m, const family::Model& src, const ModelDeviceOptions&
     hh->scale = scale[0];
     m.hc_head = std::move(hh);
   }
-  const bool drafter = o.dspark && !w.dspark.empty() && !cfg.v4();  // the 0731 drafter is not run (docs/cpu-oracle.md)
+  // The plan runs the drafter where its forward is confirmed (dspark_stages > 0; not V4-0731's, docs/cpu-oracle.md).
+  const bool drafter = o.dspark && cfg.dspark_stages > 0 && static_cast<int>(w.dspark.size()) == cfg.dspark_stages;
   if (drafter) {
     auto d = std::make_unique<DsparkDevice>();
     for (size_t st = 0; st < w.dspark.size(); ++st) {
@@ -403,9 +402,9 @@ Status build(ModelDevice& m, const family::Model& src, const ModelDeviceOptions&
   return ok_status();
 }
 
-StatusOr<cpu::ModelConfig> checked_config(const family::Model& src) {
-  const cpu::ModelConfig cfg = cpu::model_config_from(src.config);
-  DSV4_RETURN_IF_ERROR(cfg.validate());
+StatusOr<family::ModelPlan> checked_config(const family::Model& src) {
+  const family::ModelPlan cfg = family::build_plan(src.config);
+  DSV4_RETURN_IF_ERROR(family::check_plan(cfg));
   if (static_cast<int>(src.weights.layers.size()) != cfg.n_layers)
     return error(StatusCode::invalid_argument, "weights hold {} layers, config says {}", src.weights.layers.size(),
                  cfg.n_layers);
@@ -418,7 +417,7 @@ StatusOr<cpu::ModelConfig> checked_config(const family::Model& src) {
 }  // namespace
 
 StatusOr<size_t> ModelDevice::weight_bytes_of(const family::Model& src, const ModelDeviceOptions& o) {
-  DSV4_ASSIGN_OR_RETURN(const cpu::ModelConfig cfg, checked_config(src));
+  DSV4_ASSIGN_OR_RETURN(const family::ModelPlan cfg, checked_config(src));
   ModelDevice m;
   m.config = cfg;
   m.arena = std::make_unique<Arena>(Arena::measuring());
@@ -434,7 +433,6 @@ StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::upload(std::shared_ptr<const
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(o.device), "selecting the CUDA device"));
   auto m = std::make_unique<ModelDevice>();
   DSV4_ASSIGN_OR_RETURN(m->config, checked_config(*src));
-  m->roles = cpu::layer_roles(m->config);
   m->engram_token_map = src->engram_token_map;
   m->source = src;
   const size_t bytes = total + (1 << 20);

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/model_config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/attention_weights.h"
 #include "backends/cuda/exl3_gemm.cuh"
 #include "backends/cuda/upload.h"
@@ -111,11 +111,10 @@ struct ModelDevice {
                                                        const ModelDeviceOptions& o);
   // Full-width random weights generated on the device from `cfg` (benchmarks; no Engram, no
   // drafter): the views an upload would give, with valid finite values.
-  static StatusOr<std::unique_ptr<ModelDevice>> synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device = 0);
+  static StatusOr<std::unique_ptr<ModelDevice>> synthesize(const family::ModelPlan& cfg, uint64_t seed, int device = 0);
   ~ModelDevice();
 
-  cpu::ModelConfig config;
-  std::vector<cpu::LayerRole> roles;
+  family::ModelPlan config;
   const uint16_t* embed = nullptr;         // bf16 [embed_rows, D]
   int64_t embed_rows = 0;                  // V; V / tp on a tensor-parallel rank (its vocabulary range)
   std::vector<AttentionDevice> attention;  // [n_layers]

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/rope.h"
+#include "family/deepseek_v41/rope.h"
 #include "backends/cuda/arena.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/model.h"
@@ -76,16 +76,16 @@ class SynthAlloc {
 };
 
 void synth_model(SynthAlloc& S, ModelDevice& m) {
-  const cpu::ModelConfig& c = m.config;
+  const family::ModelPlan& c = m.config;
   const int64_t D = c.dim, Q = c.q_lora, H = c.n_heads, d = c.head_dim, C = c.hc_mult, nm = C * (C + 2);
   const int64_t G = c.o_groups, O = c.o_lora, E = c.n_experts, I = c.moe_inter, ihd = c.index_head_dim;
-  const int32_t wb = c.v4() ? c.weight_block : 32;  // FP8 scale blocks: V4 / 0731 128x128
+  const int32_t wb = c.weight_block;  // FP8 scale blocks (V4 / 0731: 128x128)
   m.embed = static_cast<const uint16_t*>(S.bytes(c.vocab * D * 2, FillKind::bf16));
   m.embed_rows = c.vocab;
   m.attention.clear();
   m.layers.clear();
   for (int l = 0; l < c.n_layers; ++l) {
-    const cpu::LayerRole& r = m.roles[l];
+    const family::LayerPlan& r = c.layers[l];
     AttentionDevice a;
     a.wq_a = S.fp8(Q, D, wb);
     a.wq_b = S.fp8(H * d, Q, wb);
@@ -95,23 +95,23 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
     a.q_norm = S.vec(Q, FillKind::f32_one);
     a.kv_norm = S.vec(d, FillKind::f32_one);
     a.sink = S.vec(H);
-    a.freqs = r.ratio > 0 ? m.d_freqs_yarn : m.d_freqs_plain;
-    if (r.kv_source && c.v4()) {
+    a.freqs = r.compress_ratio > 0 ? m.d_freqs_yarn : m.d_freqs_plain;
+    if (r.kv_source && r.compressor_ape) {
       // V4: bf16 compressor weights [w, D] (w = 2d overlapped at ratio 4) with position bias
       // [ratio, w]; ratio 4 also the indexer's overlapped compressor [2*ihd, D] (model-spec.md §8).
-      const int64_t w = r.overlap ? 2 * d : d;
+      const int64_t w = r.compressor_overlap ? 2 * d : d;
       a.comp_wkv = S.bf16(w, D);
       a.comp_wgate = S.bf16(w, D);
-      a.comp_ape = S.vec(r.ratio * w);
+      a.comp_ape = S.vec(r.compress_ratio * w);
       a.comp_norm = S.vec(d, FillKind::f32_one);
-      if (r.overlap) {
+      if (r.compressor_overlap) {
         a.idx_comp_wkv = S.bf16(2 * ihd, D);
         a.idx_comp_wgate = S.bf16(2 * ihd, D);
-        a.idx_comp_ape = S.vec(r.ratio * 2 * ihd);
+        a.idx_comp_ape = S.vec(r.compress_ratio * 2 * ihd);
         a.idx_comp_norm = S.vec(ihd, FillKind::f32_one);
       }
     } else if (r.kv_source) {
-      if (r.ratio > 1) {
+      if (r.compress_ratio > 1) {
         a.comp_wkv32 = S.f32(d, D);
         a.comp_wgate32 = S.f32(d, D);
       } else {
@@ -172,7 +172,7 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
   }
   m.norm = S.vec(D, FillKind::f32_one);
   m.head16 = S.bf16(c.vocab, D);
-  if (c.v4()) {  // the final collapse's own pre-mix (hc_head)
+  if (c.premix == family::HcPremix::own) {  // the final collapse's own pre-mix (hc_head)
     auto hh = std::make_unique<HcHeadDevice>();
     hh->fn = S.f32(C, C * D);
     hh->base = S.vec(C);
@@ -183,20 +183,16 @@ void synth_model(SynthAlloc& S, ModelDevice& m) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::synthesize(const cpu::ModelConfig& cfg, uint64_t seed, int device) {
-  DSV4_RETURN_IF_ERROR(cfg.validate());
+StatusOr<std::unique_ptr<ModelDevice>> ModelDevice::synthesize(const family::ModelPlan& cfg, uint64_t seed, int device) {
+  DSV4_RETURN_IF_ERROR(family::check_plan(cfg));
   if (!cfg.engram_layers.empty())
     return error(StatusCode::invalid_argument, "synthetic device weights carry no Engram tables; clear engram_layers");
   DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "selecting the CUDA device"));
   auto m = std::make_unique<ModelDevice>();
   m->config = cfg;
   m->config.dspark_target_layers.clear();
-  m->roles = cpu::layer_roles(m->config);
-  cpu::RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
-  cpu::RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast,
-                       cfg.beta_slow};
-  m->freqs_plain = cpu::rope_frequencies(plain);
-  m->freqs_yarn = cpu::rope_frequencies(yarn);
+  m->freqs_plain = family::rope_frequencies(family::rope_params(cfg, false));
+  m->freqs_yarn = family::rope_frequencies(family::rope_params(cfg, true));
   SynthAlloc count(nullptr, seed);
   synth_model(count, *m);
   const size_t total = count.counted() + 2 * m->freqs_plain.size() * 4 + (1 << 20);

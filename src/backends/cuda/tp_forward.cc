@@ -36,7 +36,7 @@ StatusOr<float*> tp_gather_groups(OpCtx& c, const float* z, int64_t rows, int64_
 }
 
 Status embed_rows(OpCtx& c, const ModelDevice& M, const int32_t* ids, int64_t rows, float* h, float* pi) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int64_t D = cfg.dim, V = cfg.vocab;
   const int C = cfg.hc_mult;
   const auto shape = shape_text({{"rows", rows}, {"D", D}, {"table rows", M.embed_rows}});
@@ -62,7 +62,7 @@ Status embed_rows(OpCtx& c, const ModelDevice& M, const int32_t* ids, int64_t ro
 Status tp_routed_experts(OpCtx& c, const MoeDevice& M, const float* x, const int32_t* pair_row,
                          const int32_t* pair_expert, const float* pair_weight, int64_t n_pairs, float* scratch,
                          float* routed) {
-  const cpu::ModelConfig& cfg = *c.cfg;
+  const family::ModelPlan& cfg = *c.cfg;
   const int32_t world = c.collective->world(), rank = c.collective->rank();
   const int64_t D = cfg.dim, I = M.inter, E = M.n_experts;
   if (E % world != 0)

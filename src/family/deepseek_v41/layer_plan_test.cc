@@ -93,7 +93,7 @@ TEST(LayerPlan, V4Flash0731MatchesSpec) {
     EXPECT_EQ(p.compressor_overlap, want == 4);
     EXPECT_EQ(p.hash_routed, l < 3) << l;
     EXPECT_EQ(p.rope_base, want ? 160000 : 10000);
-    EXPECT_EQ(p.dspark_tap, l >= 40);
+    EXPECT_FALSE(p.dspark_tap);  // the 0731 drafter is listed, not run (model-spec.md §10.7)
     EXPECT_FALSE(p.engram);
     EXPECT_EQ(p.n_routed_experts, 256);
   }
@@ -102,6 +102,51 @@ TEST(LayerPlan, V4Flash0731MatchesSpec) {
     EXPECT_EQ(p.n_routed_experts, 256);
     EXPECT_EQ(p.num_experts_per_tok, 6);
     EXPECT_FALSE(p.hash_routed);
+  }
+  EXPECT_EQ(plan.dspark_stages, 0);
+  EXPECT_TRUE(plan.dspark_target_layers.empty());
+}
+
+// The numerics the variants differ in, as the plan states them (model-spec.md §3.5, §4.2, §5, §8): what the
+// backends read instead of the variant.
+TEST(LayerPlan, NumericsOfEachVariant) {
+  const ModelPlan v41 = build_plan(v41_flash_config()), v4 = build_plan(v4_flash_0731_config());
+  EXPECT_EQ(v41.premix, HcPremix::carried);
+  EXPECT_EQ(v4.premix, HcPremix::own);
+  EXPECT_FALSE(v41.q_head_norm || v41.index_hadamard || v41.topk_by_score || v41.route_norm_always);
+  EXPECT_TRUE(v4.q_head_norm && v4.index_hadamard && v4.topk_by_score && v4.route_norm_always);
+  EXPECT_EQ(v41.router_eps, 1e-20f);
+  EXPECT_EQ(v4.router_eps, 0.0f);
+  EXPECT_EQ(v41.num_hash_layers, 0);
+  EXPECT_EQ(v4.num_hash_layers, 3);
+  EXPECT_EQ(v41.window_format, KvRowFormat::fp8_ue8m0_32);
+  EXPECT_EQ(v41.compressed_format, KvRowFormat::fp4_e4m3_16);
+  EXPECT_EQ(v4.window_format, KvRowFormat::model1);
+  EXPECT_EQ(v4.compressed_format, KvRowFormat::model1);
+  EXPECT_EQ(v41.index_format, KvRowFormat::fp4_ue8m0_32);
+  EXPECT_EQ(v4.index_format, KvRowFormat::fp4_ue8m0_32);
+  EXPECT_EQ(v41.act_block, 32);
+  EXPECT_EQ(v4.act_block, 128);
+  EXPECT_EQ(v41.dspark_stages, 3);
+  EXPECT_EQ(v41.dspark_target_layers, (std::vector<int>{37, 38, 39}));
+  for (const LayerPlan& p : v41.layers) EXPECT_FALSE(p.compressor_ape);
+  for (const LayerPlan& p : v4.layers) EXPECT_EQ(p.compressor_ape, p.compress_ratio > 0);
+  EXPECT_TRUE(check_plan(v41).ok());
+  EXPECT_TRUE(check_plan(v4).ok());
+  const ModelPlan plain = without_quantization(v41);
+  EXPECT_EQ(plain.act_block, 0);
+  EXPECT_EQ(plain.compressed_format, KvRowFormat::bf16);
+}
+
+// Candidates restrict an index source's scores only after the candidate source, and not at all without one.
+TEST(LayerPlan, CandidatesOnlyAfterTheirSource) {
+  Config c = v41_flash_config();
+  for (const LayerPlan& p : build_plan(c).layers)
+    EXPECT_EQ(p.uses_candidates, p.index_source && p.id > 20) << p.id;
+  c.candidate_source_layer_id = -1;
+  for (const LayerPlan& p : build_plan(c).layers) {
+    EXPECT_FALSE(p.uses_candidates) << p.id;
+    EXPECT_EQ(p.candidate_from, -1);
   }
 }
 

@@ -13,22 +13,20 @@ RingShape ring(int64_t capacity, int64_t width, int64_t slot_bytes) { return Rin
 
 }  // namespace
 
-StateGeometry make_state_geometry(const Config& c, const ModelPlan& plan, const StateGeometryOptions& o) {
+StateGeometry make_state_geometry(const ModelPlan& plan, const StateGeometryOptions& o) {
   StateGeometry g;
-  const bool v4 = c.variant == Variant::v4;
-  g.variant = c.variant;
+  g.variant = plan.variant;
   g.max_context = o.max_context;
   g.max_rollback = o.max_rollback;
-  g.window = c.sliding_window;
+  g.window = plan.window;
   g.ring_capacity = g.window + o.max_rollback;
-  g.d = c.head_dim;
-  g.rope_dim = c.qk_rope_head_dim;
-  g.index_head_dim = c.index_head_dim;
-  // V4.1: FP8 window rows, FP4 compressed rows (model-spec.md §4.2); V4: MODEL1 rows for both (§8).
-  g.window_format = v4 ? KvRowFormat::model1 : KvRowFormat::fp8_ue8m0_32;
-  g.compressed_format = v4 ? KvRowFormat::model1
-                           : (o.compressed_fp8 ? KvRowFormat::fp8_ue8m0_32 : KvRowFormat::fp4_e4m3_16);
-  g.index_format = KvRowFormat::fp4_ue8m0_32;
+  g.d = plan.head_dim;
+  g.rope_dim = plan.rope_dim;
+  g.index_head_dim = plan.index_head_dim;
+  g.window_format = plan.window_format;
+  g.compressed_format = o.compressed_fp8 && plan.compressed_format == KvRowFormat::fp4_e4m3_16 ? KvRowFormat::fp8_ue8m0_32
+                                                                                             : plan.compressed_format;
+  g.index_format = plan.index_format;
   g.window_row = kv_row_bytes(g.window_format, g.d, g.rope_dim);
   g.compressed_row = kv_row_bytes(g.compressed_format, g.d, g.rope_dim);
   g.index_row = kv_row_bytes(g.index_format, g.index_head_dim, g.rope_dim);
@@ -40,6 +38,7 @@ StateGeometry make_state_geometry(const Config& c, const ModelPlan& plan, const 
     s.window = ring(g.ring_capacity, g.d, g.window_row);
     s.kv_source = p.kv_source;
     s.index_keys = p.owns_index_keys;
+    s.overlap = p.compressor_overlap;
     // A pooling compressor (ratio >= 2) waits for a whole group (two with overlap) of projections; after
     // a rollback of max_rollback rows the group being completed still finds them.
     if (p.kv_source && p.compress_ratio > 1) {
@@ -54,9 +53,18 @@ StateGeometry make_state_geometry(const Config& c, const ModelPlan& plan, const 
     }
     g.layers.push_back(s);
   }
-  g.dspark_stages = o.dspark ? c.num_dspark_stages() : 0;
+  g.dspark_stages = o.dspark ? plan.dspark_stages : 0;
   g.dspark_ring = ring(g.dspark_stages > 0 ? g.ring_capacity : 0, g.d, g.window_row);
   return g;
+}
+
+int64_t StateGeometry::window_slots(int64_t length) const { return std::min(length, window); }
+
+int64_t StateGeometry::group_slots(int32_t layer, int64_t length) const {
+  const LayerStateShape& l = layers[static_cast<size_t>(layer)];
+  if (!l.proj_kv.present()) return 0;
+  const int64_t r = l.ratio;
+  return length - std::max<int64_t>(0, (length / r) * r - (l.overlap ? r : 0));
 }
 
 std::vector<RowTableShape> StateGeometry::row_tables() const {

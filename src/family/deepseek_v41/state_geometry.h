@@ -27,7 +27,7 @@ namespace dsv4::family {
 struct StateGeometryOptions {
   int64_t max_context = 65536;  // positions one stream may hold (sizes the row tables)
   int64_t max_rollback = 128;   // rows a stream can be truncated back by (sizes the rings)
-  bool dspark = true;           // the drafter runs: its stages' window rings exist
+  bool dspark = true;           // the drafter's window rings exist (when the plan runs one: dspark_stages > 0)
   bool compressed_fp8 = false;  // V4.1 compressed rows as FP8 (528 B) instead of the reference FP4 (288 B)
 };
 
@@ -38,6 +38,7 @@ struct RingShape {
   int64_t slot_bytes = 0;  // packed row bytes (window) or width * element bytes (projection rings)
   int64_t bytes() const { return capacity * slot_bytes; }
   bool present() const { return capacity > 0; }
+  bool operator==(const RingShape&) const = default;
 };
 
 // An append-only table: one row of `row_bytes` per `positions_per_row` positions.
@@ -55,8 +56,10 @@ struct LayerStateShape {
   RingShape window;                 // packed rows [capacity, window_row]
   bool kv_source = false;
   bool index_keys = false;          // keeps index-key rows (V4.1 KV sources, V4 ratio-4 layers)
+  bool overlap = false;             // the compressor pools two groups (V4 ratio 4)
   RingShape proj_kv, proj_gate;     // fp32 [capacity, width]; absent without a pooling compressor
   RingShape idx_proj_kv, idx_proj_gate;  // V4 ratio 4: the indexer compressor's [capacity, 2·ihd]
+  bool operator==(const LayerStateShape&) const = default;
 };
 
 struct StateGeometry {
@@ -74,9 +77,16 @@ struct StateGeometry {
   int32_t dspark_stages = 0;             // window rings of the drafter (0 when it does not run)
   RingShape dspark_ring;                 // each stage's [ring_capacity, window_row]
 
-  // The append-only tables in snapshot order (cpu::row_tables): the token history, then per KV-source
-  // layer in layer order its compressed rows and, where it keeps them, its index-key rows.
+  // A snapshot of a stream (every backend's): its append-only row tables and a bounded part.
+  // The append-only tables, in this order: the token history, then per KV-source layer in layer order
+  // its compressed rows and, where it keeps them, its index-key rows.
   std::vector<RowTableShape> row_tables() const;
+  // The bounded part holds only the ring slots a restored stream reads (it is never rolled back past its
+  // restore point): of every window and DSpark ring the last window_slots positions; of each projection
+  // ring (main and indexer) the current partial group's positions, with overlap the last complete group's
+  // too (the next group pools it). Neither grows with rows nor with max_rollback.
+  int64_t window_slots(int64_t length) const;
+  int64_t group_slots(int32_t layer, int64_t length) const;
   // Bytes of the row tables holding `positions` positions; history_too = false leaves out the token
   // history (a host-side vector in the CUDA backend).
   int64_t row_table_bytes(int64_t positions, bool history_too = true) const;
@@ -86,9 +96,10 @@ struct StateGeometry {
   // table sized for max_context, each part rounded up to `align` bytes (the CUDA backend allocates
   // them in one block, parts aligned to 256 B); the token history is not on the device.
   int64_t device_bytes(int64_t align = 256) const;
+  bool operator==(const StateGeometry&) const = default;
 };
 
 // The geometry of a validated config's plan (build_plan(c)).
-StateGeometry make_state_geometry(const Config& c, const ModelPlan& plan, const StateGeometryOptions& o);
+StateGeometry make_state_geometry(const ModelPlan& plan, const StateGeometryOptions& o);
 
 }  // namespace dsv4::family

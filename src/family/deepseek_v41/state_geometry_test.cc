@@ -13,7 +13,7 @@ StateGeometry geometry(const Config& c, int64_t max_context, int64_t max_rollbac
   o.max_context = max_context;
   o.max_rollback = max_rollback;
   o.dspark = dspark;
-  return make_state_geometry(c, build_plan(c), o);
+  return make_state_geometry(build_plan(c), o);
 }
 
 // model-spec.md §4.4: compressed + index rows cost 3 x (288 + 68) / 2 + (288 + 68) = 890 B per token
@@ -32,7 +32,7 @@ TEST(StateGeometry, V41BytesPerTokenAsTheSpecSays) {
   EXPECT_EQ(windows, 43 * 128 * 528);
   StateGeometryOptions fp8;
   fp8.compressed_fp8 = true;
-  EXPECT_EQ(make_state_geometry(c, build_plan(c), fp8).row_table_bytes(65536, false), 1490 * 65536);
+  EXPECT_EQ(make_state_geometry(build_plan(c), fp8).row_table_bytes(65536, false), 1490 * 65536);
 }
 
 // The tables in snapshot order: history, then layers 2, 8, 14 (ratio 2) and 20 (ratio 1), each with

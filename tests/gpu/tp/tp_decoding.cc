@@ -10,7 +10,7 @@
 
 namespace dsv4::fabric::tp_testing {
 
-using cpu::Piece;
+using engine::Piece;
 using gpu_testing::all_rows;
 using gpu_testing::argmax;
 
@@ -19,7 +19,7 @@ std::vector<float> call(cuda::Forward& f, const std::vector<Piece>& pieces, std:
   CHECK_TRUE(r.ok(), "%s", r.ok() ? "" : r.status().to_string().c_str());
   std::vector<float> out;
   if (!r.ok()) return out;
-  for (const cpu::PieceResult& p : *r) {
+  for (const engine::PieceResult& p : *r) {
     out.insert(out.end(), p.logits.begin(), p.logits.end());
     if (each) each->push_back(p.logits);
   }

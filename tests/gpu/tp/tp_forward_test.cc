@@ -22,7 +22,7 @@
 
 #include "../forward_testing.h"
 #include "backends/cpu/forward.h"
-#include "backends/cpu/load.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward.h"
 #include "backends/cuda/model.h"
@@ -45,7 +45,7 @@ using gpu_testing::argmax;
 using gpu_testing::nrms;
 using gpu_testing::prompt;
 
-using cpu::Piece;
+using engine::Piece;
 
 std::string preset_name() { return gpu_testing::env_or("DSV4_TP_PRESET", "small"); }
 
@@ -80,7 +80,7 @@ std::vector<float> oracle_logits(std::shared_ptr<const family::Model> w, cpu::Pr
 int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   const int rank = control.rank(), tp = control.world();
   const family::Config fc = family_config();
-  const cpu::ModelConfig cfg = cpu::model_config_from(fc);
+  const family::ModelPlan cfg = family::build_plan(fc);
   const int64_t V = cfg.vocab;
   auto plan = make_split_plan(fc, family::expected_tensors(fc), tp, ExpertSplit::expert_parallel);
   CHECK_TRUE(plan.ok(), "split plan: %s", plan.ok() ? "" : plan.status().to_string().c_str());
@@ -204,7 +204,7 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
     // TP N drafts == TP 1 drafts: the first block (tokens, probabilities, confidences, Markov-biased logits) and
     // the drafted decoding, bit for bit.
     const Decoded drafted1 = decode_drafted(**f1, toks, n_dec);
-    const cpu::DraftResult &a = drafted.first_draft, &b = drafted1.first_draft;
+    const engine::DraftResult &a = drafted.first_draft, &b = drafted1.first_draft;
     const bool drafts_ok = a.tokens == b.tokens && same_bits(a.probs, b.probs) && same_bits(a.confidence, b.confidence) &&
                            same_bits(a.logits, b.logits) && drafted.tokens == drafted1.tokens &&
                            same_bits(drafted.logits, drafted1.logits) && drafted.accepted == drafted1.accepted;

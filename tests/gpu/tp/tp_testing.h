@@ -24,7 +24,7 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 // One forward call; its pieces' logits concatenated (a failure counts and gives an empty vector).
-std::vector<float> call(cuda::Forward& f, const std::vector<cpu::Piece>& pieces,
+std::vector<float> call(cuda::Forward& f, const std::vector<engine::Piece>& pieces,
                         std::vector<std::vector<float>>* each = nullptr);
 int32_t open(cuda::Forward& f);
 
@@ -33,7 +33,7 @@ struct Decoded {
   std::vector<int32_t> tokens;
   std::vector<float> logits;
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed / accepted (drafted decoding only)
-  cpu::DraftResult first_draft;       // the first block drafted (drafted decoding only)
+  engine::DraftResult first_draft;       // the first block drafted (drafted decoding only)
 };
 
 // One token per call.

@@ -1,7 +1,7 @@
 // The lane core's Backend contract (lanes/backend.h) over any StreamForward (the CPU oracle, the
-// CUDA forward): pieces, verify windows with keyed draws, keep, DSpark proposals, snapshots (split when the forward
-// names row tables; the oracle's are the Engram history and the compressed and index-key rows, see stream_state.h).
-// Every call maps onto one StreamForward call.
+// CUDA forward): prompt pieces and verify windows in one step with keyed draws, keep, DSpark proposals, snapshots
+// (split when the forward names row tables: the Engram history and the compressed and index-key rows of the
+// family's StateGeometry). Every call maps onto one StreamForward call.
 #pragma once
 
 #include <map>
@@ -9,11 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/forward.h"
-#include "backends/cpu/stream_forward.h"
+#include "engine/stream_forward.h"
 #include "lanes/backend.h"
 
-namespace dsv4::cpu {
+namespace dsv4::engine {
 
 struct LaneBackendOptions {
   std::string model_id;              // names the weights: prompt-cache entries of other weights are refused
@@ -31,16 +30,14 @@ class LaneBackend final : public lanes::Backend {
   // Any forward; max_rollback is the forward's (sizes the per-stream byte estimate).
   static StatusOr<std::unique_ptr<LaneBackend>> create(std::unique_ptr<StreamForward> forward,
                                                        int64_t max_rollback, const LaneBackendOptions& options);
-  // The CPU oracle on `model`.
-  static StatusOr<std::unique_ptr<LaneBackend>> create(std::shared_ptr<const family::Model> model,
-                                                       const OracleOptions& oracle,
-                                                       const LaneBackendOptions& options);
 
   const lanes::BackendInfo& info() const override { return info_; }
   int64_t stream_bytes(int64_t rows) const override;
   Status open(lanes::StreamId stream, const lanes::StreamSpec& spec) override;
   Status prefill(std::span<const lanes::Piece> pieces) override;
   Status verify(std::span<const lanes::Window> windows, std::vector<std::vector<lanes::RowResult>>* out) override;
+  Status step(std::span<const lanes::Piece> pieces, std::span<const lanes::Window> windows,
+              std::vector<std::vector<lanes::RowResult>>* out) override;
   Status keep(lanes::StreamId stream, int64_t rows) override;
   Status draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) override;
   StatusOr<std::vector<uint8_t>> snapshot(lanes::StreamId stream) override;
@@ -66,6 +63,4 @@ class LaneBackend final : public lanes::Backend {
   std::map<lanes::StreamId, Slot> slots_;
 };
 
-using CpuLaneBackend = LaneBackend;  // the name its CPU users know
-
-}  // namespace dsv4::cpu
+}  // namespace dsv4::engine

@@ -1,27 +1,54 @@
-// StreamForward: the forward API every backend offers the lane adapter (streams fed in pieces with
-// logit rows, rollback, snapshots, DSpark drafts). The CPU oracle and the CUDA forward both
-// satisfy it, so one lane backend (lane_backend.h) serves either.
+// The forward every backend implements (the CPU oracle, CUDA): streams fed in pieces at their current length
+// (several streams per call: prompt pieces, decode rows and verify windows in one step), fp32 logits of the
+// rows asked for, rollback, snapshots in the family's layout and DSpark drafts. Plain data in and out; the lane
+// adapter (lane_backend.h) serves the lane core from any of them.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
-#include "backends/cpu/forward.h"
 #include "core/status.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/state_geometry.h"
 
-namespace dsv4::cpu {
+namespace dsv4::engine {
+
+// Tokens appended to one stream at its current length.
+struct Piece {
+  int32_t stream = 0;
+  std::vector<int32_t> tokens;
+  // Rows (indices into tokens) whose logits are wanted; logits of row i predict token i+1.
+  std::vector<int32_t> logit_rows;
+};
+
+struct PieceResult {
+  std::vector<float> logits;  // fp32 [logit_rows.size(), vocab]
+};
+
+struct DraftResult {
+  std::vector<int32_t> tokens;     // drafts for positions p+2 .. p+1+block
+  std::vector<float> probs;        // softmax probability of each draft under its row's logits
+  std::vector<float> confidence;   // raw confidence-head logit per row
+  std::vector<float> logits;       // fp32 [block, vocab] (Markov-biased)
+};
+
+// A split snapshot (family::StateGeometry): the bounded part and each row table's rows from a position on.
+struct StateParts {
+  std::vector<uint8_t> bounded;
+  std::vector<std::vector<uint8_t>> rows;  // [table] rows for positions [from, length)
+};
 
 class StreamForward {
  public:
   virtual ~StreamForward() = default;
-  virtual const ModelConfig& config() const = 0;
+  virtual const family::ModelPlan& config() const = 0;
   virtual bool has_drafter() const = 0;
   virtual uint32_t snapshot_version() const = 0;  // format of snapshot bytes; differs per backend
   virtual StatusOr<int32_t> open_stream() = 0;
   virtual Status close_stream(int32_t stream) = 0;
   virtual StatusOr<int64_t> length(int32_t stream) const = 0;
+  // One step over every piece (each stream at most once; see step_plan.h for what is refused).
   virtual StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& pieces) = 0;
   virtual Status truncate(int32_t stream, int64_t length) = 0;
   virtual StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const = 0;
@@ -30,7 +57,7 @@ class StreamForward {
   // Split snapshots (optional; lanes::Backend::snapshot_parts): the forward's append-only row tables in a fixed order
   // (empty = whole snapshots only, and the two calls below are never made), the bounded part with each table's rows
   // from position `from`, and a state rebuilt from a bounded part and each table's rows [0, n) as chunks.
-  virtual std::vector<RowTableGeometry> row_tables() const { return {}; }
+  virtual std::vector<family::RowTableShape> row_tables() const { return {}; }
   virtual StatusOr<StateParts> snapshot_parts(int32_t stream, int64_t from) const {
     (void)stream, (void)from;
     return error(StatusCode::unimplemented, "this forward keeps whole snapshots only");
@@ -42,7 +69,4 @@ class StreamForward {
   }
 };
 
-// The oracle behind StreamForward (with its drafter when the oracle runs one).
-std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle);
-
-}  // namespace dsv4::cpu
+}  // namespace dsv4::engine

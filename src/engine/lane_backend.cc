@@ -1,23 +1,16 @@
 // LaneBackend: the lane core's Backend over a StreamForward (see lane_backend.h).
-#include "backends/cpu/lane_backend.h"
+#include "engine/lane_backend.h"
 
 #include <algorithm>
 
-namespace dsv4::cpu {
+#include "core/kv_rows.h"
 
-StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::shared_ptr<const family::Model> model,
-                                                           const OracleOptions& oracle,
-                                                           const LaneBackendOptions& options) {
-  if (oracle.reference_shapes)
-    return error(StatusCode::invalid_argument, "the lane backend needs exact pieces; reference_shapes is off-contract");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Oracle> o, Oracle::create(std::move(model), oracle));
-  return create(oracle_stream_forward(std::move(o)), oracle.max_rollback, options);
-}
+namespace dsv4::engine {
 
 StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<StreamForward> forward,
                                                            int64_t max_rollback, const LaneBackendOptions& options) {
   if (!forward) return error(StatusCode::invalid_argument, "the lane backend needs a forward");
-  const ModelConfig cfg = forward->config();
+  const family::ModelPlan cfg = forward->config();
   const bool has_draft = forward->has_drafter();
   std::unique_ptr<LaneBackend> b(new LaneBackend());
   b->fwd_ = std::move(forward);
@@ -37,16 +30,18 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
   // A fixed table (never a timing): a window of r rows costs about one step plus 10% per row.
   for (int r = 1; r <= i.max_verify_rows; ++r) i.window_cost.push_back(1.0 + 0.1 * (r - 1));
   // Bytes: rings are fixed per stream; compressed and index rows and the history grow per row.
-  const StateGeometry g = make_geometry(cfg, max_rollback);
-  for (const RowTableGeometry& t : b->fwd_->row_tables())
+  for (const family::RowTableShape& t : b->fwd_->row_tables())
     i.row_tables.push_back(lanes::RowTable{t.positions_per_row, t.row_bytes});
-  const auto roles = layer_roles(cfg);
-  b->bytes_fixed_ = (cfg.n_layers + (has_draft ? cfg.dspark_stages : 0)) * g.ring_capacity * g.window_row;
+  const int64_t ring_capacity = cfg.window + max_rollback;
+  const int64_t window_row = kv_row_bytes(cfg.window_format, cfg.head_dim, cfg.rope_dim);
+  const int64_t compressed_row = kv_row_bytes(cfg.compressed_format, cfg.head_dim, cfg.rope_dim);
+  const int64_t index_row = kv_row_bytes(cfg.index_format, cfg.index_head_dim, cfg.rope_dim);
+  b->bytes_fixed_ = (cfg.n_layers + (has_draft ? cfg.dspark_stages : 0)) * ring_capacity * window_row;
   double per_row = 8;  // Engram history
-  for (const LayerRole& r : roles)
+  for (const family::LayerPlan& r : cfg.layers)
     if (r.kv_source) {
-      per_row += static_cast<double>(g.compressed_row + g.index_row) / r.ratio;
-      if (r.ratio > 1) b->bytes_fixed_ += 2 * g.ring_capacity * g.d * 8;
+      per_row += static_cast<double>(compressed_row + index_row) / r.compress_ratio;
+      if (r.compress_ratio > 1) b->bytes_fixed_ += 2 * ring_capacity * cfg.head_dim * 8;
     }
   b->bytes_per_row_ = static_cast<int64_t>(per_row + 0.999);
   return b;
@@ -70,6 +65,16 @@ Status LaneBackend::open(lanes::StreamId stream, const lanes::StreamSpec& spec) 
 }
 
 Status LaneBackend::prefill(std::span<const lanes::Piece> pieces) {
+  std::vector<std::vector<lanes::RowResult>> none;
+  return step(pieces, {}, &none);
+}
+
+Status LaneBackend::verify(std::span<const lanes::Window> windows, std::vector<std::vector<lanes::RowResult>>* out) {
+  return step({}, windows, out);
+}
+
+Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const lanes::Window> windows,
+                         std::vector<std::vector<lanes::RowResult>>* out) {
   std::vector<Piece> call;
   for (const lanes::Piece& p : pieces) {
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(p.stream));
@@ -79,12 +84,6 @@ Status LaneBackend::prefill(std::span<const lanes::Piece> pieces) {
                    p.stream, p.start, len);
     call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}});
   }
-  return fwd_->forward(call).status();
-}
-
-Status LaneBackend::verify(std::span<const lanes::Window> windows,
-                              std::vector<std::vector<lanes::RowResult>>* out) {
-  std::vector<Piece> call;
   std::vector<Slot*> slots;
   for (const lanes::Window& w : windows) {
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(w.stream));
@@ -97,13 +96,15 @@ Status LaneBackend::verify(std::span<const lanes::Window> windows,
     call.push_back(std::move(p));
     slots.push_back(s);
   }
+  out->assign(windows.size(), {});
+  if (call.empty()) return ok_status();
   DSV4_ASSIGN_OR_RETURN(std::vector<PieceResult> res, fwd_->forward(call));
   const int64_t V = info_.vocab_size;
-  out->assign(windows.size(), {});
   for (size_t w = 0; w < windows.size(); ++w) {
     const lanes::Window& win = windows[w];
+    const std::vector<float>& logits = res[pieces.size() + w].logits;
     for (size_t i = 0; i < win.tokens.size(); ++i) {
-      std::span<const float> row(res[w].logits.data() + i * V, static_cast<size_t>(V));
+      std::span<const float> row(logits.data() + i * V, static_cast<size_t>(V));
       lanes::RowResult r;
       r.token = lanes::draw_keyed(row, slots[w]->spec.sampling, slots[w]->spec.seed,
                                   win.start + static_cast<int64_t>(i) + 1,
@@ -183,36 +184,4 @@ void LaneBackend::release(lanes::StreamId stream) {
   slots_.erase(it);
 }
 
-namespace {
-class OracleForward final : public StreamForward {
- public:
-  explicit OracleForward(std::unique_ptr<Oracle> o) : o_(std::move(o)), drafter_(o_->has_drafter()) {}
-  const ModelConfig& config() const override { return o_->config(); }
-  bool has_drafter() const override { return drafter_; }
-  uint32_t snapshot_version() const override { return 2; }  // split snapshots (stream_state.h); 1 was whole
-  StatusOr<int32_t> open_stream() override { return o_->open_stream(); }
-  Status close_stream(int32_t s) override { return o_->close_stream(s); }
-  StatusOr<int64_t> length(int32_t s) const override { return o_->length(s); }
-  StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& p) override { return o_->forward(p); }
-  Status truncate(int32_t s, int64_t n) override { return o_->truncate(s, n); }
-  StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return o_->snapshot(s); }
-  Status restore(int32_t s, const std::vector<uint8_t>& b) override { return o_->restore(s, b); }
-  StatusOr<DraftResult> draft(int32_t s, int32_t next) override { return o_->draft(s, next); }
-  std::vector<RowTableGeometry> row_tables() const override { return cpu::row_tables(o_->geometry()); }
-  StatusOr<StateParts> snapshot_parts(int32_t s, int64_t from) const override { return o_->snapshot_parts(s, from); }
-  Status restore_parts(int32_t s, std::span<const uint8_t> bounded,
-                       std::span<const std::vector<std::span<const uint8_t>>> tables) override {
-    return o_->restore_parts(s, bounded, tables);
-  }
-
- private:
-  std::unique_ptr<Oracle> o_;
-  bool drafter_;
-};
-}  // namespace
-
-std::unique_ptr<StreamForward> oracle_stream_forward(std::unique_ptr<Oracle> oracle) {
-  return std::make_unique<OracleForward>(std::move(oracle));
-}
-
-}  // namespace dsv4::cpu
+}  // namespace dsv4::engine

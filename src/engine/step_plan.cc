@@ -1,0 +1,59 @@
+// The plan of one forward step (see step_plan.h).
+#include "engine/step_plan.h"
+
+#include <set>
+
+namespace dsv4::engine {
+
+int64_t StepPlan::count(PieceKind k) const {
+  int64_t n = 0;
+  for (const PiecePlan& p : pieces) n += p.kind == k ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+PieceKind kind_of(const Piece& p) {
+  const size_t n = p.tokens.size();
+  if (n == 1 && p.logit_rows.size() == 1) return PieceKind::decode;
+  if (n > 1 && p.logit_rows.size() == n) return PieceKind::verify;
+  return PieceKind::prompt;
+}
+
+}  // namespace
+
+StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::function<StatusOr<int64_t>(int32_t)>& length,
+                             const StepLimits& limits) {
+  StepPlan plan;
+  std::set<int32_t> seen;
+  int64_t rows = 0;
+  for (const Piece& pc : pieces) {
+    DSV4_ASSIGN_OR_RETURN(const int64_t have, length(pc.stream));
+    if (!seen.insert(pc.stream).second)
+      return error(StatusCode::invalid_argument, "stream {} appears twice in one call", pc.stream);
+    for (int32_t t : pc.tokens)
+      if (t < 0 || t >= limits.vocab)
+        return error(StatusCode::invalid_argument, "token {} outside vocab {}", t, limits.vocab);
+    for (int32_t r : pc.logit_rows)
+      if (r < 0 || r >= static_cast<int32_t>(pc.tokens.size()))
+        return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
+    const int64_t n = static_cast<int64_t>(pc.tokens.size());
+    if (limits.max_context > 0 && have + n > limits.max_context)
+      return error(StatusCode::out_of_range, "stream {}: {} + {} rows exceed the context of {}", pc.stream, have, n,
+                   limits.max_context);
+    PiecePlan p{pc.stream, have, n, rows, plan.logit_rows(), kind_of(pc)};
+    for (int64_t i = 0; i < n; ++i) {
+      plan.ids.push_back(pc.tokens[i]);
+      plan.pos.push_back(have + i);
+      plan.piece_of.push_back(static_cast<int32_t>(plan.pieces.size()));
+    }
+    for (int32_t r : pc.logit_rows) plan.logit_index.push_back(rows + r);
+    plan.pieces.push_back(p);
+    rows += n;
+  }
+  if (limits.max_call_rows > 0 && rows > limits.max_call_rows)
+    return error(StatusCode::invalid_argument, "a call of {} rows exceeds max_call_rows {}", rows, limits.max_call_rows);
+  return plan;
+}
+
+}  // namespace dsv4::engine
