@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/exl3_gemm.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/exl3/exl3_gemm.cuh"
 #include "bench_device.h"
 #include "graph_timing.h"
 #include "routing.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/exl3_device.h"
+#include "backends/cuda/exl3/exl3_device.h"
 #include "bench_device.h"
 #include "formats/exl3/half.h"
 #include "graph_timing.h"

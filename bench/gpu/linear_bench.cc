@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/linear.cuh"
-#include "backends/cuda/moe_experts.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/kernels/linear/linear.cuh"
+#include "backends/cuda/kernels/block/moe_experts.cuh"
 #include "bench_device.h"
 #include "graph_timing.h"
 #include "routing.h"

@@ -8,9 +8,9 @@
 #include "backends/cpu/oracle_forward.h"
 
 #ifdef DSV4_WITH_CUDA
-#include "backends/cuda/device_info.h"
-#include "backends/cuda/forward.h"
-#include "backends/cuda/model.h"
+#include "backends/cuda/runtime/device_info.h"
+#include "backends/cuda/forward/forward.h"
+#include "backends/cuda/model/model.h"
 #endif
 
 namespace dsv4::cli {

@@ -12,7 +12,7 @@
 #include "core/status.h"
 
 namespace dsv4::cuda {
-class Collective;  // backends/cuda/collective.h
+class Collective;  // backends/cuda/tp/collective.h
 }
 
 namespace dsv4::cli {

@@ -1,5 +1,5 @@
 // `dsv4 bench`: the CUDA forward on full-width V4.1 (or V4-Flash-0731) layers generated on the device (no files); see
-// backends/cuda/forward_perf.h for what is measured.
+// backends/cuda/forward/forward_perf.h for what is measured.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include "cli/command.h"
 
 #ifdef DSV4_WITH_CUDA
-#include "backends/cuda/forward_perf.h"
+#include "backends/cuda/forward/forward_perf.h"
 #endif
 
 namespace dsv4::cli {

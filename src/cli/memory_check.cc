@@ -8,7 +8,7 @@
 #include "family/deepseek_v41/tensors.h"
 
 #ifdef DSV4_WITH_CUDA
-#include "backends/cuda/device_info.h"
+#include "backends/cuda/runtime/device_info.h"
 #endif
 
 namespace dsv4::cli {

@@ -18,7 +18,7 @@
 namespace dsv4::cli {
 
 namespace {
-// Heads per block of the CUDA sparse attention (kScoreHeads, kAccHeads in backends/cuda/attn_sparse.cu): a
+// Heads per block of the CUDA sparse attention (kScoreHeads, kAccHeads in backends/cuda/kernels/attention/attn_sparse.cu): a
 // rank's head count must be a multiple of it.
 constexpr int32_t kCudaAttentionHeadBlock = 4;
 }  // namespace

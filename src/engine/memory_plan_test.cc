@@ -29,7 +29,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 // - caches: 4 x 67,284,992: one stream at 65,536 positions holds 890 B per position (model-spec.md §4.4:
 //   58,327,040) + window rings 43 x 256 x 528 = 5,812,224 + the ratio-2 sources' fp32 projection rings
 //   3 x 2 x 256 x 512 x 4 = 3,145,728;
-// - scratch: the CUDA backend's sizing (backends/cuda/forward.cc, attention.cc, dspark_device.cc) evaluated by hand
+// - scratch: the CUDA backend's sizing (backends/cuda/forward/forward.cc, attention.cc, dspark_device.cc) evaluated by hand
 //   for a rank's config (8 heads, 1 output group): forward 3,613,097,984 (886,497,280 floats: 231,112,704 of
 //   streams, taps and Engram rows + 655,384,576 of head rows, + 64 MiB); attention 1,953,276,928 (call tables
 //   287,510,528 with 268,439,552 of index-score mask bytes; per layer 1,665,766,400 with 1,073,758,208 of

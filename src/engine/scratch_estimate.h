@@ -1,6 +1,6 @@
 // Device scratch of one rank's forward for calls of up to `rows` rows: activations, attention work, gathers.
 //
-// The CUDA backend sizes one scratch arena at start (backends/cuda/forward.cc Forward::create) as the sum of
+// The CUDA backend sizes one scratch arena at start (backends/cuda/forward/forward.cc Forward::create) as the sum of
 // the terms below; this is the same arithmetic over the family config, so the plan can be made with no GPU
 // and no CUDA build. It mirrors, as of the commit that added it (update both together):
 // - forward: forward.cc forward_scratch_bytes: fp32 per-row buffers of the block loop (4 hyper-connection

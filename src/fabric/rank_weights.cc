@@ -129,7 +129,7 @@ StatusOr<std::shared_ptr<const family::Model>> rank_model(const family::Model& w
   DSV4_ASSIGN_OR_RETURN(Slice v, index.cut("head.weight", 0, w.head.out()));
   // An EXL3 head is cut only when every rank's vocabulary slice falls on 128-column blocks (V = 129,280 =
   // 1,010 blocks does at TP 2, not at TP 4 or 8); otherwise it stays whole on every rank, and each rank
-  // computes the whole logits itself (backends/cuda/tp_forward.h tp_head_logits). Decided from the plan, so
+  // computes the whole logits itself (backends/cuda/tp/tp_forward.h tp_head_logits). Decided from the plan, so
   // every rank decides alike.
   bool cut_head = true;
   if (w.head.exl3)

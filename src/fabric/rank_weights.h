@@ -7,7 +7,7 @@
 // left empty (0 x 0) so expert ids stay global; the head and the embedding hold vocab / tp rows (vocab stays
 // whole: token ids and the gathered logits are the full vocabulary). The DSpark stages are cut like the layers.
 // The rank's forward gathers the groups' outputs before wo_b, every (row, expert) output before the combine,
-// the head's rows and each token's embedding row from its owner (backends/cuda/tp_forward.h), so every rank
+// the head's rows and each token's embedding row from its owner (backends/cuda/tp/tp_forward.h), so every rank
 // computes bit for bit what one GPU computes.
 // EXL3 packs (the Mia layout) cut the same way: a routed expert stays whole on its owner and is emptied
 // elsewhere; wq_b, wo_a and the head, which EXL3 stores as W [in, out], are cut along out (exl3_cut.h: whole

@@ -11,8 +11,8 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
-#include "backends/cuda/arena.h"
-#include "backends/cuda/attention_kernels.cuh"
+#include "backends/cuda/runtime/arena.h"
+#include "backends/cuda/kernels/attention/attention_kernels.cuh"
 
 namespace dsv4::cuda {
 namespace {

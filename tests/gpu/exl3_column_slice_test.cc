@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/exl3_device.h"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/exl3/exl3_device.h"
 #include "fabric/exl3_cut.h"
 #include "formats/exl3/half.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "backends/cpu/moe.h"
-#include "backends/cuda/exl3_device.h"
+#include "backends/cuda/exl3/exl3_device.h"
 #include "core/bf16.h"
 #include "formats/exl3/half.h"
 #include "formats/exl3/pack.h"

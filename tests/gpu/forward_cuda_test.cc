@@ -21,7 +21,7 @@
 #include "backends/cpu/gate.h"
 #include "engine/lane_backend.h"
 #include "backends/cpu/synthetic.h"
-#include "backends/cuda/forward.h"
+#include "backends/cuda/forward/forward.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cuda {

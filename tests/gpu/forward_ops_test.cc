@@ -18,14 +18,14 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
-#include "backends/cuda/arena.h"
-#include "backends/cuda/forward_block.h"
-#include "backends/cuda/model.h"
+#include "backends/cuda/runtime/arena.h"
+#include "backends/cuda/forward/forward_block.h"
+#include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/preset.h"
-#include "backends/cuda/block_ops.cuh"
-#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/kernels/block/block_ops.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
-#include "backends/cuda/dspark_ops.cuh"
+#include "backends/cuda/kernels/block/dspark_ops.cuh"
 
 namespace dsv4::cuda {
 namespace {

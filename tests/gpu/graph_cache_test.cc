@@ -5,10 +5,10 @@
 
 #include <vector>
 
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/graph_cache.h"
-#include "backends/cuda/linear.cuh"
-#include "backends/cuda/stream.h"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/runtime/graph_cache.h"
+#include "backends/cuda/kernels/linear/linear.cuh"
+#include "backends/cuda/runtime/stream.h"
 
 namespace dsv4::cuda {
 namespace {

@@ -24,7 +24,7 @@
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
 #include "backends/cpu/synthetic.h"
-#include "backends/cuda/forward.h"
+#include "backends/cuda/forward/forward.h"
 #include "core/thread_pool.h"
 #include "family/deepseek_v41/engram_hash.h"
 #include "family/deepseek_v41/preset.h"

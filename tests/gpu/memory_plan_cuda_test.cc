@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cuda/attention.h"
-#include "backends/cuda/attention_state.h"
-#include "backends/cuda/dspark_device.h"
+#include "backends/cuda/forward/attention.h"
+#include "backends/cuda/forward/attention_state.h"
+#include "backends/cuda/forward/dspark_device.h"
 #include "engine/scratch_estimate.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/state_geometry.h"

@@ -10,12 +10,12 @@
 
 #include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/moe.h"
-#include "backends/cuda/arena.h"
-#include "backends/cuda/check.h"
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/linear.cuh"
-#include "backends/cuda/moe_experts.cuh"
-#include "backends/cuda/upload.h"
+#include "backends/cuda/runtime/arena.h"
+#include "backends/cuda/runtime/check.h"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/kernels/linear/linear.cuh"
+#include "backends/cuda/kernels/block/moe_experts.cuh"
+#include "backends/cuda/model/upload.h"
 #include "core/bf16.h"
 #include "core/fp4.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/bf16.h"
-#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/runtime/device_buffer.h"
 
 namespace dsv4::gpu_testing {
 

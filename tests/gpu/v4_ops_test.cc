@@ -17,10 +17,10 @@
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
-#include "backends/cuda/attn_v4.cuh"
-#include "backends/cuda/device_buffer.h"
+#include "backends/cuda/kernels/attention/attn_v4.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
-#include "backends/cuda/v4_ops.cuh"
+#include "backends/cuda/kernels/block/v4_ops.cuh"
 
 namespace dsv4::cuda {
 namespace {

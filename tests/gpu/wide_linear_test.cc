@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cuda/device_buffer.h"
-#include "backends/cuda/linear.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "backends/cuda/kernels/linear/linear.cuh"
 #include "core/bf16.h"
 #include "op_testing.h"
 

@@ -1,4 +1,4 @@
-// The CUDA backend's Collective (backends/cuda/collective.h) over an NcclComm: the rank-ordered sum is
+// The CUDA backend's Collective (backends/cuda/tp/collective.h) over an NcclComm: the rank-ordered sum is
 // NcclComm::ordered_all_reduce (ncclAllGather, then one kernel summing in rank order), the gather
 // ncclAllGather. Owns the sum's scratch, f32 [world, max_count].
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cuda/collective.h"
+#include "backends/cuda/tp/collective.h"
 #include "fabric/nccl/nccl_comm.h"
 
 namespace dsv4::fabric {

@@ -9,8 +9,8 @@
 #include <chrono>
 #include <utility>
 
-#include "backends/cuda/moe_experts.cuh"
-#include "backends/cuda/synth_fill.cuh"
+#include "backends/cuda/kernels/block/moe_experts.cuh"
+#include "backends/cuda/model/synth_fill.cuh"
 #include "fabric/nccl/nccl_collective.h"
 #include "tp_testing.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/forward.h"
-#include "backends/cuda/forward.h"
+#include "backends/cuda/forward/forward.h"
 #include "fabric/control.h"
 #include "fabric/nccl/nccl_comm.h"
 #include "fabric/nccl/rank_process_testing.h"

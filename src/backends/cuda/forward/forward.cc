@@ -1,0 +1,525 @@
+// The CUDA forward: stream bookkeeping, one call over every piece, rollback and snapshots (see forward.h).
+#include "backends/cuda/forward/forward.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "backends/cuda/runtime/arena.h"
+#include "backends/cuda/forward/attention.h"
+#include "backends/cuda/kernels/attention/attention_kernels.cuh"
+#include "backends/cuda/forward/attention_state.h"
+#include "backends/cuda/kernels/block/block_ops.cuh"
+#include "backends/cuda/runtime/check.h"
+#include "backends/cuda/tp/collective.h"
+#include "backends/cuda/forward/dspark_device.h"
+#include "backends/cuda/forward/forward_block.h"
+#include "backends/cuda/forward/forward_v4.h"
+#include "backends/cuda/tp/tp_forward.h"
+#include "family/deepseek_v41/engram_hash.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+// Scratch of the forward's own buffers for a call of `rows` rows (attention adds its own).
+int64_t forward_scratch_bytes(const family::ModelPlan& cfg, int64_t rows) {
+  const int64_t C = cfg.hc_mult, D = cfg.dim, nm = C * (C + 2);
+  const int64_t E = std::max<int64_t>(cfg.n_experts, cfg.dspark_experts), K = std::max(cfg.n_active, cfg.dspark_active);
+  const int64_t I = cfg.moe_inter;
+  const int64_t R = static_cast<int64_t>(cfg.engram_max_ngram - 1) * cfg.engram_heads;
+  const int64_t n_taps = static_cast<int64_t>(cfg.dspark_target_layers.size());
+  int64_t f = 0;
+  f += rows * (C * D + C) + rows * (2 + 2);                    // h, pi, ids, pos
+  f += rows * n_taps * D + 4 * rows * D;                       // taps, DSpark main rows and keys
+  f += rows * static_cast<int64_t>(cfg.engram_layers.size()) * R * 2;  // Engram table rows
+  int64_t layer = 3 * rows * D + 3 * rows * nm;                // block x, xn, y, mixes
+  const int64_t moe = rows * E + 7 * rows * K + rows * K * D + rows * K * 3 * I + 3 * rows * I + rows * D;
+  const int64_t engram = rows * R * cfg.engram_head_dim + rows * (C + 1) * D;
+  layer += std::max(moe, engram);
+  const int64_t head = rows * (C * D + C + 2 * D + cfg.vocab + 2);
+  return (f + std::max(layer, head)) * 4 + (64 << 20);
+}
+
+// Mapped Engram tables: the rows a call hashes to, gathered on the host in call-row order (codes e4m3 [n, dim],
+// scales ue8m0 [n, dim / 32]); `rows` becomes 0..n-1, their places in the gathered arrays.
+void gather_engram_rows(const EngramDevice& E, std::vector<int64_t>& rows, std::vector<uint8_t>& codes,
+                        std::vector<uint8_t>& scales) {
+  const int64_t dim = E.dim, sdim = dim / 32, n = static_cast<int64_t>(rows.size());
+  codes.resize(static_cast<size_t>(n * dim));
+  scales.resize(static_cast<size_t>(n * sdim));
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(&codes[i * dim], E.table.bytes() + rows[i] * dim, static_cast<size_t>(dim));
+    std::memcpy(&scales[i * sdim], E.table_scale.bytes() + rows[i] * sdim, static_cast<size_t>(sdim));
+    rows[i] = i;
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDevice> model,
+                                                   const ForwardOptions& options) {
+  if (!model) return error(StatusCode::invalid_argument, "no model");
+  if (options.max_call_rows < 1) return error(StatusCode::invalid_argument, "max_call_rows < 1");
+  std::unique_ptr<Forward> f(new Forward());
+  f->model_ = std::move(model);
+  f->options_ = options;
+  const family::ModelPlan& cfg = f->model_->config;
+  DSV4_ASSIGN_OR_RETURN(family::StateGeometry g,
+                        device_state_geometry(cfg, options.max_context, options.max_rollback, f->model_->dspark != nullptr));
+  f->geo_ = std::make_unique<family::StateGeometry>(std::move(g));
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
+  DSV4_RETURN_IF_ERROR(create_side_stream(f->side_));
+  const int64_t rows = options.max_call_rows;
+  int64_t tp_bytes = 0;  // tensor-parallel gathers (tp_forward.h): head rows, expert outputs, output groups
+  if (options.collective) {
+    const int64_t world = options.collective->world(), P = rows * std::max(cfg.n_active, cfg.dspark_active);
+    tp_bytes = 4 * (rows * cfg.vocab + (world + 1) * P * cfg.dim + P + 2 * world * rows * cfg.o_groups * cfg.o_lora +
+                    (world + 1) * rows * cfg.dim) +
+               (4 << 20);
+  }
+  const int64_t bytes = forward_scratch_bytes(cfg, rows) + tp_bytes +
+                        attention_scratch_bytes(cfg, rows, options.max_context) +
+                        dspark_scratch_bytes(cfg);
+  f->scratch_ = std::make_unique<Arena>(static_cast<size_t>(bytes));
+  f->meta_ = std::make_unique<CallMeta>();
+  f->graphs_ = std::make_unique<GraphCache>(GraphCacheOptions{options.graph_capacity, 1});
+  if (f->scratch_->capacity() < static_cast<size_t>(bytes))
+    return error(StatusCode::resource_exhausted, "cannot allocate {} MiB of forward scratch for {} rows per call",
+                 bytes >> 20, rows);
+  return f;
+}
+
+Forward::~Forward() {
+  graphs_.reset();
+  streams_.clear();
+  if (stream_) cudaStreamDestroy(stream_);
+  destroy_side_stream(side_);
+}
+
+StatusOr<int32_t> Forward::open_stream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> c, StreamCaches::create(*geo_, stream_));
+  const int32_t id = next_id_++;
+  streams_[id].caches = std::move(c);
+  return id;
+}
+
+Status Forward::close_stream(int32_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_.erase(stream) == 0) return error(StatusCode::not_found, "no stream {}", stream);
+  return ok_status();
+}
+
+StatusOr<int64_t> Forward::length(int32_t stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  return it->second.caches->length();
+}
+
+Status Forward::truncate(int32_t stream, int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  const int64_t have = it->second.caches->length();
+  if (length < 0 || length > have)
+    return error(StatusCode::out_of_range, "stream {}: cannot truncate length {} to {}", stream, have, length);
+  DSV4_RETURN_IF_ERROR(it->second.caches->truncate(length));
+  it->second.history.resize(length);
+  return ok_status();
+}
+
+Status Forward::assume_length(int32_t stream, int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (it->second.caches->length() != 0) return error(StatusCode::invalid_argument, "stream {} is not empty", stream);
+  if (length < 0 || length > options_.max_context)
+    return error(StatusCode::out_of_range, "length {} outside the context of {}", length, options_.max_context);
+  DSV4_RETURN_IF_ERROR(it->second.caches->commit(length));
+  it->second.history.assign(length, -1);
+  return ok_status();
+}
+
+namespace {
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'C', 'U', 'D', '2'};
+}
+
+// Whole snapshots: magic, the history's length and the caches' bytes' size, the history, the caches' bytes.
+StatusOr<std::vector<uint8_t>> Forward::snapshot(int32_t stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> caches, it->second.caches->to_bytes(stream_));
+  const std::vector<int64_t>& hist = it->second.history;
+  std::vector<uint8_t> out(kMagic, kMagic + 8);
+  const uint64_t n = hist.size(), cb = caches.size();
+  out.resize(8 + 16 + n * 8 + cb);
+  std::memcpy(&out[8], &n, 8);
+  std::memcpy(&out[16], &cb, 8);
+  if (n) std::memcpy(&out[24], hist.data(), n * 8);
+  if (cb) std::memcpy(&out[24 + n * 8], caches.data(), cb);
+  return out;
+}
+
+Status Forward::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  uint64_t n = 0, cb = 0;
+  if (bytes.size() < 24 || std::memcmp(bytes.data(), kMagic, 8) != 0)
+    return error(StatusCode::data_loss, "stream snapshot: bad magic");
+  std::memcpy(&n, &bytes[8], 8);
+  std::memcpy(&cb, &bytes[16], 8);
+  if (n > (bytes.size() - 24) / 8 || bytes.size() != 24 + n * 8 + cb)
+    return error(StatusCode::data_loss, "stream snapshot: truncated or mismatched");
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
+  DSV4_RETURN_IF_ERROR(fresh->from_bytes(std::span<const uint8_t>(bytes).subspan(24 + n * 8), stream_));
+  if (fresh->length() != static_cast<int64_t>(n))
+    return error(StatusCode::data_loss, "stream snapshot: {} history ids for {} rows", n, fresh->length());
+  std::vector<int64_t> hist(n);
+  if (n) std::memcpy(hist.data(), &bytes[24], n * 8);
+  it->second.caches = std::move(fresh);
+  it->second.history = std::move(hist);
+  return ok_status();
+}
+
+std::vector<family::RowTableShape> Forward::row_tables() const { return geo_->row_tables(); }
+
+StatusOr<engine::StateParts> Forward::snapshot_parts(int32_t stream, int64_t from) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  DSV4_ASSIGN_OR_RETURN(CacheParts caches, it->second.caches->to_parts(from, stream_));
+  engine::StateParts parts{std::move(caches.bounded), {}};
+  const std::vector<int64_t>& hist = it->second.history;
+  const uint8_t* h = reinterpret_cast<const uint8_t*>(hist.data());
+  parts.rows.emplace_back(h + from * 8, h + hist.size() * 8);
+  for (std::vector<uint8_t>& rows : caches.rows) parts.rows.push_back(std::move(rows));
+  return parts;
+}
+
+Status Forward::restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                              std::span<const std::vector<std::span<const uint8_t>>> tables) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (tables.empty()) return error(StatusCode::data_loss, "stream snapshot: no token history");
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
+  DSV4_RETURN_IF_ERROR(fresh->from_parts(bounded, tables.subspan(1), stream_));
+  size_t bytes = 0;
+  for (std::span<const uint8_t> c : tables[0]) bytes += c.size();
+  if (bytes != static_cast<size_t>(fresh->length()) * 8)
+    return error(StatusCode::data_loss, "stream snapshot: {} bytes of token history for {} rows", bytes, fresh->length());
+  std::vector<int64_t> hist(static_cast<size_t>(fresh->length()));
+  uint8_t* at = reinterpret_cast<uint8_t*>(hist.data());
+  for (std::span<const uint8_t> c : tables[0]) {
+    if (!c.empty()) std::memcpy(at, c.data(), c.size());
+    at += c.size();
+  }
+  it->second.caches = std::move(fresh);
+  it->second.history = std::move(hist);
+  return ok_status();
+}
+
+StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<engine::Piece>& pieces) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const family::ModelPlan& cfg = model_->config;
+  // The step's plan checks every piece before any state is touched.
+  auto length = [&](int32_t id) -> StatusOr<int64_t> {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
+    return it->second.caches->length();
+  };
+  DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan,
+                        engine::plan_step(pieces, length,
+                                          engine::StepLimits{cfg.vocab, options_.max_context, options_.max_call_rows}));
+  std::vector<size_t> hist_len;
+  for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
+  const size_t mark = scratch_->mark();
+  Status st = run(plan);
+  // The one synchronization of a call: the logits rows are in logits_host_ after it.
+  const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
+  scratch_->reset(mark);
+  if (st.ok()) st = sync;
+  if (!marks_.empty()) {
+    const Status collected = profile_marks_collect(marks_, profile_);
+    if (st.ok()) st = collected;
+  }
+  if (!st.ok()) {
+    for (size_t i = 0; i < pieces.size(); ++i) streams_.at(pieces[i].stream).history.resize(hist_len[i]);
+    return st;
+  }
+  std::vector<engine::PieceResult> out(pieces.size());
+  const int64_t V = cfg.vocab;
+  const float* host = static_cast<const float*>(logits_host_.data());
+  int64_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(pieces[i].logit_rows.size());
+    if (k) out[i].logits.assign(host + at * V, host + (at + k) * V);
+    at += k;
+  }
+  return out;
+}
+
+OpCtx Forward::op_ctx(cudaStream_t s) {
+  OpCtx o{&model_->config, s, scratch_.get()};
+  o.collective = options_.collective.get();
+  o.side = side_;
+  if (profile_ && profile_sync_) o.profile = profile_;
+  if (profile_ && !profile_sync_) o.marks = &marks_;
+  return o;
+}
+
+struct Forward::DeviceCall {
+  CallCtx* c = nullptr;
+  const int32_t* ids = nullptr;             // device [rows]
+  std::vector<const int64_t*> engram_rows;  // per Engram layer, device [rows, R]: table rows (pinned tables) or
+                                            // 0..rows*R-1 into the rows gathered below (mapped tables)
+  std::vector<const uint8_t*> engram_codes, engram_scales;  // per layer: the table, or its gathered rows
+  float* h = nullptr;                       // bf16 [rows, C, D]
+  float* pi = nullptr;                      // f32 [rows, C]
+  float* taps = nullptr;                    // bf16 [rows, n_taps, D] or null
+  const int64_t* index = nullptr;           // device [n] call rows whose logits are asked for
+  int64_t n_logits = 0;
+  float* logits = nullptr;                  // f32 [n, V]
+  size_t mark = 0;                          // scratch above this is the device work's own
+};
+
+Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
+  const ModelDevice& M = *model_;
+  const family::ModelPlan& cfg = M.config;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, rows = d.c->rows;
+  // A failed capture is followed by an eager run of the same work: start from the same scratch.
+  scratch_->reset(d.mark);
+  OpCtx o = op_ctx(s);
+  o.ids = d.ids;
+  o.op_probe = op_probe_ ? &op_probe_ : nullptr;
+  DSV4_RETURN_IF_ERROR(embed_rows(o, M, d.ids, rows, d.h, d.pi));  // a rank's: its vocabulary rows, gathered
+  const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
+  std::vector<float> probe_host;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const family::LayerPlan& role = M.config.layers[l];
+    const LayerDevice& L = M.layers[l];
+    const size_t layer_mark = scratch_->mark();
+    o.layer = l;
+    if (role.engram) {
+      DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
+        const int e = role.engram_index;
+        return engram_forward(o, *L.engram, d.engram_codes[e], d.engram_scales[e], d.engram_rows[e], rows, d.h);
+      }));
+      DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
+    }
+    if (role.dspark_tap_index >= 0 && d.taps)
+      DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.dspark_tap_index, d.taps, s), "dspark_tap",
+                       shape_text({{"rows", rows}, {"layer", l}}));
+    AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
+    DSV4_RETURN_IF_ERROR(block_forward(o, L, rows, attn, nullptr, d.h, d.pi));
+    scratch_->reset(layer_mark);
+    if (probe_) {  // never captured: the forward runs eagerly while a probe is set
+      probe_host.resize(rows * C * D);
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(probe_host.data(), d.h, probe_host.size() * 4,
+                                                       cudaMemcpyDeviceToHost, s), "copying the layer probe"));
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "layer probe"));
+      probe_(l, probe_host);
+    }
+  }
+  o.layer = cfg.n_layers;  // the head's probes ("final_norm") come as the layer after the last
+  if (d.n_logits > 0)
+    DSV4_RETURN_IF_ERROR(timed(o, "head", [&] {
+      if (o.collective) return tp_head_logits(o, M, d.h, d.pi, d.index, d.n_logits, d.logits);  // vocabulary rows, gathered
+      return M.hc_head ? head_logits_v4(o, M, d.h, d.index, d.n_logits, d.logits)
+                       : head_logits(o, M.norm, M.head, M.head16, d.h, d.pi, d.index, d.n_logits, d.logits);
+    }));
+  scratch_->reset(d.mark);
+  return ok_status();
+}
+
+Status Forward::run(const engine::StepPlan& plan) {
+  const int64_t n_logits = plan.logit_rows();
+  const ModelDevice& M = *model_;
+  const family::ModelPlan& cfg = M.config;
+  const int C = cfg.hc_mult;
+  const int64_t D = cfg.dim, V = cfg.vocab;
+  CallCtx c;
+  c.model = &M;
+  c.cfg = &cfg;
+  c.roles = &M.config.layers;
+  c.attn = M.attention.data();
+  c.stream = stream_;
+  c.side = side_;
+  c.scratch = scratch_.get();
+  c.collective = options_.collective.get();
+  // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.
+  const std::vector<int32_t>& ids = plan.ids;
+  const std::vector<int64_t>& pos = plan.pos;
+  std::vector<StreamSlot*> slots;
+  for (const engine::PiecePlan& p : plan.pieces) {
+    StreamSlot& s = streams_.at(p.stream);
+    slots.push_back(&s);
+    c.pieces.push_back(DevicePiece{s.caches.get(), p.start, p.rows, p.row0});
+    for (int64_t i = 0; i < p.rows; ++i) {
+      const int32_t t = ids[p.row0 + i];
+      s.history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
+    }
+  }
+  c.rows = plan.rows();
+  const int64_t rows = c.rows;
+  if (rows == 0) return ok_status();
+  const size_t n_engram = cfg.engram_layers.size();
+  std::vector<std::vector<int64_t>> engram_host(n_engram);
+  std::vector<std::vector<uint8_t>> engram_codes(n_engram), engram_scales(n_engram);
+  for (size_t e = 0; e < n_engram; ++e) {
+    const EngramDevice& E = *M.layers[cfg.engram_layers[e]].engram;
+    const int64_t R = E.layout.cols;
+    const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
+    engram_host[e].resize(rows * R);
+    for (size_t i = 0; i < c.pieces.size(); ++i)
+      for (int64_t t = 0; t < c.pieces[i].T; ++t) {
+        const int64_t r = c.pieces[i].row0 + t;
+        family::engram_hash_rows(E.layout, E.layout.layers[0], slots[i]->history.data(), pos[r], pad,
+                                 &engram_host[e][r * R]);
+      }
+    if (!E.codes) gather_engram_rows(E, engram_host[e], engram_codes[e], engram_scales[e]);
+  }
+  const std::vector<int64_t>& index = plan.logit_index;
+  // Upper bound of the metadata image: the parts above plus the attention tables (pieces per layer,
+  // row pieces, groups completed per ratio).
+  const int64_t P = static_cast<int64_t>(c.pieces.size());
+  size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
+                      CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
+                      2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
+  for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
+  for (size_t e = 0; e < n_engram; ++e)
+    meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
+  if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
+  bool moved = false;
+  DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
+  if (moved) graphs_->clear();  // captured graphs read the old metadata buffer
+  DeviceCall d;
+  d.c = &c;
+  d.n_logits = n_logits;
+  DSV4_ASSIGN_OR_RETURN(d.ids, meta_->put_n(ids.data(), ids.size(), "token ids"));
+  DSV4_ASSIGN_OR_RETURN(int64_t* d_pos, meta_->put_n(pos.data(), pos.size(), "positions"));
+  for (size_t e = 0; e < n_engram; ++e) {
+    DSV4_ASSIGN_OR_RETURN(int64_t* p, meta_->put_n(engram_host[e].data(), engram_host[e].size(), "Engram table rows"));
+    d.engram_rows.push_back(p);
+    const EngramDevice& E = *M.layers[cfg.engram_layers[e]].engram;
+    if (E.codes) {  // pinned tables: the kernel reads the hashed rows in place
+      d.engram_codes.push_back(E.codes);
+      d.engram_scales.push_back(E.scales);
+      continue;
+    }
+    DSV4_ASSIGN_OR_RETURN(uint8_t* gc, meta_->put_n(engram_codes[e].data(), engram_codes[e].size(), "Engram rows"));
+    DSV4_ASSIGN_OR_RETURN(uint8_t* gs, meta_->put_n(engram_scales[e].data(), engram_scales[e].size(), "Engram scales"));
+    d.engram_codes.push_back(gc);
+    d.engram_scales.push_back(gs);
+  }
+  DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(index.data(), index.size(), "logit rows"));
+  c.pos = d_pos;
+  c.meta = meta_.get();
+  // Graph key: every host-side size the launches depend on.
+  // Tensor-parallel ranks capture their NCCL gathers with the rest: every rank runs the same calls in the same
+  // order (rank 0's plans), so every rank sees the same keys, captures, replays and evicts alike, and a replay
+  // enqueues the same collectives in the same order as the eager run it was captured from.
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ &&
+                     rows <= options_.graph_max_rows;
+  int64_t max_pos = 0;
+  for (int64_t p : pos) max_pos = std::max(max_pos, p);
+  // Groups completed per compression ratio above 1 (the compressor's launch sizes).
+  std::vector<int64_t> dims{P};
+  for (int ratio : std::set<int>(cfg.compress_ratios.begin(), cfg.compress_ratios.end())) {
+    if (ratio <= 1) continue;
+    int64_t ends = 0;
+    for (int64_t p : pos) ends += (p + 1) % ratio == 0;
+    dims.push_back(ends);
+  }
+  if (graph) {
+    const int64_t g = std::max<int64_t>(options_.graph_pos_granule, 1);
+    c.pos_bound = std::min((max_pos + 1 + g - 1) / g * g, std::max(options_.max_context, max_pos + 1));
+  }
+  OpCtx o = op_ctx(stream_);
+  DSV4_ASSIGN_OR_RETURN(d.h, o.alloc<float>(rows * C * D, "streams h"));
+  DSV4_ASSIGN_OR_RETURN(d.pi, o.alloc<float>(rows * C, "pre-mix pi"));
+  const int64_t n_taps = static_cast<int64_t>(cfg.dspark_target_layers.size());
+  if (M.dspark) {
+    DSV4_ASSIGN_OR_RETURN(d.taps, o.alloc<float>(rows * n_taps * D, "DSpark taps"));
+  }
+  DSV4_ASSIGN_OR_RETURN(d.logits, o.alloc<float>(n_logits * V, "logits"));
+  DSV4_RETURN_IF_ERROR(begin_attention_call(c));
+  DSV4_RETURN_IF_ERROR(meta_->upload(stream_));
+  d.mark = scratch_->mark();
+  auto work = [&](cudaStream_t s) { return device_call(d, s); };
+  if (graph) {
+    dims.push_back(c.pos_bound);
+    dims.push_back(n_logits);
+    const GraphKey key{1, rows, std::move(dims)};
+    DSV4_RETURN_IF_ERROR(graphs_->run(key, stream_, work));
+  } else {
+    DSV4_RETURN_IF_ERROR(work(stream_));
+  }
+  // DSpark rings receive one row per main position (per-stream ring pointers: not in the graph).
+  if (M.dspark) {
+    DSV4_RETURN_IF_ERROR(timed(o, "dspark rings", [&] { return dspark_write_rings(o, M, c.pieces, d_pos, rows, d.taps); }));
+  }
+  if (n_logits > 0) {
+    DSV4_RETURN_IF_ERROR(logits_host_.reserve(static_cast<size_t>(n_logits * V) * 4));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(logits_host_.data(), d.logits, n_logits * V * 4,
+                                                     cudaMemcpyDeviceToHost, stream_), "copying logits"));
+  }
+  for (const DevicePiece& p : c.pieces) DSV4_RETURN_IF_ERROR(p.caches->commit(p.start + p.T));
+  return ok_status();
+}
+
+StatusOr<engine::DraftResult> Forward::draft(int32_t stream, int32_t next) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!model_->dspark) return error(StatusCode::unimplemented, "the model has no DSpark weights");
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
+  if (it->second.caches->length() == 0) return error(StatusCode::invalid_argument, "stream {} is empty", stream);
+  if (next < 0 || next >= config().vocab) return error(StatusCode::invalid_argument, "token {} out of range", next);
+  OpCtx o{&model_->config, stream_, scratch_.get()};
+  o.collective = options_.collective.get();  // a rank drafts with its heads and experts, gathered as the forward
+  const size_t mark = scratch_->mark();
+  auto r = dspark_draft(o, *model_, *it->second.caches, next);
+  const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the draft");
+  scratch_->reset(mark);
+  if (!r.ok()) return r.status();
+  DSV4_RETURN_IF_ERROR(sync);
+  return r;
+}
+
+namespace {
+class CudaForward final : public engine::StreamForward {
+ public:
+  explicit CudaForward(std::unique_ptr<Forward> f) : f_(std::move(f)) {}
+  const family::ModelPlan& config() const override { return f_->config(); }
+  bool has_drafter() const override { return f_->model().dspark != nullptr; }
+  uint32_t snapshot_version() const override { return 0x43554432; }  // "CUD2": the CUDA snapshot format (split)
+  StatusOr<int32_t> open_stream() override { return f_->open_stream(); }
+  Status close_stream(int32_t s) override { return f_->close_stream(s); }
+  StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }
+  StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& p) override { return f_->forward(p); }
+  Status truncate(int32_t s, int64_t n) override { return f_->truncate(s, n); }
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return f_->snapshot(s); }
+  Status restore(int32_t s, const std::vector<uint8_t>& b) override { return f_->restore(s, b); }
+  StatusOr<engine::DraftResult> draft(int32_t s, int32_t next) override { return f_->draft(s, next); }
+  std::vector<family::RowTableShape> row_tables() const override { return f_->row_tables(); }
+  StatusOr<engine::StateParts> snapshot_parts(int32_t s, int64_t from) const override { return f_->snapshot_parts(s, from); }
+  Status restore_parts(int32_t s, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables) override {
+    return f_->restore_parts(s, bounded, tables);
+  }
+
+ private:
+  std::unique_ptr<Forward> f_;
+};
+}  // namespace
+
+std::unique_ptr<engine::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward) {
+  return std::make_unique<CudaForward>(std::move(forward));
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,143 @@
+// The CUDA forward with the oracle's API (cpu/forward.h): streams fed in pieces at their current
+// length (several streams per call, prompt pieces or verify windows), fp32 logits of requested
+// rows, rollback, whole-state snapshots and the DSpark drafter — every row computed on the device
+// with the oracle's rounding points and an order of operations independent of the call's shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/step_plan.h"
+#include "engine/stream_forward.h"
+#include "backends/cuda/runtime/call_meta.h"
+#include "backends/cuda/forward/forward_block.h"
+#include "backends/cuda/runtime/graph_cache.h"
+#include "backends/cuda/model/model.h"
+#include "family/deepseek_v41/state_geometry.h"
+#include "core/status.h"
+
+namespace dsv4::cuda {
+
+class Arena;
+class Collective;
+class StreamCaches;
+
+struct ForwardOptions {
+  int64_t max_context = 65536;   // positions one stream may hold
+  int64_t max_rollback = 128;    // rows a stream can be truncated back by
+  int64_t max_call_rows = 2048;  // rows of one forward call, all pieces together (sizes the scratch)
+  // Calls of at most graph_max_rows rows (decode and verify rounds) run as CUDA graphs keyed by
+  // their launch sizes: rows, pieces, groups completed per compression ratio, logit rows and the
+  // position bound (the largest position rounded up to graph_pos_granule). A key runs eagerly once
+  // before it is captured (one-off shapes are never captured).
+  bool cuda_graphs = true;
+  int64_t graph_max_rows = 256;
+  int64_t graph_pos_granule = 256;
+  size_t graph_capacity = 64;     // graphs kept (least recently used dropped)
+  // A tensor-parallel rank (model cut by fabric/rank_weights.h): the collectives joining the ranks'
+  // partial results (tp_forward.h); every rank must make the same calls in the same order. Unset: one GPU.
+  std::shared_ptr<Collective> collective;
+};
+
+// Called after every backbone layer with the call's streams h bf16 [rows, C, D] (tests compare
+// layers against the oracle); empty function: no copies.
+using LayerProbe = std::function<void(int layer, const std::vector<float>& h)>;
+
+// Named sub-layer outputs of one layer ("engram", "attn.in", "attn.out", "attn.h", "ffn.in", "ffn.out") and the
+// head's normed input ("final_norm", as layer n_layers), as the oracle's OracleOptions::op_probe names them
+// (tests, `dsv4 run --dump-hidden`; the forward runs eagerly and synchronizes at every probe while one is set).
+using OpProbe = std::function<void(int layer, const char* op, const std::vector<float>& v)>;
+
+class Forward {
+ public:
+  static StatusOr<std::unique_ptr<Forward>> create(std::shared_ptr<const ModelDevice> model,
+                                                   const ForwardOptions& options);
+  ~Forward();
+
+  const family::ModelPlan& config() const { return model_->config; }
+  const ModelDevice& model() const { return *model_; }
+  const ForwardOptions& options() const { return options_; }
+  StatusOr<int32_t> open_stream();
+  Status close_stream(int32_t stream);
+  StatusOr<int64_t> length(int32_t stream) const;
+
+  // One forward over every piece (each stream at most once per call); logits fp32 per piece.
+  StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& pieces);
+  Status truncate(int32_t stream, int64_t length);
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const;
+  Status restore(int32_t stream, const std::vector<uint8_t>& bytes);
+  // Split snapshots (the family's layout, StateGeometry): the row tables (token history first), the bounded
+  // part with each table's rows from `from`, and a stream rebuilt from a bounded part and every table's rows.
+  std::vector<family::RowTableShape> row_tables() const;
+  StatusOr<engine::StateParts> snapshot_parts(int32_t stream, int64_t from) const;
+  Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables);
+  // DSpark: drafts the block after `next` (the token sampled for position length(stream)).
+  StatusOr<engine::DraftResult> draft(int32_t stream, int32_t next);
+
+  // Benchmarks only: an empty stream declared to hold `length` positions, its caches left zeroed
+  // (valid rows of value 0) and its Engram history DEAD, so steps can be timed at a long context
+  // without prefilling it. Never used for output.
+  Status assume_length(int32_t stream, int64_t length);
+
+  void set_layer_probe(LayerProbe probe) { probe_ = std::move(probe); }
+  void set_op_probe(OpProbe probe) { op_probe_ = std::move(probe); }
+  // Per-op milliseconds accumulate into *profile while set (benchmarks and tests; calls run
+  // eagerly). synchronized: each op is synchronized around (host wall time, a device fault names its
+  // op); otherwise each op is bracketed by events with no synchronization (device time per op).
+  void set_profile(std::map<std::string, double>* profile, bool synchronized = true) {
+    profile_ = profile;
+    profile_sync_ = synchronized;
+  }
+  cudaStream_t stream() const { return stream_; }
+  // Graph replays, captures and eager runs of the forward's calls so far (tests, benchmarks).
+  const GraphCache::Stats& graph_stats() const { return graphs_->stats(); }
+  // Off: every call runs eagerly (tests compare both ways); the captured graphs are kept.
+  void set_cuda_graphs(bool on) { graphs_on_ = on; }
+
+ private:
+  struct StreamSlot {
+    std::unique_ptr<StreamCaches> caches;
+    std::vector<int64_t> history;  // Engram compressed ids per position (-1 = DEAD)
+  };
+  Forward() = default;
+  // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings
+  // and the copy of the requested logits rows into logits_host_; the caller synchronizes.
+  Status run(const engine::StepPlan& plan);
+  // Embedding, every layer and the head on `s` from metadata already staged (see run()).
+  struct DeviceCall;
+  OpCtx op_ctx(cudaStream_t s);  // with the profile mode set
+  Status device_call(const DeviceCall& d, cudaStream_t s);
+
+  std::shared_ptr<const ModelDevice> model_;
+  ForwardOptions options_;
+  std::unique_ptr<family::StateGeometry> geo_;
+  cudaStream_t stream_ = nullptr;
+  SideStream side_;  // OpCtx::side, CallCtx::side
+  std::unique_ptr<Arena> scratch_;
+  std::unique_ptr<CallMeta> meta_;
+  std::unique_ptr<GraphCache> graphs_;
+  PinnedBuffer logits_host_;  // f32 [logit rows, V] of the last call
+  bool graphs_on_ = true;
+  std::map<int32_t, StreamSlot> streams_;
+  int32_t next_id_ = 0;
+  LayerProbe probe_;
+  OpProbe op_probe_;
+  std::map<std::string, double>* profile_ = nullptr;
+  bool profile_sync_ = true;
+  std::vector<ProfileMark> marks_;  // event-mode sections of the call in flight
+  mutable std::mutex mu_;
+};
+
+// The CUDA forward behind the lane adapter's StreamForward.
+std::unique_ptr<engine::StreamForward> cuda_stream_forward(std::unique_ptr<Forward> forward);
+
+}  // namespace dsv4::cuda

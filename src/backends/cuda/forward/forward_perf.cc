@@ -1,0 +1,332 @@
+// The CUDA forward's benchmark (see forward_perf.h).
+#include "backends/cuda/forward/forward_perf.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "core/kv_rows.h"
+#include "family/deepseek_v41/layer_plan.h"
+#include "backends/cuda/forward/forward.h"
+#include "backends/cuda/forward/forward_v4.h"
+#include "backends/cuda/model/model.h"
+#include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/with_layers.h"
+
+namespace dsv4::cuda {
+
+family::ModelPlan bench_config(int layers, family::Variant variant) {
+  // The cut keeps every width and role (family/deepseek_v41/with_layers.h); the bench runs neither Engram nor
+  // the drafter.
+  family::Config cfg = family::preset_config(family::Preset::full, variant);
+  StatusOr<family::Config> cut = family::with_layers(cfg, layers);
+  if (cut.ok()) cfg = *std::move(cut);
+  cfg.engram_layer_ids.clear();
+  cfg.engram_num_embeddings.clear();
+  family::ModelPlan c = family::build_plan(cfg);
+  c.engram_layers.clear();
+  for (family::LayerPlan& l : c.layers) l.engram = false, l.engram_index = -1, l.dspark_tap = false, l.dspark_tap_index = -1;
+  c.dspark_target_layers.clear();
+  c.dspark_stages = 0;
+  c.dspark.clear();
+  return c;
+}
+
+// Every weight of the attention, mixes, router, the active routed experts and the shared expert
+// per layer, the head (bf16); the window ring, the selected compressed rows, the scanned index keys.
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L);
+
+double decode_bytes(const family::ModelPlan& c, int64_t L) {
+  if (c.window_format == KvRowFormat::model1) return decode_bytes_v4(c, L);
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
+  const double fp8 = 1.0 + 1.0 / 1024, fp4 = 0.5 * (1.0 + 1.0 / 16);
+  const auto& roles = c.layers;
+  double b = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const family::LayerPlan& r = roles[l];
+    b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
+    if (r.kv_source) b += (r.compress_ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
+    if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
+    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
+    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
+    b += 128.0 * (d + d / 32);  // window ring
+    if (r.compress_ratio > 0) {
+      const double rows = static_cast<double>(L / r.compress_ratio);
+      b += std::min(rows, static_cast<double>(c.index_topk)) * (d / 2 + d / 16);
+      if (r.index_source) b += rows * (ihd / 2 + ihd / 32);
+    }
+  }
+  return b + static_cast<double>(c.vocab) * D * 2;  // bf16 head
+}
+
+// V4 / 0731 (model-spec.md §8): FP8 scales per 128x128 block; per compressed layer its bf16
+// compressor [w, D] x2 (w = 2d at ratio 4) and position bias, ratio 4 also the indexer's compressor
+// [2*ihd, D] x2, query side and weights_proj, the min(L/4, top-k) selected rows and the L/4 index
+// keys it scans; larger ratios read every visible row (L/ratio). Hash-routed layers read no bias.
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L) {
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
+  const double wb = c.weight_block, fp8 = 1.0 + 1.0 / (wb * wb), fp4 = 0.5 * (1.0 + 1.0 / 16);
+  const double row = static_cast<double>(kv_row_bytes(KvRowFormat::model1, c.head_dim, c.rope_dim));
+  const double ikey = ihd / 2 + ihd / 32;  // FP4 / UE8M0-32 index key
+  const auto& roles = c.layers;
+  double b = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const family::LayerPlan& r = roles[l];
+    b += (Q * D + Hd * Q + d * D + D * G * O) * fp8 + G * O * (Hd / G) * 2;
+    if (r.kv_source) {
+      const double w = r.compressor_overlap ? 2 * d : d;
+      b += 2 * w * D * 2 + r.compress_ratio * w * 4;
+      if (r.compressor_overlap) b += 2 * (2 * ihd) * D * 2 + r.compress_ratio * 2 * ihd * 4;
+    }
+    if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
+    b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
+    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
+    b += static_cast<double>(c.window) * row;  // window ring
+    if (r.compress_ratio > 0) {
+      const double rows = static_cast<double>(L / r.compress_ratio);
+      b += (r.index_source ? std::min(rows, static_cast<double>(c.index_topk)) : rows) * row;
+      if (r.index_source) b += rows * ikey;
+    }
+  }
+  return b + C * C * D * 4 + static_cast<double>(c.vocab) * D * 2;  // hc_head fn, bf16 head
+}
+
+namespace {
+
+// Bandwidth of a large device-to-device copy (bytes read + written per second).
+double copy_bandwidth() {
+  const size_t bytes = size_t{4} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e0);
+  for (int i = 0; i < 5; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 5.0 * 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+// Mean wall time of `iters` steps after `warmups` (decode and verify take two: a graph key runs
+// eagerly once, then is captured on its second call).
+template <typename F>
+double time_ms(int iters, int warmups, F&& step) {
+  for (int i = 0; i < warmups; ++i)
+    if (!step()) return -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i)
+    if (!step()) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// Dense bf16 matrix rate of cuBLAS (n x n x n, fp32 accumulate), FLOP/s; 0 when unavailable.
+double dense_rate() {
+  const int n = 8192;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess || cudaMalloc(&c, bytes) != cudaSuccess)
+    return 0;
+  cudaMemset(a, 0, bytes);
+  cudaMemset(b, 0, bytes);
+  cublasHandle_t h = nullptr;
+  double rate = 0;
+  if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+    const float one = 1, zero = 0;
+    auto gemm = [&] {
+      return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
+                          CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    gemm();
+    cudaDeviceSynchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) gemm();
+    cudaDeviceSynchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rate = 10.0 * 2.0 * n * static_cast<double>(n) * n / s;
+    cublasDestroy(h);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return rate;
+}
+
+// Matrix FLOPs per prompt token of the layers (linears of attention, compressor and indexer
+// query side, router, active and shared experts, mixes); attention scores excluded.
+double flops_per_token(const family::ModelPlan& c) {
+  const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
+  const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter;
+  const auto& roles = c.layers;
+  double f = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    f += Q * D + Hd * Q + d * D + D * G * O + O * Hd + 2 * nm * C * D + static_cast<double>(c.n_experts) * D;
+    f += (c.n_active + 1) * 3 * I * D;
+    if (roles[l].kv_source) f += (roles[l].compressor_overlap ? 2 : 1) * 2 * d * D;
+    if (roles[l].compressor_overlap) f += 2 * 2.0 * c.index_head_dim * D;  // V4: the indexer's compressor
+    if (roles[l].index_source) f += static_cast<double>(c.index_heads) * c.index_head_dim * Q + c.index_heads * D;
+  }
+  return 2 * f;
+}
+
+}  // namespace
+
+Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
+  const family::ModelPlan cfg = bench_config(f.layers, f.variant);
+  std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
+              f.layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+  const double bw = copy_bandwidth();
+  std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto made = ModelDevice::synthesize(cfg, f.seed);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<const ModelDevice> model(std::move(*made));
+  std::fprintf(out, "weights: %.2f GiB generated in %.1f s\n", model->weight_bytes() / 1073741824.0,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto fail = [](const Status& s) { return s; };
+  // Decode (1 row per stream) and verify windows at each context, batch.
+  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | floor ms | x floor | eager ms/step | graph replays |\n"
+                    "|---|---|---|---|---|---|---|---|---|\n");
+  for (int64_t L : f.contexts) {
+    for (int rows_per : {1, f.verify_rows}) {
+      for (int b : f.batches) {
+        ForwardOptions o;
+        o.max_context = L + 64;
+        o.max_rollback = 16;
+        o.max_call_rows = static_cast<int64_t>(b) * rows_per;
+        auto fw = Forward::create(model, o);
+        if (!fw.ok()) return fail(fw.status());
+        Forward& F = **fw;
+        std::vector<engine::Piece> call;
+        bool ok = true;
+        for (int i = 0; i < b && ok; ++i) {
+          auto s = F.open_stream();
+          if (!s.ok()) return fail(s.status());
+          ok = F.assume_length(*s, L).ok();
+          call.push_back(engine::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
+        }
+        Status last = ok_status();
+        auto step = [&] {
+          auto r = F.forward(call);
+          if (!r.ok()) { last = r.status(); return false; }
+          for (const engine::Piece& p : call) (void)F.truncate(p.stream, L);
+          return true;
+        };
+        const double ms = time_ms(f.iters, 2, step);
+        if (ms < 0) return fail(last);
+        const int64_t replays = F.graph_stats().replays;
+        F.set_cuda_graphs(false);
+        const double eager_ms = time_ms(f.iters, 1, step);
+        if (eager_ms < 0) return fail(last);
+        const double floor_ms = b == 1 && rows_per == 1 ? decode_bytes(cfg, L) / bw * 1e3 : 0;
+        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s | %.3f | %lld |\n", rows_per == 1 ? "decode" : "verify-6",
+                    b, static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
+                    floor_ms > 0 ? std::to_string(floor_ms).c_str() : "-",
+                    floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-", eager_ms,
+                    static_cast<long long>(replays));
+        std::fflush(out);
+      }
+    }
+  }
+  // Per-op time of a batch-1 decode step at the first context (each op synchronized).
+  if (!f.contexts.empty()) {
+    const int64_t L = f.contexts.front();
+    ForwardOptions o;
+    o.max_context = L + 64;
+    o.max_rollback = 16;
+    o.max_call_rows = 1;
+    auto fw = Forward::create(model, o);
+    if (!fw.ok()) return fw.status();
+    Forward& F = **fw;
+    auto s = F.open_stream();
+    if (!s.ok()) return s.status();
+    DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
+    std::map<std::string, double> prof, v4ops;
+    F.set_profile(&prof, false);  // events around each op, no synchronization
+    if (cfg.window_format == KvRowFormat::model1) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
+    const int n = std::max(1, f.iters);
+    for (int i = 0; i < n; ++i) {
+      auto r = F.forward({engine::Piece{*s, {1000}, {0}}});
+      if (!r.ok()) {
+        set_v4_attention_timing(nullptr);
+        return r.status();
+      }
+      DSV4_RETURN_IF_ERROR(F.truncate(*s, L));
+    }
+    set_v4_attention_timing(nullptr);
+    double total = 0;
+    for (const auto& [k, v] : prof) total += v;
+    std::fprintf(out, "\nper-op device time of a batch-1 decode step at context %lld (events around each op, eager "
+                      "launches, no synchronization; %d layers)\n\n"
+                      "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), f.layers);
+    for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
+    std::fprintf(out, "| sum of the ops | %.3f | |\n", total / n);
+    if (!v4ops.empty()) {  // inside "attention": each launch of the V4 layers, summed over layers of a ratio
+      double at = 0;
+      for (const auto& [k, v] : v4ops) at += v;
+      std::fprintf(out, "\nV4 attention launches of that step (events around each launch, summed over the layers of a "
+                        "ratio)\n\n| layer ratio: launch | ms/step | share of attention |\n|---|---|---|\n");
+      for (const auto& [k, v] : v4ops) std::fprintf(out, "| %s | %.4f | %.1f%% |\n", k.c_str(), v / n, 100 * v / at);
+      std::fprintf(out, "| sum | %.3f | |\n", at / n);
+    }
+    std::fflush(out);
+  }
+  // Prefill chunks of one stream from position 0.
+  const double dense = dense_rate(), fpt = flops_per_token(cfg);
+  std::fprintf(out, "\ncuBLAS dense bf16 rate (8192^3): %.0f TFLOP/s; matrix FLOPs per token of the %d layers: %.2f GFLOP\n",
+               dense / 1e12, f.layers, fpt / 1e9);
+  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x dense rate |\n|---|---|---|---|---|---|\n");
+  for (int64_t T : f.prefill) {
+    ForwardOptions o;
+    o.max_context = T + 64;
+    o.max_rollback = T;  // each timed chunk is rolled back to position 0
+    o.max_call_rows = T;
+    auto fw = Forward::create(model, o);
+    if (!fw.ok()) return fail(fw.status());
+    Forward& F = **fw;
+    auto s = F.open_stream();
+    if (!s.ok()) return fail(s.status());
+    std::vector<int32_t> toks(T);
+    for (int64_t i = 0; i < T; ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
+    Status last = ok_status();
+    const double ms = time_ms(std::max(1, f.iters / 2), 1, [&] {
+      auto r = F.forward({engine::Piece{*s, toks, {}}});
+      if (!r.ok()) { last = r.status(); return false; }
+      return F.truncate(*s, 0).ok();
+    });
+    if (ms < 0) return fail(last);
+    const double tps = T * 1e3 / ms;
+    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f |\n", static_cast<long long>(T), ms, tps, tps * f.layers,
+                 tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0);
+    std::fflush(out);
+    if (T == f.prefill.front()) {  // where a prefill chunk's time goes
+      std::map<std::string, double> prof;
+      F.set_profile(&prof, false);
+      auto r = F.forward({engine::Piece{*s, toks, {}}});
+      F.set_profile(nullptr);
+      if (!r.ok()) return r.status();
+      DSV4_RETURN_IF_ERROR(F.truncate(*s, 0));
+      for (const auto& [k, v] : prof) std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | |\n", k.c_str(),
+                                                   static_cast<long long>(T), v);
+    }
+    std::fflush(out);
+  }
+  return ok_status();
+}
+
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,153 @@
+// Key lists of the sparse attention kernels (attn_sparse.cu, attn_sparse_fused.cu): the launch
+// arguments, entry idx of a row's list (window part, then the selected compressed rows), the raw
+// loads / exact decoding of eight consecutive key elements in every row format, and the loop that
+// stages such runs of keys into shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/attention/attention_kernels.cuh"
+#include "backends/cuda/kernels/attention/attn_device.cuh"
+
+namespace dsv4::cuda::sparse {
+
+using namespace attn;
+
+enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
+
+struct SparseArgs {
+  const float* q;
+  const float* kvn;
+  const PieceDev* pieces;
+  const int32_t* row_piece;
+  const int64_t* pos;
+  const int32_t* topk;
+  const float* sink;
+  const float* freqs;
+  float* o;
+  int64_t rows, H, d, W, cap, n_sel, G;
+  float scale;
+  int n_freq;
+  CompFormat fmt;
+};
+
+// Entry idx of row r's key list: its kind and the address of its key row. sel: topk[r, idx - W]
+// for a compressed entry (loaded by the caller).
+__device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t p, int64_t idx,
+                                          int32_t sel, const void*& ptr) {
+  ptr = nullptr;
+  if (idx < a.W) {
+    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+    const int64_t qp = first + idx;
+    if (qp > p) return kInvalid;
+    if (qp >= pc.start) {
+      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
+      return kFresh;
+    }
+    ptr = pc.window + (qp % a.cap) * (a.d + a.d / 32);
+    return kFp8;
+  }
+  const int32_t t = sel;
+  if (t < 0) return kInvalid;
+  if (a.fmt == CompFormat::fp8_ue8m0_32) {
+    ptr = pc.comp + static_cast<int64_t>(t) * (a.d + a.d / 32);
+    return kFp8;
+  }
+  ptr = pc.comp + static_cast<int64_t>(t) * (a.d / 2 + a.d / 16);
+  return kFp4;
+}
+
+// The raw bytes of eight consecutive elements k..k+7 (k a multiple of 8) of an entry's key, loaded
+// apart from their decoding so that a thread can keep several loads in flight: fresh rows as
+// 8 floats (a, b), FP8 as 8 codes (a.x, a.y) and the scale byte (a.z), FP4 as 8 nibbles (a.x) and
+// the scale byte (a.z). Row strides of small test shapes (66 or 132 B FP8 rows) are not 8-byte
+// multiples, hence the aligned-load check.
+struct Raw8 {
+  uint4 a, b;
+};
+
+__device__ __forceinline__ Raw8 raw8(int kind, const void* p, int64_t d, int64_t k) {
+  Raw8 r{};
+  if (kind == kFresh) {
+    r.a = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k));
+    r.b = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(p) + k + 4));
+  } else if (kind == kFp8) {
+    const uint8_t* row = static_cast<const uint8_t*>(p);
+    if ((reinterpret_cast<uintptr_t>(row + k) & 7) == 0) {
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(row + k));
+      r.a.x = c.x; r.a.y = c.y;
+    } else {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(row + k);  // rows are 2-byte aligned
+      r.a.x = __ldg(h) | (uint32_t{__ldg(h + 1)} << 16);
+      r.a.y = __ldg(h + 2) | (uint32_t{__ldg(h + 3)} << 16);
+    }
+    r.a.z = __ldg(row + d + (k >> 5));
+  } else if (kind == kFp4) {
+    const uint8_t* row = static_cast<const uint8_t*>(p);
+    r.a.x = __ldg(reinterpret_cast<const uint32_t*>(row + (k >> 1)));
+    r.a.z = __ldg(row + d / 2 + (k >> 4));
+  }
+  return r;
+}
+
+// Decoded values of raw8 (zeros for an invalid entry).
+__device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
+  if (kind == kFresh) {
+    v[0] = __uint_as_float(r.a.x); v[1] = __uint_as_float(r.a.y); v[2] = __uint_as_float(r.a.z);
+    v[3] = __uint_as_float(r.a.w); v[4] = __uint_as_float(r.b.x); v[5] = __uint_as_float(r.b.y);
+    v[6] = __uint_as_float(r.b.z); v[7] = __uint_as_float(r.b.w);
+  } else if (kind == kFp8) {
+    const float s = ue8m0_f(r.a.z);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = e4m3_f((r.a.x >> (8 * i)) & 255u) * s;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((r.a.y >> (8 * i)) & 255u) * s;
+  } else if (kind == kFp4) {
+    const float s = e4m3_f(r.a.z);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = e2m1_f((r.a.x >> (4 * i)) & 15u) * s;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  }
+}
+
+// Stages `total` runs of eight key elements into shared memory, the nt threads of the caller
+// taking runs i = t0, t0 + nt, ... with KB raw loads in flight per thread: all KB issued (in u
+// order), then each decoded and stored in the same order. at(i, ptr, k) gives run i's entry kind
+// (kInvalid: nothing loaded, decoded as zeros), its key row ptr and first element k;
+// store(i, kind, v) writes the decoded float v[8]. Only called for i < total.
+template <int KB, typename At, typename Store>
+__device__ __forceinline__ void stage_keys8(int t0, int nt, int total, int64_t d, At at, Store store) {
+  for (int i0 = t0; i0 < total; i0 += KB * nt) {
+    Raw8 raw[KB];
+    int kd[KB];
+#pragma unroll
+    for (int u = 0; u < KB; ++u) {
+      const int i = i0 + u * nt;
+      const void* ptr = nullptr;
+      int64_t k = 0;
+      kd[u] = i < total ? at(i, ptr, k) : kInvalid;
+      raw[u] = kd[u] != kInvalid ? raw8(kd[u], ptr, d, k) : Raw8{};
+    }
+#pragma unroll
+    for (int u = 0; u < KB; ++u) {
+      const int i = i0 + u * nt;
+      if (i >= total) continue;
+      float v[8];
+      decode8(kd[u], raw[u], v);
+      store(i, kd[u], v);
+    }
+  }
+}
+
+// The two implementations behind sparse_attention (the same arithmetic, bit for bit): scores then
+// accumulation in two kernels over chunks of 64 rows (work: two_pass_work_floats), and the fused
+// cluster kernel (one launch, no scratch).
+int64_t two_pass_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel);
+cudaError_t two_pass(const SparseArgs& a, float* work, cudaStream_t s);
+cudaError_t fused(const SparseArgs& a, cudaStream_t s);
+
+}  // namespace dsv4::cuda::sparse

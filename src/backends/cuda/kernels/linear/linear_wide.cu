@@ -1,0 +1,167 @@
+// fp32 linears (fp32 or bf16-stored weights, no rounding): one warp per output column and up to 4
+// rows per pass over its weights, lanes over 8-element K chunks in a fixed order. (bf16 linears:
+// linear_bf16.cu, on tensor cores.)
+#include "backends/cuda/kernels/linear/linear.cuh"
+#include "backends/cuda/exl3/exl3_view.h"
+
+#include <algorithm>
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kUnroll = 8;    // chunks in flight per lane
+constexpr int kTileRows = 4;  // rows sharing one pass over a column's weights
+constexpr int kBlockRows = 32;  // rows per CTA (grid.y splits longer launches; a multiple of kTileRows)
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// One 8-element weight chunk as loaded (raw) and widened to floats.
+template <typename WT> struct Chunk;
+template <> struct Chunk<uint16_t> {
+  uint4 q;
+  __device__ __forceinline__ void load(const uint16_t* w) { q = __ldg(reinterpret_cast<const uint4*>(w)); }
+  __device__ __forceinline__ void widen(float (&v)[8]) const {
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = __uint_as_float(u[j] << 16);
+      v[2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
+    }
+  }
+};
+template <> struct Chunk<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* w) {
+    a = __ldg(reinterpret_cast<const float4*>(w));
+    b = __ldg(reinterpret_cast<const float4*>(w) + 1);
+  }
+  __device__ __forceinline__ void widen(float (&v)[8]) const {
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  }
+};
+
+// Rows [r0, r0 + R) of output column n: lane l takes chunks l, l + 32, ... (8 elements each) into 8
+// partial sums per row; fp32 rows with in % 8 == 4 give their last 4 elements to lane (in/8) % 32.
+// The partials combine pairwise, then the lane tree. Row m's operations are the same for every R.
+template <typename WT, int R>
+__device__ __forceinline__ void wide_column(const float* __restrict__ x, int64_t r0, const WT* __restrict__ wr,
+                                            int64_t n, int64_t out, int64_t in, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t chunks = in / 8;
+  float p[R][8];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) p[r][j] = 0.f;
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    Chunk<WT> ch[kUnroll];
+#pragma unroll
+    for (int t = 0; t < kUnroll; ++t)
+      if (c0 + 32 * t < chunks) ch[t].load(wr + (c0 + 32 * t) * 8);
+#pragma unroll
+    for (int t = 0; t < kUnroll; ++t) {
+      const int64_t c = c0 + 32 * t;
+      if (c < chunks) {
+        float wv[8];
+        ch[t].widen(wv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float* xr = x + (r0 + r) * in + c * 8;
+          const float4 xa = *reinterpret_cast<const float4*>(xr), xb = *reinterpret_cast<const float4*>(xr + 4);
+          const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) p[r][j] = __fmaf_rn(xv[j], wv[j], p[r][j]);
+        }
+      }
+    }
+  }
+  if ((in & 7) && lane == (chunks & 31)) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) {
+        float wj;
+        if constexpr (sizeof(WT) == 2) wj = __uint_as_float(static_cast<uint32_t>(wr[chunks * 8 + j]) << 16);
+        else wj = wr[chunks * 8 + j];
+        p[r][j] = __fmaf_rn(x[(r0 + r) * in + chunks * 8 + j], wj, p[r][j]);
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float acc = __fadd_rn(__fadd_rn(__fadd_rn(p[r][0], p[r][1]), __fadd_rn(p[r][2], p[r][3])),
+                          __fadd_rn(__fadd_rn(p[r][4], p[r][5]), __fadd_rn(p[r][6], p[r][7])));
+    acc = warp_sum(acc);
+    if (lane == r) y[(r0 + r) * out + n] = acc;
+  }
+}
+
+// kRowsMax 1: single-row launches (fewer registers); 4: rows in tiles of up to 4, blocks of 32 rows
+// per CTA along grid.y (the tiling never changes a row's arithmetic: wide_column is the same for
+// every R).
+template <typename WT, int kRowsMax>
+__global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* __restrict__ x, int64_t rows,
+                                                                  const WT* __restrict__ w, int64_t out, int64_t in,
+                                                                  float* __restrict__ y) {
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); n < out;
+       n += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const WT* wr = w + n * in;
+    if constexpr (kRowsMax == 1) {
+      wide_column<WT, 1>(x, 0, wr, n, out, in, y);
+    } else {  // this CTA's block of rows (grid.y), in tiles of up to 4
+      const int64_t rb = static_cast<int64_t>(blockIdx.y) * kBlockRows, re = std::min<int64_t>(rows, rb + kBlockRows);
+      for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
+        switch (std::min<int64_t>(kTileRows, re - r0)) {
+          case 1: wide_column<WT, 1>(x, r0, wr, n, out, in, y); break;
+          case 2: wide_column<WT, 2>(x, r0, wr, n, out, in, y); break;
+          case 3: wide_column<WT, 3>(x, r0, wr, n, out, in, y); break;
+          default: wide_column<WT, 4>(x, r0, wr, n, out, in, y); break;
+        }
+      }
+    }
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, c = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
+    return c > 0 ? c : 1;
+  }();
+  return n;
+}
+
+template <typename WT>
+cudaError_t launch(const float* x, int64_t rows, const WT* w, int64_t out, int64_t in, float* y, cudaStream_t s) {
+  if (rows < 0 || in % (sizeof(WT) == 2 ? 8 : 4) || !aligned16(x) || !aligned16(w)) return cudaErrorInvalidValue;
+  if (rows == 0 || out == 0) return cudaSuccess;
+  const int64_t ctas = std::min<int64_t>((out + kWarps - 1) / kWarps, int64_t(sm_count()) * 8);
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  if (blocks > 65535) return cudaErrorInvalidValue;
+  if (rows == 1)
+    wide_linear_kernel<WT, 1><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
+  else
+    wide_linear_kernel<WT, 4><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(blocks)), kWarps * 32, 0, s>>>(
+        x, rows, w, out, in, y);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t f32_linear(const float* x, int64_t rows, const F32View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
+  return launch<float>(x, rows, W.w, W.out, W.in, y, s);
+}
+
+cudaError_t f32_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return exl3_linear(x, rows, *W.exl3, y, Exl3Out::f32, s);  // a pack's linear
+  return launch<uint16_t>(x, rows, W.w, W.out, W.in, y, s);
+}
+
+}  // namespace dsv4::cuda
