@@ -10,10 +10,10 @@ namespace dsv4::cuda {
 
 StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const family::ModelPlan& cfg, int layer,
                                            Uploader& up) {
-  if (layer < 0 || layer >= static_cast<int>(cfg.layers.size()))
+  if (layer < 0 || layer >= static_cast<int>(cfg.layers.size() + cfg.dspark.size()))
     return error(StatusCode::invalid_argument, "upload_attention: layer {} out of range", layer);
-  const family::LayerPlan& role = cfg.layers[layer];
-  const std::string n = "layers." + std::to_string(layer) + ".attn.";
+  const family::LayerPlan& role = cfg.layer(layer);
+  const std::string n = role.name() + ".attn.";
   AttentionDevice a;
   DSV4_ASSIGN_OR_RETURN(a.wq_a, upload(w.wq_a, up, n + "wq_a"));
   DSV4_ASSIGN_OR_RETURN(a.wq_b, upload(w.wq_b, up, n + "wq_b"));

@@ -41,7 +41,8 @@ struct AttentionDevice {
   const float* idx_comp_norm = nullptr;
 };
 
-// Uploads layer `layer`'s attention weights (its role decides which exist).
+// Uploads layer `layer`'s attention weights (a backbone layer, or a DSpark stage at n_layers + stage; its role in
+// the plan decides which exist).
 StatusOr<AttentionDevice> upload_attention(const family::LayerWeights& w, const family::ModelPlan& cfg, int layer,
                                            Uploader& up);
 

@@ -42,19 +42,6 @@ StatusOr<const float*> floats_or_none(const TensorView& v, Uploader& up, const s
   return static_cast<const float*>(p);
 }
 
-std::vector<float> host_floats(const TensorView& v) {
-  std::vector<float> out(static_cast<size_t>(v.data ? v.numel() : 0));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (v.dtype == DType::bf16) {
-      uint16_t h;
-      std::memcpy(&h, v.bytes() + 2 * i, 2);
-      out[i] = bf16_to_f32(h);
-    } else {
-      std::memcpy(&out[i], v.bytes() + 4 * i, 4);
-    }
-  }
-  return out;
-}
 
 template <typename T>
 std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
@@ -287,33 +274,13 @@ class ModelUploader {
     return ok_status();
   }
 
-  // A DSpark stage's window-only attention (no compressor, no indexer; plain RoPE).
-  StatusOr<AttentionDevice> stage_attention(const family::LayerWeights& w, const std::string& name) {
-    AttentionDevice a;
-    DSV4_ASSIGN_OR_RETURN(a.wq_a, upload(w.wq_a, up_, name + ".wq_a"));
-    DSV4_ASSIGN_OR_RETURN(a.wq_b, upload(w.wq_b, up_, name + ".wq_b"));
-    DSV4_ASSIGN_OR_RETURN(a.wkv, upload(w.wkv, up_, name + ".wkv"));
-    DSV4_ASSIGN_OR_RETURN(a.wo_b, upload(w.wo_b, up_, name + ".wo_b"));
-    DSV4_ASSIGN_OR_RETURN(a.wo_a, upload_dequant_bf16(w.wo_a, up_, name + ".wo_a"));
-    DSV4_ASSIGN_OR_RETURN(a.q_norm, upload_floats(w.q_norm, up_, name + ".q_norm"));
-    DSV4_ASSIGN_OR_RETURN(a.kv_norm, upload_floats(w.kv_norm, up_, name + ".kv_norm"));
-    DSV4_ASSIGN_OR_RETURN(a.sink, upload_floats(w.attn_sink, up_, name + ".sink"));
-    a.freqs = m_.d_freqs_plain;
-    return a;
-  }
-
-  // A block: attention goes to `attn_out` (backbone layers through upload_attention, DSpark stages, layer >=
+  // A block: attention goes to `attn_out` (upload_attention: a backbone layer, or a DSpark stage at layer >=
   // n_layers, window-only), the rest is returned.
   StatusOr<LayerDevice> block(const family::LayerWeights& b, int layer, int K, const std::string& name,
                               std::vector<AttentionDevice>& attn_out) {
     LayerDevice L;
-    if (layer < cfg_.n_layers) {
-      DSV4_ASSIGN_OR_RETURN(AttentionDevice a, upload_attention(b, cfg_, layer, up_));
-      attn_out.push_back(a);
-    } else {
-      DSV4_ASSIGN_OR_RETURN(AttentionDevice a, stage_attention(b, name + ".attn"));
-      attn_out.push_back(a);
-    }
+    DSV4_ASSIGN_OR_RETURN(AttentionDevice a, upload_attention(b, cfg_, layer, up_));
+    attn_out.push_back(a);
     DSV4_ASSIGN_OR_RETURN(L.hc_attn, hc(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, name + ".hc_attn"));
     DSV4_ASSIGN_OR_RETURN(L.hc_ffn, hc(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, name + ".hc_ffn"));
     DSV4_ASSIGN_OR_RETURN(L.attn_norm, upload_floats(b.attn_norm, up_, name + ".attn_norm"));

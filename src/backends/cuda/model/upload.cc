@@ -74,19 +74,6 @@ std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
   return b;
 }
 
-std::vector<float> widened(const TensorView& v) {
-  std::vector<float> out(static_cast<size_t>(v.data ? v.numel() : 0));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (v.dtype == DType::bf16) {
-      uint16_t h;
-      std::memcpy(&h, v.bytes() + 2 * i, 2);
-      out[i] = bf16_to_f32(h);
-    } else {
-      std::memcpy(&out[i], v.bytes() + 4 * i, 4);
-    }
-  }
-  return out;
-}
 
 Status expect_dtype(const TensorView& v, std::initializer_list<DType> ok, std::string_view name) {
   for (DType d : ok)
@@ -106,6 +93,20 @@ StatusOr<View> exl3_only(const W& w, Uploader& up, std::string_view name) {
 }
 
 }  // namespace
+
+std::vector<float> host_floats(const TensorView& v) {
+  std::vector<float> out(static_cast<size_t>(v.data ? v.numel() : 0));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (v.dtype == DType::bf16) {
+      uint16_t h;
+      std::memcpy(&h, v.bytes() + 2 * i, 2);
+      out[i] = bf16_to_f32(h);
+    } else {
+      std::memcpy(&out[i], v.bytes() + 4 * i, 4);
+    }
+  }
+  return out;
+}
 
 StatusOr<void*> arena_alloc(Arena& arena, size_t bytes, std::string_view what, size_t align) {
   void* p = arena.alloc(bytes, align);
@@ -316,7 +317,7 @@ StatusOr<F32View> upload_f32(const family::Matrix& w, Uploader& up, std::string_
     DSV4_ASSIGN_OR_RETURN(void* p, up.stored(w.weight, name));
     v.w = static_cast<const float*>(p);
   } else {
-    DSV4_ASSIGN_OR_RETURN(v.w, up.floats(widened(w.weight), name));
+    DSV4_ASSIGN_OR_RETURN(v.w, up.floats(host_floats(w.weight), name));
   }
   v.out = w.out();
   v.in = w.in();
@@ -330,7 +331,7 @@ StatusOr<const float*> upload_floats(const TensorView& v, Uploader& up, std::str
     DSV4_ASSIGN_OR_RETURN(void* p, up.stored(v, name));
     return static_cast<const float*>(p);
   }
-  return up.floats(widened(v), name);
+  return up.floats(host_floats(v), name);
 }
 
 StatusOr<const Exl3View*> upload_exl3(const family::Exl3Linear& w, Uploader& up, std::string_view name) {

@@ -88,6 +88,8 @@ StatusOr<Bf16View> upload_bf16(const family::Matrix& w, Uploader& up, std::strin
 StatusOr<Bf16View> upload_dequant_bf16(const family::Fp8Linear& w, Uploader& up, std::string_view name);
 // A matrix as f32 values: stored f32 as it is, stored bf16 widened on the host (small matrices only).
 StatusOr<F32View> upload_f32(const family::Matrix& w, Uploader& up, std::string_view name);
+// A bf16 or f32 tensor's values as host floats (bf16 widened exactly; an absent view gives none).
+std::vector<float> host_floats(const TensorView& v);
 // A bf16 or f32 vector as f32 values (norm weights, biases, sinks, position biases).
 StatusOr<const float*> upload_floats(const TensorView& v, Uploader& up, std::string_view name);
 // An EXL3 linear: its parts' stored tensors (trellis, suh, svh, bias); the view's host objects belong to
