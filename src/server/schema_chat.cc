@@ -67,8 +67,8 @@ bool validate_tool_calls(const json& calls, const std::string& p, ApiError& e) {
       return e = bad_request(pc + ".function.name", "tool call function name must be a string"),
              false;
     auto args = fn->find("arguments");
-    if (args != fn->end() && !args->is_string() && !args->is_object())
-      return e = wrong_type(pc + ".function.arguments", "a JSON string", *args), false;
+    if (args != fn->end() && !args->is_string() && !args->is_object() && !args->is_null())
+      return e = wrong_type(pc + ".function.arguments", "a JSON string, an object or null", *args), false;
   }
   return true;
 }
@@ -98,7 +98,9 @@ bool validate_messages(const json& body, const SchemaLimits& limits, ApiError& e
       if (has_calls && !validate_tool_calls(*calls, p + ".tool_calls", e)) return false;
       if (!validate_content(m, p, true, e)) return false;
       std::optional<std::string> reasoning;
-      if (!read_string(m, "reasoning_content", p + ".reasoning_content", reasoning, e)) return false;
+      if (!read_string(m, "reasoning_content", p + ".reasoning_content", reasoning, e) ||
+          !read_string(m, "reasoning", p + ".reasoning", reasoning, e))
+        return false;
     } else if (*role == "tool") {
       std::optional<std::string> call_id;
       if (!read_string(m, "tool_call_id", p + ".tool_call_id", call_id, e)) return false;

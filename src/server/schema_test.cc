@@ -102,6 +102,11 @@ TEST(Schema, RefusesBadRequestsNamingTheField) {
       {Endpoint::chat, "{" + ok + R"(,"forced_tokens":[-1]})", 400, "forced_tokens[0]"},
       {Endpoint::chat, "{" + ok + R"(,"forced_tokens":{"a":1}})", 400, "forced_tokens"},
       {Endpoint::chat, "{" + ok + R"(,"draft":"no"})", 400, "draft"},
+      {Endpoint::chat,
+       R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":[1]}}]}]})", 400,
+       "messages[0].tool_calls[0].function.arguments"},
+      {Endpoint::chat, R"({"messages":[{"role":"assistant","content":"a","reasoning":7}]})", 400,
+       "messages[0].reasoning"},
       {Endpoint::completions, "{}", 400, "prompt"},
       {Endpoint::completions, R"({"prompt":""})", 400, "prompt"},
       {Endpoint::completions, R"({"prompt":["a","b"]})", 400, "prompt"},
@@ -143,7 +148,12 @@ TEST(Schema, AcceptsAFullChatRequest) {
       {"role": "user", "content": [{"type": "text", "text": "q"}]},
       {"role": "assistant", "content": null, "reasoning_content": "r",
        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-      {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+      {"role": "tool", "tool_call_id": "c1", "content": "42"},
+      {"role": "assistant", "content": null, "reasoning": "r2",
+       "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}},
+                      {"id": "c3", "type": "function", "function": {"name": "f", "arguments": null}}]},
+      {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "1"}]},
+      {"role": "tool", "tool_call_id": "c3", "content": "2"}],
     "stream": true, "stream_options": {"include_usage": true},
     "max_completion_tokens": 100, "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40,
     "min_p": 0.1, "seed": 18446744073709551615, "stop": ["END", "##"], "n": 1,
@@ -175,7 +185,7 @@ TEST(Schema, AcceptsAFullChatRequest) {
   EXPECT_EQ(r.thinking.effort, "max");
   EXPECT_FALSE(r.draft);
   EXPECT_EQ(r.forced_ids, (std::vector<int32_t>{1, 2, 999}));
-  EXPECT_EQ(r.chat["messages"].size(), 4u);
+  EXPECT_EQ(r.chat["messages"].size(), 7u);
 }
 
 TEST(Schema, ThinkingForms) {

@@ -69,12 +69,18 @@ StatusOr<std::vector<ToolCall>> parse_tool_calls(const Json& calls, const std::s
     if (!f.contains("name") || !f["name"].is_string())
       return field_error(cf + ".function.name", "expected a string");
     tc.name = f["name"].get<std::string>();
+    // A call without arguments: missing, null or an empty string (clients send each) is the empty object.
+    tc.arguments = "{}";
     if (f.contains("arguments")) {
       const Json& a = f["arguments"];
-      if (a.is_string()) tc.arguments = a.get<std::string>();
-      else if (a.is_object()) tc.arguments = python_json_dumps(a);
-      else if (!a.is_null())
-        return field_error(cf + ".function.arguments", "expected a JSON string or an object");
+      if (a.is_string()) {
+        const std::string& text = a.get_ref<const std::string&>();
+        if (text.find_first_not_of(" \t\r\n") != std::string::npos) tc.arguments = text;
+      } else if (a.is_object()) {
+        tc.arguments = python_json_dumps(a);
+      } else if (!a.is_null()) {
+        return field_error(cf + ".function.arguments", "expected a JSON string, an object or null");
+      }
     }
     out.push_back(std::move(tc));
   }

@@ -14,7 +14,8 @@ namespace dsv4::chat {
 // nlohmann::ordered_json: tool schemas are rendered with their keys in request order.
 //   messages[i]: role system|developer|user|assistant|tool; content string | null | array of
 //     {"type":"text","text"} and {"type":"image_url","image_url":{"url"}} parts;
-//     assistant: reasoning_content (or reasoning), tool_calls[{id, function{name, arguments}}];
+//     assistant: reasoning_content (or reasoning), tool_calls[{id, function{name, arguments}}] with arguments
+//     a JSON string, an object, or null / missing / "" (no arguments: {});
 //     tool: tool_call_id.
 //   tools[i]: {"type":"function","function":{...}}.
 //   thinking: chat_template_kwargs.thinking / enable_thinking (bool), or DeepSeek's

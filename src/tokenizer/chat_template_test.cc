@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tokenizer/chat_openai.h"
 #include "tokenizer/v41_tokenizer.h"
 
@@ -327,6 +329,56 @@ TEST(ChatOpenAi, ParsesRequestAndNamesBadFields) {
   EXPECT_NE(bad_args.status().message().find("messages[0].tool_calls[0].function.arguments"),
             std::string::npos);
   EXPECT_FALSE(conversation_from_openai_text("{not json", ChatFormat::v41).ok());
+}
+
+// History as clients send it: `reasoning` for reasoning_content, arguments as an object, null, "" or missing,
+// content as null or text parts; what the encoding cannot hold is refused naming the message and field.
+TEST(ChatOpenAi, HistoryAsClientsSendIt) {
+  auto c = conversation_from_openai_text(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"q"}]},)"
+      R"({"role":"assistant","content":null,"reasoning":"thought","tool_calls":[)"
+      R"({"id":"a","type":"function","function":{"name":"f","arguments":{"x":1,"s":"t"}}},)"
+      R"({"id":"b","type":"function","function":{"name":"g","arguments":null}},)"
+      R"({"id":"c","type":"function","function":{"name":"g","arguments":""}},)"
+      R"({"id":"d","type":"function","function":{"name":"g"}}]},)"
+      R"({"role":"tool","tool_call_id":"a","content":"1"},{"role":"tool","tool_call_id":"b","content":"2"},)"
+      R"({"role":"tool","tool_call_id":"c","content":"3"},{"role":"tool","tool_call_id":"d","content":"4"}],)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},)"
+      R"({"type":"function","function":{"name":"g","parameters":{"type":"object"}}}]})",
+      ChatFormat::v41);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto it = std::find_if(c->messages.begin(), c->messages.end(), [](const Message& x) { return x.role == Role::assistant; });
+  ASSERT_NE(it, c->messages.end());
+  const Message& m = *it;
+  EXPECT_EQ(m.reasoning_content, std::optional<std::string>("thought"));
+  ASSERT_EQ(m.tool_calls.size(), 4u);
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"x": 1, "s": "t"})");  // Python's json.dumps spacing, request order
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(m.tool_calls[i].arguments, "{}") << i;
+  auto r = render_conversation(*c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  // The calls without arguments render with no parameter at all (not a parameter named "arguments").
+  EXPECT_EQ(r->text.find("name=\"arguments\""), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("name=\"x\" string=\"false\">1"), std::string::npos) << r->text;
+  EXPECT_NE(r->text.find("name=\"s\" string=\"true\">t"), std::string::npos) << r->text;
+
+  struct Bad {
+    const char* body;
+    const char* field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {R"({"messages":[{"role":"user","content":"a","tool_calls":[]}]})", "messages[0].tool_calls"},
+           {R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","reasoning":7}]})",
+            "messages[1].reasoning: expected a string"},
+           {R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":[1]}}]}]})",
+            "messages[0].tool_calls[0].function.arguments"},
+           {R"({"messages":[{"role":"assistant","tool_calls":{"id":"x"}}]})", "messages[0].tool_calls: expected an array"},
+           {R"({"messages":[{"role":"user","content":[{"type":"audio"}]}]})", "messages[0].content[0].type"},
+           {R"({"messages":[{"role":"tool","tool_call_id":5,"content":"r"}]})", "messages[0].tool_call_id"},
+       }) {
+    auto bad = conversation_from_openai_text(b.body, ChatFormat::v41);
+    ASSERT_FALSE(bad.ok()) << b.body;
+    EXPECT_NE(bad.status().message().find(b.field), std::string::npos) << bad.status().message();
+  }
 }
 
 }  // namespace

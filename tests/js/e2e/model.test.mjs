@@ -96,3 +96,34 @@ test('a disconnect cancels the request in the engine', async () => {
   }
   assert.ok(await waitFor(async () => (await health(server.url)).running === 0, 5000));
 });
+
+test('history as clients send it: reasoning, arguments as an object, null or "", content parts and null', async () => {
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } } } } },
+                 { type: 'function', function: { name: 'g', parameters: { type: 'object', properties: {} } } }];
+  const messages = [
+    { role: 'user', content: [{ type: 'text', text: 'look it up' }] },
+    { role: 'assistant', content: null, reasoning: 'I should call both.', tool_calls: [
+      { id: 'c1', type: 'function', function: { name: 'f', arguments: { x: 3 } } },
+      { id: 'c2', type: 'function', function: { name: 'g', arguments: null } },
+      { id: 'c3', type: 'function', function: { name: 'g', arguments: '' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: '9' },
+    { role: 'tool', tool_call_id: 'c2', content: [{ type: 'text', text: 'done' }] },
+    { role: 'tool', tool_call_id: 'c3', content: 'done' },
+  ];
+  const r = await client.chat.completions.create({ model: 'deepseek-v4', messages, tools, max_tokens: 4, temperature: 0, ...noThink });
+  assert.equal(r.choices.length, 1);
+  assert.ok(r.usage.prompt_tokens > 20);
+  // The same history with arguments as strings renders the same prompt.
+  const asStrings = structuredClone(messages);
+  asStrings[1].tool_calls[0].function.arguments = '{"x": 3}';
+  asStrings[1].tool_calls[1].function.arguments = '{}';
+  asStrings[1].reasoning_content = asStrings[1].reasoning;
+  delete asStrings[1].reasoning;
+  const s = await client.chat.completions.create({ model: 'deepseek-v4', messages: asStrings, tools, max_tokens: 4, temperature: 0, ...noThink });
+  assert.equal(s.usage.prompt_tokens, r.usage.prompt_tokens);
+  assert.equal(s.choices[0].message.content, r.choices[0].message.content);
+  // What the encoding cannot hold is refused naming the message and field.
+  await assert.rejects(
+    client.chat.completions.create({ model: 'deepseek-v4', messages: [{ role: 'user', content: 'a', tool_calls: [{ id: 'x', type: 'function', function: { name: 'f', arguments: '{}' } }] }] }),
+    (e) => e.status === 400 && /messages\[0\]\.tool_calls/.test(e.message));
+});
