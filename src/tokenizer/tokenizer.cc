@@ -31,6 +31,7 @@ struct Tokenizer::Impl {
   std::vector<bool> present;             // by id: whether the id names a token
 
   uint64_t cache_owner = WordCache::new_owner();  // this tokenizer's key in the per-thread caches
+  static constexpr size_t kWordCacheFrom = 16384;  // texts of at least this many bytes use the word cache
 
   void encode_plain(std::string_view text, std::vector<TokenId>& out) const;
 };
@@ -186,6 +187,12 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<TokenId>& 
   thread_local std::vector<std::string_view> pieces;
   std::deque<std::string> storage;
   pre_tokenizer.split(text, pieces, storage);
+  // The per-thread word cache (1 MiB a thread) pays off on long texts only; a server's many threads tokenizing
+  // short prompts would each keep one for nothing.
+  if (text.size() < kWordCacheFrom) {
+    for (std::string_view piece : pieces) bpe.encode_word(piece, out);
+    return;
+  }
   for (std::string_view piece : pieces) {
     if (WordCache::find(cache_owner, piece, out)) continue;
     size_t first = out.size();
