@@ -16,10 +16,12 @@
 namespace dsv4::cli {
 
 StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
-                                                                  std::shared_ptr<const family::Model> model,
-                                                                  const cpu::OracleOptions& oracle) {
+                                                                  std::shared_ptr<const family::Model> model) {
   if (choice.name == "cpu") {
-    cpu::OracleOptions o = oracle;
+    cpu::OracleOptions o;
+    o.precision = choice.ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;
+    o.threads = choice.threads;
+    o.reference_shapes = choice.reference_shapes;
     o.max_rollback = choice.max_rollback;
     if (choice.layer_probe) o.layer_probe = choice.layer_probe;
     if (choice.op_probe) o.op_probe = choice.op_probe;
@@ -29,7 +31,7 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
   if (choice.name != "cuda")
     return error(StatusCode::invalid_argument, "unknown backend '{}' (cpu or cuda)", choice.name);
 #ifdef DSV4_WITH_CUDA
-  if (oracle.precision == cpu::Precision::ref64)
+  if (choice.ref64)
     return error(StatusCode::invalid_argument, "ref64 (double accumulation) is the CPU oracle's; the CUDA backend is ref32");
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "--backend cuda: no CUDA device is visible");
   cuda::ModelDeviceOptions mo;

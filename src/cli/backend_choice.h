@@ -6,7 +6,6 @@
 #include <memory>
 #include <string>
 
-#include "backends/cpu/forward.h"
 #include "engine/stream_forward.h"
 #include "family/deepseek_v41/model.h"
 #include "core/status.h"
@@ -32,12 +31,16 @@ struct BackendChoice {
   std::function<void(int layer, const std::vector<float>& h)> layer_probe;
   std::function<void(int layer, const char* op, const std::vector<float>& v)> op_probe;
   std::string log_prefix;    // CUDA: load progress and its rate go to stderr with this prefix; empty: silent
+  // The CPU oracle's settings: double accumulation (ref64), worker threads (0: hardware concurrency), and the
+  // reference's call shapes (comparisons with the reference only).
+  bool ref64 = false;
+  int threads = 0;
+  bool reference_shapes = false;
 };
 
-// The chosen forward on `model`; `oracle` configures the CPU oracle (its precision, threads).
+// The chosen forward on `model`.
 StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
-                                                                  std::shared_ptr<const family::Model> model,
-                                                                  const cpu::OracleOptions& oracle);
+                                                                  std::shared_ptr<const family::Model> model);
 
 // A one-line description of the forward for logs ("CPU oracle", "CUDA (NVIDIA H200)").
 std::string backend_description(const BackendChoice& choice);

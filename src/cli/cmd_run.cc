@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/forward.h"
 #include "backends/cpu/synthetic.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
@@ -166,10 +165,6 @@ int run_main(int argc, char** argv) {
     }
     weights = *w;
   }
-  cpu::OracleOptions opt;
-  opt.precision = ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32;
-  opt.threads = threads;
-  opt.reference_shapes = reference_shapes;
   if (reference_shapes && backend != "cpu") {
     std::fprintf(stderr, "dsv4 run: --reference-shapes is the CPU oracle's\n");
     return 2;
@@ -180,6 +175,9 @@ int run_main(int argc, char** argv) {
   bc.max_call_rows = std::max<int64_t>(static_cast<int64_t>(ids.size()), 1);
   bc.pin_engram = memory.engram == "pinned";
   bc.log_prefix = "dsv4 run: ";
+  bc.ref64 = ref64;
+  bc.threads = threads;
+  bc.reference_shapes = reference_shapes;
   if (backend == "cuda") {  // the memory plan before anything is allocated
     ServeShape shape;
     shape.context = bc.max_context;
@@ -209,7 +207,7 @@ int run_main(int argc, char** argv) {
         hidden_status = hidden.add_f32("final_norm", {T, D}, v);
     };
   }
-  auto fwd = make_stream_forward(bc, weights, opt);
+  auto fwd = make_stream_forward(bc, weights);
   if (!fwd.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
     return 1;

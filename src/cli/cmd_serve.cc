@@ -191,7 +191,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   // --tp N --backend cuda: this rank's slice on its GPU, joined over NCCL (the CPU oracle runs replicated).
   if (control != nullptr && control->world() > 1 && bc.name == "cuda")
     DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, model, bc));
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd, make_stream_forward(bc, model, cpu::OracleOptions{}));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd, make_stream_forward(bc, model));
   DSV4_ASSIGN_OR_RETURN(backend, engine::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
   std::fprintf(stderr,
                "dsv4 serve: loaded %s in %.2f s: %zu tensors, %d layers, dim %lld, vocab %lld, %s, context %d, "
