@@ -106,9 +106,8 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
     for (size_t i = 0; i < win.tokens.size(); ++i) {
       std::span<const float> row(logits.data() + i * V, static_cast<size_t>(V));
       lanes::RowResult r;
-      r.token = lanes::draw_keyed(row, slots[w]->spec.sampling, slots[w]->spec.seed,
-                                  win.start + static_cast<int64_t>(i) + 1,
-                                  win.allowed.empty() ? std::span<const lanes::TokenId>() : win.allowed[i]);
+      r.token = lanes::draw_row(row, slots[w]->spec.sampling, slots[w]->spec.seed,
+                                win.start + static_cast<int64_t>(i) + 1, win.mask(i));
       if (win.logprobs) {
         r.logprob = lanes::token_logprob(row, r.token);
         if (i + 1 < win.tokens.size()) r.proposed_logprob = lanes::token_logprob(row, win.tokens[i + 1]);

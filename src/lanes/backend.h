@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "lanes/sampling.h"
+#include "lanes/token_mask.h"
 
 namespace dsv4::lanes {
 
@@ -91,15 +93,16 @@ struct Window {
   std::vector<TokenId> tokens;   // size >= 1
   bool logprobs = false;         // fill RowResult::logprob and ::proposed_logprob
   int32_t top_logprobs = 0;      // fill RowResult::top with this many alternatives (0..20)
-  // Empty, or one entry per row: row i draws among allowed[i] only (empty entry: any token), with
-  // draw_keyed (lanes/sampling.h). Logprobs stay those of the raw, unmasked row.
-  std::vector<std::vector<TokenId>> allowed;
+  // Empty, or one entry per row: row i draws among allowed[i] only (null entry: any token), with draw_row
+  // (lanes/token_mask.h). Logprobs stay those of the raw, unmasked row. Masks are shared, read-only.
+  std::vector<std::shared_ptr<const TokenMask>> allowed;
+  const TokenMask* mask(size_t row) const { return row < allowed.size() ? allowed[row].get() : nullptr; }
 };
 
 // What one verify row produced (distribution of position start + i + 1).
 struct RowResult {
-  TokenId token = 0;              // the keyed draw: draw_keyed(row logits, spec.sampling, spec.seed, start+i+1,
-                                  //   window.allowed[i]) (sample_keyed when the row has no mask)
+  TokenId token = 0;              // the keyed draw: draw_row(row logits, spec.sampling, spec.seed, start+i+1,
+                                  //   window.mask(i))
   float logprob = 0.0f;           // token_logprob(row logits, token) when Window::logprobs
   float proposed_logprob = 0.0f;  // token_logprob(row logits, tokens[i+1]) when logprobs and i+1 < rows
   std::vector<TokenLogprob> top;  // top_logprobs(row logits, Window::top_logprobs)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "lanes/constraint.h"
 #include "lanes/sampling.h"
 
 namespace dsv4::lanes {
@@ -50,6 +51,12 @@ struct Request {
   // generation runs free once the output after forced_tokens equals one of them (the shortest, when one
   // is a prefix of another). Not with a thinking budget.
   std::vector<std::vector<TokenId>> choices;
+  // Set: from `constraint_after` on, every drawn token is one the constraint allows (structured outputs, strict tool
+  // calls), and end-of-sequence tokens only where its output is whole. constraint_after < 0: from the first token;
+  // otherwise from the token after the first output `constraint_after` (the end of a reasoning block), whether drawn
+  // or forced by a thinking budget. Not with forced_tokens or choices.
+  std::shared_ptr<const TokenConstraint> constraint;
+  TokenId constraint_after = -1;
   bool draft = true;                                   // false: one token per round (the serial reference)
   ThinkingBudget thinking;                             // reasoning cap; off by default
   Priority priority = Priority::foreground;

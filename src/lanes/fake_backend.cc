@@ -110,8 +110,7 @@ Status FakeBackend::verify(std::span<const Window> windows, std::vector<std::vec
       s->chain.push_back(chain(prev, position, window.tokens[i]));
       const std::vector<float> row = logits(s->chain.back());
       RowResult result;
-      result.token = draw_keyed(row, s->spec.sampling, s->spec.seed, position + 1,
-                                window.allowed.empty() ? std::span<const TokenId>() : window.allowed[i]);
+      result.token = draw_row(row, s->spec.sampling, s->spec.seed, position + 1, window.mask(i));
       if (window.logprobs) {
         result.logprob = token_logprob(row, result.token);
         if (i + 1 < window.tokens.size()) result.proposed_logprob = token_logprob(row, window.tokens[i + 1]);

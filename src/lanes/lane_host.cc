@@ -87,6 +87,13 @@ Status LaneHost::validate(const Request& r) const {
     if (choice.empty()) return error(StatusCode::invalid_argument, "a choice is empty");
     DSV4_RETURN_IF_ERROR(check_tokens(choice, info_.vocab_size, "choices"));
   }
+  if (r.constraint != nullptr && (!r.choices.empty() || !r.forced_tokens.empty())) {
+    return error(StatusCode::invalid_argument, "a token constraint does not combine with choices or forced tokens");
+  }
+  if (r.constraint_after >= info_.vocab_size) {
+    return error(StatusCode::invalid_argument, "constraint_after {} is outside the vocabulary of {}", r.constraint_after,
+                 info_.vocab_size);
+  }
   if (!r.choices.empty() && r.thinking.max_tokens >= 0) {
     return error(StatusCode::invalid_argument, "choices do not combine with a thinking budget");
   }
@@ -302,6 +309,7 @@ void LaneHost::admit() {
       stream->forced.assign(r.forced_tokens.begin(), r.forced_tokens.end());
       stream->thinking = r.thinking.max_tokens >= 0;
       stream->choosing = !r.choices.empty();
+      if (r.constraint != nullptr && r.constraint_after < 0) stream->cursor = r.constraint->start();
       if (r.draft && info_.max_draft_depth > 0) {
         const int32_t depth = std::min(info_.max_draft_depth, info_.max_verify_rows - 1);
         stream->depth.emplace(depth, info_.window_cost);
@@ -428,7 +436,13 @@ Window LaneHost::build_window(Stream& s) const {
   if (s.choosing) {
     // The rows whose draws may be kept take their draws among the tokens that continue a choice.
     const size_t first = s.forced.empty() ? 0 : w.tokens.size() - 1;
-    w.allowed = window_masks(s.request.choices, s.spelled, w.tokens, first);
+    for (std::vector<TokenId>& ids : window_masks(s.request.choices, s.spelled, w.tokens, first)) {
+      w.allowed.push_back(ids.empty() ? nullptr : std::make_shared<const TokenMask>(TokenMask::of(info_.vocab_size, ids)));
+    }
+  }
+  if (s.request.constraint != nullptr) {
+    const size_t first = s.forced.empty() ? 0 : w.tokens.size() - 1;
+    w.allowed = constraint_masks(s, w.tokens, first);
   }
   return w;
 }
@@ -486,6 +500,13 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
     } else {
       ev.token = row.token;
       ev.logprob = row.logprob;
+    }
+    if (s.request.constraint != nullptr) {
+      std::string broken = constraint_commit(s, ev.token, ev.forced);
+      if (!broken.empty()) {
+        finish(s, ended(FinishReason::error, std::move(broken)));
+        return;
+      }
     }
     if (s.choosing && !ev.forced) {
       s.spelled.push_back(ev.token);

@@ -77,6 +77,14 @@ class LaneHost final : public Engine {
   // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
   void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);
   Window build_window(Stream& stream) const;
+  // The masks of a window's rows from `first` on under the stream's token constraint (lane_host_constraint.cc).
+  std::vector<std::shared_ptr<const TokenMask>> constraint_masks(const Stream& stream, const std::vector<TokenId>& tokens,
+                                                                 size_t first) const;
+  // What `cursor` allows next, end-of-sequence tokens added where its output is whole; null when it allows nothing.
+  std::shared_ptr<const TokenMask> constraint_mask(const Stream& stream, ConstraintCursor& cursor) const;
+  // Moves the stream's constraint past a committed token; an error message when the token breaks it.
+  std::string constraint_commit(Stream& stream, TokenId token, bool forced) const;
+  bool is_eos(const Stream& stream, TokenId token) const;
   void conclude(Stream& stream, const Window& window, const std::vector<RowResult>& rows);
   void finish(Stream& stream, Finish finish);
   void finish_unadmitted(std::unique_ptr<Stream> stream, FinishReason reason, std::string message);

@@ -10,6 +10,7 @@
 
 #include "lanes/backend.h"
 #include "lanes/choices.h"
+#include "lanes/constraint.h"
 #include "lanes/depth.h"
 #include "lanes/engine_api.h"
 
@@ -34,6 +35,7 @@ struct Stream {
   std::deque<TokenId> forced;            // tokens the engine must emit next (request's, then budget closes)
   bool choosing = false;                 // request.choices constrain the next draws (until one is spelled)
   std::vector<TokenId> spelled;          // tokens drawn under the choice constraint so far
+  std::unique_ptr<ConstraintCursor> cursor;  // request.constraint's position; set once the constraint applies
   std::vector<TokenId> output;           // committed tokens
   std::string output_bytes;              // their bytes, when stop strings are set
   DraftProposal held;                    // drafts for the next window (empty: none)
