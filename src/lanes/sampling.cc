@@ -23,10 +23,16 @@ struct BetterFirst {
   }
 };
 
-TokenId argmax(std::span<const float> logits) {
-  TokenId best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logit_value(logits[i]) > logit_value(logits[best])) best = static_cast<TokenId>(i);
+bool in(const uint64_t* allowed, size_t i) { return allowed == nullptr || ((allowed[i >> 6] >> (i & 63)) & 1u) != 0; }
+
+// The first best logit among the allowed ids (every id when `allowed` is null); -1 when none is allowed.
+TokenId argmax(std::span<const float> logits, const uint64_t* allowed = nullptr) {
+  TokenId best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!in(allowed, i)) continue;
+    if (best < 0 || logit_value(logits[i]) > logit_value(logits[static_cast<size_t>(best)])) {
+      best = static_cast<TokenId>(i);
+    }
   }
   return best;
 }
@@ -42,15 +48,21 @@ std::pair<double, double> log_partition(std::span<const float> logits) {
 
 // Without top-k and top-p no order is needed: the same Gumbel-max over the whole row (min-p filtered) in id
 // order, where a tie goes to the larger logit, then the lower id, exactly as the best-first scan would give.
+// Ids outside `allowed` (when set) are skipped, which draws exactly as the row with their logits at -inf would
+// (such an id could only win while no allowed id has a finite score, where the masked draw falls back to the
+// lowest allowed id, which is what this gives then).
 TokenId sample_unsorted(std::span<const float> logits, const SamplingParams& params, double temperature,
-                        uint64_t seed, int64_t position) {
+                        uint64_t seed, int64_t position, const uint64_t* allowed = nullptr) {
   double top = -std::numeric_limits<double>::infinity();
-  for (float l : logits) top = std::max(top, logit_value(l) / temperature);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (in(allowed, i)) top = std::max(top, logit_value(logits[i]) / temperature);
+  }
   const double floor = params.min_p > 0.0f ? top + std::log(static_cast<double>(params.min_p))
                                            : -std::numeric_limits<double>::infinity();
   TokenId best = -1;
   double best_score = -std::numeric_limits<double>::infinity(), best_x = 0.0;
   for (size_t i = 0; i < logits.size(); ++i) {
+    if (!in(allowed, i)) continue;
     const double x = logit_value(logits[i]) / temperature;
     if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
     const double u = key_uniform(key_bits(seed, position, static_cast<TokenId>(i)));
@@ -70,6 +82,16 @@ uint64_t seed_from_prompt(std::span<const TokenId> prompt) {
   uint64_t h = 0;
   for (TokenId t : prompt) h = splitmix64_mix(h + kGoldenGamma + static_cast<uint32_t>(t));
   return h >> 1;
+}
+
+TokenId sample_keyed_among(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                           int64_t position, const uint64_t* allowed) {
+  if (params.greedy()) return argmax(logits, allowed);
+  if (params.top_p >= 1.0f && params.top_k <= 0) {
+    return sample_unsorted(logits, params, std::max(static_cast<double>(params.temperature), 1e-6), seed, position,
+                           allowed);
+  }
+  return -1;
 }
 
 TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed,

@@ -67,6 +67,12 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
 TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed, int64_t position,
                    std::span<const TokenId> allowed);
 
+// sample_keyed's greedy and unsorted (no top-k, no top-p) draws over the ids whose bit is set in `allowed` (a bitset
+// over the row; null: every id), equal to sample_keyed on the row with every other logit at -inf wherever an allowed
+// id has a finite score; -1 for the sorted draws (top-k / top-p), which the caller runs on a masked copy.
+TokenId sample_keyed_among(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                           int64_t position, const uint64_t* allowed);
+
 // log_softmax(logits)[token] in double, rounded to float (the raw distribution, temperature 1).
 float token_logprob(std::span<const float> logits, TokenId token);
 

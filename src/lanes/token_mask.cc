@@ -26,6 +26,17 @@ std::vector<TokenId> TokenMask::ids() const {
 TokenId draw_masked(std::span<const float> logits, const SamplingParams& params, uint64_t seed, int64_t position,
                     const TokenMask& mask) {
   if (mask.empty()) return sample_keyed(logits, params, seed, position);
+  if (static_cast<size_t>(mask.vocab_size()) >= logits.size()) {
+    // Greedy and unsorted draws skip the other ids instead of copying the row (the same draw).
+    const TokenId drawn = sample_keyed_among(logits, params, seed, position, mask.words());
+    if (drawn >= 0 && mask.contains(drawn)) return drawn;
+    if (drawn >= 0 || params.greedy()) {
+      for (size_t i = 0; i < logits.size(); ++i) {
+        if (mask.contains(static_cast<TokenId>(i))) return static_cast<TokenId>(i);  // the lowest allowed id
+      }
+      return sample_keyed(logits, params, seed, position);  // no allowed id inside the row
+    }
+  }
   std::vector<float> masked(logits.size(), -std::numeric_limits<float>::infinity());  // f32 [V]
   TokenId lowest = -1;
   for (size_t i = 0; i < logits.size(); ++i) {

@@ -30,6 +30,7 @@ class TokenMask {
   bool empty() const { return count_ == 0; }
   // The allowed ids, ascending.
   std::vector<TokenId> ids() const;
+  const uint64_t* words() const { return words_.data(); }
   bool operator==(const TokenMask&) const = default;
 
  private:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "lanes/constraint.h"
 
 namespace dsv4::server {
 
@@ -30,6 +31,10 @@ struct GenerationRequest {
   // engine draws each of them among the tokens that continue one, then generates freely (a forced
   // tool call's name and the markup that closes it, with several tools offered).
   std::vector<std::vector<int32_t>> choices;
+  // Set: every generated token from `constraint_after` on (the token after it; -1: from the first) is one the
+  // constraint allows, and the output ends only where it is whole (structured outputs, strict tool calls).
+  std::shared_ptr<const lanes::TokenConstraint> constraint;
+  int32_t constraint_after = -1;
   Sampling sampling;
   int32_t max_tokens = 16;    // >= 1
   int32_t top_logprobs = 0;   // 0..20 alternatives per token (when logprobs)

@@ -166,6 +166,25 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
     g.prompt = std::move(*ids);
   }
   if (g.prompt.empty()) return err = bad_request(prompt_param, "the prompt has no tokens"), false;
+  if (pr.response_format != ResponseFormat::text) {
+    if (pr.endpoint == Endpoint::chat && pr.tools_offered && pr.tool_choice != ToolChoiceMode::none)
+      return err = bad_request("response_format",
+                               "response_format json_object / json_schema does not combine with tools (unless "
+                               "tool_choice is 'none'); use a strict tool for a structured call"),
+             false;
+    if (pr.has_forced)
+      return err = bad_request("response_format", "response_format does not combine with forced_tokens"), false;
+    if (!core.constraints.response_format(text, body, pr.response_format, g.constraint, err)) return false;
+    if (s.thinking) {
+      // The reasoning block stays free; the constraint starts after the token that closes it.
+      auto close = text.tokenize(text.close_reasoning, false);
+      if (!close.ok() || close->size() != 1)
+        return err = bad_request("response_format", "this model's reasoning end is not one token; turn thinking off "
+                                                    "to use response_format"),
+               false;
+      g.constraint_after = (*close)[0];
+    }
+  }
 
   const int64_t context = text.context_length;
   const int64_t max_prompt = core.options.max_prompt_tokens > 0 ? core.options.max_prompt_tokens

@@ -76,6 +76,8 @@ lanes::Request LanesEngine::to_lanes(const GenerationRequest& r) {
   q.top_logprobs = r.logprobs ? r.top_logprobs : 0;
   q.forced_tokens = r.forced;
   q.choices = r.choices;
+  q.constraint = r.constraint;
+  q.constraint_after = r.constraint_after;
   q.draft = r.draft;
   q.stop_strings = r.stop;
   return q;

@@ -149,12 +149,31 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
     auto t = rf->find("type");
     if (t == rf->end() || !t->is_string())
       return e = bad_request("response_format.type", "'response_format.type' must be a string"), false;
-    if (*t != "text")
+    if (*t == "text") {
+      out.response_format = ResponseFormat::text;
+    } else if (*t == "json_object") {
+      out.response_format = ResponseFormat::json_object;
+    } else if (*t == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object())
+        return e = bad_request("response_format.json_schema",
+                               "response_format 'json_schema' needs a 'json_schema' object"),
+               false;
+      auto schema = js->find("schema");
+      if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
+        return e = bad_request("response_format.json_schema.schema",
+                               "'response_format.json_schema.schema' must be a JSON Schema object"),
+               false;
+      auto strict = js->find("strict");
+      if (strict != js->end() && !strict->is_boolean() && !strict->is_null())
+        return e = wrong_type("response_format.json_schema.strict", "a boolean", *strict), false;
+      out.response_format = ResponseFormat::json_schema;
+    } else {
       return e = bad_request("response_format.type",
-                             fmt::format("response_format '{}' is not supported by this server yet",
-                                         t->get<std::string>()),
-                             "unsupported_parameter"),
+                             fmt::format("unknown response_format type '{}' (text, json_object or json_schema)",
+                                         t->get<std::string>())),
              false;
+    }
   }
 
   if (const json* stop = field(body, "stop")) {

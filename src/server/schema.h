@@ -23,6 +23,9 @@ enum class Endpoint { chat, completions };
 
 enum class ToolChoiceMode { none, automatic, required, named };
 
+// response_format: free text, any JSON object, or a value held to a JSON Schema (structured_output.h).
+enum class ResponseFormat { text, json_object, json_schema };
+
 struct SchemaLimits {
   std::vector<std::string> model_names;  // accepted "model" values (empty: any)
   int32_t vocab_size = 0;                // token ids must be < this (0: unchecked)
@@ -48,6 +51,7 @@ struct ParsedRequest {
   int32_t top_logprobs = 0;
   bool draft = true;
   bool ignore_eos = false;
+  ResponseFormat response_format = ResponseFormat::text;  // json_schema: the schema is read in structured_output.cc
   // forced_tokens: ids, or text to tokenize (forced_is_text).
   bool has_forced = false;
   bool forced_is_text = false;

@@ -15,6 +15,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/schema.h"
+#include "server/structured_output.h"
 
 namespace dsv4::server {
 
@@ -40,6 +41,8 @@ struct Server::Core {
   int drain_requests = 0;
   std::thread drainer;
   std::atomic<bool> stopped{false};
+
+  ConstraintCache constraints;  // response_format and strict tools as token constraints
 
   std::mutex rng_mu;
   std::mt19937_64 rng;

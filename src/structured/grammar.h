@@ -53,7 +53,7 @@ struct Node {
 // Limits that keep every output finite and every state small.
 struct GrammarLimits {
   int32_t max_depth = 48;        // stack frames at once (nesting deeper than this cannot be written)
-  int32_t max_whitespace = 24;   // whitespace bytes in one gap between JSON tokens
+  int32_t max_whitespace = 12;   // whitespace bytes in one gap between JSON tokens (indenting to depth 5 by two)
   int32_t max_int_digits = 16;   // digits before a number's fraction
   int32_t max_frac_digits = 16;  // digits of the fraction
   int32_t max_exp_digits = 2;    // digits of the exponent (every number stays a finite double)

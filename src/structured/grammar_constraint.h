@@ -36,10 +36,11 @@ class GrammarConstraint final : public lanes::TokenConstraint,
   const Matcher& matcher() const { return matcher_; }
   // The tokens whose bytes are all allowed from `state`.
   std::shared_ptr<const lanes::TokenMask> mask(const MatchState& state) const;
+  // The same without the cache (a trie walk every call).
+  std::shared_ptr<const lanes::TokenMask> build(const MatchState& state) const;
   ConstraintStats stats() const;
 
  private:
-  std::shared_ptr<const lanes::TokenMask> build(const MatchState& state) const;
 
   std::shared_ptr<const Vocabulary> vocab_;
   Grammar grammar_;

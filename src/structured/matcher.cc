@@ -312,13 +312,18 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
           case 3:
             if (ws(f, byte)) return true;
             set_phase(f, 2);
-            ++f.a;
+            if (n.max >= 0 || f.a < n.min) ++f.a;  // counted only as far as a bound needs
             if (!push(s, n.child)) return false;
             continue;
         }
         return false;
 
       case NodeKind::string: {
+        // Code points are counted only as far as a bound needs (an unbounded string keeps one state: one mask).
+        const uint32_t cap = n.max >= 0 ? static_cast<uint32_t>(n.max) : static_cast<uint32_t>(n.min);
+        auto count = [&] {
+          if (f.a < cap) ++f.a;
+        };
         const bool room = n.max < 0 || f.a < n.max;
         switch (f.phase) {
           case 0:
@@ -338,11 +343,11 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
             }
             if (byte < 0x20) return false;
             if (byte < 0x80) {
-              ++f.a;
+              count();
               return true;
             }
             if (!utf8_lead(byte, f.b, f.c)) return false;
-            ++f.a;
+            count();
             f.phase = 3;
             return true;
           case 2:
@@ -353,7 +358,7 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
             }
             if (byte == '"' || byte == '\\' || byte == '/' || byte == 'b' || byte == 'f' || byte == 'n' ||
                 byte == 'r' || byte == 't') {
-              ++f.a;
+              count();
               f.phase = 1;
               return true;
             }
@@ -365,7 +370,7 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
           case 4:
             if (!is_hex(byte)) return false;
             if (--f.b == 0) {
-              ++f.a;
+              count();
               f.phase = 1;
             }
             return true;
