@@ -44,7 +44,9 @@ struct Request {
   std::vector<std::string> stop_strings;               // finish when the output bytes contain one of these
   bool logprobs = false;                               // fill TokenEvent::logprob
   int32_t top_logprobs = 0;                            // alternatives per token, 0..20 (needs logprobs)
-  std::vector<TokenId> forced_tokens;                  // the first outputs, scored not sampled (teacher forcing)
+  // The first outputs, scored not sampled (teacher forcing). They never finish the request by EOS, stop sequence or
+  // stop string (a scored text may hold them); stop rules match only in the output after them.
+  std::vector<TokenId> forced_tokens;
   // Non-empty: the tokens drawn right after forced_tokens must spell one of these sequences (each non-empty);
   // every such draw is taken among the tokens that continue a sequence still possible (TokenChoices), then
   // generation runs free once the output after forced_tokens equals one of them (the shortest, when one

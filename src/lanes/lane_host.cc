@@ -498,7 +498,7 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
         return;
       }
     }
-    outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done);
+    outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done, ev.forced);
     events.push_back(std::move(ev));
     if (last && outcome == CommitOutcome::more) break;
   }

@@ -36,6 +36,8 @@ struct Stream {
   std::vector<TokenId> spelled;          // tokens drawn under the choice constraint so far
   std::vector<TokenId> output;           // committed tokens
   std::string output_bytes;              // their bytes, when stop strings are set
+  size_t free_tokens_from = 0;           // output index after the last forced token: stop sequences match after it
+  size_t free_bytes_from = 0;            // output_bytes offset after the last forced token: stop strings start there
   DraftProposal held;                    // drafts for the next window (empty: none)
   bool depth_decided = false;            // drafts asked (or depth 0 chosen) since the last verify
   std::optional<DepthRule> depth;        // drafting requests only
@@ -53,7 +55,12 @@ enum class CommitOutcome {
 
 // Appends one token to the stream's output and applies the finish rules in order: EOS, stop sequence,
 // stop string, max_tokens, context; then the thinking budget.
+//
+// A forced token (forced_tokens, a scored prompt, a thinking-budget close) is given, not generated: EOS, stop
+// sequences and stop strings never finish on it, and a stop sequence or string matches only within the output
+// after the last forced token (a scored text may hold an EOS id or a stop string). max_tokens and the context
+// still apply.
 CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<TokenId>& model_eos,
-                           const TokenBytesFn& token_bytes, Finish* finish);
+                           const TokenBytesFn& token_bytes, Finish* finish, bool forced = false);
 
 }  // namespace dsv4::lanes

@@ -3,6 +3,7 @@
 // client that goes away cancels its engine request.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -120,6 +121,23 @@ std::string name_and_close(const TextSide& text, const std::string& name) {
   return full.substr(open.size());
 }
 
+// Prompt scoring (echo, prompt_logprobs) on the forced_tokens path: the engine's prompt is the first
+// prompt token and the rest are forced, so each comes back with its logprob given its prefix (and
+// its alternatives), ahead of the forced continuation or the generated tokens. max_tokens still
+// counts generated tokens only. The first prompt token has no logprob (nothing precedes it).
+void score_prompt(const ParsedRequest& pr, GenerationRequest& g, AssemblerSetup& s) {
+  const int32_t scored = static_cast<int32_t>(g.prompt.size()) - 1;
+  s.prompt_first = g.prompt.front();
+  s.scored_prompt = scored;
+  s.echo = pr.echo;
+  s.prompt_logprobs = pr.prompt_logprobs;
+  g.forced.insert(g.forced.begin(), g.prompt.begin() + 1, g.prompt.end());
+  g.prompt.resize(1);
+  g.max_tokens += scored;  // may be 0: an echo of a one-token prompt with max_tokens 0
+  g.logprobs = true;
+  g.top_logprobs = std::max(pr.top_logprobs, pr.prompt_logprobs);
+}
+
 // Builds the engine request and the reply setup, or an error naming the field.
 bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
              const TextSide& text, Prepared& out, ApiError& err) {
@@ -210,6 +228,7 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
   if (!pr.seed_given) g.sampling.seed = core.random_u64();
   g.logprobs = pr.logprobs || pr.has_forced;
   g.top_logprobs = pr.top_logprobs;
+  if (pr.echo || pr.prompt_logprobs >= 0) score_prompt(pr, g, s);
   g.draft = pr.draft;
   g.ignore_eos = pr.ignore_eos;
   if (!pr.has_forced) g.stop = pr.stop;  // a forced continuation is scored whole
@@ -222,7 +241,7 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
   s.meta.model = pr.model.empty() ? core.options.model_name : pr.model;
   s.stream = pr.stream;
   s.include_usage = pr.include_usage;
-  s.logprobs = g.logprobs;
+  s.logprobs = pr.logprobs || pr.has_forced;
   s.top_logprobs = pr.top_logprobs;
   s.stop = pr.stop;
   s.forced = pr.has_forced;
@@ -342,13 +361,23 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
   run->channel = std::make_shared<Channel>();
   run->assembler = std::make_unique<Assembler>(prep.setup, *text);
   auto channel = run->channel;
-  auto id = engine->submit(std::move(prep.request),
-                           [channel](GenerationEvent&& e) { channel->push(std::move(e)); });
-  if (!id.ok()) {
-    core.request_done();
-    return send_error(res, error_from_status(id.status()));
+  if (prep.request.max_tokens == 0) {
+    // Nothing for the engine to compute (an echo of a one-token prompt with max_tokens 0): the
+    // reply is the prompt alone. Id 0 is never an engine request, so a cancel of it is ignored.
+    GenerationEvent done;
+    done.done = true;
+    done.finish = Finish::length;
+    done.cached_prompt_tokens = 0;
+    channel->push(std::move(done));
+  } else {
+    auto id = engine->submit(std::move(prep.request),
+                             [channel](GenerationEvent&& e) { channel->push(std::move(e)); });
+    if (!id.ok()) {
+      core.request_done();
+      return send_error(res, error_from_status(id.status()));
+    }
+    run->id = *id;
   }
-  run->id = *id;
   res.set_header("X-Request-Id", prep.setup.meta.id);
   if (pr.stream) serve_stream(run, res);
   else serve_whole(run, req, res);

@@ -108,46 +108,59 @@ TEST_F(LanesEngineTest, HaltEndsWithUnavailable) {
 }
 
 TEST(LanesEngine, StopStringFinishCarriesItsLastTokensAndTheMatchOffset) {
-  // Token t's output bytes are the letter 'a' + t % 26, so forced tokens 10..13 write "klmn" and
-  // the stop string "lm" is completed by token 12 and starts at byte 1 (worked by hand).
-  lanes::FakeBackend backend{lanes::FakeBackendOptions{}};
-  lanes::LaneHostOptions ho;
-  ho.token_bytes = [](lanes::TokenId t) { return std::string(1, static_cast<char>('a' + t % 26)); };
-  lanes::LaneHost host(backend, ho);
-  host.start();
-  LanesEngine engine(host, nullptr);
-  GenerationRequest r;
-  r.prompt = {5, 6, 7};
-  r.forced = {10, 11, 12, 13};
-  r.max_tokens = 8;
-  r.stop = {"zz", "lm"};
-  std::vector<GenerationEvent> events;
-  std::mutex mu;
-  std::condition_variable cv;
-  ASSERT_TRUE(engine
-                  .submit(r,
-                          [&](GenerationEvent&& e) {
-                            std::lock_guard<std::mutex> lock(mu);
-                            events.push_back(std::move(e));
-                            cv.notify_all();
-                          })
-                  .ok());
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
-                            [&] { return !events.empty() && events.back().done; }));
-  }
-  host.stop();
+  // Token t's output bytes are the letter 'a' + t % 26, so forced tokens 10..13 write "klmn". A
+  // first run without stop strings gives the generated tokens g0 g1 g2 ...; with the stop string
+  // spelling g0 g1 g2 the match is completed by g2 and starts at byte 4, right after the forced
+  // bytes. "lm", inside the forced bytes, never matches (forced tokens are scored, not generated).
+  auto letter = [](lanes::TokenId t) { return std::string(1, static_cast<char>('a' + t % 26)); };
+  auto run = [&](const std::vector<std::string>& stop) {
+    lanes::FakeBackend backend{lanes::FakeBackendOptions{}};
+    lanes::LaneHostOptions ho;
+    ho.token_bytes = letter;
+    lanes::LaneHost host(backend, ho);
+    host.start();
+    LanesEngine engine(host, nullptr);
+    GenerationRequest r;
+    r.prompt = {5, 6, 7};
+    r.forced = {10, 11, 12, 13};
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.stop = stop;
+    std::vector<GenerationEvent> events;
+    std::mutex mu;
+    std::condition_variable cv;
+    EXPECT_TRUE(engine
+                    .submit(r,
+                            [&](GenerationEvent&& e) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              events.push_back(std::move(e));
+                              cv.notify_all();
+                            })
+                    .ok());
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
+                              [&] { return !events.empty() && events.back().done; }));
+    }
+    host.stop();
+    return events;
+  };
+  std::vector<int32_t> free_run;
+  for (const auto& e : run({}))
+    for (const auto& t : e.tokens) free_run.push_back(t.token);
+  ASSERT_EQ(free_run.size(), 12u);
+  const std::string stop = letter(free_run[4]) + letter(free_run[5]) + letter(free_run[6]);
+  const std::vector<GenerationEvent> events = run({"lm", stop});
   std::vector<int32_t> tokens;
   for (const auto& e : events)
     for (const auto& t : e.tokens) tokens.push_back(t.token);
-  EXPECT_EQ(tokens, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + 7));
   const GenerationEvent& last = events.back();
   EXPECT_EQ(last.finish, Finish::stop);
-  EXPECT_EQ(last.stop_offset, 1);
+  EXPECT_EQ(last.stop_offset, 4);
   // The token that completed the match travels with the finish, not before it.
   ASSERT_FALSE(last.tokens.empty());
-  EXPECT_EQ(last.tokens.back().token, 12);
+  EXPECT_EQ(last.tokens.back().token, free_run[6]);
   for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].done);
 }
 

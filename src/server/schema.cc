@@ -87,8 +87,9 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
   }
 
   std::optional<int64_t> max_tokens, max_completion;
-  if (!read_int(body, "max_tokens", "max_tokens", 1, limits.max_tokens, max_tokens, e) ||
-      !read_int(body, "max_completion_tokens", "max_completion_tokens", 1, limits.max_tokens,
+  // 0 passes here; validate_scoring allows it only with echo.
+  if (!read_int(body, "max_tokens", "max_tokens", 0, limits.max_tokens, max_tokens, e) ||
+      !read_int(body, "max_completion_tokens", "max_completion_tokens", 0, limits.max_tokens,
                 max_completion, e))
     return false;
   if (max_completion) out.max_tokens = static_cast<int32_t>(*max_completion);
@@ -193,13 +194,7 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
     out.top_logprobs = static_cast<int32_t>(top.value_or(0));
   } else {
     std::optional<int64_t> logprobs;
-    std::optional<bool> echo;
-    if (!read_int(body, "logprobs", "logprobs", 0, limits.max_top_logprobs, logprobs, e) ||
-        !read_bool(body, "echo", "echo", echo, e))
-      return false;
-    if (echo.value_or(false))
-      return e = bad_request("echo", "'echo' is not supported by this server", "unsupported_parameter"),
-             false;
+    if (!read_int(body, "logprobs", "logprobs", 0, limits.max_top_logprobs, logprobs, e)) return false;
     if (field(body, "suffix"))
       return e = bad_request("suffix", "'suffix' is not supported by this server",
                              "unsupported_parameter"),
@@ -226,7 +221,7 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       return e = wrong_type("forced_tokens", "an array of token ids or a string", *f), false;
     }
   }
-  return true;
+  return fields::validate_scoring(ep, body, limits, out, e);
 }
 
 }  // namespace

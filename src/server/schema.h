@@ -40,7 +40,7 @@ struct ParsedRequest {
   std::string model;                   // as sent ("" when absent)
   bool stream = false;
   bool include_usage = false;
-  std::optional<int32_t> max_tokens;   // absent: the server's default
+  std::optional<int32_t> max_tokens;   // absent: the server's default; 0 only with echo
   Sampling sampling;
   bool seed_given = false;
   std::vector<std::string> stop;
@@ -53,6 +53,11 @@ struct ParsedRequest {
   bool forced_is_text = false;
   std::vector<int32_t> forced_ids;
   std::string forced_text;
+
+  // Prompt scoring (schema_scoring.cc): each prompt token's logprob given its prefix, on the
+  // forced_tokens path. echo (completions): the reply's text and logprobs start with the prompt's.
+  bool echo = false;
+  int32_t prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 absent, else alternatives per token
 
   // completions
   bool prompt_is_ids = false;
