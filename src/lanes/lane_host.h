@@ -76,6 +76,10 @@ class LaneHost final : public Engine {
   void run_drafts();
   // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
   void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);
+  // Request::n > 1: opens the other members beside the admitted first (lane_host_fanout.cc).
+  void admit_members(Stream& first);
+  // The first member holds the prompt's rows: copy its state into the members waiting for it.
+  void share_prompt(Stream& first);
   Window build_window(Stream& stream) const;
   void conclude(Stream& stream, const Window& window, const std::vector<RowResult>& rows);
   void finish(Stream& stream, Finish finish);

@@ -27,6 +27,10 @@ struct Stream {
   int64_t max_rows = 0;                  // positions the stream may reach: min(prompt + max_tokens, context)
   int64_t reserved_bytes = 0;            // backend memory held from admission to finish
   int64_t seq = 0;                       // admission order (tie-break for fairness)
+  // Request::n > 1: members share one prefill. The first (choice 0) fills the prompt; the others wait for its state.
+  int32_t choice = 0;                    // member index; RequestId = group + choice
+  RequestId group = 0;                   // the request's id (choice 0's)
+  bool awaiting_prompt = false;          // a member waiting for choice 0's prompt state (no pieces of its own)
 
   bool decoding = false;                 // prompt rows [0, L-1) are in; windows may run
   int64_t rows = 0;                      // rows the backend holds (kept rows only, between rounds)
