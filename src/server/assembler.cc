@@ -207,47 +207,66 @@ std::string Assembler::flush_batch(bool closing) {
     if (!batch_.content.empty()) deltas.push_back({{"content", batch_.content}});
     if (!batch_.tool_calls.empty()) deltas.push_back(tool_calls_delta(batch_.tool_calls));
     if (!role_sent_ && (!deltas.empty() || !lp.empty())) {
-      out += sse_event(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
-                                  setup_.include_usage));
+      out += sse_event(indexed(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
+                                          setup_.include_usage)));
       role_sent_ = true;
     }
     json lpj = lp.empty() ? json(nullptr) : chat_logprobs(lp, text_.token_bytes);
     if (deltas.empty() && !lp.empty()) deltas.push_back(json::object());
     for (size_t i = 0; i < deltas.size(); ++i)
-      out += sse_event(chat_chunk(m, deltas[i], "", i == 0 ? lpj : json(nullptr), setup_.include_usage));
+      out += sse_event(
+          indexed(chat_chunk(m, deltas[i], "", i == 0 ? lpj : json(nullptr), setup_.include_usage)));
   } else if (!batch_text_.empty() || !lp.empty()) {
     json lpj = nullptr;
     const size_t first = logprobs_sent_ - lp.size();
     if (!lp.empty())
       lpj = completion_logprobs(lp, text_.token_bytes, setup_.top_logprobs, offsets(first, lp.size()),
                                 setup_.echo && first == 0);
-    out += sse_event(completion_chunk(m, batch_text_, "", lpj, setup_.include_usage));
+    out += sse_event(indexed(completion_chunk(m, batch_text_, "", lpj, setup_.include_usage)));
   }
   batch_text_.clear();
   batch_ = ChatDelta{};
   return out;
 }
 
-std::string Assembler::finish_sse() {
+std::string Assembler::close_choice_sse() {
   std::string out;
+  if (finish_ == Finish::error) return out;
   const ResponseMeta& m = setup_.meta;
+  if (parser_) {
+    if (!role_sent_)
+      out += sse_event(indexed(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
+                                          setup_.include_usage)));
+    role_sent_ = true;
+    out += sse_event(
+        indexed(chat_chunk(m, json::object(), finish_reason(), nullptr, setup_.include_usage)));
+  } else {
+    out += sse_event(
+        indexed(completion_chunk(m, "", finish_reason(), nullptr, setup_.include_usage)));
+  }
+  return out;
+}
+
+std::string Assembler::finish_sse() {
   if (finish_ == Finish::error) {
     ApiError e = error_from_status(error_.ok() ? Status(StatusCode::internal, "generation failed")
                                                : error_);
-    out += sse_event(e.to_json());
-    return out + sse_done();
+    return sse_event(e.to_json()) + sse_done();
   }
-  if (parser_) {
-    if (!role_sent_)
-      out += sse_event(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
-                                  setup_.include_usage));
-    role_sent_ = true;
-    out += sse_event(chat_chunk(m, json::object(), finish_reason(), nullptr, setup_.include_usage));
-  } else {
-    out += sse_event(completion_chunk(m, "", finish_reason(), nullptr, setup_.include_usage));
-  }
-  if (setup_.include_usage) out += sse_event(usage_chunk(m, parser_ != nullptr, usage()));
+  std::string out = close_choice_sse();
+  if (setup_.include_usage) out += sse_event(usage_chunk(setup_.meta, parser_ != nullptr, usage()));
   return out + sse_done();
+}
+
+json Assembler::indexed(json chunk) const {
+  if (setup_.index != 0) chunk["choices"][0]["index"] = setup_.index;
+  return chunk;
+}
+
+double Assembler::generated_logprob() const {
+  double sum = 0;
+  for (size_t i = static_cast<size_t>(echo_tokens_); i < tokens_.size(); ++i) sum += tokens_[i].logprob;
+  return sum;
 }
 
 json Assembler::reply() const {

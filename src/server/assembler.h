@@ -24,6 +24,7 @@ namespace dsv4::server {
 struct AssemblerSetup {
   Endpoint endpoint = Endpoint::chat;
   ResponseMeta meta;
+  int32_t index = 0;  // the choice's "index" in streamed chunks (n > 1: reply_choices.h)
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
@@ -64,6 +65,9 @@ class Assembler {
   // The closing SSE text: last chunk with finish_reason, the usage chunk, [DONE]; or, when the
   // engine failed, an error event and [DONE].
   std::string finish_sse();
+  // The choice's own closing chunk (with its finish_reason; the role chunk first if none was sent);
+  // "" when the engine failed. finish_sse() starts with it.
+  std::string close_choice_sse();
   // The whole non-streamed reply.
   nlohmann::json reply() const;
 
@@ -71,6 +75,9 @@ class Assembler {
   std::string finish_reason() const;  // stop, length, tool_calls, cancelled, error
   // Generated tokens (an echoed prompt's are not counted).
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()) - echo_tokens_; }
+  // The sum of the generated tokens' logprobs (best_of ranks candidates by it); the engine must
+  // have been asked for logprobs.
+  double generated_logprob() const;
 
  private:
   void append(const TokenOut& token);
@@ -80,6 +87,7 @@ class Assembler {
   void take_delta(ChatDelta& d);
   std::vector<TokenOut> take_logprobs(bool all);
   std::string flush_batch(bool closing);
+  nlohmann::json indexed(nlohmann::json chunk) const;
 
   AssemblerSetup setup_;
   const TextSide& text_;

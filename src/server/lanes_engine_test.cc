@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "lanes/fake_backend.h"
+#include "lanes/fanout.h"
 #include "lanes/lane_host.h"
 
 namespace dsv4::server {
@@ -107,6 +109,78 @@ TEST_F(LanesEngineTest, HaltEndsWithUnavailable) {
   EXPECT_EQ(engine_.stats().running, 0);
 }
 
+// The events of a request with n candidates, by choice.
+struct ByChoice {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int32_t, std::vector<int32_t>> tokens;
+  std::map<int32_t, std::vector<float>> logprobs;
+  std::map<int32_t, int32_t> done;  // done events per choice
+  std::map<int32_t, Finish> finish;
+  int32_t events_after_done = 0;
+
+  EventSink sink() {
+    return [this](GenerationEvent&& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done[e.choice] > 0) ++events_after_done;
+      for (const auto& t : e.tokens) {
+        tokens[e.choice].push_back(t.token);
+        logprobs[e.choice].push_back(t.logprob);
+      }
+      if (e.done) {
+        ++done[e.choice];
+        finish[e.choice] = e.finish;
+      }
+      cv.notify_all();
+    };
+  }
+  bool wait_done(int32_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      int32_t total = 0;
+      for (const auto& [c, k] : done) total += k;
+      return total >= n;
+    });
+  }
+};
+
+TEST_F(LanesEngineTest, ChoicesArriveByIndexEachEqualToItsSoloRequest) {
+  GenerationRequest r = request(6);
+  r.n = 3;
+  ByChoice all;
+  ASSERT_TRUE(engine_.submit(r, all.sink()).ok());
+  ASSERT_TRUE(all.wait_done(3));
+  for (int32_t i = 0; i < 3; ++i) {
+    GenerationRequest solo = request(6);
+    solo.sampling.seed = lanes::member_seed(9, i);
+    ByChoice one;
+    ASSERT_TRUE(engine_.submit(solo, one.sink()).ok());
+    ASSERT_TRUE(one.wait_done(1));
+    std::lock_guard<std::mutex> lock(all.mu);
+    EXPECT_EQ(all.done[i], 1) << i;
+    EXPECT_EQ(all.finish[i], Finish::length) << i;
+    EXPECT_EQ(all.tokens[i], one.tokens[0]) << i;
+    EXPECT_EQ(all.logprobs[i], one.logprobs[0]) << i;
+  }
+  EXPECT_EQ(all.events_after_done, 0);
+  EXPECT_EQ(all.done.size(), 3u);
+  // Different seeds draw different continuations (the hash backend samples by seed).
+  EXPECT_NE(all.tokens[0], all.tokens[1]);
+}
+
+TEST_F(LanesEngineTest, CancelOfTheIdEndsEveryChoice) {
+  GenerationRequest r = request(1000000);
+  r.n = 2;
+  ByChoice all;
+  auto id = engine_.submit(r, all.sink());
+  ASSERT_TRUE(id.ok());
+  engine_.cancel(*id);
+  ASSERT_TRUE(all.wait_done(2));
+  std::lock_guard<std::mutex> lock(all.mu);
+  EXPECT_EQ(all.finish[0], Finish::cancelled);
+  EXPECT_EQ(all.finish[1], Finish::cancelled);
+}
+
 TEST(LanesEngine, StopStringFinishCarriesItsLastTokensAndTheMatchOffset) {
   // Token t's output bytes are the letter 'a' + t % 26, so forced tokens 10..13 write "klmn". A
   // first run without stop strings gives the generated tokens g0 g1 g2 ...; with the stop string
@@ -176,7 +250,9 @@ TEST(LanesEngine, RequestMapping) {
   r.draft = false;
   r.ignore_eos = true;
   r.stop = {"END"};
+  r.n = 5;
   lanes::Request q = LanesEngine::to_lanes(r);
+  EXPECT_EQ(q.n, 5);
   EXPECT_EQ(q.prompt, (std::vector<lanes::TokenId>{1, 2}));
   EXPECT_EQ(q.forced_tokens, (std::vector<lanes::TokenId>{3}));
   EXPECT_EQ(q.choices, (std::vector<std::vector<lanes::TokenId>>{{4, 5}, {6}}));

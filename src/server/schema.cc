@@ -1,6 +1,7 @@
 // Validation of chat and completions request bodies into ParsedRequest (see schema.h): the fields
 // both endpoints share (model, sampling, limits, stop, logprobs, forced_tokens), the completions
-// prompt, and the entry points. Chat's own fields are in schema_chat.cc.
+// prompt, and the entry points. Chat's own fields are in schema_chat.cc, n and best_of in
+// schema_choices.cc.
 #include "server/schema.h"
 
 #include <fmt/format.h>
@@ -63,12 +64,6 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       return false;
     }
   }
-  std::optional<int64_t> n, best_of;
-  if (!read_int(body, "n", "n", 1, 1 << 20, n, e)) return false;
-  if (n && *n != 1) return e = bad_request("n", "only n = 1 is supported"), false;
-  if (!read_int(body, "best_of", "best_of", 1, 1 << 20, best_of, e)) return false;
-  if (best_of && *best_of != 1) return e = bad_request("best_of", "only best_of = 1 is supported"), false;
-
   std::optional<bool> stream, draft, ignore_eos;
   if (!read_bool(body, "stream", "stream", stream, e) || !read_bool(body, "draft", "draft", draft, e) ||
       !read_bool(body, "ignore_eos", "ignore_eos", ignore_eos, e))
@@ -221,7 +216,8 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       return e = wrong_type("forced_tokens", "an array of token ids or a string", *f), false;
     }
   }
-  return fields::validate_scoring(ep, body, limits, out, e);
+  return fields::validate_scoring(ep, body, limits, out, e) &&
+         fields::validate_choices(ep, body, limits, out, e);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct SchemaLimits {
   int32_t max_messages = 4096;
   int32_t max_tools = 128;
   int32_t max_json_depth = 64;           // nesting depth of the whole body
+  int32_t max_n = 16;                    // choices per request: n, and best_of on completions
 };
 
 struct ParsedRequest {
@@ -48,6 +49,10 @@ struct ParsedRequest {
   int32_t top_logprobs = 0;
   bool draft = true;
   bool ignore_eos = false;
+  // Choices (schema_choices.cc): the reply's n choices, drawn as the best n of best_of candidates
+  // (ranked by the cumulative logprob of their generated tokens) when best_of > n.
+  int32_t n = 1;
+  int32_t best_of = 1;  // >= n; completions only (chat takes only 1)
   // forced_tokens: ids, or text to tokenize (forced_is_text).
   bool has_forced = false;
   bool forced_is_text = false;

@@ -47,4 +47,9 @@ bool validate_chat(const json& body, const SchemaLimits& limits, ParsedRequest& 
 bool validate_scoring(Endpoint ep, const json& body, const SchemaLimits& limits, ParsedRequest& out,
                       ApiError& e);
 
+// n and best_of (schema_choices.cc). Runs last: it checks them against stream and the scoring
+// fields.
+bool validate_choices(Endpoint ep, const json& body, const SchemaLimits& limits, ParsedRequest& out,
+                      ApiError& e);
+
 }  // namespace dsv4::server::fields
