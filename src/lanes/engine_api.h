@@ -38,6 +38,11 @@ struct Request {
   std::vector<TokenId> prompt;                         // rendered prompt ids; size >= 1
   SamplingParams sampling;                             // greedy by default
   std::optional<uint64_t> seed;                        // absent: seed_from_prompt(prompt)
+  // Choices drawn from one prefill of the prompt (OpenAI's n), 1..max_streams: member i has RequestId
+  // (submit's id) + i and seed member_seed(seed, i) (lanes/fanout.h); its events carry `choice` i. The prompt is
+  // filled once, its state copied into the other members; admission reserves all n streams together. cancel of
+  // submit's id cancels every member.
+  int32_t n = 1;
   int32_t max_tokens = 256;                            // generated tokens at most (forced ones included); >= 1
   std::vector<TokenId> eos_ids;                        // added to the model's eos ids
   bool ignore_eos = false;                             // true: EOS does not finish (benchmarks)
@@ -45,7 +50,9 @@ struct Request {
   std::vector<std::string> stop_strings;               // finish when the output bytes contain one of these
   bool logprobs = false;                               // fill TokenEvent::logprob
   int32_t top_logprobs = 0;                            // alternatives per token, 0..20 (needs logprobs)
-  std::vector<TokenId> forced_tokens;                  // the first outputs, scored not sampled (teacher forcing)
+  // The first outputs, scored not sampled (teacher forcing). They never finish the request by EOS, stop sequence or
+  // stop string (a scored text may hold them); stop rules match only in the output after them.
+  std::vector<TokenId> forced_tokens;
   // Non-empty: the tokens drawn right after forced_tokens must spell one of these sequences (each non-empty);
   // every such draw is taken among the tokens that continue a sequence still possible (TokenChoices), then
   // generation runs free once the output after forced_tokens equals one of them (the shortest, when one
@@ -69,6 +76,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> top;  // best alternatives, when Request::top_logprobs > 0
   bool forced = false;            // from forced_tokens or a thinking-budget close, not drawn
   bool last = false;              // the request's final token: on_finish follows at once
+  int32_t choice = 0;             // the member (0..Request::n - 1) the token belongs to
 };
 
 enum class FinishReason { stop, length, cancelled, error };
@@ -89,6 +97,7 @@ struct Finish {
   StopKind stop_kind = StopKind::none;
   int32_t stop_index = -1;        // index into stop_sequences or stop_strings
   int64_t stop_byte_offset = -1;  // StopKind::string: where the match starts in the output bytes
+  int32_t choice = 0;             // the member (0..Request::n - 1) that finished
   Usage usage;
 };
 
@@ -98,7 +107,7 @@ class EventSink {
   virtual ~EventSink() = default;
   // Tokens committed this round, in order (a drafted round may commit several).
   virtual void on_tokens(RequestId id, std::span<const TokenEvent> tokens) = 0;
-  // The request's last event; called exactly once for every submitted request.
+  // The request's last event; called exactly once for every submitted request (each of its n members).
   virtual void on_finish(RequestId id, const Finish& finish) = 0;
   // Prompt progress after each piece (rows in the stream / prompt length); lets the server send keepalives.
   virtual void on_prefill(RequestId id, int64_t rows_done, int64_t rows_total) {}

@@ -67,6 +67,9 @@ Status LaneHost::validate(const Request& r) const {
                  info_.max_context);
   }
   if (r.max_tokens < 1) return error(StatusCode::invalid_argument, "max_tokens {} is below 1", r.max_tokens);
+  if (r.n < 1 || r.n > info_.max_streams) {
+    return error(StatusCode::invalid_argument, "n {} is outside [1, {}] (the backend's streams)", r.n, info_.max_streams);
+  }
   const SamplingParams& s = r.sampling;
   if (!(s.temperature >= 0.0f)) return error(StatusCode::invalid_argument, "temperature {} is negative", s.temperature);
   if (s.top_k < 0) return error(StatusCode::invalid_argument, "top_k {} is negative", s.top_k);
@@ -108,7 +111,7 @@ Status LaneHost::validate(const Request& r) const {
     return error(StatusCode::invalid_argument, "a thinking budget needs close tokens");
   }
   const int64_t max_rows = std::min<int64_t>(prompt + r.max_tokens, info_.max_context);
-  const int64_t bytes = backend_.stream_bytes(max_rows);
+  const int64_t bytes = backend_.stream_bytes(max_rows) * r.n;
   if (bytes > info_.memory_budget_bytes) {
     return error(StatusCode::resource_exhausted,
                  "a request of {} positions needs {} bytes of stream memory; the backend has {} in all", max_rows, bytes,
@@ -124,8 +127,9 @@ StatusOr<RequestId> LaneHost::submit(Request request, std::shared_ptr<EventSink>
   if (queued_count_ >= options_.max_queue) {
     return error(StatusCode::resource_exhausted, "the queue holds {} requests already", queued_count_);
   }
-  const RequestId id = next_id_++;
-  ++in_flight_;
+  const RequestId id = next_id_;
+  next_id_ += static_cast<RequestId>(request.n);  // member i is id + i
+  in_flight_ += request.n;
   ++queued_count_;
   inbox_.push_back({id, std::move(request), std::move(sink)});
   wake_.notify_all();
@@ -240,6 +244,7 @@ void LaneHost::take_inbox() {
   for (Submitted& sub : inbox) {
     auto stream = std::make_unique<Stream>();
     stream->id = sub.id;
+    stream->group = sub.id;
     stream->request = std::move(sub.request);
     stream->sink = std::move(sub.sink);
     const Request& r = stream->request;
@@ -258,7 +263,7 @@ void LaneHost::take_inbox() {
       }
     }
     for (auto& stream : running_) {
-      if (stream && stream->id == id) finish(*stream, ended(FinishReason::cancelled, "cancelled"));
+      if (stream && (stream->id == id || stream->group == id)) finish(*stream, ended(FinishReason::cancelled, "cancelled"));
     }
   }
   drop_finished();
@@ -288,8 +293,9 @@ void LaneHost::admit() {
   for (auto& queue : queue_) {
     while (!queue.empty()) {
       Stream& s = *queue.front();
-      if (static_cast<int32_t>(running_.size()) >= info_.max_streams) return;
-      if (reserved_bytes_ + s.reserved_bytes > info_.memory_budget_bytes) return;  // head of line waits
+      // All n members of a request are admitted together.
+      if (static_cast<int32_t>(running_.size()) + s.request.n > info_.max_streams) return;
+      if (reserved_bytes_ + s.reserved_bytes * s.request.n > info_.memory_budget_bytes) return;  // head of line waits
       std::unique_ptr<Stream> stream = std::move(queue.front());
       queue.pop_front();
       {
@@ -337,7 +343,9 @@ void LaneHost::admit() {
         stream->decoding = true;
         stream->pending = r.prompt.back();
       }
+      Stream& first = *stream;
       running_.push_back(std::move(stream));
+      if (first.request.n > 1) admit_members(first);
     }
   }
 }
@@ -368,7 +376,7 @@ void LaneHost::choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& o
   const int64_t page = options_.cache != nullptr ? options_.cache->page_tokens() : 0;
   for (auto& stream : running_) {
     if (budget == 0) break;
-    if (stream->decoding) continue;
+    if (stream->decoding || stream->awaiting_prompt) continue;
     const int64_t prompt_rows = static_cast<int64_t>(stream->request.prompt.size()) - 1;
     int64_t end = std::min(stream->rows + budget, prompt_rows);
     // End on a page boundary when one lies inside the piece, so the cache can keep a snapshot there (the
@@ -398,6 +406,7 @@ void LaneHost::after_pieces(const std::vector<Piece>& pieces, const std::vector<
     if (s.rows == prompt_rows) {
       s.decoding = true;
       s.pending = s.request.prompt.back();
+      if (s.request.n > 1 && s.choice == 0) share_prompt(s);
     }
   }
 }
@@ -485,6 +494,7 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
     const RowResult& row = rows[i];
     TokenEvent ev;
     ev.top = row.top;
+    ev.choice = s.choice;
     bool last = true;
     if (i + 1 < w.tokens.size() && forced_window) {
       ev.token = w.tokens[i + 1];
@@ -519,7 +529,7 @@ void LaneHost::conclude(Stream& s, const Window& w, const std::vector<RowResult>
         return;
       }
     }
-    outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done);
+    outcome = commit_token(s, ev.token, info_.eos_ids, options_.token_bytes, &done, ev.forced);
     events.push_back(std::move(ev));
     if (last && outcome == CommitOutcome::more) break;
   }
@@ -574,7 +584,14 @@ void LaneHost::finish(Stream& s, Finish done) {
   reserved_bytes_ -= s.reserved_bytes;
   s.sid = 0;
   done.usage = s.usage;
+  done.choice = s.choice;
   if (s.sink) s.sink->on_finish(s.id, done);
+  // Members still waiting for this one's prompt (it failed or was cancelled alone) fill it themselves.
+  if (s.request.n > 1 && s.choice == 0) {
+    for (auto& other : running_) {
+      if (other->group == s.id && other->awaiting_prompt) other->awaiting_prompt = false;
+    }
+  }
   std::lock_guard lock(mutex_);
   --in_flight_;
   if (in_flight_ == 0) idle_.notify_all();
@@ -584,10 +601,15 @@ void LaneHost::finish_unadmitted(std::unique_ptr<Stream> stream, FinishReason re
   Finish done = ended(reason, std::move(message));
   done.usage = stream->usage;
   done.usage.prompt_tokens = static_cast<int64_t>(stream->request.prompt.size());
-  if (stream->sink) stream->sink->on_finish(stream->id, done);
+  // A request that never ran finishes all its members (members are opened only after the first).
+  const int32_t members = stream->choice == 0 ? stream->request.n : 1;
+  for (int32_t i = 0; i < members; ++i) {
+    done.choice = stream->choice + i;
+    if (stream->sink) stream->sink->on_finish(stream->id + static_cast<RequestId>(i), done);
+  }
   std::lock_guard lock(mutex_);
   if (stream->sid == 0) --queued_count_;
-  --in_flight_;
+  in_flight_ -= members;
   if (in_flight_ == 0) idle_.notify_all();
 }
 

@@ -76,6 +76,10 @@ class LaneHost final : public Engine {
   void run_drafts();
   // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
   void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);
+  // Request::n > 1: opens the other members beside the admitted first (lane_host_fanout.cc).
+  void admit_members(Stream& first);
+  // The first member holds the prompt's rows: copy its state into the members waiting for it.
+  void share_prompt(Stream& first);
   Window build_window(Stream& stream) const;
   // The masks of a window's rows from `first` on under the stream's token constraint (lane_host_constraint.cc).
   std::vector<std::shared_ptr<const TokenMask>> constraint_masks(const Stream& stream, const std::vector<TokenId>& tokens,

@@ -15,10 +15,15 @@ bool ends_with(const std::vector<TokenId>& output, const std::vector<TokenId>& t
 }  // namespace
 
 CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<TokenId>& model_eos,
-                           const TokenBytesFn& token_bytes, Finish* finish) {
+                           const TokenBytesFn& token_bytes, Finish* finish, bool forced) {
   const Request& request = stream.request;
   stream.output.push_back(token);
   stream.usage.completion_tokens++;
+  if (forced) {
+    if (!request.stop_strings.empty()) stream.output_bytes += token_bytes(token);
+    stream.free_tokens_from = stream.output.size();
+    stream.free_bytes_from = stream.output_bytes.size();
+  }
   auto stop = [&](StopKind kind, int32_t index, int64_t offset) {
     finish->reason = FinishReason::stop;
     finish->stop_kind = kind;
@@ -27,15 +32,17 @@ CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<Toke
     return CommitOutcome::finished;
   };
 
-  if (!request.ignore_eos) {
+  if (!forced && !request.ignore_eos) {
     const bool eos = std::find(model_eos.begin(), model_eos.end(), token) != model_eos.end() ||
                      std::find(request.eos_ids.begin(), request.eos_ids.end(), token) != request.eos_ids.end();
     if (eos) return stop(StopKind::eos, -1, -1);
   }
-  for (size_t i = 0; i < request.stop_sequences.size(); ++i) {
-    if (ends_with(stream.output, request.stop_sequences[i])) return stop(StopKind::sequence, static_cast<int32_t>(i), -1);
+  for (size_t i = 0; i < request.stop_sequences.size() && !forced; ++i) {
+    const size_t free = stream.output.size() - stream.free_tokens_from;
+    if (request.stop_sequences[i].size() <= free && ends_with(stream.output, request.stop_sequences[i]))
+      return stop(StopKind::sequence, static_cast<int32_t>(i), -1);
   }
-  if (!request.stop_strings.empty()) {
+  if (!forced && !request.stop_strings.empty()) {
     const size_t before = stream.output_bytes.size();
     stream.output_bytes += token_bytes(token);
     // The earliest match that the new bytes complete (a match wholly inside older bytes would have stopped).
@@ -44,7 +51,7 @@ CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<Toke
     for (size_t i = 0; i < request.stop_strings.size(); ++i) {
       const std::string& s = request.stop_strings[i];
       if (s.empty()) continue;
-      const size_t from = before >= s.size() - 1 ? before - (s.size() - 1) : 0;
+      const size_t from = std::max(before >= s.size() - 1 ? before - (s.size() - 1) : 0, stream.free_bytes_from);
       const size_t at = stream.output_bytes.find(s, from);
       if (at != std::string::npos && (best_offset < 0 || static_cast<int64_t>(at) < best_offset)) {
         best_offset = static_cast<int64_t>(at);

@@ -28,6 +28,10 @@ struct Stream {
   int64_t max_rows = 0;                  // positions the stream may reach: min(prompt + max_tokens, context)
   int64_t reserved_bytes = 0;            // backend memory held from admission to finish
   int64_t seq = 0;                       // admission order (tie-break for fairness)
+  // Request::n > 1: members share one prefill. The first (choice 0) fills the prompt; the others wait for its state.
+  int32_t choice = 0;                    // member index; RequestId = group + choice
+  RequestId group = 0;                   // the request's id (choice 0's)
+  bool awaiting_prompt = false;          // a member waiting for choice 0's prompt state (no pieces of its own)
 
   bool decoding = false;                 // prompt rows [0, L-1) are in; windows may run
   int64_t rows = 0;                      // rows the backend holds (kept rows only, between rounds)
@@ -38,6 +42,8 @@ struct Stream {
   std::unique_ptr<ConstraintCursor> cursor;  // request.constraint's position; set once the constraint applies
   std::vector<TokenId> output;           // committed tokens
   std::string output_bytes;              // their bytes, when stop strings are set
+  size_t free_tokens_from = 0;           // output index after the last forced token: stop sequences match after it
+  size_t free_bytes_from = 0;            // output_bytes offset after the last forced token: stop strings start there
   DraftProposal held;                    // drafts for the next window (empty: none)
   bool depth_decided = false;            // drafts asked (or depth 0 chosen) since the last verify
   std::optional<DepthRule> depth;        // drafting requests only
@@ -55,7 +61,12 @@ enum class CommitOutcome {
 
 // Appends one token to the stream's output and applies the finish rules in order: EOS, stop sequence,
 // stop string, max_tokens, context; then the thinking budget.
+//
+// A forced token (forced_tokens, a scored prompt, a thinking-budget close) is given, not generated: EOS, stop
+// sequences and stop strings never finish on it, and a stop sequence or string matches only within the output
+// after the last forced token (a scored text may hold an EOS id or a stop string). max_tokens and the context
+// still apply.
 CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<TokenId>& model_eos,
-                           const TokenBytesFn& token_bytes, Finish* finish);
+                           const TokenBytesFn& token_bytes, Finish* finish, bool forced = false);
 
 }  // namespace dsv4::lanes

@@ -78,6 +78,7 @@ inline std::vector<TokenId> serial_reference(const FakeBackend& fake, const Requ
   std::vector<TokenId> out;
   std::vector<TokenId> forced(r.forced_tokens.begin(), r.forced_tokens.end());
   size_t forced_at = 0;
+  size_t free_from = 0;  // outputs before this index include a forced token
   bool thinking = r.thinking.max_tokens >= 0;
   int32_t think_count = 0;
   const int64_t max_rows = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens,
@@ -85,13 +86,18 @@ inline std::vector<TokenId> serial_reference(const FakeBackend& fake, const Requ
   for (;;) {
     h = FakeBackend::chain(h, position, feed);
     TokenId token = sample_keyed(fake.logits(h), r.sampling, seed, position + 1);
-    if (forced_at < forced.size()) token = forced[forced_at++];
+    const bool is_forced = forced_at < forced.size();
+    if (is_forced) token = forced[forced_at++];
     ++position;
     out.push_back(token);
-    if (!r.ignore_eos && (std::count(eos.begin(), eos.end(), token) || std::count(r.eos_ids.begin(), r.eos_ids.end(), token))) break;
+    // A forced token never finishes by EOS or a stop sequence, and a sequence matches only after the last one.
+    if (is_forced) free_from = out.size();
+    if (!is_forced && !r.ignore_eos &&
+        (std::count(eos.begin(), eos.end(), token) || std::count(r.eos_ids.begin(), r.eos_ids.end(), token))) break;
     bool stopped = false;
     for (const auto& seq : r.stop_sequences) {
-      if (out.size() >= seq.size() && std::equal(seq.begin(), seq.end(), out.end() - seq.size())) stopped = true;
+      if (!is_forced && out.size() - free_from >= seq.size() && std::equal(seq.begin(), seq.end(), out.end() - seq.size()))
+        stopped = true;
     }
     if (stopped) break;
     if (static_cast<int64_t>(out.size()) >= r.max_tokens ||

@@ -22,6 +22,51 @@ Assembler::Assembler(AssemblerSetup setup, const TextSide& text)
     parser_->push(setup_.call_opening, d);
     take_delta(d);
   }
+  if (setup_.echo) {
+    // The echo starts with the prompt's first token, which no row scores.
+    append(TokenOut{setup_.prompt_first, 0.0f, {}});
+    echo_tokens_ = 1;
+    echo_bytes_ = bytes_.size();
+    release(bytes_.size(), false);
+  }
+}
+
+// A token joins the output: its bytes, its text offset, its logprobs (alternatives cut to the
+// request's count; a scored prompt may have asked the engine for more).
+void Assembler::append(const TokenOut& token) {
+  token_start_.push_back(bytes_.size());
+  token_chars_.push_back(chars_);
+  const std::string b = text_.output_bytes(token.token);
+  for (unsigned char c : b) chars_ += (c & 0xC0) != 0x80;
+  bytes_ += b;
+  tokens_.push_back(token);
+  if (tokens_.back().top.size() > static_cast<size_t>(setup_.top_logprobs))
+    tokens_.back().top.resize(static_cast<size_t>(setup_.top_logprobs));
+}
+
+// Takes the token when it is one of the scored prompt's: kept for prompt_logprobs, echoed (never
+// held back: stop strings apply to generated text only). Returns false for a generated token.
+bool Assembler::take_prompt_token(const TokenOut& token) {
+  if (prompt_seen_ >= setup_.scored_prompt) return false;
+  ++prompt_seen_;
+  engine_prompt_bytes_ += text_.output_bytes(token.token).size();
+  if (setup_.prompt_logprobs >= 0) {
+    prompt_scored_.push_back(token);
+    if (prompt_scored_.back().top.size() > static_cast<size_t>(setup_.prompt_logprobs))
+      prompt_scored_.back().top.resize(static_cast<size_t>(setup_.prompt_logprobs));
+  }
+  if (setup_.echo) {
+    append(token);
+    ++echo_tokens_;
+    echo_bytes_ = bytes_.size();
+    release(bytes_.size(), false);
+  }
+  return true;
+}
+
+std::vector<int64_t> Assembler::offsets(size_t first, size_t count) const {
+  return std::vector<int64_t>(token_chars_.begin() + static_cast<ptrdiff_t>(first),
+                              token_chars_.begin() + static_cast<ptrdiff_t>(first + count));
 }
 
 std::string Assembler::feed(const GenerationEvent& event) {
@@ -30,9 +75,8 @@ std::string Assembler::feed(const GenerationEvent& event) {
   // Token by token, so reasoning and logprobs align with the text each token released.
   const bool use_stops = !setup_.forced && !setup_.stop.empty();
   for (size_t i = 0; i < event.tokens.size() && !finished_; ++i) {
-    token_start_.push_back(bytes_.size());
-    bytes_ += text_.output_bytes(event.tokens[i].token);
-    tokens_.push_back(event.tokens[i]);
+    if (take_prompt_token(event.tokens[i])) continue;
+    append(event.tokens[i]);
     // The last token of a stop-string finish completed the match; every earlier one left no whole
     // stop string in bytes_, so holding back possible starts suffices (stop_text.h).
     if (event.done && event.stop_offset >= 0 && i + 1 == event.tokens.size()) break;
@@ -44,8 +88,13 @@ std::string Assembler::feed(const GenerationEvent& event) {
     size_t end = bytes_.size();
     // A stop string matched: the reply ends where the match starts. Nothing at or after that
     // offset was released, so the clamp only guards a misbehaving engine.
-    if (event.stop_offset >= 0)
-      end = std::clamp(static_cast<size_t>(event.stop_offset), released_, bytes_.size());
+    // The engine's offset counts the scored prompt tokens' bytes (they are its forced output); the
+    // reply's bytes start with the echo, or with the generated tokens.
+    if (event.stop_offset >= 0) {
+      const int64_t at = event.stop_offset - static_cast<int64_t>(engine_prompt_bytes_) +
+                         static_cast<int64_t>(echo_bytes_);
+      end = std::clamp(static_cast<size_t>(std::max<int64_t>(at, 0)), released_, bytes_.size());
+    }
     release(end, true);
     finish_ = event.finish;
     error_ = event.error;
@@ -158,59 +207,89 @@ std::string Assembler::flush_batch(bool closing) {
     if (!batch_.content.empty()) deltas.push_back({{"content", batch_.content}});
     if (!batch_.tool_calls.empty()) deltas.push_back(tool_calls_delta(batch_.tool_calls));
     if (!role_sent_ && (!deltas.empty() || !lp.empty())) {
-      out += sse_event(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
-                                  setup_.include_usage));
+      out += sse_event(indexed(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
+                                          setup_.include_usage)));
       role_sent_ = true;
     }
     json lpj = lp.empty() ? json(nullptr) : chat_logprobs(lp, text_.token_bytes);
     if (deltas.empty() && !lp.empty()) deltas.push_back(json::object());
     for (size_t i = 0; i < deltas.size(); ++i)
-      out += sse_event(chat_chunk(m, deltas[i], "", i == 0 ? lpj : json(nullptr), setup_.include_usage));
+      out += sse_event(
+          indexed(chat_chunk(m, deltas[i], "", i == 0 ? lpj : json(nullptr), setup_.include_usage)));
   } else if (!batch_text_.empty() || !lp.empty()) {
     json lpj = nullptr;
+    const size_t first = logprobs_sent_ - lp.size();
     if (!lp.empty())
-      lpj = completion_logprobs(lp, text_.token_bytes, setup_.top_logprobs,
-                                static_cast<int64_t>(token_start_[logprobs_sent_ - lp.size()]));
-    out += sse_event(completion_chunk(m, batch_text_, "", lpj, setup_.include_usage));
+      lpj = completion_logprobs(lp, text_.token_bytes, setup_.top_logprobs, offsets(first, lp.size()),
+                                setup_.echo && first == 0);
+    out += sse_event(indexed(completion_chunk(m, batch_text_, "", lpj, setup_.include_usage)));
   }
   batch_text_.clear();
   batch_ = ChatDelta{};
   return out;
 }
 
-std::string Assembler::finish_sse() {
+std::string Assembler::close_choice_sse() {
   std::string out;
+  if (finish_ == Finish::error) return out;
   const ResponseMeta& m = setup_.meta;
+  if (parser_) {
+    if (!role_sent_)
+      out += sse_event(indexed(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
+                                          setup_.include_usage)));
+    role_sent_ = true;
+    out += sse_event(
+        indexed(chat_chunk(m, json::object(), finish_reason(), nullptr, setup_.include_usage)));
+  } else {
+    out += sse_event(
+        indexed(completion_chunk(m, "", finish_reason(), nullptr, setup_.include_usage)));
+  }
+  return out;
+}
+
+std::string Assembler::finish_sse() {
   if (finish_ == Finish::error) {
     ApiError e = error_from_status(error_.ok() ? Status(StatusCode::internal, "generation failed")
                                                : error_);
-    out += sse_event(e.to_json());
-    return out + sse_done();
+    return sse_event(e.to_json()) + sse_done();
   }
-  if (parser_) {
-    if (!role_sent_)
-      out += sse_event(chat_chunk(m, {{"role", "assistant"}, {"content", ""}}, "", nullptr,
-                                  setup_.include_usage));
-    role_sent_ = true;
-    out += sse_event(chat_chunk(m, json::object(), finish_reason(), nullptr, setup_.include_usage));
-  } else {
-    out += sse_event(completion_chunk(m, "", finish_reason(), nullptr, setup_.include_usage));
-  }
-  if (setup_.include_usage) out += sse_event(usage_chunk(m, parser_ != nullptr, usage()));
+  std::string out = close_choice_sse();
+  if (setup_.include_usage) out += sse_event(usage_chunk(setup_.meta, parser_ != nullptr, usage()));
   return out + sse_done();
+}
+
+json Assembler::indexed(json chunk) const {
+  if (setup_.index != 0) chunk["choices"][0]["index"] = setup_.index;
+  return chunk;
+}
+
+double Assembler::generated_logprob() const {
+  double sum = 0;
+  for (size_t i = static_cast<size_t>(echo_tokens_); i < tokens_.size(); ++i) sum += tokens_[i].logprob;
+  return sum;
 }
 
 json Assembler::reply() const {
   if (!parser_) {
-    json lp = setup_.logprobs ? completion_logprobs(all_logprobs_, text_.token_bytes,
-                                                    setup_.top_logprobs, 0)
-                              : json(nullptr);
-    return text_completion(setup_.meta, text_out_, finish_reason(), lp, usage());
+    json lp = setup_.logprobs
+                  ? completion_logprobs(all_logprobs_, text_.token_bytes, setup_.top_logprobs,
+                                        offsets(0, all_logprobs_.size()), setup_.echo)
+                  : json(nullptr);
+    json r = text_completion(setup_.meta, text_out_, finish_reason(), lp, usage());
+    // vLLM's place for them on completions: in the choice.
+    if (setup_.prompt_logprobs >= 0)
+      r["choices"][0]["prompt_logprobs"] =
+          prompt_logprobs_json(prompt_scored_, text_.token_bytes, setup_.prompt_logprobs);
+    return r;
   }
   ChatMessageOut msg = message_;
   for (const auto& [index, call] : calls_) msg.tool_calls.push_back(call);
   json lp = setup_.logprobs ? chat_logprobs(all_logprobs_, text_.token_bytes) : json(nullptr);
-  return chat_completion(setup_.meta, msg, finish_reason(), lp, usage());
+  json r = chat_completion(setup_.meta, msg, finish_reason(), lp, usage());
+  // vLLM's place for them on chat: beside the choices.
+  if (setup_.prompt_logprobs >= 0)
+    r["prompt_logprobs"] = prompt_logprobs_json(prompt_scored_, text_.token_bytes, setup_.prompt_logprobs);
+  return r;
 }
 
 Usage Assembler::usage() const {

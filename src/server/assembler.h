@@ -24,6 +24,7 @@ namespace dsv4::server {
 struct AssemblerSetup {
   Endpoint endpoint = Endpoint::chat;
   ResponseMeta meta;
+  int32_t index = 0;  // the choice's "index" in streamed chunks (n > 1: reply_choices.h)
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
@@ -38,6 +39,14 @@ struct AssemblerSetup {
   bool forced_call = false;
   std::string call_opening;
   int32_t prompt_tokens = 0;
+  // Prompt scoring (echo, prompt_logprobs): the engine's first `scored_prompt` tokens are the
+  // prompt's tokens after `prompt_first`, forced, with their logprobs. echo: the reply's text and
+  // logprobs start with the whole prompt (the first token's logprob null); prompt_logprobs >= 0:
+  // vLLM's prompt_logprobs list with that many alternatives.
+  int32_t scored_prompt = 0;
+  int32_t prompt_first = 0;
+  bool echo = false;
+  int32_t prompt_logprobs = -1;
 };
 
 class Assembler {
@@ -56,18 +65,29 @@ class Assembler {
   // The closing SSE text: last chunk with finish_reason, the usage chunk, [DONE]; or, when the
   // engine failed, an error event and [DONE].
   std::string finish_sse();
+  // The choice's own closing chunk (with its finish_reason; the role chunk first if none was sent);
+  // "" when the engine failed. finish_sse() starts with it.
+  std::string close_choice_sse();
   // The whole non-streamed reply.
   nlohmann::json reply() const;
 
   Usage usage() const;
   std::string finish_reason() const;  // stop, length, tool_calls, cancelled, error
-  int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  // Generated tokens (an echoed prompt's are not counted).
+  int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()) - echo_tokens_; }
+  // The sum of the generated tokens' logprobs (best_of ranks candidates by it); the engine must
+  // have been asked for logprobs.
+  double generated_logprob() const;
 
  private:
+  void append(const TokenOut& token);
+  bool take_prompt_token(const TokenOut& token);
+  std::vector<int64_t> offsets(size_t first, size_t count) const;
   void release(size_t end, bool final);
   void take_delta(ChatDelta& d);
   std::vector<TokenOut> take_logprobs(bool all);
   std::string flush_batch(bool closing);
+  nlohmann::json indexed(nlohmann::json chunk) const;
 
   AssemblerSetup setup_;
   const TextSide& text_;
@@ -77,6 +97,14 @@ class Assembler {
   std::vector<TokenOut> tokens_;
   std::string bytes_;                // the output bytes (TextSide::output_bytes of each token)
   std::vector<size_t> token_start_;  // offset of each token's bytes in bytes_
+  std::vector<int64_t> token_chars_; // characters of bytes_ before each token (text_offset)
+  int64_t chars_ = 0;                // characters in bytes_ (UTF-8 lead bytes)
+  // Prompt scoring: the engine's first scored_prompt tokens are prompt tokens.
+  int32_t prompt_seen_ = 0;          // of them, taken so far
+  size_t engine_prompt_bytes_ = 0;   // their output bytes (the engine's stop offsets count them)
+  int32_t echo_tokens_ = 0;          // leading tokens_ that echo the prompt
+  size_t echo_bytes_ = 0;            // bytes_ they take
+  std::vector<TokenOut> prompt_scored_;  // for prompt_logprobs
   size_t released_ = 0;              // bytes of bytes_ passed on (to the text stream)
   size_t logprobs_sent_ = 0;
   int32_t cached_ = 0;
@@ -97,7 +125,6 @@ class Assembler {
   ChatDelta batch_;
   bool role_sent_ = false;
   bool tool_calls_seen_ = false;
-  int64_t text_offset_ = 0;   // completions text_offset of the next logprobs entry
   std::vector<TokenOut> all_logprobs_;
 };
 

@@ -44,6 +44,10 @@ struct GenerationRequest {
   // Finish (stop) when the output bytes (TextSide::output_bytes of each token) contain one of
   // these; the token that completes the match is still delivered, with the finish.
   std::vector<std::string> stop;
+  // Candidates drawn from one prefill of the prompt (OpenAI's n, or best_of), >= 1. Candidate i
+  // samples with seed member_seed(sampling.seed, i) (lanes/fanout.h), so it equals a solo request
+  // with that seed; its events carry choice = i and it ends with its own done event.
+  int32_t n = 1;
 };
 
 struct TopLogprob {
@@ -59,9 +63,10 @@ struct TokenOut {
 
 enum class Finish { none, stop, length, cancelled, error };
 
-// One delivery from the engine. Tokens arrive in order; the last event has done = true and
-// finish != none. An event may carry tokens and done at once.
+// One delivery from the engine for one candidate. Its tokens arrive in order; its last event has
+// done = true and finish != none. An event may carry tokens and done at once.
 struct GenerationEvent {
+  int32_t choice = 0;                // the candidate (0..GenerationRequest::n - 1)
   std::vector<TokenOut> tokens;
   bool done = false;
   Finish finish = Finish::none;
@@ -93,10 +98,13 @@ using RequestId = uint64_t;
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Queues a request; events go to `sink` until one with done. Errors: resource_exhausted when
-  // the queue is full, unavailable when halted, invalid_argument for a request it cannot serve.
+  // Queues a request; events go to `sink` until each of its n candidates sent one with done.
+  // Errors: resource_exhausted when the queue is full, unavailable when halted, invalid_argument
+  // for a request it cannot serve (n beyond what it runs at once, among others).
   virtual StatusOr<RequestId> submit(GenerationRequest request, EventSink sink) = 0;
   // Ends a request at the next round boundary with Finish::cancelled; unknown ids are ignored.
+  // Candidate i of a request is also known as (submit's id) + i: cancel(id) ends every candidate,
+  // cancel(id + i) with i > 0 ends candidate i alone.
   virtual void cancel(RequestId id) = 0;
   virtual EngineStats stats() const = 0;
   // Stops at a round boundary: every unfinished request ends with Finish::error (unavailable).

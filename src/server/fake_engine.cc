@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "lanes/fanout.h"
+
 namespace dsv4::server {
 namespace {
 
@@ -97,6 +99,8 @@ TokenOut scored(int32_t token, int64_t position, int32_t top_n) {
 
 struct FakeEngine::Job {
   RequestId id = 0;
+  RequestId group = 0;  // the submit's id: candidate `choice` has id group + choice
+  int32_t choice = 0;
   GenerationRequest request;
   EventSink sink;
   std::vector<int32_t> script;  // tokens to emit (without the ignore_eos continuation)
@@ -123,39 +127,56 @@ FakeEngine::~FakeEngine() {
 }
 
 StatusOr<RequestId> FakeEngine::submit(GenerationRequest request, EventSink sink) {
-  auto job = std::make_shared<Job>();
-  std::string text = prompt_text(request.prompt);
-  job->key = fnv1a(text) ^ (request.sampling.temperature > 0 ? mix(request.sampling.seed) : 0);
-  if (!request.forced.empty()) {
-    job->script = request.forced;
-  } else {
-    // A constrained start: one of the choices, picked by the reply key, then the usual reply.
-    if (!request.choices.empty()) job->script = request.choices[job->key % request.choices.size()];
-    for (unsigned char c : reply_text(text, job->key)) job->script.push_back(c);
-    job->script.push_back(kFakeEos);
-  }
+  if (request.n < 1 || request.n > options_.parallel)
+    return Status(StatusCode::invalid_argument,
+                  "n " + std::to_string(request.n) + " is outside [1, " +
+                      std::to_string(options_.parallel) + "] (the engine's parallel requests)");
+  // Candidate i is the request with seed member_seed(seed, i), as the lane core runs it.
+  std::vector<std::shared_ptr<Job>> jobs;
+  const std::string text = prompt_text(request.prompt);
   int32_t prefill = directive(text, "prefill-ms");
   int32_t token_ms = directive(text, "token-ms");
-  job->token_ms = token_ms >= 0 ? token_ms : options_.token_ms;
-  job->next_at = Clock::now() + std::chrono::milliseconds(prefill >= 0 ? prefill : options_.prefill_ms);
-  job->request = std::move(request);
-  job->sink = std::move(sink);
+  for (int32_t i = 0; i < request.n; ++i) {
+    auto job = std::make_shared<Job>();
+    job->choice = i;
+    job->request = request;
+    job->request.sampling.seed = lanes::member_seed(request.sampling.seed, i);
+    const GenerationRequest& r = job->request;
+    job->key = fnv1a(text) ^ (r.sampling.temperature > 0 ? mix(r.sampling.seed) : 0);
+    if (!r.forced.empty()) {
+      job->script = r.forced;
+    } else {
+      // A constrained start: one of the choices, picked by the reply key, then the usual reply.
+      if (!r.choices.empty()) job->script = r.choices[job->key % r.choices.size()];
+      for (unsigned char c : reply_text(text, job->key)) job->script.push_back(c);
+      job->script.push_back(kFakeEos);
+    }
+    job->token_ms = token_ms >= 0 ? token_ms : options_.token_ms;
+    job->next_at = Clock::now() + std::chrono::milliseconds(prefill >= 0 ? prefill : options_.prefill_ms);
+    job->sink = sink;
+    jobs.push_back(std::move(job));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (halted_) return Status(StatusCode::unavailable, "the engine has halted");
-  if (static_cast<int32_t>(waiting_.size()) >= options_.max_waiting)
+  if (static_cast<int32_t>(waiting_.size() + jobs.size()) > options_.max_waiting)
     return Status(StatusCode::resource_exhausted, "the engine queue is full");
-  job->id = next_id_++;
-  waiting_.push_back(job);
+  const RequestId id = next_id_;
+  next_id_ += static_cast<RequestId>(jobs.size());
+  for (auto& job : jobs) {
+    job->group = id;
+    job->id = id + static_cast<RequestId>(job->choice);
+    waiting_.push_back(std::move(job));
+  }
   cv_.notify_all();
-  return job->id;
+  return id;
 }
 
 void FakeEngine::cancel(RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& j : waiting_)
-    if (j->id == id) j->cancelled = true;
+    if (j->id == id || j->group == id) j->cancelled = true;
   for (auto& j : running_)
-    if (j->id == id) j->cancelled = true;
+    if (j->id == id || j->group == id) j->cancelled = true;
   cv_.notify_all();
 }
 
@@ -227,8 +248,10 @@ void FakeEngine::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!quit_) {
     auto now = Clock::now();
-    // Admit into the round.
-    while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.parallel) {
+    // Admit into the round: a request's candidates together (queued together, the first ahead),
+    // the prompt looked up once; the others share the first's prompt and its cached count.
+    while (!waiting_.empty() &&
+           static_cast<int32_t>(running_.size()) + waiting_.front()->request.n <= options_.parallel) {
       auto job = waiting_.front();
       waiting_.pop_front();
       size_t best = 0;
@@ -247,6 +270,12 @@ void FakeEngine::loop() {
         recent_prompts_.pop_front();
       }
       running_.push_back(job);
+      for (int32_t i = 1; i < job->request.n && !waiting_.empty(); ++i) {
+        auto member = waiting_.front();
+        waiting_.pop_front();
+        member->cached = job->cached;
+        running_.push_back(member);
+      }
     }
     std::vector<std::pair<std::shared_ptr<Job>, GenerationEvent>> out;
     Clock::time_point wake = now + std::chrono::seconds(1);
@@ -287,7 +316,10 @@ void FakeEngine::loop() {
     if (any_step) ++stats_.rounds;
     // Deliver outside the lock: sinks may call back into cancel().
     lock.unlock();
-    for (auto& [job, ev] : out) job->sink(std::move(ev));
+    for (auto& [job, ev] : out) {
+      ev.choice = job->choice;
+      job->sink(std::move(ev));
+    }
     lock.lock();
     if (out.empty() || !any_step)
       cv_.wait_until(lock, wake, [&] {

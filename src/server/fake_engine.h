@@ -11,7 +11,9 @@
 // "[[token-ms=N]]" each round. Rounds emit 1 token (draft false) or 1-3 (draft true), with the
 // same tokens either way; logprobs are a fixed function of (position, token). Stop strings end a
 // request as the lane core ends one: on the token that completes the earliest match, reported
-// with the match's byte offset.
+// with the match's byte offset. A request's n candidates run as n scripts keyed by the seeds
+// member_seed(seed, i), admitted together (n <= parallel) with one prompt-cache lookup, as the
+// lane core admits them.
 #pragma once
 
 #include <condition_variable>

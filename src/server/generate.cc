@@ -1,14 +1,16 @@
 // POST /v1/chat/completions and /v1/completions: validate, build the prompt, admit, submit to the
-// engine, then stream SSE (keepalives before the first token) or wait for the whole reply; a
-// client that goes away cancels its engine request.
+// engine (one request for all n / best_of candidates: the prompt is prefilled once), then stream
+// SSE (keepalives before the first token) or wait for the whole reply; a client that goes away
+// cancels its engine request, every candidate.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <vector>
 
-#include "server/assembler.h"
+#include "server/reply_choices.h"
 #include "server/responses.h"
 #include "server/server_core.h"
 
@@ -51,8 +53,8 @@ struct Run {
   Server::Core* core = nullptr;
   Engine* engine = nullptr;
   std::shared_ptr<Channel> channel;
-  RequestId id = 0;
-  std::unique_ptr<Assembler> assembler;
+  RequestId id = 0;  // candidate i is id + i to the engine
+  std::unique_ptr<ReplyChoices> reply;
   Clock::time_point arrived, last_token, last_write;
   int32_t prompt_tokens = 0;
   bool got_token = false;
@@ -64,7 +66,6 @@ struct Run {
     channel->pop(events, wait);
     std::string out;
     for (auto& e : events) {
-      if (assembler->finished()) break;
       if (!e.tokens.empty()) {
         if (!got_token) core->metrics.prompt_processed(prompt_tokens);
         core->metrics.tokens_generated(static_cast<int32_t>(e.tokens.size()));
@@ -77,12 +78,15 @@ struct Run {
       }
       if (first_token_time == Clock::time_point{} && !e.tokens.empty())
         first_token_time = last_token;
-      out += assembler->feed(e);
+      out += reply->feed(e);
     }
-    // A forced tool call's block ended the reply before the engine did.
-    if (assembler->ended_early() && !cancelled) {
-      engine->cancel(id);
-      cancelled = true;
+    // A forced tool call's block ended a choice before the engine did: that candidate stops.
+    ended_early.resize(static_cast<size_t>(reply->candidates()));
+    for (int32_t i = 0; i < reply->candidates(); ++i) {
+      if (reply->at(i).ended_early() && !ended_early[i] && !cancelled) {
+        engine->cancel(id + static_cast<RequestId>(i));
+        ended_early[i] = true;
+      }
     }
     return out;
   }
@@ -95,7 +99,7 @@ struct Run {
     double ttft = first_token_time == Clock::time_point{}
                       ? -1
                       : std::chrono::duration<double>(first_token_time - arrived).count();
-    Usage u = assembler->usage();
+    Usage u = reply->usage();
     if (!got_token) core->metrics.prompt_processed(u.prompt_tokens);
     core->metrics.request_finished(reason, u.prompt_tokens, u.completion_tokens, u.cached_tokens,
                                    ttft, e2e);
@@ -103,7 +107,8 @@ struct Run {
   }
 
   Clock::time_point first_token_time{};
-  bool cancelled = false;
+  bool cancelled = false;          // every candidate
+  std::vector<bool> ended_early;   // by candidate: cancelled after its forced call ended
 };
 
 struct Prepared {
@@ -118,6 +123,23 @@ std::string name_and_close(const TextSide& text, const std::string& name) {
   const std::string full = text.tool_call_opening(name);
   DSV4_CHECK(full.size() >= open.size() && full.compare(0, open.size(), open) == 0);
   return full.substr(open.size());
+}
+
+// Prompt scoring (echo, prompt_logprobs) on the forced_tokens path: the engine's prompt is the first
+// prompt token and the rest are forced, so each comes back with its logprob given its prefix (and
+// its alternatives), ahead of the forced continuation or the generated tokens. max_tokens still
+// counts generated tokens only. The first prompt token has no logprob (nothing precedes it).
+void score_prompt(const ParsedRequest& pr, GenerationRequest& g, AssemblerSetup& s) {
+  const int32_t scored = static_cast<int32_t>(g.prompt.size()) - 1;
+  s.prompt_first = g.prompt.front();
+  s.scored_prompt = scored;
+  s.echo = pr.echo;
+  s.prompt_logprobs = pr.prompt_logprobs;
+  g.forced.insert(g.forced.begin(), g.prompt.begin() + 1, g.prompt.end());
+  g.prompt.resize(1);
+  g.max_tokens += scored;  // may be 0: an echo of a one-token prompt with max_tokens 0
+  g.logprobs = true;
+  g.top_logprobs = std::max(pr.top_logprobs, pr.prompt_logprobs);
 }
 
 // Builds the engine request and the reply setup, or an error naming the field.
@@ -227,8 +249,11 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
   g.max_tokens = static_cast<int32_t>(max_tokens);
   g.sampling = pr.sampling;
   if (!pr.seed_given) g.sampling.seed = core.random_u64();
-  g.logprobs = pr.logprobs || pr.has_forced;
+  // best_of ranks candidates by their tokens' logprobs: asked for even when the reply shows none.
+  g.logprobs = pr.logprobs || pr.has_forced || pr.best_of > pr.n;
   g.top_logprobs = pr.top_logprobs;
+  g.n = pr.best_of;
+  if (pr.echo || pr.prompt_logprobs >= 0) score_prompt(pr, g, s);
   g.draft = pr.draft;
   g.ignore_eos = pr.ignore_eos;
   if (!pr.has_forced) g.stop = pr.stop;  // a forced continuation is scored whole
@@ -241,7 +266,7 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
   s.meta.model = pr.model.empty() ? core.options.model_name : pr.model;
   s.stream = pr.stream;
   s.include_usage = pr.include_usage;
-  s.logprobs = g.logprobs;
+  s.logprobs = pr.logprobs || pr.has_forced;
   s.top_logprobs = pr.top_logprobs;
   s.stop = pr.stop;
   s.forced = pr.has_forced;
@@ -261,12 +286,12 @@ void serve_stream(std::shared_ptr<Run> run, httplib::Response& res) {
       "text/event-stream",
       [run, keepalive](size_t, httplib::DataSink& sink) -> bool {
         std::string out = run->pump(kPoll);
-        if (run->assembler->finished()) {
-          out += run->assembler->finish_sse();
+        if (run->reply->finished()) {
+          out += run->reply->finish_sse();
           // Counted as finished only once written: a drain waiting for this request must not
           // stop the server before its last bytes are out.
           bool written = sink.write(out.data(), out.size());
-          run->finish(run->assembler->finish_reason());
+          run->finish(run->reply->finish_reason());
           if (!written) return false;
           sink.done();
           return true;
@@ -293,9 +318,9 @@ void serve_stream(std::shared_ptr<Run> run, httplib::Response& res) {
 
 void serve_whole(std::shared_ptr<Run> run, const httplib::Request& req, httplib::Response& res) {
   int fd = find_connection_fd(req);
-  while (!run->assembler->finished()) {
+  while (!run->reply->finished()) {
     run->pump(kPoll);
-    if (!run->assembler->finished() && fd >= 0 && peer_closed(fd)) {
+    if (!run->reply->finished() && fd >= 0 && peer_closed(fd)) {
       run->engine->cancel(run->id);
       run->cancelled = true;
       run->finish("cancelled");
@@ -304,12 +329,10 @@ void serve_whole(std::shared_ptr<Run> run, const httplib::Request& req, httplib:
       return;
     }
   }
-  Assembler& a = *run->assembler;
+  ReplyChoices& a = *run->reply;
   run->finish(a.finish_reason());
   if (a.failed()) {
-    ApiError e = error_from_status(a.error().ok() ? Status(StatusCode::internal, "generation failed")
-                                                  : a.error());
-    send_error(res, e);
+    send_error(res, error_from_status(a.error()));
     return;
   }
   res.status = 200;
@@ -359,15 +382,40 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
   run->arrived = arrived;
   run->prompt_tokens = prep.setup.prompt_tokens;
   run->channel = std::make_shared<Channel>();
-  run->assembler = std::make_unique<Assembler>(prep.setup, *text);
+  const int32_t candidates = prep.request.n;
+  run->reply = std::make_unique<ReplyChoices>(prep.setup, *text, pr.n, candidates);
   auto channel = run->channel;
-  auto id = engine->submit(std::move(prep.request),
-                           [channel](GenerationEvent&& e) { channel->push(std::move(e)); });
-  if (!id.ok()) {
-    core.request_done();
-    return send_error(res, error_from_status(id.status()));
+  if (prep.request.max_tokens == 0) {
+    // Nothing for the engine to compute (an echo of a one-token prompt with max_tokens 0): the
+    // reply is the prompt alone. Id 0 is never an engine request, so a cancel of it is ignored.
+    for (int32_t i = 0; i < candidates; ++i) {
+      GenerationEvent done;
+      done.choice = i;
+      done.done = true;
+      done.finish = Finish::length;
+      done.cached_prompt_tokens = 0;
+      channel->push(std::move(done));
+    }
+  } else {
+    auto id = engine->submit(std::move(prep.request),
+                             [channel](GenerationEvent&& e) { channel->push(std::move(e)); });
+    if (!id.ok()) {
+      core.request_done();
+      // The engine runs a request's candidates side by side and refuses more than it can: name
+      // the field that asked for them.
+      const char* param = candidates > 1 && id.status().code() == StatusCode::invalid_argument &&
+                                  id.status().message().rfind("n ", 0) == 0
+                              ? (pr.best_of > pr.n ? "best_of" : "n")
+                              : "";
+      ApiError e = error_from_status(id.status(), param);
+      if (*param)
+        e.message = fmt::format("'{}' asks for {} candidates side by side, beyond what this "
+                                "server runs at once: {}",
+                                param, candidates, id.status().message());
+      return send_error(res, e);
+    }
+    run->id = *id;
   }
-  run->id = *id;
   res.set_header("X-Request-Id", prep.setup.meta.id);
   if (pr.stream) serve_stream(run, res);
   else serve_whole(run, req, res);

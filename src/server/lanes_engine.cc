@@ -1,19 +1,23 @@
 // The lane-core adapter (see lanes_engine.h).
 #include "server/lanes_engine.h"
 
+#include <map>
 #include <memory>
 #include <utility>
 
 namespace dsv4::server {
 namespace {
 
-// Forwards one request's lane-core events to its server sink. Called on the engine thread.
+// Forwards one request's lane-core events (all its n members) to its server sink, each tagged with
+// its member's choice index. Called on the engine thread.
 class ForwardingSink final : public lanes::EventSink {
  public:
   explicit ForwardingSink(server::EventSink sink) : sink_(std::move(sink)) {}
 
   void on_tokens(lanes::RequestId, std::span<const lanes::TokenEvent> tokens) override {
+    if (tokens.empty()) return;
     GenerationEvent e;
+    e.choice = tokens.front().choice;
     e.tokens.reserve(tokens.size());
     for (const auto& t : tokens) {
       TokenOut out;
@@ -23,17 +27,22 @@ class ForwardingSink final : public lanes::EventSink {
       for (const auto& alt : t.top) out.top.push_back({alt.token, alt.logprob});
       e.tokens.push_back(std::move(out));
     }
-    // The request's final tokens travel with its finish (the server cuts at a stop string's match
+    // A choice's final tokens travel with its finish (the server cuts at a stop string's match
     // only once it knows of it).
-    if (!tokens.empty() && tokens.back().last) {
-      held_ = std::move(e);
+    if (tokens.back().last) {
+      held_[e.choice] = std::move(e);
       return;
     }
     sink_(std::move(e));
   }
 
   void on_finish(lanes::RequestId, const lanes::Finish& f) override {
-    GenerationEvent e = std::move(held_);
+    GenerationEvent e;
+    if (auto it = held_.find(f.choice); it != held_.end()) {
+      e = std::move(it->second);
+      held_.erase(it);
+    }
+    e.choice = f.choice;
     e.done = true;
     e.cached_prompt_tokens = static_cast<int32_t>(f.usage.cached_prompt_tokens);
     if (f.stop_kind == lanes::StopKind::string) e.stop_offset = f.stop_byte_offset;
@@ -54,7 +63,7 @@ class ForwardingSink final : public lanes::EventSink {
 
  private:
   server::EventSink sink_;
-  GenerationEvent held_;  // the final tokens, until on_finish
+  std::map<int32_t, GenerationEvent> held_;  // by choice: its final tokens, until its on_finish
 };
 
 }  // namespace
@@ -80,6 +89,7 @@ lanes::Request LanesEngine::to_lanes(const GenerationRequest& r) {
   q.constraint_after = r.constraint_after;
   q.draft = r.draft;
   q.stop_strings = r.stop;
+  q.n = r.n;
   return q;
 }
 

@@ -75,22 +75,25 @@ json chat_logprobs(const std::vector<TokenOut>& tokens, const TokenBytesFn& byte
 }
 
 json completion_logprobs(const std::vector<TokenOut>& tokens, const TokenBytesFn& bytes,
-                         int32_t top_n, int64_t offset0) {
+                         int32_t top_n, const std::vector<int64_t>& text_offsets, bool first_null) {
   json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array(),
        ids = json::array();
-  int64_t offset = offset0;
-  for (const auto& t : tokens) {
-    std::string b = bytes(t.token);
-    toks.push_back(b);
-    lps.push_back(lp(t.logprob));
-    offs.push_back(offset);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const TokenOut& t = tokens[i];
+    const bool null_entry = first_null && i == 0;
+    toks.push_back(bytes(t.token));
+    lps.push_back(null_entry ? json(nullptr) : json(lp(t.logprob)));
+    offs.push_back(i < text_offsets.size() ? text_offsets[i] : 0);
     ids.push_back(t.token);
-    offset += static_cast<int64_t>(b.size());
     if (top_n > 0) {
+      if (null_entry) {
+        tops.push_back(nullptr);
+        continue;
+      }
       json m = json::object();
-      for (const auto& alt : t.top) {
-        std::string key = bytes(alt.token);
-        if (!m.contains(key)) m[key] = lp(alt.logprob);  // best first: keep the higher of equal texts
+      for (size_t a = 0; a < t.top.size() && a < static_cast<size_t>(top_n); ++a) {
+        std::string key = bytes(t.top[a].token);
+        if (!m.contains(key)) m[key] = lp(t.top[a].logprob);  // best first: keep the higher of equal texts
       }
       tops.push_back(std::move(m));
     }
@@ -100,6 +103,27 @@ json completion_logprobs(const std::vector<TokenOut>& tokens, const TokenBytesFn
               {"top_logprobs", top_n > 0 ? std::move(tops) : json(nullptr)},
               {"text_offset", std::move(offs)},
               {"token_ids", std::move(ids)}};
+}
+
+json prompt_logprobs_json(const std::vector<TokenOut>& scored, const TokenBytesFn& bytes,
+                          int32_t top_n) {
+  json out = json::array({nullptr});
+  for (const TokenOut& t : scored) {
+    json entry = json::object();
+    json rank = nullptr;
+    for (size_t a = 0; a < t.top.size(); ++a)
+      if (t.top[a].token == t.token) rank = static_cast<int64_t>(a + 1);
+    entry[std::to_string(t.token)] = {{"logprob", lp(t.logprob)}, {"rank", rank},
+                                      {"decoded_token", bytes(t.token)}};
+    for (size_t a = 0; a < t.top.size() && a < static_cast<size_t>(top_n); ++a) {
+      const std::string key = std::to_string(t.top[a].token);
+      if (!entry.contains(key))
+        entry[key] = {{"logprob", lp(t.top[a].logprob)}, {"rank", static_cast<int64_t>(a + 1)},
+                      {"decoded_token", bytes(t.top[a].token)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 json chat_completion(const ResponseMeta& meta, const ChatMessageOut& m,

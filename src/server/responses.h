@@ -51,9 +51,18 @@ nlohmann::json chat_logprob_entry(const TokenOut& token, const TokenBytesFn& byt
 // Chat shape: {"content": [entries]}.
 nlohmann::json chat_logprobs(const std::vector<TokenOut>& tokens, const TokenBytesFn& bytes);
 // Completions shape: {"tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids"};
-// text_offset starts at `offset0` (the text length already returned before these tokens).
+// text_offset[i] = text_offsets[i]: where the token's text starts in the choice's text, in
+// characters (code points), as OpenAI and vLLM count. first_null: the first token is an echoed
+// prompt's first, which has no logprob (its token_logprobs and top_logprobs entries are null).
 nlohmann::json completion_logprobs(const std::vector<TokenOut>& tokens, const TokenBytesFn& bytes,
-                                   int32_t top_n, int64_t offset0);
+                                   int32_t top_n, const std::vector<int64_t>& text_offsets,
+                                   bool first_null = false);
+// vLLM's prompt_logprobs: [null, then per scored prompt token {"<id>": {"logprob", "rank",
+// "decoded_token"}} holding the prompt token and its `top_n` best alternatives]. rank is 1-based
+// among all tokens; the engine reports only the best top_n, so a prompt token outside them has
+// rank null.
+nlohmann::json prompt_logprobs_json(const std::vector<TokenOut>& scored, const TokenBytesFn& bytes,
+                                    int32_t top_n);
 
 nlohmann::json chat_completion(const ResponseMeta& meta, const ChatMessageOut& message,
                                const std::string& finish_reason, const nlohmann::json& logprobs,

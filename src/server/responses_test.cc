@@ -76,10 +76,15 @@ TEST(Responses, LogprobShapes) {
     {"token": "h", "logprob": -0.25, "bytes": [104], "token_id": 104, "top_logprobs": [
       {"token": "h", "logprob": -0.25, "bytes": [104], "token_id": 104},
       {"token": "j", "logprob": -1.5, "bytes": [106], "token_id": 106}]}]})"));
-  EXPECT_EQ(completion_logprobs({a, b}, bytes_of, 2, 3), json::parse(R"({
+  EXPECT_EQ(completion_logprobs({a, b}, bytes_of, 2, {3, 4}), json::parse(R"({
     "tokens": ["h", "i"], "token_logprobs": [-0.25, -0.1],
     "top_logprobs": [{"h": -0.25, "j": -1.5}, {}], "text_offset": [3, 4],
     "token_ids": [104, 105]})"));
+  // An echoed prompt's first token has no logprob; alternatives are cut to top_n.
+  EXPECT_EQ(completion_logprobs({b, a}, bytes_of, 1, {0, 1}, true), json::parse(R"({
+    "tokens": ["i", "h"], "token_logprobs": [null, -0.25],
+    "top_logprobs": [null, {"h": -0.25}], "text_offset": [0, 1],
+    "token_ids": [105, 104]})"));
   EXPECT_EQ(dump_json(json(std::string("\xE4\xBD"))), "\"\xEF\xBF\xBD\"");  // partial char -> U+FFFD
 }
 

@@ -1,6 +1,7 @@
 // Validation of chat and completions request bodies into ParsedRequest (see schema.h): the fields
 // both endpoints share (model, sampling, limits, stop, logprobs, forced_tokens), the completions
-// prompt, and the entry points. Chat's own fields are in schema_chat.cc.
+// prompt, and the entry points. Chat's own fields are in schema_chat.cc, n and best_of in
+// schema_choices.cc.
 #include "server/schema.h"
 
 #include <fmt/format.h>
@@ -63,12 +64,6 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       return false;
     }
   }
-  std::optional<int64_t> n, best_of;
-  if (!read_int(body, "n", "n", 1, 1 << 20, n, e)) return false;
-  if (n && *n != 1) return e = bad_request("n", "only n = 1 is supported"), false;
-  if (!read_int(body, "best_of", "best_of", 1, 1 << 20, best_of, e)) return false;
-  if (best_of && *best_of != 1) return e = bad_request("best_of", "only best_of = 1 is supported"), false;
-
   std::optional<bool> stream, draft, ignore_eos;
   if (!read_bool(body, "stream", "stream", stream, e) || !read_bool(body, "draft", "draft", draft, e) ||
       !read_bool(body, "ignore_eos", "ignore_eos", ignore_eos, e))
@@ -87,8 +82,9 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
   }
 
   std::optional<int64_t> max_tokens, max_completion;
-  if (!read_int(body, "max_tokens", "max_tokens", 1, limits.max_tokens, max_tokens, e) ||
-      !read_int(body, "max_completion_tokens", "max_completion_tokens", 1, limits.max_tokens,
+  // 0 passes here; validate_scoring allows it only with echo.
+  if (!read_int(body, "max_tokens", "max_tokens", 0, limits.max_tokens, max_tokens, e) ||
+      !read_int(body, "max_completion_tokens", "max_completion_tokens", 0, limits.max_tokens,
                 max_completion, e))
     return false;
   if (max_completion) out.max_tokens = static_cast<int32_t>(*max_completion);
@@ -212,13 +208,7 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
     out.top_logprobs = static_cast<int32_t>(top.value_or(0));
   } else {
     std::optional<int64_t> logprobs;
-    std::optional<bool> echo;
-    if (!read_int(body, "logprobs", "logprobs", 0, limits.max_top_logprobs, logprobs, e) ||
-        !read_bool(body, "echo", "echo", echo, e))
-      return false;
-    if (echo.value_or(false))
-      return e = bad_request("echo", "'echo' is not supported by this server", "unsupported_parameter"),
-             false;
+    if (!read_int(body, "logprobs", "logprobs", 0, limits.max_top_logprobs, logprobs, e)) return false;
     if (field(body, "suffix"))
       return e = bad_request("suffix", "'suffix' is not supported by this server",
                              "unsupported_parameter"),
@@ -245,7 +235,8 @@ bool validate_common(Endpoint ep, const json& body, const SchemaLimits& limits, 
       return e = wrong_type("forced_tokens", "an array of token ids or a string", *f), false;
     }
   }
-  return true;
+  return fields::validate_scoring(ep, body, limits, out, e) &&
+         fields::validate_choices(ep, body, limits, out, e);
 }
 
 }  // namespace

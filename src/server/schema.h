@@ -36,6 +36,7 @@ struct SchemaLimits {
   int32_t max_messages = 4096;
   int32_t max_tools = 128;
   int32_t max_json_depth = 64;           // nesting depth of the whole body
+  int32_t max_n = 16;                    // choices per request: n, and best_of on completions
 };
 
 struct ParsedRequest {
@@ -43,7 +44,7 @@ struct ParsedRequest {
   std::string model;                   // as sent ("" when absent)
   bool stream = false;
   bool include_usage = false;
-  std::optional<int32_t> max_tokens;   // absent: the server's default
+  std::optional<int32_t> max_tokens;   // absent: the server's default; 0 only with echo
   Sampling sampling;
   bool seed_given = false;
   std::vector<std::string> stop;
@@ -52,11 +53,20 @@ struct ParsedRequest {
   bool draft = true;
   bool ignore_eos = false;
   ResponseFormat response_format = ResponseFormat::text;  // json_schema: the schema is read in structured_output.cc
+  // Choices (schema_choices.cc): the reply's n choices, drawn as the best n of best_of candidates
+  // (ranked by the cumulative logprob of their generated tokens) when best_of > n.
+  int32_t n = 1;
+  int32_t best_of = 1;  // >= n; completions only (chat takes only 1)
   // forced_tokens: ids, or text to tokenize (forced_is_text).
   bool has_forced = false;
   bool forced_is_text = false;
   std::vector<int32_t> forced_ids;
   std::string forced_text;
+
+  // Prompt scoring (schema_scoring.cc): each prompt token's logprob given its prefix, on the
+  // forced_tokens path. echo (completions): the reply's text and logprobs start with the prompt's.
+  bool echo = false;
+  int32_t prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 absent, else alternatives per token
 
   // completions
   bool prompt_is_ids = false;

@@ -42,4 +42,14 @@ bool read_token_ids(const json& arr, const std::string& param, const SchemaLimit
 // Chat-only fields (schema_chat.cc): messages, tools and tool_choice, thinking options.
 bool validate_chat(const json& body, const SchemaLimits& limits, ParsedRequest& out, ApiError& e);
 
+// Prompt scoring (schema_scoring.cc): echo (completions), prompt_logprobs, and the max_tokens 0 rule
+// (allowed only with echo). Runs after the common fields.
+bool validate_scoring(Endpoint ep, const json& body, const SchemaLimits& limits, ParsedRequest& out,
+                      ApiError& e);
+
+// n and best_of (schema_choices.cc). Runs last: it checks them against stream and the scoring
+// fields.
+bool validate_choices(Endpoint ep, const json& body, const SchemaLimits& limits, ParsedRequest& out,
+                      ApiError& e);
+
 }  // namespace dsv4::server::fields

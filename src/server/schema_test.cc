@@ -47,7 +47,12 @@ TEST(Schema, RefusesBadRequestsNamingTheField) {
        400, "messages[0].tool_calls[0].function.name"},
       {Endpoint::chat, "{" + ok + R"(,"model":"nope"})", 404, "model"},
       {Endpoint::chat, "{" + ok + R"(,"model":7})", 400, "model"},
-      {Endpoint::chat, "{" + ok + R"(,"n":2})", 400, "n"},
+      {Endpoint::chat, "{" + ok + R"(,"n":0})", 400, "n"},
+      {Endpoint::chat, "{" + ok + R"(,"n":17})", 400, "n"},
+      {Endpoint::chat, "{" + ok + R"(,"n":1.5})", 400, "n"},
+      {Endpoint::chat, "{" + ok + R"(,"best_of":2})", 400, "best_of"},
+      {Endpoint::chat, "{" + ok + R"(,"n":2,"forced_tokens":[1]})", 400, "n"},
+      {Endpoint::chat, "{" + ok + R"(,"n":2,"prompt_logprobs":0})", 400, "n"},
       {Endpoint::chat, "{" + ok + R"(,"n":"1"})", 400, "n"},
       {Endpoint::chat, "{" + ok + R"(,"stream":"yes"})", 400, "stream"},
       {Endpoint::chat, "{" + ok + R"(,"stream_options":{"include_usage":true}})", 400,
@@ -121,9 +126,23 @@ TEST(Schema, RefusesBadRequestsNamingTheField) {
       {Endpoint::completions, R"({"prompt":{"text":"a"}})", 400, "prompt"},
       {Endpoint::completions, R"({"prompt":"a","logprobs":true})", 400, "logprobs"},
       {Endpoint::completions, R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
-      {Endpoint::completions, R"({"prompt":"a","echo":true})", 400, "echo"},
+      {Endpoint::completions, R"({"prompt":"a","echo":"yes"})", 400, "echo"},
+      {Endpoint::completions, R"({"prompt":"a","max_tokens":0})", 400, "max_tokens"},
+      {Endpoint::completions, R"({"prompt":"a","max_completion_tokens":0,"echo":false})", 400,
+       "max_completion_tokens"},
+      {Endpoint::completions, R"({"prompt":"a","prompt_logprobs":21})", 400, "prompt_logprobs"},
+      {Endpoint::completions, R"({"prompt":"a","prompt_logprobs":-1})", 400, "prompt_logprobs"},
+      {Endpoint::completions, R"({"prompt":"a","prompt_logprobs":1,"stream":true})", 400,
+       "prompt_logprobs"},
+      {Endpoint::chat, "{" + ok + R"(,"prompt_logprobs":1.5})", 400, "prompt_logprobs"},
+      {Endpoint::chat, "{" + ok + R"(,"max_tokens":0,"echo":true})", 400, "max_tokens"},
       {Endpoint::completions, R"({"prompt":"a","suffix":"z"})", 400, "suffix"},
-      {Endpoint::completions, R"({"prompt":"a","best_of":3})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","best_of":17})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","best_of":0})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","n":3,"best_of":2})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","n":2,"best_of":3,"stream":true})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","best_of":2,"echo":true})", 400, "best_of"},
+      {Endpoint::completions, R"({"prompt":"a","n":2,"echo":true})", 400, "n"},
   };
   for (const Bad& c : cases) {
     ParsedRequest out;
@@ -209,6 +228,34 @@ TEST(Schema, ThinkingForms) {
   EXPECT_EQ(thinking(R"(,"reasoning_effort":"none")").enabled, false);
   EXPECT_EQ(thinking(R"(,"reasoning_effort":"high")").effort, "high");
   EXPECT_FALSE(thinking(R"(,"reasoning_effort":"high")").enabled.has_value());
+}
+
+TEST(Schema, ChoiceCounts) {
+  const auto parse = [](Endpoint ep, const std::string& body) {
+    ParsedRequest r;
+    ApiError e;
+    EXPECT_TRUE(parse_request(ep, body, limits(), r, e)) << body << " -> " << e.message;
+    return std::pair<int32_t, int32_t>{r.n, r.best_of};
+  };
+  const std::string chat = std::string("{") + kChatOk;
+  EXPECT_EQ(parse(Endpoint::chat, chat + "}"), std::make_pair(1, 1));
+  EXPECT_EQ(parse(Endpoint::chat, chat + R"(,"n":16,"stream":true})"), std::make_pair(16, 16));
+  EXPECT_EQ(parse(Endpoint::chat, chat + R"(,"n":3,"best_of":1.0})").first, 3);
+  EXPECT_EQ(parse(Endpoint::chat, chat + R"(,"n":null,"best_of":null})"), std::make_pair(1, 1));
+  EXPECT_EQ(parse(Endpoint::completions, R"({"prompt":"a","n":2})"), std::make_pair(2, 2));
+  EXPECT_EQ(parse(Endpoint::completions, R"({"prompt":"a","best_of":3})"), std::make_pair(1, 3));
+  EXPECT_EQ(parse(Endpoint::completions, R"({"prompt":"a","n":2,"best_of":16})"), std::make_pair(2, 16));
+  EXPECT_EQ(parse(Endpoint::completions, R"({"prompt":"a","n":4,"best_of":4,"stream":true})"),
+            std::make_pair(4, 4));
+  // The limit is the server's.
+  SchemaLimits wide = limits();
+  wide.max_n = 32;
+  ParsedRequest r;
+  ApiError e;
+  EXPECT_TRUE(parse_request(Endpoint::completions, R"({"prompt":"a","n":17,"best_of":32})", wide, r, e))
+      << e.message;
+  EXPECT_FALSE(parse_request(Endpoint::completions, R"({"prompt":"a","n":33})", wide, r, e));
+  EXPECT_EQ(e.param, "n");
 }
 
 TEST(Schema, CompletionPromptForms) {

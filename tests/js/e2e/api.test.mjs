@@ -16,6 +16,7 @@ before(async () => {
 after(async () => server.stop());
 
 const user = (content) => [{ role: 'user', content }];
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
 async function collect(stream) {
   const out = { content: '', reasoning: '', calls: [], finish: null, usage: null, logprobs: [], chunks: 0 };
@@ -227,8 +228,31 @@ test('N parallel requests equal their solo runs; draft off equals draft on', asy
   }
 });
 
+test('n choices: choice 0 is the solo request; streamed chunks carry each index; usage sums', async () => {
+  const body = { model: 'deepseek-v4', messages: user('tell me'), temperature: 1, seed: 7, max_tokens: 40 };
+  const r = await client.chat.completions.create({ ...body, n: 3 });
+  const solo = await client.chat.completions.create(body);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.choices[0].message.content, solo.choices[0].message.content);
+  assert.notEqual(r.choices[1].message.content, r.choices[0].message.content);
+  const stream = await client.chat.completions.create({ ...body, n: 3, stream: true, stream_options: { include_usage: true } });
+  const content = ['', '', ''];
+  const usages = [];
+  for await (const chunk of stream) {
+    if (chunk.usage) usages.push(chunk.usage);
+    for (const c of chunk.choices) content[c.index] += c.delta?.content ?? '';
+  }
+  assert.deepEqual(content, r.choices.map((c) => c.message.content));
+  assert.equal(usages.length, 1);
+  assert.equal(usages[0].completion_tokens, r.usage.completion_tokens);
+  assert.equal(r.usage.prompt_tokens, solo.usage.prompt_tokens);
+  // The fake engine's reply is its text's bytes and an end-of-sequence token, or max_tokens of them.
+  const tokens = (c) => (c.finish_reason === 'length' ? 40 : Buffer.byteLength(c.message.content) + 1);
+  assert.equal(r.usage.completion_tokens, sum(r.choices.map(tokens)));
+});
+
 test('refusals come back as OpenAI errors through the client', async () => {
-  await assert.rejects(client.chat.completions.create({ model: 'deepseek-v4', messages: user('x'), n: 2 }), (e) => e.status === 400 && e.error.param === 'n');
+  await assert.rejects(client.chat.completions.create({ model: 'deepseek-v4', messages: user('x'), n: 17 }), (e) => e.status === 400 && e.error.param === 'n');
   await assert.rejects(client.chat.completions.create({ model: 'other', messages: user('x') }), (e) => e.status === 404 && e.error.code === 'model_not_found');
   await assert.rejects(client.chat.completions.create({ model: 'deepseek-v4', messages: user('x'), max_tokens: 5000 }), (e) => e.status === 400 && e.error.param === 'max_tokens');
   await assert.rejects(client.chat.completions.create({ model: 'deepseek-v4', messages: user('x'.repeat(5000)) }), (e) => e.status === 400 && e.error.code === 'context_length_exceeded');
