@@ -32,6 +32,7 @@ void LaneHost::admit_members(Stream& first) {
     member->forced = first.forced;
     member->thinking = first.thinking;
     member->choosing = first.choosing;
+    if (first.cursor != nullptr) member->cursor = first.cursor->clone();  // at the start: nothing drawn yet
     member->depth = first.depth;
     member->awaiting_prompt = true;
     running_.push_back(std::move(member));

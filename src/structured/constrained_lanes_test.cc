@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "lanes/fanout.h"
 #include "lanes/lane_host.h"
 #include "lanes/test_support.h"
 #include "structured/grammar_constraint.h"
@@ -178,6 +179,28 @@ TEST(ConstrainedLanes, DraftedConcurrentAndSoloEqualTheSerialReference) {
   EXPECT_GT(ended, 6);    // most outputs reach their end within max_tokens
   EXPECT_GT(drafted, 0);  // some drafts were accepted under the mask
   EXPECT_GT(ended_after, 0);  // a constraint that started late held too
+}
+
+TEST(ConstrainedLanes, EveryChoiceOfNHoldsAndEqualsItsSoloRequest) {
+  auto v = vocab();
+  StatusOr<Grammar> g = json_schema_grammar(ojson::parse(kSchema));
+  ASSERT_TRUE(g.ok());
+  auto constraint = std::make_shared<GrammarConstraint>(v, *g);
+  Request r = make_request(5, true, true, constraint, -1);
+  r.n = 3;
+  FakeBackend fake(fake_options());
+  lanes::LaneHost host(fake, {});
+  auto sink = std::make_shared<lanes::testing::Collector>();
+  StatusOr<lanes::RequestId> id = host.submit(r, sink);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  host.run_until_idle();
+  for (int32_t i = 0; i < 3; ++i) {
+    Request solo = r;
+    solo.n = 1;
+    solo.seed = lanes::member_seed(*r.seed, i);
+    FakeBackend probe(fake_options());
+    EXPECT_EQ(sink->get(*id + static_cast<uint64_t>(i)).tokens, reference(probe, *v, *g, solo)) << "choice " << i;
+  }
 }
 
 TEST(ConstrainedLanes, ConstraintRefusesForcedTokensAndChoices) {
