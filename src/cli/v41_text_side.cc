@@ -100,6 +100,17 @@ StatusOr<server::TextSide> make_v41_text_side(int32_t context_length, chat::Chat
   t.new_output_parser = [format](const server::ChatParseOptions& o) {
     return std::make_unique<Parser>(format, o.thinking);
   };
+  t.constrainable = [tok](int32_t id) {
+    const AddedToken* added = tok.added_token(id);
+    return added == nullptr || added->content == chat::kDsml;  // chat markup other than the tool-call marker: never
+  };
+  t.tool_markup = structured::ToolMarkup{
+      "\n\n<" + std::string(chat::kDsml) + std::string(tags.block) + ">\n",
+      "</" + std::string(chat::kDsml) + std::string(tags.block) + ">",
+      "<" + std::string(chat::kDsml) + std::string(tags.invoke) + " name=\"",
+      "</" + std::string(chat::kDsml) + std::string(tags.invoke) + ">",
+      "<" + std::string(chat::kDsml) + std::string(tags.parameter) + " name=\"",
+      "</" + std::string(chat::kDsml) + std::string(tags.parameter) + ">"};
   t.token_bytes = [tok](int32_t id) -> std::string {
     if (auto b = tok.token_bytes(id)) return std::string(*b);
     if (auto s = tok.id_to_token(id)) return std::string(*s);

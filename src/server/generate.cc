@@ -142,6 +142,17 @@ void score_prompt(const ParsedRequest& pr, GenerationRequest& g, AssemblerSetup&
   g.top_logprobs = std::max(pr.top_logprobs, pr.prompt_logprobs);
 }
 
+// With thinking on, the reasoning block stays free: the constraint starts after the token that closes it.
+bool set_constraint_after(const TextSide& text, GenerationRequest& g, ApiError& err) {
+  auto close = text.tokenize(text.close_reasoning, false);
+  if (!close.ok() || close->size() != 1)
+    return err = bad_request("thinking", "this model's reasoning end is not one token; turn thinking off to constrain "
+                                         "the reply"),
+           false;
+  g.constraint_after = (*close)[0];
+  return true;
+}
+
 // Builds the engine request and the reply setup, or an error naming the field.
 bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
              const TextSide& text, Prepared& out, ApiError& err) {
@@ -169,7 +180,9 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
       auto ids = text.tokenize(prefill, false);
       if (!ids.ok()) return err = error_from_status(ids.status(), "tool_choice"), false;
       g.prompt.insert(g.prompt.end(), ids->begin(), ids->end());
-      if (name.empty()) {
+      // Every call of the block held to an offered name and that tool's parameter schema.
+      if (!core.constraints.tool_calls(text, body, pr, true, name, g.constraint, err)) return false;
+      if (name.empty() && g.constraint == nullptr) {
         for (const std::string& tool : pr.tool_names) {
           auto choice = text.tokenize(name_and_close(text, tool), false);
           if (!choice.ok()) return err = error_from_status(choice.status(), "tools"), false;
@@ -179,6 +192,10 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
       }
       s.thinking = false;
       s.forced_call = true;
+    } else if (s.tools && !pr.has_forced) {
+      // tool_choice auto: strict tools (or parallel_tool_calls false) hold the block the reply may open.
+      if (!core.constraints.tool_calls(text, body, pr, false, "", g.constraint, err)) return false;
+      if (g.constraint != nullptr && s.thinking && !set_constraint_after(text, g, err)) return false;
     }
   } else if (pr.prompt_is_ids) {
     g.prompt = pr.prompt_ids;
@@ -197,15 +214,7 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
     if (pr.has_forced)
       return err = bad_request("response_format", "response_format does not combine with forced_tokens"), false;
     if (!core.constraints.response_format(text, body, pr.response_format, g.constraint, err)) return false;
-    if (s.thinking) {
-      // The reasoning block stays free; the constraint starts after the token that closes it.
-      auto close = text.tokenize(text.close_reasoning, false);
-      if (!close.ok() || close->size() != 1)
-        return err = bad_request("response_format", "this model's reasoning end is not one token; turn thinking off "
-                                                    "to use response_format"),
-               false;
-      g.constraint_after = (*close)[0];
-    }
+    if (s.thinking && !set_constraint_after(text, g, err)) return false;
   }
 
   const int64_t context = text.context_length;

@@ -77,6 +77,8 @@ struct ParsedRequest {
   nlohmann::json chat;
   bool tools_offered = false;
   std::vector<std::string> tool_names;  // offered, in order
+  bool any_strict_tool = false;         // a tool with function.strict: true
+  bool parallel_tool_calls = true;
   ToolChoiceMode tool_choice = ToolChoiceMode::automatic;
   std::string tool_choice_name;
   ThinkingOptions thinking;

@@ -150,6 +150,7 @@ bool validate_tools(const json& body, const SchemaLimits& limits, ParsedRequest&
       if (params && !params->is_object())
         return e = wrong_type(p + ".function.parameters", "a JSON Schema object", *params), false;
       names.push_back(*name);
+      out.any_strict_tool = out.any_strict_tool || strict.value_or(false);
     }
   }
   out.tools_offered = !names.empty();
@@ -188,7 +189,9 @@ bool validate_tools(const json& body, const SchemaLimits& limits, ParsedRequest&
       return e = bad_request("tool_choice", "tool_choice 'required' needs 'tools'"), false;
   }
   std::optional<bool> parallel;
-  return read_bool(body, "parallel_tool_calls", "parallel_tool_calls", parallel, e);
+  if (!read_bool(body, "parallel_tool_calls", "parallel_tool_calls", parallel, e)) return false;
+  out.parallel_tool_calls = parallel.value_or(true);
+  return true;
 }
 
 // thinking: bool or {"type": "enabled"|"disabled"} (DeepSeek API), at top level or in

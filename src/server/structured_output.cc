@@ -18,7 +18,8 @@ std::shared_ptr<const structured::Vocabulary> ConstraintCache::vocabulary(const 
   std::vector<bool> usable(bytes.size());
   for (int32_t id = 0; id < text.vocab_size; ++id) {
     bytes[static_cast<size_t>(id)] = text.output_bytes(id);  // "" for special tokens: never allowed
-    usable[static_cast<size_t>(id)] = !bytes[static_cast<size_t>(id)].empty();
+    usable[static_cast<size_t>(id)] =
+        !bytes[static_cast<size_t>(id)].empty() && (!text.constrainable || text.constrainable(id));
   }
   auto v = std::make_shared<const structured::Vocabulary>(std::move(bytes), std::move(usable));
   std::lock_guard lock(mu_);
@@ -74,6 +75,43 @@ bool ConstraintCache::response_format(const TextSide& text, std::string_view bod
   return constraint(
       text, "json_schema:" + schema.dump(), "response_format.json_schema.schema",
       [&] { return structured::json_schema_grammar(schema); }, out, err);
+}
+
+}  // namespace dsv4::server
+
+namespace dsv4::server {
+
+bool ConstraintCache::tool_calls(const TextSide& text, std::string_view body, const ParsedRequest& pr, bool forced,
+                                 const std::string& named, std::shared_ptr<const lanes::TokenConstraint>& out,
+                                 ApiError& err) {
+  out = nullptr;
+  if (!forced && !pr.any_strict_tool && pr.parallel_tool_calls) return true;  // free calls
+  if (text.tool_markup.empty()) {
+    if (!forced) return err = bad_request("tools", "strict tools are not supported for this model's chat format"), false;
+    return true;
+  }
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (doc.is_discarded()) return err = bad_request("tools", "the body is not JSON"), false;
+  std::vector<structured::ToolSpec> tools;
+  for (const auto& t : doc["tools"]) {
+    const auto& fn = t["function"];
+    structured::ToolSpec spec;
+    spec.name = fn["name"].get<std::string>();
+    if (fn.contains("parameters")) spec.parameters = fn["parameters"];
+    spec.strict = fn.contains("strict") && fn["strict"].is_boolean() && fn["strict"].get<bool>();
+    tools.push_back(std::move(spec));
+  }
+  structured::ToolGrammarOptions options;
+  options.parallel = pr.parallel_tool_calls;
+  options.start = !forced ? structured::ToolStart::content
+                  : named.empty() ? structured::ToolStart::block_name
+                                  : structured::ToolStart::named;
+  options.named = named;
+  nlohmann::ordered_json key = {{"start", static_cast<int>(options.start)}, {"named", named},
+                                {"parallel", options.parallel}, {"tools", doc["tools"]}};
+  return constraint(
+      text, "tools:" + key.dump(), "tools",
+      [&] { return structured::tool_call_grammar(text.tool_markup, tools, options); }, out, err);
 }
 
 }  // namespace dsv4::server

@@ -27,6 +27,12 @@ class ConstraintCache {
   bool response_format(const TextSide& text, std::string_view body, ResponseFormat format,
                        std::shared_ptr<const lanes::TokenConstraint>& out, ApiError& err);
 
+  // The tool-call constraint of a chat request offering tools, or null when its calls stay free: a forced call
+  // (tool_choice required, or `named`: the prompt already holds the call's header line) holds every call of the
+  // block; under tool_choice auto, strict tools or parallel_tool_calls false hold the block the reply may open.
+  bool tool_calls(const TextSide& text, std::string_view body, const ParsedRequest& pr, bool forced,
+                  const std::string& named, std::shared_ptr<const lanes::TokenConstraint>& out, ApiError& err);
+
   // A grammar built by `build` and kept under `key`; a 400 with `param` when building fails.
   bool constraint(const TextSide& text, const std::string& key, const char* param,
                   const std::function<StatusOr<structured::Grammar>()>& build,

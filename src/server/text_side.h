@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "structured/tool_calls.h"
 
 namespace dsv4::server {
 
@@ -91,6 +92,11 @@ struct TextSide {
   // The raw bytes one token stands for, special tokens spelled out (logprobs entries: token text
   // and bytes).
   std::function<std::string(int32_t token)> token_bytes;
+  // Whether constrained output (structured outputs, strict tool calls) may write a token: ordinary tokens and the
+  // tool-call markup, not chat-protocol markup (`<｜User｜>`, `</think>` ...). Unset: every token with output bytes.
+  std::function<bool(int32_t token)> constrainable;
+  // The tool-call markup of the chat format (strict tool calls); empty: strict tool calls are refused.
+  structured::ToolMarkup tool_markup;
 };
 
 }  // namespace dsv4::server

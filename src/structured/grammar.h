@@ -24,7 +24,8 @@ enum class NodeKind : uint8_t {
   literals,   // one of `literals` (sorted, distinct), each then continuing with its `next` node (-1: none)
   any_of,     // one of `alts`, chosen by the first byte (their first bytes never overlap)
   seq,        // `alts` in order
-  raw_until,  // free UTF-8 text up to and including `terminator` (which the text itself cannot contain)
+  raw_until,  // free UTF-8 text up to and including `terminator` (which the text itself cannot contain); with
+              // `may_end` the output may also end inside the text
 };
 
 struct Property {
@@ -42,12 +43,13 @@ struct Literal {
 struct Node {
   NodeKind kind = NodeKind::root;
   NodeId child = -1;               // root, map (values), array (items)
-  int64_t min = 0, max = -1;       // array items / string code points; max -1 = unbounded
+  int64_t min = 0, max = -1;       // array items / string code points (raw_until: max only); max -1 = unbounded
   bool integer = false;            // number
   std::vector<Property> props;     // object
   std::vector<Literal> literals;   // literals, sorted by text
   std::vector<NodeId> alts;        // any_of alternatives / seq parts
   std::string terminator;          // raw_until
+  bool may_end = false;            // raw_until
 };
 
 // Limits that keep every output finite and every state small.
@@ -56,6 +58,7 @@ struct GrammarLimits {
   int32_t max_whitespace = 12;   // whitespace bytes in one gap between JSON tokens (indenting to depth 5 by two)
   int32_t max_int_digits = 16;   // digits before a number's fraction
   int32_t max_frac_digits = 16;  // digits of the fraction
+  bool leading_whitespace = true;  // whitespace before the root's value (JSON); off for markup that starts at once
   int32_t max_exp_digits = 2;    // digits of the exponent (every number stays a finite double)
 };
 

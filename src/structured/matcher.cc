@@ -10,7 +10,8 @@
 //             digits (b) | 6 after 'e' | 7 after the exponent's sign | 8 exponent digits (c)
 //   literals  phase: bytes matched; a..b: the range of literals that still match
 //   seq       a: next part (the last part replaces the frame)
-//   raw_until a: terminator bytes matched; b, c: as string's UTF-8 tracking (phase 1 inside a sequence)
+//   raw_until a: terminator bytes matched; b, c: as string's UTF-8 tracking (phase 1 inside a sequence); ws: code
+//             points so far when bounded
 #include "structured/matcher.h"
 
 namespace dsv4::structured {
@@ -132,7 +133,7 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
     switch (n.kind) {
       case NodeKind::root:
         if (f.phase != 0) return false;
-        if (ws(f, byte)) return true;
+        if (g_.limits.leading_whitespace && ws(f, byte)) return true;
         set_phase(f, 1);
         if (!push(s, n.child)) return false;
         continue;
@@ -483,6 +484,11 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
       }
 
       case NodeKind::raw_until: {
+        // With a bound (max >= 0), `ws` counts code points; once it is reached only the terminator may follow.
+        if (f.phase == 0 && n.max >= 0) {
+          if (f.ws >= n.max && byte != static_cast<uint8_t>(n.terminator[f.a])) return false;
+          if (f.ws < n.max && (byte < 0x80 || byte >= 0xC0)) ++f.ws;
+        }
         if (f.phase == 1) {  // inside a UTF-8 sequence
           if (!utf8_cont(byte, f.b, f.c)) return false;
           if (f.b == 0) f.phase = 0;
@@ -534,6 +540,8 @@ bool Matcher::may_end(const MatchState& state) const {
         if (!n.alts.empty()) return false;
         --s.depth;
         break;
+      case NodeKind::raw_until:
+        return n.may_end && f.phase == 0;  // the whole output may end in this text (not inside a UTF-8 sequence)
       default: return false;
     }
   }
