@@ -20,6 +20,16 @@ NodeId add_number(Grammar& g, bool integer) {
   return g.add(std::move(n));
 }
 
+NodeId add_bounded_integer(Grammar& g, int64_t lo, int64_t hi) {
+  Node n;
+  n.kind = NodeKind::number;
+  n.integer = true;
+  n.bounded = true;
+  n.lo = lo;
+  n.hi = hi;
+  return g.add(std::move(n));
+}
+
 NodeId add_literals(Grammar& g, std::vector<Literal> literals) {
   Node n;
   n.kind = NodeKind::literals;

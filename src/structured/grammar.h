@@ -45,6 +45,8 @@ struct Node {
   NodeId child = -1;               // root, map (values), array (items)
   int64_t min = 0, max = -1;       // array items / string code points (raw_until: max only); max -1 = unbounded
   bool integer = false;            // number
+  bool bounded = false;            // number (integer only): the value lies in [lo, hi]
+  int64_t lo = 0, hi = 0;
   std::vector<Property> props;     // object
   std::vector<Literal> literals;   // literals, sorted by text
   std::vector<NodeId> alts;        // any_of alternatives / seq parts
@@ -76,6 +78,7 @@ struct Grammar {
 // Builders for the common nodes.
 NodeId add_string(Grammar& g, int64_t min = 0, int64_t max = -1);
 NodeId add_number(Grammar& g, bool integer);
+NodeId add_bounded_integer(Grammar& g, int64_t lo, int64_t hi);
 NodeId add_literals(Grammar& g, std::vector<Literal> literals);  // sorts them
 // Any JSON value (objects with free keys, arrays of any length).
 NodeId add_any_value(Grammar& g);

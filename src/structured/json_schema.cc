@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <bitset>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -23,7 +24,8 @@ const std::set<std::string>& supported() {
                                           "enum",     "const",      "items",    "minItems",
                                           "maxItems", "minLength",  "maxLength", "anyOf",
                                           "oneOf",    "$ref",       "$defs",    "definitions",
-                                          "nullable"};
+                                          "nullable", "minimum",    "maximum",  "exclusiveMinimum",
+                                          "exclusiveMaximum"};
   return k;
 }
 
@@ -257,7 +259,7 @@ class Compiler {
       if (*hi >= 0 && *hi < *lo) return refuse(path, "'maxLength' is below 'minLength'");
       return add_string(g_, *lo, *hi);
     }
-    if (type == "number" || type == "integer") return add_number(g_, type == "integer");
+    if (type == "number" || type == "integer") return number(s, type == "integer", path);
     if (type == "boolean") return add_literals(g_, {{"true"}, {"false"}});
     if (type == "null") return add_literals(g_, {{"null"}});
     if (type == "array") {
@@ -282,6 +284,36 @@ class Compiler {
     }
     if (type == "object") return object(s, path);
     return refuse(path, fmt::format("'type' {} is not a JSON Schema type", ojson(type).dump()));
+  }
+
+  // Integers may be bounded (minimum, maximum, exclusive ones); bounds on other numbers are refused.
+  StatusOr<NodeId> number(const ojson& s, bool integer, const std::string& path) {
+    static const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    bool bounded = false;
+    for (const char* k : kBounds) bounded = bounded || s.contains(k);
+    if (!bounded) return add_number(g_, integer);
+    if (!integer) {
+      for (const char* k : kBounds) {
+        if (s.contains(k))
+          return refuse(path, fmt::format("'{}' is only supported on integers (not on type 'number')", k));
+      }
+    }
+    constexpr double kLimit = 9007199254740991.0;  // 2^53 - 1: every bound JSON clients send as a safe integer
+    double lo = -kLimit, hi = kLimit;
+    for (const char* k : kBounds) {
+      if (!s.contains(k)) continue;
+      if (!s[k].is_number()) return refuse(path, fmt::format("'{}' must be a number", k));
+      const double v = s[k].get<double>();
+      const std::string key(k);
+      if (key == "minimum") lo = std::max(lo, std::ceil(v));
+      if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(v) + 1);
+      if (key == "maximum") hi = std::min(hi, std::floor(v));
+      if (key == "exclusiveMaximum") hi = std::min(hi, std::ceil(v) - 1);
+    }
+    lo = std::max(lo, -kLimit);
+    hi = std::min(hi, kLimit);
+    if (lo > hi) return refuse(path, "'minimum' / 'maximum' leave no integer");
+    return add_bounded_integer(g_, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
   }
 
   StatusOr<NodeId> object(const ojson& s, const std::string& path) {

@@ -21,6 +21,26 @@ bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; 
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
+// Whether an integer whose digits so far give magnitude `mag` (with `digits` digits, sign `negative`) can still
+// end inside [lo, hi], now or after more digits (at most `max_digits` in all).
+bool reachable(const Node& n, bool negative, int64_t mag, uint32_t digits, uint32_t max_digits) {
+  int64_t scale = 1;
+  for (uint32_t k = 0; digits + k <= max_digits; ++k) {
+    const int64_t first = mag * scale, last = first + (scale - 1);
+    const int64_t vlo = negative ? -last : first, vhi = negative ? -first : last;
+    if (vlo <= n.hi && vhi >= n.lo) return true;
+    if (scale > INT64_MAX / 10 || first > INT64_MAX / 10) break;
+    scale *= 10;
+  }
+  return false;
+}
+
+// A bounded integer's value (b: negative, c: magnitude) lies in its range.
+bool in_range(const Node& n, const Frame& f) {
+  const int64_t v = f.b != 0 ? -static_cast<int64_t>(f.c) : static_cast<int64_t>(f.c);
+  return v >= n.lo && v <= n.hi;
+}
+
 void set_phase(Frame& f, uint16_t phase) {
   f.phase = phase;
   f.ws = 0;
@@ -381,6 +401,33 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
 
       case NodeKind::number: {
         const GrammarLimits& L = g_.limits;
+        if (n.bounded) {  // an integer held to [lo, hi]: b = negative, c = magnitude, a = digits
+          const uint32_t max_digits = static_cast<uint32_t>(L.max_int_digits);
+          if (f.phase == 0 && byte == '-') {
+            if (n.lo >= 0) return false;
+            f.phase = 1;
+            f.b = 1;
+            return true;
+          }
+          if ((f.phase == 0 || f.phase == 1) && is_digit(byte)) {
+            const int64_t d = byte - '0';
+            if (!reachable(n, f.b != 0, d, 1, d == 0 ? 1 : max_digits)) return false;
+            f.phase = d == 0 ? 3 : 2;
+            f.a = 1;
+            f.c = static_cast<uint64_t>(d);
+            return true;
+          }
+          if (f.phase == 2 && is_digit(byte)) {
+            const int64_t m = static_cast<int64_t>(f.c) * 10 + (byte - '0');
+            if (f.a >= max_digits || !reachable(n, f.b != 0, m, f.a + 1, max_digits)) return false;
+            ++f.a;
+            f.c = static_cast<uint64_t>(m);
+            return true;
+          }
+          if ((f.phase != 2 && f.phase != 3) || is_digit(byte) || !in_range(n, f)) return false;
+          --s.depth;  // ended: the byte belongs to what follows
+          continue;
+        }
         switch (f.phase) {
           case 0:
           case 1:
@@ -484,23 +531,26 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
       }
 
       case NodeKind::raw_until: {
-        // With a bound (max >= 0), `ws` counts code points; once it is reached only the terminator may follow.
-        if (f.phase == 0 && n.max >= 0) {
-          if (f.ws >= n.max && byte != static_cast<uint8_t>(n.terminator[f.a])) return false;
-          if (f.ws < n.max && (byte < 0x80 || byte >= 0xC0)) ++f.ws;
-        }
+        // With a bound (max >= 0), `ws` counts code points; once it is reached only the terminator may follow, byte
+        // for byte (bit 32 of c marks a UTF-8 sequence that belongs to the terminator, not to the text).
+        constexpr uint64_t kClosing = uint64_t{1} << 32;
+        const bool closing = f.phase == 0 ? n.max >= 0 && f.ws >= n.max : (f.c & kClosing) != 0;
+        if (closing && byte != static_cast<uint8_t>(n.terminator[f.a])) return false;
         if (f.phase == 1) {  // inside a UTF-8 sequence
-          if (!utf8_cont(byte, f.b, f.c)) return false;
+          uint64_t range = f.c & 0xFFFF;
+          if (!utf8_cont(byte, f.b, range)) return false;
+          f.c = f.b > 0 ? range | (f.c & kClosing) : 0;
           if (f.b == 0) f.phase = 0;
-          f.a = advance_match(n.terminator, f.a, byte);
         } else if (byte < 0x80) {
           if (byte < 0x20 && byte != '\n' && byte != '\t' && byte != '\r') return false;
-          f.a = advance_match(n.terminator, f.a, byte);
+          if (n.max >= 0 && !closing) ++f.ws;
         } else {
           if (!utf8_lead(byte, f.b, f.c)) return false;
+          if (closing) f.c |= kClosing;
+          if (n.max >= 0 && !closing) ++f.ws;
           f.phase = 1;
-          f.a = advance_match(n.terminator, f.a, byte);
         }
+        f.a = advance_match(n.terminator, f.a, byte);
         if (f.a == n.terminator.size()) --s.depth;
         return true;
       }
@@ -530,6 +580,7 @@ bool Matcher::may_end(const MatchState& state) const {
       case NodeKind::root: return f.phase == 1;
       case NodeKind::number:
         if (f.phase != 2 && f.phase != 3 && f.phase != 5 && f.phase != 8) return false;
+        if (n.bounded && !in_range(n, f)) return false;
         --s.depth;
         break;
       case NodeKind::literals:

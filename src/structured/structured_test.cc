@@ -80,6 +80,21 @@ TEST(Matcher, StringLengthsAndFreeObjects) {
   EXPECT_FALSE(accepts(m, R"({"x":1})"));
 }
 
+TEST(Matcher, BoundedIntegers) {
+  const Grammar g = compile(R"({"type":"integer","minimum":-15,"exclusiveMaximum":120})");
+  for (const char* ok : {"-15", "-9", "0", "7", "119", "99"}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"-16", "-150", "120", "1000", "-0x", "01", "1.5"}) EXPECT_FALSE(accepts(g, bad)) << bad;
+  // zod's int(): the safe-integer range.
+  const Grammar safe = compile(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})");
+  EXPECT_TRUE(accepts(safe, "-9007199254740991"));
+  EXPECT_TRUE(accepts(safe, "42"));
+  EXPECT_FALSE(accepts(safe, "9007199254740992"));
+  const Grammar pos = compile(R"({"type":"integer","minimum":5})");
+  EXPECT_FALSE(accepts(pos, "-1"));
+  EXPECT_FALSE(accepts(pos, "4"));
+  EXPECT_TRUE(accepts(pos, "40"));
+}
+
 TEST(Matcher, WhitespaceAndNumbersAreBounded) {
   const Grammar g = compile(R"({"type":"array","items":{"type":"number"}})");
   EXPECT_TRUE(accepts(g, "[" + std::string(12, ' ') + "1]"));
