@@ -368,7 +368,65 @@ class Compiler {
   NodeId any_ = -1;
 };
 
+// The fewest stack frames a value of each node needs to be written whole (kNever: no finite value: recursion through
+// required properties or minItems that never bottoms out). A fixed point from kNever down.
+constexpr int64_t kNever = INT64_MAX / 4;
+std::vector<int64_t> min_depths(const Grammar& g) {
+  std::vector<int64_t> d(g.nodes.size(), kNever);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      auto at = [&](NodeId id) { return id < 0 ? int64_t{0} : d[static_cast<size_t>(id)]; };
+      int64_t v = kNever;
+      switch (n.kind) {
+        case NodeKind::string:
+        case NodeKind::number:
+        case NodeKind::raw_until:
+        case NodeKind::map: v = 1; break;
+        case NodeKind::literals:
+          for (const Literal& l : n.literals) v = std::min(v, std::max<int64_t>(1, at(l.next)));
+          break;
+        case NodeKind::object:
+          v = 1;
+          for (const Property& p : n.props) {
+            if (p.required) v = std::max(v, 1 + at(p.value));
+          }
+          break;
+        case NodeKind::array: v = n.min > 0 ? 1 + at(n.child) : 1; break;
+        case NodeKind::any_of:
+          for (NodeId a : n.alts) v = std::min(v, at(a));
+          break;
+        case NodeKind::seq:
+          v = 0;
+          for (size_t k = 0; k < n.alts.size(); ++k) {
+            v = std::max(v, (k + 1 < n.alts.size() ? 1 : 0) + at(n.alts[k]));  // the last part replaces the frame
+          }
+          break;
+        case NodeKind::root: v = 1 + at(n.child); break;
+      }
+      v = std::min(v, kNever);
+      if (v < d[i]) {
+        d[i] = v;
+        changed = true;
+      }
+    }
+  }
+  return d;
+}
+
 }  // namespace
+
+Status check_nesting(const Grammar& g, NodeId value) {
+  const int64_t need = min_depths(g)[static_cast<size_t>(value)];
+  if (need >= kNever)
+    return Status(StatusCode::invalid_argument,
+                  "the schema has no finite value: its recursion through required properties (or minItems) never ends");
+  if (need + 1 > g.limits.max_depth)
+    return Status(StatusCode::invalid_argument,
+                  fmt::format("the schema needs nesting {} deep; at most {} is supported", need, g.limits.max_depth - 1));
+  return Status();
+}
 
 StatusOr<NodeId> add_json_schema(Grammar& g, const ojson& schema, const SchemaLimits& limits) {
   Compiler c(g, schema, limits);
@@ -383,6 +441,8 @@ StatusOr<Grammar> json_schema_grammar(const ojson& schema, const SchemaLimits& l
   Grammar g;
   StatusOr<NodeId> value = add_json_schema(g, schema, limits);
   if (!value.ok()) return value.status();
+  Status nesting = check_nesting(g, *value);
+  if (!nesting.ok()) return nesting;
   add_root(g, *value);
   return g;
 }

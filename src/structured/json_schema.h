@@ -29,6 +29,10 @@ struct SchemaLimits {
 // /properties/name)").
 StatusOr<NodeId> add_json_schema(Grammar& g, const nlohmann::ordered_json& schema, const SchemaLimits& limits = {});
 
+// Refuses a value node that no output within the grammar's nesting limit can finish (recursion through required
+// properties that never ends, or nesting deeper than the limit).
+Status check_nesting(const Grammar& g, NodeId value);
+
 // A whole output that is one JSON value held to `schema`.
 StatusOr<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, const SchemaLimits& limits = {});
 

@@ -119,6 +119,8 @@ TEST(Schema, RefusalsNameTheKeyword) {
       {R"({"$ref":"https://example.com/s.json"})", "'$ref'"},
       {R"({"type":"array","items":[{"type":"string"}]})", "'items'"},
       {R"({"type":"wat"})", "'type'"},
+      {R"({"$defs":{"n":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["c"]}},"$ref":"#/$defs/n"})",
+       "never ends"},
   };
   for (const Case& c : cases) {
     StatusOr<Grammar> g = json_schema_grammar(ojson::parse(c.schema));
