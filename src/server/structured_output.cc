@@ -14,6 +14,11 @@ std::shared_ptr<const structured::Vocabulary> ConstraintCache::vocabulary(const 
     std::lock_guard lock(mu_);
     if (vocab_ != nullptr && vocab_of_ == &text) return vocab_;
   }
+  std::lock_guard building(build_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (vocab_ != nullptr && vocab_of_ == &text) return vocab_;  // built while this request waited
+  }
   std::vector<std::string> bytes(static_cast<size_t>(text.vocab_size));
   std::vector<bool> usable(bytes.size());
   for (int32_t id = 0; id < text.vocab_size; ++id) {

@@ -43,6 +43,7 @@ class ConstraintCache {
 
  private:
   std::mutex mu_;
+  std::mutex build_mu_;  // one vocabulary build at a time (requests arriving together wait for the first)
   const TextSide* vocab_of_ = nullptr;
   std::shared_ptr<const structured::Vocabulary> vocab_;
   std::map<std::string, std::shared_ptr<structured::GrammarConstraint>> kept_;
