@@ -2,6 +2,7 @@
 #include "lanes/sampling.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -46,6 +47,21 @@ std::pair<double, double> log_partition(std::span<const float> logits) {
   return {max, std::log(sum)};
 }
 
+// An upper bound of the Gumbel term -log(-log(u)) over each 1/1024 of key_uniform's range, by the top 10 key bits
+// (key_uniform is increasing in the bits): a token whose logit plus the bound of its bucket is below the best score
+// so far can neither win nor tie, so its two logarithms are skipped (the draw is the same).
+const std::array<double, 1024>& gumbel_bounds() {
+  static const std::array<double, 1024> table = [] {
+    std::array<double, 1024> t{};
+    for (size_t k = 0; k < t.size(); ++k) {
+      const double edge = static_cast<double>(k + 1) / 1024.0 + 0x1.0p-52;  // at or above every u of the bucket
+      t[k] = edge >= 1.0 ? std::numeric_limits<double>::infinity() : -std::log(-std::log(edge)) + 1e-6;
+    }
+    return t;
+  }();
+  return table;
+}
+
 // Without top-k and top-p no order is needed: the same Gumbel-max over the whole row (min-p filtered) in id
 // order, where a tie goes to the larger logit, then the lower id, exactly as the best-first scan would give.
 // Ids outside `allowed` (when set) are skipped, which draws exactly as the row with their logits at -inf would
@@ -61,11 +77,15 @@ TokenId sample_unsorted(std::span<const float> logits, const SamplingParams& par
                                            : -std::numeric_limits<double>::infinity();
   TokenId best = -1;
   double best_score = -std::numeric_limits<double>::infinity(), best_x = 0.0;
+  const uint64_t row = row_key(seed, position);
+  const std::array<double, 1024>& bound = gumbel_bounds();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (!in(allowed, i)) continue;
     const double x = logit_value(logits[i]) / temperature;
     if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
-    const double u = key_uniform(key_bits(seed, position, static_cast<TokenId>(i)));
+    const uint64_t bits = token_key(row, static_cast<TokenId>(i));
+    if (best >= 0 && x + bound[bits >> 54] < best_score) continue;
+    const double u = key_uniform(bits);
     const double score = x - std::log(-std::log(u));
     if (best < 0 || score > best_score || (score == best_score && x > best_x)) {
       best = static_cast<TokenId>(i);
@@ -142,8 +162,9 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   // Gumbel-max: argmax x_i - log(-log(u)); the first (best-sorted) candidate wins ties.
   size_t best = 0;
   double best_score = -std::numeric_limits<double>::infinity();
+  const uint64_t row = row_key(seed, position);
   for (size_t i = 0; i < kept; ++i) {
-    const double u = key_uniform(key_bits(seed, position, ids[i]));
+    const double u = key_uniform(token_key(row, ids[i]));
     const double score = scaled[i] - std::log(-std::log(u));
     if (score > best_score) {
       best_score = score;

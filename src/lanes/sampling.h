@@ -41,11 +41,17 @@ constexpr uint64_t splitmix64_nth(uint64_t state, uint64_t i) {
   return splitmix64_mix(state + i * kGoldenGamma);
 }
 
-// 64 random bits keyed by (seed, position, token): mix(mix(mix(seed + gamma) ^ position * C) ^ token).
+// 64 random bits keyed by (seed, position, token): mix(mix(mix(seed + gamma) ^ position * C) ^ token), as the row's
+// key (the first two mixes, shared by every token of a row) and the token's mix of it.
+constexpr uint64_t row_key(uint64_t seed, int64_t position) {
+  const uint64_t h = splitmix64_mix(seed + kGoldenGamma);
+  return splitmix64_mix(h ^ (static_cast<uint64_t>(position) * 0xD1B54A32D192ED03ull));
+}
+constexpr uint64_t token_key(uint64_t row, TokenId token) {
+  return splitmix64_mix(row ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
+}
 constexpr uint64_t key_bits(uint64_t seed, int64_t position, TokenId token) {
-  uint64_t h = splitmix64_mix(seed + kGoldenGamma);
-  h = splitmix64_mix(h ^ (static_cast<uint64_t>(position) * 0xD1B54A32D192ED03ull));
-  return splitmix64_mix(h ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
+  return token_key(row_key(seed, position), token);
 }
 
 // A uniform double in (0, 1] from 64 bits: top 53 bits * 2^-53 + 2^-54 (never 0, so log(u) is finite).

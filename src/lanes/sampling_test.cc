@@ -5,6 +5,9 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
 
 namespace dsv4::lanes {
 namespace {
@@ -103,6 +106,54 @@ TEST(KeyedSampler, LogprobsOfTheRawDistribution) {
   EXPECT_EQ(top[0].token, 0);
   EXPECT_EQ(top[1].token, 1);  // tie with id 2: lower id first
   EXPECT_NEAR(top[1].logprob, std::log(0.25), 1e-6);
+}
+
+// The Gumbel-max draw without top-k / top-p as its definition reads (every token's two logarithms, id order, a tie
+// to the larger logit, then the lower id): the sampler skips the tokens that cannot win, and must draw the same.
+TokenId unsorted_by_definition(const std::vector<float>& row, const SamplingParams& p, uint64_t seed, int64_t pos) {
+  auto value = [](float x) { return std::isnan(x) ? -std::numeric_limits<double>::infinity() : static_cast<double>(x); };
+  const double t = std::max(static_cast<double>(p.temperature), 1e-6);
+  double top = -std::numeric_limits<double>::infinity();
+  for (float l : row) top = std::max(top, value(l) / t);
+  const double floor = p.min_p > 0.0f ? top + std::log(static_cast<double>(p.min_p)) : -std::numeric_limits<double>::infinity();
+  TokenId best = -1;
+  double best_score = -std::numeric_limits<double>::infinity(), best_x = 0.0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const double x = value(row[i]) / t;
+    if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
+    const double score = x - std::log(-std::log(key_uniform(key_bits(seed, pos, static_cast<TokenId>(i)))));
+    if (best < 0 || score > best_score || (score == best_score && x > best_x)) {
+      best = static_cast<TokenId>(i);
+      best_score = score;
+      best_x = x;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(KeyedSampler, SkippingTokensThatCannotWinDrawsTheSame) {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t V = 10 + rng() % 3000;
+    std::vector<float> row(V);
+    const float spread = trial % 3 == 0 ? 0.05f : trial % 3 == 1 ? 2.0f : 12.0f;  // flat, typical, peaky rows
+    std::normal_distribution<float> normal(0.f, spread);
+    for (float& x : row) {
+      const uint32_t k = rng() % 60;
+      x = k == 0 ? -std::numeric_limits<float>::infinity() : k == 1 ? std::nanf("") : normal(rng);
+    }
+    if (trial % 10 == 0) std::fill(row.begin(), row.begin() + static_cast<ptrdiff_t>(V / 2), 1.0f);  // many ties
+    for (const SamplingParams& p : {SamplingParams{1.0f, 0, 1.0f, 0.0f}, SamplingParams{0.3f, 0, 1.0f, 0.0f},
+                                    SamplingParams{2.0f, 0, 1.0f, 0.1f}, SamplingParams{1e-7f, 0, 1.0f, 0.0f}}) {
+      const uint64_t seed = (static_cast<uint64_t>(rng()) << 32) | rng();
+      const int64_t pos = static_cast<int64_t>(rng() % 100000);
+      EXPECT_EQ(sample_keyed(row, p, seed, pos), unsorted_by_definition(row, p, seed, pos))
+          << "trial " << trial << " T " << p.temperature;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 1200);
 }
 
 }  // namespace
