@@ -64,18 +64,35 @@ ConstraintStats GrammarConstraint::stats() const {
 
 std::shared_ptr<const lanes::TokenMask> GrammarConstraint::build(const MatchState& state) const {
   const Vocabulary& v = *vocab_;
-  auto mask = std::make_shared<lanes::TokenMask>(v.size());
+  const TokenTrie* trie = &v.trie();
+  std::shared_ptr<lanes::TokenMask> mask;
+  if (state.depth > 0) {
+    // Between the characters of a string, string-plain tokens only add code points (vocabulary.h): they are allowed
+    // up to the string's room, whatever encloses it, and only the other tokens need the walk.
+    const Frame& top = state.frames[state.depth - 1];
+    const Node& n = grammar_.nodes[static_cast<size_t>(top.node)];
+    if (n.kind == NodeKind::string && top.phase == 1) {
+      mask = std::make_shared<lanes::TokenMask>(v.plain_within(n.max >= 0 ? n.max - top.a : -1));
+      trie = &v.rest();
+    }
+  }
+  if (mask == nullptr) mask = std::make_shared<lanes::TokenMask>(v.size());
+  walk(*trie, state, *mask);
+  return mask;
+}
+
+void GrammarConstraint::walk(const TokenTrie& t, const MatchState& state, lanes::TokenMask& mask) const {
   // Depth-first over the trie; states[d] is the matcher after the first d bytes of the current path.
-  std::vector<MatchState> states(v.max_token_bytes() + 1);
+  std::vector<MatchState> states(vocab_->max_token_bytes() + 1);
   state.copy_to(states[0]);
   struct Visit {
     uint32_t node, edge;
   };
   std::vector<Visit> path;
-  path.push_back({0, v.edge_begin(0)});
+  path.push_back({0, t.edge_begin[0]});
   while (!path.empty()) {
     Visit& top = path.back();
-    if (top.edge == v.edge_begin(top.node + 1)) {
+    if (top.edge == t.edge_begin[top.node + 1]) {
       path.pop_back();
       continue;
     }
@@ -83,12 +100,11 @@ std::shared_ptr<const lanes::TokenMask> GrammarConstraint::build(const MatchStat
     const size_t d = path.size() - 1;
     MatchState& next = states[d + 1];
     states[d].copy_to(next);
-    if (!matcher_.step(next, v.edge_byte(e))) continue;
-    const uint32_t child = v.edge_child(e);
-    for (uint32_t i = v.term_begin(child); i < v.term_begin(child + 1); ++i) mask->allow(v.term_id(i));
-    if (v.edge_begin(child) != v.edge_begin(child + 1)) path.push_back({child, v.edge_begin(child)});
+    if (!matcher_.step(next, t.edge_byte[e])) continue;
+    const uint32_t child = t.edge_child[e];
+    for (uint32_t i = t.term_begin[child]; i < t.term_begin[child + 1]; ++i) mask.allow(t.term_ids[i]);
+    if (t.edge_begin[child] != t.edge_begin[child + 1]) path.push_back({child, t.edge_begin[child]});
   }
-  return mask;
 }
 
 }  // namespace dsv4::structured

@@ -41,6 +41,8 @@ class GrammarConstraint final : public lanes::TokenConstraint,
   ConstraintStats stats() const;
 
  private:
+  // Allows in `mask` every token of `trie` whose bytes the matcher accepts from `state`.
+  void walk(const TokenTrie& trie, const MatchState& state, lanes::TokenMask& mask) const;
 
   std::shared_ptr<const Vocabulary> vocab_;
   Grammar grammar_;

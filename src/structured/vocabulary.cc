@@ -1,22 +1,52 @@
-// The token trie (vocabulary.h), built from the tokens sorted by their bytes.
+// The token tries (vocabulary.h), built from the tokens sorted by their bytes, and the string-plain classes.
 #include "structured/vocabulary.h"
 
 #include <algorithm>
 #include <numeric>
 
 namespace dsv4::structured {
+namespace {
 
-Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<bool> usable)
-    : bytes_(std::move(bytes)), usable_(std::move(usable)) {
-  usable_.resize(bytes_.size(), false);
-  std::vector<TokenId> ids;
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    if (bytes_[i].empty()) usable_[i] = false;
-    if (usable_[i]) ids.push_back(static_cast<TokenId>(i));
+// The code points of `s` when it is whole UTF-8 characters with no quote, backslash or control character; else -1.
+int64_t plain_code_points(const std::string& s) {
+  int64_t cps = 0;
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t b = static_cast<uint8_t>(s[i]);
+    size_t len = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (b < 0x80) {
+      if (b < 0x20 || b == '"' || b == '\\') return -1;
+      len = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else {
+      return -1;
+    }
+    if (i + len > s.size()) return -1;
+    for (size_t k = 1; k < len; ++k) {
+      const uint8_t c = static_cast<uint8_t>(s[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return -1;
+    }
+    i += len;
+    ++cps;
   }
+  return cps;
+}
+
+}  // namespace
+
+TokenTrie TokenTrie::build(const std::vector<std::string>& bytes, std::vector<TokenId> ids) {
   std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) {
-    return bytes_[static_cast<size_t>(a)] != bytes_[static_cast<size_t>(b)]
-               ? bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)]
+    return bytes[static_cast<size_t>(a)] != bytes[static_cast<size_t>(b)]
+               ? bytes[static_cast<size_t>(a)] < bytes[static_cast<size_t>(b)]
                : a < b;
   });
   // Nodes in creation order; with sorted input each node's children arrive in ascending byte order.
@@ -25,8 +55,7 @@ Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<bool> usable)
   std::vector<uint32_t> path = {0};  // path[d]: the node after the first d bytes of the previous token
   const std::string* prev = nullptr;
   for (TokenId id : ids) {
-    const std::string& s = bytes_[static_cast<size_t>(id)];
-    max_len_ = std::max(max_len_, s.size());
+    const std::string& s = bytes[static_cast<size_t>(id)];
     size_t common = 0;
     if (prev != nullptr) {
       const size_t n = std::min(prev->size(), s.size());
@@ -43,19 +72,45 @@ Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<bool> usable)
     terms[path[s.size()]].push_back(id);
     prev = &s;
   }
-  edge_begin_.reserve(kids.size() + 1);
-  term_begin_.reserve(kids.size() + 1);
+  TokenTrie t;
+  t.edge_begin.reserve(kids.size() + 1);
+  t.term_begin.reserve(kids.size() + 1);
   for (size_t n = 0; n < kids.size(); ++n) {
-    edge_begin_.push_back(static_cast<uint32_t>(edge_byte_.size()));
+    t.edge_begin.push_back(static_cast<uint32_t>(t.edge_byte.size()));
     for (const auto& [b, c] : kids[n]) {
-      edge_byte_.push_back(b);
-      edge_child_.push_back(c);
+      t.edge_byte.push_back(b);
+      t.edge_child.push_back(c);
     }
-    term_begin_.push_back(static_cast<uint32_t>(term_ids_.size()));
-    term_ids_.insert(term_ids_.end(), terms[n].begin(), terms[n].end());
+    t.term_begin.push_back(static_cast<uint32_t>(t.term_ids.size()));
+    t.term_ids.insert(t.term_ids.end(), terms[n].begin(), terms[n].end());
   }
-  edge_begin_.push_back(static_cast<uint32_t>(edge_byte_.size()));
-  term_begin_.push_back(static_cast<uint32_t>(term_ids_.size()));
+  t.edge_begin.push_back(static_cast<uint32_t>(t.edge_byte.size()));
+  t.term_begin.push_back(static_cast<uint32_t>(t.term_ids.size()));
+  return t;
+}
+
+Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<bool> usable)
+    : bytes_(std::move(bytes)), usable_(std::move(usable)) {
+  usable_.resize(bytes_.size(), false);
+  std::vector<TokenId> all, rest;
+  std::vector<int64_t> cps(bytes_.size(), -1);
+  int64_t most = 0;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (bytes_[i].empty()) usable_[i] = false;
+    if (!usable_[i]) continue;
+    all.push_back(static_cast<TokenId>(i));
+    max_len_ = std::max(max_len_, bytes_[i].size());
+    cps[i] = plain_code_points(bytes_[i]);
+    if (cps[i] < 0) rest.push_back(static_cast<TokenId>(i));
+    most = std::max(most, cps[i]);
+  }
+  all_ = TokenTrie::build(bytes_, std::move(all));
+  rest_ = TokenTrie::build(bytes_, std::move(rest));
+  plain_upto_.assign(static_cast<size_t>(most) + 1, lanes::TokenMask(size()));
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (cps[i] < 0) continue;
+    for (int64_t k = cps[i]; k <= most; ++k) plain_upto_[static_cast<size_t>(k)].allow(static_cast<TokenId>(i));
+  }
 }
 
 }  // namespace dsv4::structured
