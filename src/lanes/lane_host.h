@@ -88,7 +88,6 @@ class LaneHost final : public Engine {
   std::shared_ptr<const TokenMask> constraint_mask(const Stream& stream, ConstraintCursor& cursor) const;
   // Moves the stream's constraint past a committed token; an error message when the token breaks it.
   std::string constraint_commit(Stream& stream, TokenId token, bool forced) const;
-  bool is_eos(const Stream& stream, TokenId token) const;
   void conclude(Stream& stream, const Window& window, const std::vector<RowResult>& rows);
   void finish(Stream& stream, Finish finish);
   void finish_unadmitted(std::unique_ptr<Stream> stream, FinishReason reason, std::string message);

@@ -5,16 +5,9 @@
 // there: drafted == plain and concurrent == solo hold under a constraint.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "lanes/lane_host.h"
 
 namespace dsv4::lanes {
-
-bool LaneHost::is_eos(const Stream& s, TokenId token) const {
-  return std::find(info_.eos_ids.begin(), info_.eos_ids.end(), token) != info_.eos_ids.end() ||
-         std::find(s.request.eos_ids.begin(), s.request.eos_ids.end(), token) != s.request.eos_ids.end();
-}
 
 std::shared_ptr<const TokenMask> LaneHost::constraint_mask(const Stream& s, ConstraintCursor& cursor) const {
   std::shared_ptr<const TokenMask> m = cursor.allowed();
@@ -37,7 +30,7 @@ std::vector<std::shared_ptr<const TokenMask>> LaneHost::constraint_masks(const S
     if (i > 0) {  // tokens[i]: the output before row i (forced, or a proposal row i - 1 must have drawn)
       const TokenId t = tokens[i];
       if (cur != nullptr) {
-        if (is_eos(s, t) || !cur->advance(t)) break;  // rows after it are never kept
+        if (is_eos(s.request, info_.eos_ids, t) || !cur->advance(t)) break;  // rows after it are never kept
       } else if (t == s.request.constraint_after) {
         cur = s.request.constraint->start();
       }
@@ -57,7 +50,7 @@ std::string LaneHost::constraint_commit(Stream& s, TokenId token, bool forced) c
   if (constraint_mask(s, *s.cursor) == nullptr) {
     return "the output constraint allows no token here (nesting beyond its depth limit)";
   }
-  if (is_eos(s, token) && s.cursor->may_end()) return {};
+  if (is_eos(s.request, info_.eos_ids, token) && s.cursor->may_end()) return {};
   if (!s.cursor->advance(token)) {
     return fmt::format("the {} token {} breaks the output constraint", forced ? "forced" : "drawn", token);
   }

@@ -1,6 +1,8 @@
 // The keyed sampler: greedy argmax, or temperature/top-k/top-p/min-p then Gumbel-max keyed by (seed, position, id).
 #include "lanes/sampling.h"
 
+#include "lanes/token_mask.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -177,13 +179,7 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
 TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, uint64_t seed, int64_t position,
                    std::span<const TokenId> allowed) {
   if (allowed.empty()) return sample_keyed(logits, params, seed, position);
-  std::vector<float> masked(logits.size(), -std::numeric_limits<float>::infinity());  // f32 [V]
-  for (TokenId t : allowed) {
-    if (t >= 0 && static_cast<size_t>(t) < logits.size()) masked[static_cast<size_t>(t)] = logits[static_cast<size_t>(t)];
-  }
-  const TokenId drawn = sample_keyed(masked, params, seed, position);
-  if (std::find(allowed.begin(), allowed.end(), drawn) != allowed.end()) return drawn;
-  return *std::min_element(allowed.begin(), allowed.end());  // every allowed logit is -inf or NaN
+  return draw_masked(logits, params, seed, position, TokenMask::of(static_cast<int32_t>(logits.size()), allowed));
 }
 
 float token_logprob(std::span<const float> logits, TokenId token) {

@@ -14,6 +14,11 @@ bool ends_with(const std::vector<TokenId>& output, const std::vector<TokenId>& t
 
 }  // namespace
 
+bool is_eos(const Request& request, const std::vector<TokenId>& model_eos, TokenId token) {
+  return std::find(model_eos.begin(), model_eos.end(), token) != model_eos.end() ||
+         std::find(request.eos_ids.begin(), request.eos_ids.end(), token) != request.eos_ids.end();
+}
+
 CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<TokenId>& model_eos,
                            const TokenBytesFn& token_bytes, Finish* finish, bool forced) {
   const Request& request = stream.request;
@@ -33,9 +38,7 @@ CommitOutcome commit_token(Stream& stream, TokenId token, const std::vector<Toke
   };
 
   if (!forced && !request.ignore_eos) {
-    const bool eos = std::find(model_eos.begin(), model_eos.end(), token) != model_eos.end() ||
-                     std::find(request.eos_ids.begin(), request.eos_ids.end(), token) != request.eos_ids.end();
-    if (eos) return stop(StopKind::eos, -1, -1);
+    if (is_eos(request, model_eos, token)) return stop(StopKind::eos, -1, -1);
   }
   for (size_t i = 0; i < request.stop_sequences.size() && !forced; ++i) {
     const size_t free = stream.output.size() - stream.free_tokens_from;

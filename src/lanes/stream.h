@@ -59,6 +59,9 @@ enum class CommitOutcome {
   finished,  // the request is done; `finish` is filled
 };
 
+// Whether `token` ends the request's output: one of the model's or the request's end-of-sequence ids.
+bool is_eos(const Request& request, const std::vector<TokenId>& model_eos, TokenId token);
+
 // Appends one token to the stream's output and applies the finish rules in order: EOS, stop sequence,
 // stop string, max_tokens, context; then the thinking budget.
 //

@@ -2,7 +2,7 @@
 //   root      phase 0 before the value (leading whitespace), 1 after it
 //   object    phase 0 '{' | 1 after '{' | 2 in a key (b: bytes matched, c: candidate properties) | 3 after a key
 //             | 4 after ':' | 5 after a value | 6 after ','; a: first property that may still come
-//   map       phases as object (2 unused: the key is a string frame); alts[0] is the key-string node
+//   map       phases as object (2 unused: the key is a string frame, alts[0]); one case with object
 //   array     phase 0 '[' | 1 after '[' | 2 after an item | 3 after ','; a: items so far
 //   string    phase 0 '"' | 1 inside | 2 after '\' | 3 inside a UTF-8 sequence (b: bytes left, c: range of the
 //             next byte, lo << 8 | hi) | 4 in \uXXXX (b: hex digits left); a: code points so far
@@ -13,6 +13,8 @@
 //   raw_until a: terminator bytes matched; b, c: as string's UTF-8 tracking (phase 1 inside a sequence); ws: code
 //             points so far when bounded
 #include "structured/matcher.h"
+
+#include "structured/utf8.h"
 
 namespace dsv4::structured {
 namespace {
@@ -44,27 +46,6 @@ bool in_range(const Node& n, const Frame& f) {
 void set_phase(Frame& f, uint16_t phase) {
   f.phase = phase;
   f.ws = 0;
-}
-
-// A UTF-8 lead byte: how many continuation bytes follow and the range of the first one; false for bytes that
-// cannot start a sequence (continuations, overlong leads, beyond U+10FFFF).
-bool utf8_lead(uint8_t byte, uint32_t& left, uint64_t& range) {
-  if (byte >= 0xC2 && byte <= 0xDF) return left = 1, range = 0x80BF, true;
-  if (byte == 0xE0) return left = 2, range = 0xA0BF, true;
-  if (byte == 0xED) return left = 2, range = 0x809F, true;  // no UTF-16 surrogates
-  if (byte >= 0xE1 && byte <= 0xEF) return left = 2, range = 0x80BF, true;
-  if (byte == 0xF0) return left = 3, range = 0x90BF, true;
-  if (byte >= 0xF1 && byte <= 0xF3) return left = 3, range = 0x80BF, true;
-  if (byte == 0xF4) return left = 3, range = 0x808F, true;
-  return false;
-}
-
-// One continuation byte against its range; the next one (if any) takes the plain range.
-bool utf8_cont(uint8_t byte, uint32_t& left, uint64_t& range) {
-  if (byte < (range >> 8) || byte > (range & 0xFF)) return false;
-  --left;
-  range = left > 0 ? 0x80BF : 0;
-  return true;
 }
 
 // The length of the longest prefix of `t` that is a suffix of t[0, matched) + byte.
@@ -188,6 +169,9 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
       }
 
       case NodeKind::object:
+      case NodeKind::map: {
+        // A map is an object whose keys are free strings (alts[0]) and whose values are all `child`.
+        const bool free_keys = n.kind == NodeKind::map;
         switch (f.phase) {
           case 0:
             if (byte != '{') return false;
@@ -197,6 +181,11 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
           case 6:
             if (ws(f, byte)) return true;
             if (byte == '"') {
+              if (free_keys) {
+                set_phase(f, 3);
+                if (!push(s, n.alts[0])) return false;
+                continue;
+              }
               const uint64_t cand = key_candidates(n, f.a);
               if (cand == 0) return false;
               set_phase(f, 2);
@@ -204,12 +193,12 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
               f.c = cand;
               return true;
             }
-            if (byte == '}' && f.phase == 1 && !required_left(n, f.a)) {
+            if (byte == '}' && f.phase == 1 && (free_keys || !required_left(n, f.a))) {
               --s.depth;
               return true;
             }
             return false;
-          case 2: {
+          case 2: {  // declared keys only
             uint64_t cand = 0;
             for (uint64_t bits = f.c; bits != 0; bits &= bits - 1) {
               const int i = __builtin_ctzll(bits);
@@ -238,7 +227,7 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
             return true;
           case 4: {
             if (ws(f, byte)) return true;
-            const NodeId value = n.props[f.b].value;
+            const NodeId value = free_keys ? n.child : n.props[f.b].value;
             set_phase(f, 5);
             f.b = 0;
             if (!push(s, value)) return false;
@@ -246,60 +235,18 @@ bool Matcher::step(MatchState& s, uint8_t byte) const {
           }
           case 5:
             if (ws(f, byte)) return true;
-            if (byte == ',' && key_candidates(n, f.a) != 0) {
+            if (byte == ',' && (free_keys || key_candidates(n, f.a) != 0)) {
               set_phase(f, 6);
               return true;
             }
-            if (byte == '}' && !required_left(n, f.a)) {
+            if (byte == '}' && (free_keys || !required_left(n, f.a))) {
               --s.depth;
               return true;
             }
             return false;
         }
         return false;
-
-      case NodeKind::map:
-        switch (f.phase) {
-          case 0:
-            if (byte != '{') return false;
-            set_phase(f, 1);
-            return true;
-          case 1:
-          case 6:
-            if (ws(f, byte)) return true;
-            if (byte == '"') {
-              set_phase(f, 3);
-              if (!push(s, n.alts[0])) return false;
-              continue;
-            }
-            if (byte == '}' && f.phase == 1) {
-              --s.depth;
-              return true;
-            }
-            return false;
-          case 3:
-            if (ws(f, byte)) return true;
-            if (byte != ':') return false;
-            set_phase(f, 4);
-            return true;
-          case 4:
-            if (ws(f, byte)) return true;
-            set_phase(f, 5);
-            if (!push(s, n.child)) return false;
-            continue;
-          case 5:
-            if (ws(f, byte)) return true;
-            if (byte == ',') {
-              set_phase(f, 6);
-              return true;
-            }
-            if (byte == '}') {
-              --s.depth;
-              return true;
-            }
-            return false;
-        }
-        return false;
+      }
 
       case NodeKind::array:
         switch (f.phase) {

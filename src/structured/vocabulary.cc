@@ -1,6 +1,8 @@
 // The token tries (vocabulary.h), built from the tokens sorted by their bytes, and the string-plain classes.
 #include "structured/vocabulary.h"
 
+#include "structured/utf8.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -10,35 +12,19 @@ namespace {
 // The code points of `s` when it is whole UTF-8 characters with no quote, backslash or control character; else -1.
 int64_t plain_code_points(const std::string& s) {
   int64_t cps = 0;
-  for (size_t i = 0; i < s.size();) {
-    const uint8_t b = static_cast<uint8_t>(s[i]);
-    size_t len = 0;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (b < 0x80) {
-      if (b < 0x20 || b == '"' || b == '\\') return -1;
-      len = 1;
-    } else if (b >= 0xC2 && b <= 0xDF) {
-      len = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      len = 3;
-      if (b == 0xE0) lo = 0xA0;
-      if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      len = 4;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;
-    } else {
-      return -1;
+  uint32_t left = 0;
+  uint64_t range = 0;
+  for (char ch : s) {
+    const uint8_t b = static_cast<uint8_t>(ch);
+    if (left > 0) {
+      if (!utf8_cont(b, left, range)) return -1;
+      continue;
     }
-    if (i + len > s.size()) return -1;
-    for (size_t k = 1; k < len; ++k) {
-      const uint8_t c = static_cast<uint8_t>(s[i + k]);
-      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return -1;
-    }
-    i += len;
+    if (b < 0x20 || b == '"' || b == '\\') return -1;
+    if (b >= 0x80 && !utf8_lead(b, left, range)) return -1;
     ++cps;
   }
-  return cps;
+  return left == 0 ? cps : -1;
 }
 
 }  // namespace
