@@ -1,5 +1,5 @@
-// `dsv4 run --dump-hidden` on the tiny preset: the archive holds every layer's streams [T, hc, hidden], the final
-// norm's output [T, hidden] and the prompt, every value finite; and final_norm is the head's input: multiplied by
+// `dsv4 run --dump-hidden` on the tiny preset: the archive holds every layer's streams [T, hc, hidden] and sub-layer
+// rows [T, hidden], each index source's picks, the final norm's output [T, hidden] and the prompt, every value finite; and final_norm is the head's input: multiplied by
 // the head's stored weights (the preset's synthetic bf16 head, summed here in double) it gives the logits the run
 // dumps with --dump-logits, row for row.
 #include <gtest/gtest.h>
@@ -85,12 +85,41 @@ TEST(DumpHidden, LayersAndTheHeadsInputOnTiny) {
   const auto arrays = read_npz(npz);
   const dsv4::family::Config c = dsv4::family::preset_config(dsv4::family::Preset::tiny, dsv4::family::Variant::v41);
   const int64_t T = 5, C = c.hc_mult, D = c.hidden_size, V = c.vocab_size;
-  ASSERT_EQ(arrays.size(), static_cast<size_t>(c.num_hidden_layers) + 2);
+  // Per layer: the streams, four sub-layer row sets; per index source: its picks; then final_norm and tokens.
+  const auto& sources = c.index_source_layer_ids;
+  ASSERT_EQ(arrays.size(), static_cast<size_t>(5 * c.num_hidden_layers) + sources.size() + 2);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string n = fmt::format("layer_{:02d}", l);
     ASSERT_TRUE(arrays.count(n)) << n;
     EXPECT_EQ(arrays.at(n).shape, (std::vector<int64_t>{T, C, D})) << n;
     for (float x : floats_of(arrays.at(n))) ASSERT_TRUE(std::isfinite(x)) << n;
+    for (const char* op : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {
+      const std::string o = fmt::format("{}_{:02d}", op, l);
+      ASSERT_TRUE(arrays.count(o)) << o;
+      EXPECT_EQ(arrays.at(o).shape, (std::vector<int64_t>{T, D})) << o;
+      for (float x : floats_of(arrays.at(o))) ASSERT_TRUE(std::isfinite(x)) << o;
+    }
+  }
+  // An index source's picks at position p (model-spec.md §3.6): min(index_topk, L_c) distinct compressed rows below
+  // L_c = (p + 1) / ratio, ascending, then -1.
+  for (int l : sources) {
+    const std::string n = fmt::format("topk_{:02d}", l);
+    ASSERT_TRUE(arrays.count(n)) << n;
+    const int64_t k = c.index_topk, R = c.compress_ratios[l];
+    ASSERT_EQ(arrays.at(n).shape, (std::vector<int64_t>{T, k})) << n;
+    std::vector<int32_t> sel(T * k);
+    std::memcpy(sel.data(), arrays.at(n).data.data(), 4 * sel.size());
+    for (int64_t p = 0; p < T; ++p) {
+      const int64_t lc = (p + 1) / R, picks = std::min(k, lc);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t v = sel[p * k + j];
+        if (j < picks) {
+          EXPECT_TRUE(v >= 0 && v < lc && (j == 0 || v > sel[p * k + j - 1])) << n << " row " << p << " pick " << j;
+        } else {
+          EXPECT_EQ(v, -1) << n << " row " << p << " pick " << j;
+        }
+      }
+    }
   }
   EXPECT_NE(arrays.at("layer_00").data, arrays.at("layer_01").data);
   ASSERT_EQ(arrays.at("tokens").shape, std::vector<int64_t>{T});

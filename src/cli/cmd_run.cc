@@ -92,7 +92,9 @@ int run_main(int argc, char** argv) {
   std::string dump_hidden;
   app.add_option("--dump-hidden", dump_hidden,
                  "write every prompt position's residual streams after each layer (layer_NN [T, hc, hidden] f32), "
-                 "the final norm's output (final_norm [T, hidden]) and the prompt (tokens [T] i32) to this .npz, "
+                 "the final norm's output (final_norm [T, hidden]), each layer's sub-layer rows (attn_in_NN, attn_out_NN, ffn_in_NN, "
+                 "ffn_out_NN [T, hidden]), on the CPU oracle each index source's picked compressed rows "
+                 "(topk_NN [T, index_topk] i32, -1 past the picks) and the prompt (tokens [T] i32) to this .npz, "
                  "to find the first layer and position where dsv4 and another implementation part");
   std::string backend = "cpu";
   app.add_option("--backend", backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")->capture_default_str();
@@ -202,9 +204,18 @@ int run_main(int argc, char** argv) {
       if (in_prompt && hidden_status.ok())
         hidden_status = hidden.add_f32(fmt::format("layer_{:02d}", layer), {T, C, D}, h);
     };
-    bc.op_probe = [&](int, const char* op, const std::vector<float>& v) {
-      if (in_prompt && hidden_status.ok() && std::string_view(op) == "final_norm")
+    bc.op_probe = [&](int layer, const char* op, const std::vector<float>& v) {
+      if (!in_prompt || !hidden_status.ok()) return;
+      if (std::string_view(op) == "final_norm") {
         hidden_status = hidden.add_f32("final_norm", {T, D}, v);
+      } else if (const std::string_view o(op); o == "attn.in" || o == "attn.out" || o == "ffn.in" || o == "ffn.out") {
+        std::string name = fmt::format("{}_{:02d}", o, layer);  // sub-layer input/output rows, f32 [T, hidden]
+        name[name.find('.')] = '_';
+        hidden_status = hidden.add_f32(name, {T, D}, v);
+      } else if (std::string_view(op) == "topk") {  // an index source's picks, compressed rows (-1: none)
+        std::vector<int32_t> sel(v.begin(), v.end());
+        hidden_status = hidden.add_i32(fmt::format("topk_{:02d}", layer), {T, static_cast<int64_t>(v.size()) / T}, sel);
+      }
     };
   }
   auto fwd = make_stream_forward(bc, weights);

@@ -218,6 +218,15 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     block_forward<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, c.rows, attn, c.image.data(), ids.data(), h,
                        pi, probe);
     if (options_.layer_probe) options_.layer_probe(l, h);
+    if (probe && role.index_source) {
+      // The rows this layer's indexer published, per call row ascending, -1 past the picks: [rows, index_topk].
+      const int64_t k = cfg.index_topk;
+      Vec sel(c.rows * k, -1.0f);
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (size_t j = 0; j < c.topk[r].size() && static_cast<int64_t>(j) < k; ++j)
+          sel[r * k + static_cast<int64_t>(j)] = static_cast<float>(c.topk[r][j]);
+      probe("topk", sel.data(), c.rows * k);
+    }
   }
   // 4. Logits of the requested rows.
   const Vec norm = floats(W.norm);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Row-by-row comparison of dsv4 with DeepSeek's V4.1 reference on shallow synthetic configurations where the
+# indexer's top-k and the candidate pool bind. Needs python3 with torch >= 2.8 (float4 / e8m0 dtypes), numpy and
+# sympy; the reference files in tests/reference/upstream/deepseek_v41/ (README.md); DSV4 = a dsv4 binary.
+# usage: DSV4=/path/to/dsv4 run_device.sh OUT_DIR [CONFIG...]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$1"; shift || true
+dsv4="${DSV4:-dsv4}"
+mkdir -p "$out"
+configs=("$@")
+[ ${#configs[@]} -gt 0 ] || configs=(swa_r2_top4 cand2_top8 cand3_top6 tiny)
+
+# name -> synth flags and config.json edits (text_config keys)
+synth_flags() {
+  case "$1" in
+    swa_r2_top4) echo "--layers 4" ;;
+    cand2_top8|cand3_top6|tiny) echo "" ;;
+  esac
+}
+edits() {
+  case "$1" in
+    swa_r2_top4) echo '{"index_topk": 4}' ;;
+    cand2_top8) echo '{"index_topk": 8, "candidate_topk_blocks": 2, "candidate_block_size": 4}' ;;
+    cand3_top6) echo '{"index_topk": 6, "candidate_topk_blocks": 3, "candidate_block_size": 4}' ;;
+    tiny) echo '{}' ;;
+  esac
+}
+T=${ROWS:-96}
+ids=$(python3 -c "print(','.join(str((7919*i+13) % 129000) for i in range($T)))")
+for c in "${configs[@]}"; do
+  d="$out/$c"; ck="$d/ckpt"; mkdir -p "$d"
+  "$dsv4" synth --preset tiny $(synth_flags "$c") --seed 1 --out "$ck" --no-sync > "$d/synth.log" 2>&1
+  python3 - "$ck/config.json" "$(edits "$c")" <<'PY'
+import json, sys
+p, e = sys.argv[1], json.loads(sys.argv[2])
+cfg = json.load(open(p)); cfg["text_config"].update(e); json.dump(cfg, open(p, "w"), indent=2)
+PY
+  "$dsv4" run --model "$ck" --ids "$ids" --max-tokens 0 --dump-logits "$d/d32.npy" --dump-hidden "$d/h32.npz" > "$d/run32.log" 2>&1
+  "$dsv4" run --model "$ck" --ids "$ids" --max-tokens 0 --ref64 --dump-logits "$d/d64.npy" --dump-hidden "$d/h64.npz" > "$d/run64.log" 2>&1
+  python3 "$here/reference_run.py" "$ck" "$ids" "$d/ref.npz" > "$d/ref.log" 2>&1 || { cat "$d/ref.log"; exit 1; }
+  echo "== $c ($(edits "$c"))"
+  python3 "$here/compare.py" "$d/ref.npz" "$d/d32.npy" "$d/h32.npz" "$d/d64.npy" "$d/h64.npz" "$d/compare.json"
+  rm -rf "$ck"
+done
