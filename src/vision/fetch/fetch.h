@@ -37,7 +37,7 @@ struct HttpUrl {
 };
 StatusOr<HttpUrl> parse_http_url(std::string_view url);
 
-// Fetches `url`. Errors: fetching disabled (failed_precondition-like invalid_argument naming the flag),
+// Fetches `url`. Errors (all invalid_argument): fetching disabled (the message says to send a data: URL),
 // a malformed or non-http(s) URL, a host that resolves to a non-public address (naming the address and
 // its class), connection failure, a status other than 200 (a redirect is named as not followed), a body
 // over max_bytes (from Content-Length or while reading), the total timeout.
