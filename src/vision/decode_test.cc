@@ -132,8 +132,8 @@ TEST(VisionDecode, RefusesTruncatedDataNamingTheLibrary) {
   for (const Case& c : {Case{"rgb_37x91.png", "image/png", "corrupt or truncated PNG: libpng: "},
                         Case{"q444_37x91.jpg", "image/jpeg", "truncated JPEG: libjpeg: Premature end of JPEG file"},
                         Case{"progressive_37x91.jpg", "image/jpeg", "truncated JPEG: libjpeg: "},
-                        Case{"lossless_37x91.webp", "image/webp", "corrupt or truncated WebP: libwebp"},
-                        Case{"lossy_640x480.webp", "image/webp", "corrupt or truncated WebP: libwebp"},
+                        Case{"lossless_37x91.webp", "image/webp", "corrupt or truncated WebP: libwebp: cannot read the container (not enough data (truncated))"},
+                        Case{"lossy_640x480.webp", "image/webp", "WebP: libwebp: cannot read the container (not enough data"},
                         Case{"palette_37x91.gif", "image/gif", "corrupt or truncated GIF: giflib: "}}) {
     SCOPED_TRACE(c.file);
     std::vector<uint8_t> bytes = golden_image(c.file);

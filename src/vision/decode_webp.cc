@@ -24,6 +24,16 @@ const char* status_name(VP8StatusCode s) {
   return "unknown status";
 }
 
+// The animation decoder only says "failed"; a still image's own decoder names the reason.
+const char* still_failure(std::span<const uint8_t> bytes, const WebPBitstreamFeatures& features) {
+  WebPDecoderConfig config;
+  if (features.has_animation || !WebPInitDecoderConfig(&config)) return "bitstream error";
+  config.output.colorspace = MODE_RGBA;
+  const VP8StatusCode why = WebPDecode(bytes.data(), bytes.size(), &config);
+  WebPFreeDecBuffer(&config.output);
+  return why == VP8_STATUS_OK ? "bitstream error" : status_name(why);
+}
+
 }  // namespace
 
 StatusOr<Image> decode_webp(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
@@ -39,7 +49,10 @@ StatusOr<Image> decode_webp(std::span<const uint8_t> bytes, const DecodeLimits& 
   options.use_threads = 0;
   const WebPData data{bytes.data(), bytes.size()};
   WebPAnimDecoder* dec = WebPAnimDecoderNew(&data, &options);
-  if (!dec) return error(StatusCode::invalid_argument, "corrupt or truncated WebP: libwebp cannot parse the container");
+  if (!dec) {
+    return error(StatusCode::invalid_argument, "corrupt or truncated WebP: libwebp: cannot read the container ({})",
+                 still_failure(bytes, features));
+  }
   struct Destroy {
     WebPAnimDecoder* d;
     ~Destroy() { WebPAnimDecoderDelete(d); }
@@ -50,16 +63,8 @@ StatusOr<Image> decode_webp(std::span<const uint8_t> bytes, const DecodeLimits& 
   uint8_t* rgba = nullptr;
   int timestamp = 0;
   if (!WebPAnimDecoderGetNext(dec, &rgba, &timestamp)) {
-    // The animation decoder only says "failed"; a still image's own decoder names the reason.
-    WebPDecoderConfig config;
-    VP8StatusCode why = VP8_STATUS_BITSTREAM_ERROR;
-    if (!features.has_animation && WebPInitDecoderConfig(&config)) {
-      config.output.colorspace = MODE_RGBA;
-      why = WebPDecode(bytes.data(), bytes.size(), &config);
-      WebPFreeDecBuffer(&config.output);
-    }
     return error(StatusCode::invalid_argument, "corrupt or truncated WebP: libwebp: cannot decode the first frame ({})",
-                 status_name(why));
+                 still_failure(bytes, features));
   }
   Image im = blank_image(static_cast<int32_t>(info.canvas_width), static_cast<int32_t>(info.canvas_height));
   const size_t n = static_cast<size_t>(im.width) * im.height;
