@@ -66,12 +66,21 @@ def png_chunk(kind, data):
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
 
-def png_bytes(width, height, bit_depth, color_type, rows, plte=None, trns=None):
-    out = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0))
+def png_bytes(width, height, bit_depth, color_type, rows, plte=None, trns=None, adam7_pixels=None):
+    """rows: packed scanlines. With adam7_pixels (u8 [h, w, c], 8-bit only) the image is written interlaced."""
+    interlace = 1 if adam7_pixels is not None else 0
+    out = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace))
     if plte is not None:
         out += png_chunk(b"PLTE", bytes(plte))
     if trns is not None:
         out += png_chunk(b"tRNS", bytes(trns))
+    if adam7_pixels is not None:
+        # Adam7: seven passes over sub-grids (x0, y0, dx, dy); each pass's rows are filtered on their own.
+        rows = []
+        for x0, y0, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]:
+            sub = adam7_pixels[y0::dy, x0::dx]
+            if sub.shape[0] and sub.shape[1]:
+                rows += [r.tobytes() for r in sub]
     raw = b"".join(b"\x00" + bytes(r) for r in rows)
     return out + png_chunk(b"IDAT", zlib.compress(raw, 9)) + png_chunk(b"IEND", b"")
 
@@ -122,6 +131,8 @@ def make_images():
     files["rgba16_37x91.png"] = png_bytes(37, 91, 16, 6, [r.astype(">u2").tobytes() for r in a16])
     files["la16_37x91.png"] = png_bytes(37, 91, 16, 4, [r.astype(">u2").tobytes() for r in a16[:, :, 2:4]])
     files["gray_trns_37x91.png"] = png_bytes(37, 91, 8, 0, [r.tobytes() for r in picture(37, 91, 12)[:, :, 0]], trns=b"\x00\x40")
+    files["interlaced_37x91.png"] = png_bytes(37, 91, 8, 2, None, adam7_pixels=picture(37, 91, 13))
+    files["interlaced_gray_5x3.png"] = png_bytes(5, 3, 8, 0, None, adam7_pixels=picture(5, 3, 14)[:, :, :1])
     files["palette_past_plte_4x1.png"] = png_bytes(4, 1, 8, 3, [bytes([0, 1, 5, 200])], plte=[255, 0, 0, 0, 255, 0])
 
     big = Image.fromarray(picture(640, 480, 5))
@@ -145,17 +156,28 @@ def make_images():
     f1 = Image.fromarray(255 - picture(37, 91, 1)).quantize(colors=32)
     files["animated_37x91.gif"] = pil_save(f0, "GIF", save_all=True, append_images=[f1], duration=100, loop=0)
     files["gray_palette_33x17.gif"] = pil_save(Image.fromarray(picture(33, 17, 8)[:, :, 0]), "GIF")
-    files["offset_frame_20x10.gif"] = offset_frame_gif()
+    files["offset_frame_20x10.gif"] = hand_gif(20, 10, (5, 3, 6, 4), global_colors=16, transparent=7)
+    # A 4-colour global palette with 4-bit LZW codes: indices 4..15 lie past the palette.
+    files["past_palette_9x5.gif"] = hand_gif(9, 5, (0, 0, 9, 5), global_colors=4)
+    # A local palette that replaces the global one, on a frame larger than the logical screen.
+    files["local_palette_12x6.gif"] = hand_gif(8, 4, (2, 1, 10, 5), global_colors=16, local_colors=16)
     return files
 
 
-def offset_frame_gif():
-    """A 20x10 screen whose only frame is 6x4 at (5, 3), with a transparent index: the rest of the canvas
-    takes that index. Written by hand (Pillow always writes frames covering the screen)."""
-    palette = bytes(sum(([i * 16, 255 - i * 16, (i * 53) % 256] for i in range(16)), []))
-    pixels = bytes((x + 2 * y) % 16 for y in range(4) for x in range(6))
+def gif_palette(n, salt):
+    bits = max(1, (n - 1).bit_length())
+    entries = [[(i * 16 + salt) % 256, (255 - i * 16) % 256, (i * 53 + salt) % 256] for i in range(1 << bits)]
+    return bits, bytes(sum(entries, []))
+
+
+def hand_gif(screen_w, screen_h, box, global_colors, local_colors=None, transparent=None):
+    """A one-frame GIF written byte by byte (Pillow always writes frames covering the screen with a palette
+    of the codes it uses): frame `box` = (x, y, w, h), indices (x + 2y) mod 16, LZW code size 4 with a clear
+    code before every pixel so the code width stays 5."""
+    x0, y0, w, h = box
+    gbits, gpal = gif_palette(global_colors, 0)
+    pixels = bytes((x + 2 * y) % 16 for y in range(h) for x in range(w))
     code_size = 4
-    # LZW with a clear code before every pixel, so the code width stays code_size + 1.
     clear = 1 << code_size
     codes = []
     for p in pixels:
@@ -172,9 +194,14 @@ def offset_frame_gif():
     if nbits:
         data.append(bits)
     blocks = b"".join(bytes([len(data[i:i + 255])]) + bytes(data[i:i + 255]) for i in range(0, len(data), 255)) + b"\x00"
-    gif = b"GIF89a" + struct.pack("<HHBBB", 20, 10, 0x80 | 0x03, 0, 0) + palette
-    gif += b"\x21\xF9\x04\x01\x00\x00\x07\x00"  # graphic control: transparent index 7
-    gif += b"\x2C" + struct.pack("<HHHHB", 5, 3, 6, 4, 0) + bytes([code_size]) + blocks + b"\x3B"
+    gif = b"GIF89a" + struct.pack("<HHBBB", screen_w, screen_h, 0x80 | (gbits - 1), 0, 0) + gpal
+    if transparent is not None:
+        gif += b"\x21\xF9\x04\x01\x00\x00" + bytes([transparent]) + b"\x00"
+    flags, local = 0, b""
+    if local_colors is not None:
+        lbits, local = gif_palette(local_colors, 101)
+        flags = 0x80 | (lbits - 1)
+    gif += b"\x2C" + struct.pack("<HHHHB", x0, y0, w, h, flags) + local + bytes([code_size]) + blocks + b"\x3B"
     return gif
 
 
