@@ -9,6 +9,12 @@ set(DSV4_ONIG PkgConfig::ONIG)
 find_package(ICU REQUIRED COMPONENTS uc i18n)
 set(DSV4_ICU ICU::uc ICU::i18n)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # Debian builds it as a library
+# Image decoding for the vision front end (src/vision): PNG, JPEG, WebP (with its demuxer), GIF.
+pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng16)
+pkg_check_modules(JPEG REQUIRED IMPORTED_TARGET libjpeg)
+pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp libwebpdemux)
+pkg_check_modules(GIF REQUIRED IMPORTED_TARGET libgif)
+set(DSV4_IMAGE_LIBS PkgConfig::PNG PkgConfig::JPEG PkgConfig::WEBP PkgConfig::GIF)
 find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto)  # libcrypto only: SHA-256 of shards (core/sha256)
 if(DSV4_TESTS)
   find_package(GTest REQUIRED)

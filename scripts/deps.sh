@@ -6,7 +6,8 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 
 packages=(build-essential cmake ninja-build pkg-config git ccache
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libonig-dev libicu-dev libxxhash-dev libcpp-httplib-dev libssl-dev zlib1g-dev)
+  libonig-dev libicu-dev libxxhash-dev libcpp-httplib-dev libssl-dev zlib1g-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev)
 
 missing=()
 for p in "${packages[@]}"; do
