@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The vision tower cross-check (tests/reference/vision/README.md): for the tiny and small presets, synthesizes a
+# checkpoint with dsv4, runs DeepSeek's reference vision.py (torch, on the CPU; on CUDA too when present) and the
+# CPU oracle (ref32, ref64) on the same patches, prints per-layer NRMS and keeps the reference outputs of a few
+# images as golden files.
+#
+#   tests/reference/vision/run_device.sh BUILD_DIR [WORK_DIR]
+#
+# BUILD_DIR holds the built `dsv4` and `tests/vision_dump` (ninja dsv4 vision_dump). Needs python3 with numpy
+# and torch (>= 2.5 for the reference's fp32 SDPA math path; older versions compute it in bf16), and the
+# reference files in tests/reference/upstream/deepseek_v41/ (README.md says how to obtain them).
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+build="$(cd "${1:?usage: run_device.sh BUILD_DIR [WORK_DIR]}" && pwd)"
+work="${2:-${TMPDIR:-/tmp}/dsv4_vision_check}"
+seed=1
+date -u; nproc; nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true
+git -C "$here" rev-parse HEAD 2>/dev/null || true
+python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__, 'cuda', torch.cuda.is_available())" || exit 1
+cuda=$(python3 -c "import torch; print(int(torch.cuda.is_available()))")
+status=0
+for preset in tiny small; do
+  w="$work/$preset"
+  rm -rf "$w"; mkdir -p "$w"
+  echo "=== $preset ==="
+  "$build/dsv4" synth --preset "$preset" --seed "$seed" --out "$w/ckpt" --no-sync >"$w/synth.log" 2>&1 ||
+    { cat "$w/synth.log"; status=1; continue; }
+  python3 "$here/vision_ref.py" patches "$w/ckpt" "$w/patches" || { status=1; continue; }
+  time "$build/tests/vision_dump" --model "$w/ckpt" --images "$w/patches/images.json" --out "$w/dsv4" || { status=1; continue; }
+  time python3 "$here/vision_ref.py" reference "$w/ckpt" "$w/patches" "$w/ref_cpu" --device cpu || { status=1; continue; }
+  echo "--- $preset: dsv4 against the reference on the CPU ---"
+  python3 "$here/vision_ref.py" compare "$w/patches" "$w/ref_cpu" "$w/dsv4" || status=1
+  if [ "$cuda" = 1 ]; then
+    python3 "$here/vision_ref.py" reference "$w/ckpt" "$w/patches" "$w/ref_cuda" --device cuda || status=1
+    echo "--- $preset: dsv4 against the reference on CUDA ---"
+    python3 "$here/vision_ref.py" compare "$w/patches" "$w/ref_cuda" "$w/dsv4" || status=1
+  fi
+  python3 "$here/vision_ref.py" golden "$w/patches" "$w/ref_cpu" "$work/golden/$preset" \
+    --preset "$preset" --seed "$seed" || status=1
+done
+echo "golden files: $work/golden (copy its tiny/ and small/ to tests/data/vision/ to commit; vision_golden_test reads them)"
+du -sh "$work/golden" 2>/dev/null || true
+exit $status
