@@ -8,6 +8,7 @@
 // block_NN [n, V], vit_norm [n, V], aligner_hidden [m, D], aligner [m, D], span [rows, D].
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -36,6 +37,8 @@ int fail(const std::string& msg) {
 int main(int argc, char** argv) {
   std::string model, images, out;
   int threads = 0;
+  const char* usage = "usage: vision_dump --model CKPT --images PATCH_DIR/images.json --out DIR [--threads N]";
+  if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) return std::puts(usage), 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") model = v;
@@ -45,7 +48,7 @@ int main(int argc, char** argv) {
     else return fail("unknown option " + k);
   }
   if (model.empty() || images.empty() || out.empty())
-    return fail("usage: vision_dump --model CKPT --images PATCH_DIR/images.json --out DIR [--threads N]");
+    return fail(usage);
   auto m = family::open_model(model);
   if (!m.ok()) return fail(m.status().to_string());
   auto w = family::bind_vision_weights(**m);
