@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The vision tower cross-check (tests/reference/vision/README.md): for the tiny and small presets, synthesizes a
-# checkpoint with dsv4, runs DeepSeek's reference vision.py (torch, on the CPU; on CUDA too when present) and the
-# CPU oracle (ref32, ref64) on the same patches, prints per-layer NRMS and keeps the reference outputs of a few
-# images as golden files.
+# checkpoint with dsv4, runs DeepSeek's reference vision.py (torch, on the CPU; on CUDA too when present), a numpy
+# second implementation and the CPU oracle (ref32, ref64) on the same patches, prints per-layer NRMS and keeps
+# the reference outputs of a few images as golden files.
 #
 #   tests/reference/vision/run_device.sh BUILD_DIR [WORK_DIR]
 #
@@ -35,6 +35,9 @@ for preset in tiny small; do
     echo "--- $preset: dsv4 against the reference on CUDA ---"
     python3 "$here/vision_ref.py" compare "$w/patches" "$w/ref_cuda" "$w/dsv4" || status=1
   fi
+  python3 "$here/vision_numpy.py" "$w/ckpt" "$w/patches" "$w/numpy" >/dev/null || status=1
+  echo "--- $preset: dsv4 against the numpy second implementation ---"
+  python3 "$here/vision_ref.py" compare "$w/patches" "$w/numpy" "$w/dsv4" || status=1
   python3 "$here/vision_ref.py" golden "$w/patches" "$w/ref_cpu" "$work/golden/$preset" \
     --preset "$preset" --seed "$seed" || status=1
 done
