@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/cpu/linear.h"
 #include "backends/cpu/rmsnorm.h"
 #include "backends/cpu/vision_ops.h"
 
@@ -25,7 +26,7 @@ void vit_block(ThreadPool& pool, const family::VisionBlockWeights& B, const visi
                int64_t V, int64_t H, int64_t I, float* x) {
   Vec h(static_cast<size_t>(n * V)), qkv(static_cast<size_t>(n * 3 * V)), o(h.size());
   norm_rows<Acc>(pool, x, n, V, floats(B.norm1), h.data());
-  vision::linear_bias<Acc>(pool, h.data(), n, B.wqkv, floats(B.wqkv_bias), qkv.data());
+  bf16_linear<Acc>(pool, h.data(), n, B.wqkv, qkv.data(), floats(B.wqkv_bias).data());
   // Split into q, k, v [n, H, 64] and rotate q and k per patch.
   Vec q(h.size()), k(h.size()), v(h.size());
   pool.parallel_for(n, [&](int64_t a, int64_t b) {
@@ -41,14 +42,14 @@ void vit_block(ThreadPool& pool, const family::VisionBlockWeights& B, const visi
     }
   }, 16);
   vision::attention<Acc>(pool, q.data(), k.data(), v.data(), n, H, o.data());
-  vision::linear_bias<Acc>(pool, o.data(), n, B.wo, floats(B.wo_bias), h.data());
+  bf16_linear<Acc>(pool, o.data(), n, B.wo, h.data(), floats(B.wo_bias).data());
   vision::add_bf16<Acc>(x, h.data(), n * V);
   // MLP: SwiGLU over w1's two halves, then w2 (no biases).
   Vec g(static_cast<size_t>(n * 2 * I)), m(static_cast<size_t>(n * I));
   norm_rows<Acc>(pool, x, n, V, floats(B.norm2), h.data());
-  vision::linear_bias<Acc>(pool, h.data(), n, B.w1, {}, g.data());
+  bf16_linear<Acc>(pool, h.data(), n, B.w1, g.data());
   vision::swiglu<Acc>(pool, g.data(), n, I, m.data());
-  vision::linear_bias<Acc>(pool, m.data(), n, B.w2, {}, h.data());
+  bf16_linear<Acc>(pool, m.data(), n, B.w2, h.data());
   vision::add_bf16<Acc>(x, h.data(), n * V);
 }
 
@@ -65,7 +66,7 @@ ImageEmbedding encode(ThreadPool& pool, const family::VisionWeights& w, const Im
   Vec px(img.patches.size());
   for (size_t i = 0; i < px.size(); ++i) px[i] = round_bf16(img.patches[i]);
   Vec x(static_cast<size_t>(n * V));
-  vision::linear_bias<Acc>(pool, px.data(), n, w.patch_embed, floats(w.patch_embed_bias), x.data());
+  bf16_linear<Acc>(pool, px.data(), n, w.patch_embed, x.data(), floats(w.patch_embed_bias).data());
   probe("patch_embed", n, V, x);
   const vision::Rope2d rope = vision::rope_2d_table(img.grid_h, img.grid_w, vc.rope_theta);
   for (size_t b = 0; b < w.blocks.size(); ++b) {
@@ -81,11 +82,11 @@ ImageEmbedding encode(ThreadPool& pool, const family::VisionWeights& w, const Im
   const int64_t m = e.grid.cells();
   const Vec u = vision::unfold_blocks(y.data(), img.grid_h, img.grid_w, V, vc.downsample_ratio);
   Vec a(static_cast<size_t>(m * D));
-  vision::linear_bias<Acc>(pool, u.data(), m, w.aligner_w1, floats(w.aligner_w1_bias), a.data());
+  bf16_linear<Acc>(pool, u.data(), m, w.aligner_w1, a.data(), floats(w.aligner_w1_bias).data());
   vision::gelu<Acc>(pool, a.data(), m * D);
   probe("aligner_hidden", m, D, a);
   e.aligner.resize(a.size());
-  vision::linear_bias<Acc>(pool, a.data(), m, w.aligner_w2, floats(w.aligner_w2_bias), e.aligner.data());
+  bf16_linear<Acc>(pool, a.data(), m, w.aligner_w2, e.aligner.data(), floats(w.aligner_w2_bias).data());
   probe("aligner", m, D, e.aligner);
   // The span in token order.
   const Vec start = floats(w.image_start), newline = floats(w.image_newline), end = floats(w.image_end);

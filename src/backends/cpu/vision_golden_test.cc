@@ -2,13 +2,13 @@
 // files tests/reference/vision/run_device.sh writes (tests/data/vision/<preset>/: PROVENANCE.json, img{i}_*.npy).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/gate.h"
 #include "backends/cpu/vision.h"
 #include "backends/cpu/vision_testing.h"
 #include "core/sha256.h"
@@ -60,12 +60,9 @@ void check_preset(const std::string& preset_name) {
       ASSERT_TRUE(ref.ok()) << ref.status().to_string();
       const std::vector<float>& v = got[name.get<std::string>()];
       ASSERT_EQ(v.size(), ref->size()) << file;
-      double num = 0, den = 0;
-      for (size_t k = 0; k < v.size(); ++k) {
-        num += (static_cast<double>(v[k]) - (*ref)[k]) * (static_cast<double>(v[k]) - (*ref)[k]);
-        den += static_cast<double>((*ref)[k]) * (*ref)[k];
-      }
-      EXPECT_LE(std::sqrt(num / den), kBound) << preset_name << " image " << i << " " << name;
+      gate::Distance d;
+      d.add(v, *ref, cols);
+      EXPECT_LE(d.nrms(), kBound) << preset_name << " image " << i << " " << name;
     }
     ++i;
   }

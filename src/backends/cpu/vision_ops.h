@@ -1,7 +1,8 @@
 // The vision tower's ops (model-spec.md §3.10) with the reference's rounding points, templated on the
-// accumulator (float = ref32, double = ref64): bf16 linear with bias, 2-D RoPE, bidirectional SDPA, SwiGLU,
-// erf GELU, bf16 residual add. Activations are bf16 values held in float arrays; every output element is
-// computed by one thread in a fixed order, so results do not depend on the thread count or on other rows.
+// accumulator (float = ref32, double = ref64): 2-D RoPE, bidirectional SDPA, SwiGLU, erf GELU, bf16 residual
+// add, the aligner's unfold (the linears are linear.h's bf16_linear with bias). Activations are bf16 values
+// held in float arrays; every output element is computed by one thread in a fixed order, so results do not
+// depend on the thread count or on other rows.
 #pragma once
 
 #include <algorithm>
@@ -9,34 +10,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "backends/cpu/linear.h"
 #include "backends/cpu/numerics.h"
 #include "backends/cpu/stored.h"
 #include "core/thread_pool.h"
 
 namespace dsv4::cpu::vision {
-
-// y[rows, out] = bf16(x·Wᵀ + b): bf16 x [rows, in] and W [out, in], the products summed in Acc (linear.h's dot
-// order), the bias (bf16, or none) added in Acc, one rounding. torch's bf16 addmm: fp32 accumulate, bias in
-// the epilogue, one rounding to bf16.
-template <typename Acc>
-void linear_bias(ThreadPool& pool, const float* x, int64_t rows, const Matrix& W, const Vec& bias, float* y) {
-  const int64_t in = W.in(), out = W.out();
-  constexpr int64_t kTile = 32;  // weight rows decoded at once and reused over every input row
-  pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
-    Vec wt(static_cast<size_t>(kTile * in));
-    for (int64_t t0 = n0; t0 < n1; t0 += kTile) {
-      const int64_t t1 = std::min(n1, t0 + kTile);
-      for (int64_t n = t0; n < t1; ++n) matrix_row(W, n, &wt[(n - t0) * in]);
-      for (int64_t m = 0; m < rows; ++m)
-        for (int64_t n = t0; n < t1; ++n) {
-          Acc acc = dot<Acc>(x + m * in, &wt[(n - t0) * in], in);
-          if (!bias.empty()) acc += static_cast<Acc>(bias[n]);
-          y[m * out + n] = round_bf16(acc);
-        }
-    }
-  }, 8);
-}
 
 // The 2-D RoPE table of a grid_h x grid_w patch grid for heads of 64 (model-spec.md §3.10): for patch
 // p = row·grid_w + col and i in 0..31, angle fp32(i < 16 ? row : col) · inv_freq[i mod 16] with

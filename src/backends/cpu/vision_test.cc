@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 
+#include "backends/cpu/gate.h"
 #include "backends/cpu/vision_ops.h"
 #include "backends/cpu/vision_testing.h"
 #include "core/sha256.h"
@@ -37,14 +38,11 @@ ImagePatches test_image(const family::Config& c, int64_t gh, int64_t gw, uint32_
   return {lcg_values(gh * gw * 3 * p * p, seed), gh, gw};
 }
 
-// ||a - b|| / ||b||.
+// ||a - b|| / ||b|| (the gate's pooled NRMS).
 double nrms(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
+  gate::Distance d;
+  d.add(a, b, static_cast<int64_t>(b.size()));
+  return d.nrms();
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {

@@ -12,10 +12,6 @@
 
 namespace dsv4::family::vision_testing {
 
-inline bool is_vision_tensor(std::string_view n) {
-  return n.starts_with("vision.") || n.starts_with("aligner.") || n.starts_with("image_");
-}
-
 inline std::shared_ptr<MemoryTensors> synthetic_vision_store(const Config& c, uint64_t seed,
                                                             std::string_view leave_out = {}) {
   auto store = std::make_shared<MemoryTensors>("synthetic vision");
