@@ -4,15 +4,24 @@
 # second implementation and the CPU oracle (ref32, ref64) on the same patches, prints per-layer NRMS and keeps
 # the reference outputs of a few images as golden files.
 #
-#   tests/reference/vision/run_device.sh BUILD_DIR [WORK_DIR]
+#   tests/reference/vision/run_device.sh [WORK_DIR]      (default WORK_DIR: $TMPDIR/dsv4_vision_check)
+#   DSV4_BUILD_DIR  build directory holding `dsv4` and `tests/vision_dump`; built there (CPU only, the targets
+#                   dsv4 and vision_dump) when either is missing (default: build-vision beside the sources)
 #
-# BUILD_DIR holds the built `dsv4` and `tests/vision_dump` (ninja dsv4 vision_dump). Needs python3 with numpy
-# and torch (>= 2.5 for the reference's fp32 SDPA math path; older versions compute it in bf16), and the
-# reference files in tests/reference/upstream/deepseek_v41/ (README.md says how to obtain them).
+# Needs python3 with numpy and torch (>= 2.5 for the reference's fp32 SDPA math path; older versions compute it
+# in bf16), and the reference files in tests/reference/upstream/deepseek_v41/ (README.md says how to obtain
+# them). Exit status 0 when every comparison passed.
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
-build="$(cd "${1:?usage: run_device.sh BUILD_DIR [WORK_DIR]}" && pwd)"
-work="${2:-${TMPDIR:-/tmp}/dsv4_vision_check}"
+root="$(cd "$here/../../.." && pwd)"
+build="${DSV4_BUILD_DIR:-$root/build-vision}"
+work="${1:-${TMPDIR:-/tmp}/dsv4_vision_check}"
+if [ ! -x "$build/dsv4" ] || [ ! -x "$build/tests/vision_dump" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_CUDA=OFF -DDSV4_BENCH=OFF || exit 1
+  cmake --build "$build" --target dsv4 vision_dump -j"${DSV4_JOBS:-$(nproc)}" || exit 1
+fi
+[ -f "$here/../upstream/deepseek_v41/vision.py" ] ||
+  { echo "tests/reference/upstream/deepseek_v41/vision.py missing (tests/reference/vision/README.md)"; exit 1; }
 seed=1
 date -u; nproc; nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true
 git -C "$here" rev-parse HEAD 2>/dev/null || true
