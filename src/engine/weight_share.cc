@@ -12,10 +12,6 @@ bool ends_with(const std::string& s, std::string_view t) {
 }
 bool contains(const std::string& s, std::string_view p) { return s.find(p) != std::string::npos; }
 
-bool is_vision(const std::string& n) {
-  return starts_with(n, "vision.") || starts_with(n, "aligner.") || starts_with(n, "image_");
-}
-
 // Adds `bytes` to the ranks as the split `s` of a tensor whose split dimension has `extent` elements gives them.
 struct Adder {
   WeightShare& share;
@@ -96,7 +92,7 @@ StatusOr<WeightShare> share_weights(const family::Config& c, const family::Tenso
   for (const StoredTensor& st : tensors) {
     share.stored += st.bytes;
     const bool stage = starts_with(st.name, "mtp.");
-    if (is_vision(st.name)) {
+    if (family::is_vision_tensor(st.name)) {
       share.not_loaded += st.bytes;
       continue;
     }

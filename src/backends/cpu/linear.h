@@ -119,16 +119,26 @@ void fp4_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp4Linear&
   }, 4);
 }
 
-// y = bf16-linear(x): bf16 inputs and weights, Acc accumulation, -> bf16.
+// y = bf16-linear(x) (+ bias): bf16 inputs and weights, Acc accumulation, the bias (bf16 values [out], or none)
+// added in Acc before the one rounding -> bf16 (torch's bf16 addmm). Weight rows are decoded 32 at a time and
+// reused over every input row. EXL3 linears carry no bias here (none of the model's has one).
 template <typename Acc>
-void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Matrix& W, float* y) {
+void bf16_linear(ThreadPool& pool, const float* x, int64_t rows, const Matrix& W, float* y,
+                 const float* bias = nullptr) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in(), out = W.out();
+  constexpr int64_t kTile = 32;
   pool.parallel_for(out, [&](int64_t n0, int64_t n1) {
-    Vec wr(in);
-    for (int64_t n = n0; n < n1; ++n) {
-      matrix_row(W, n, wr.data());
-      for (int64_t m = 0; m < rows; ++m) y[m * out + n] = round_bf16(dot<Acc>(x + m * in, wr.data(), in));
+    Vec wt(static_cast<size_t>(std::min(kTile, n1 - n0) * in));
+    for (int64_t t0 = n0; t0 < n1; t0 += kTile) {
+      const int64_t t1 = std::min(n1, t0 + kTile);
+      for (int64_t n = t0; n < t1; ++n) matrix_row(W, n, &wt[(n - t0) * in]);
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t n = t0; n < t1; ++n) {
+          Acc acc = dot<Acc>(x + m * in, &wt[(n - t0) * in], in);
+          if (bias) acc += static_cast<Acc>(bias[n]);
+          y[m * out + n] = round_bf16(acc);
+        }
     }
   }, 4);
 }

@@ -26,7 +26,7 @@ struct Model {
   std::shared_ptr<const TensorStore> store;                // what the views point into
   std::vector<std::shared_ptr<const TensorStore>> extra;   // further stores views point into: an EXL3 pack's
                                                            // release shards (Engram tables), bytes a test replaced
-  ModelWeights weights;
+  ModelWeights weights;  // what the text forward reads; the vision tower binds apart, on demand (vision_weights.h)
   // The Engram hash layout (model-spec.md §3.4): derived from the config for checkpoints; synthetic weights
   // draw their own multipliers. Empty without Engram layers.
   EngramLayout engram;

@@ -331,6 +331,10 @@ int64_t weight_bytes_per_token(const Config& c, const TensorTable& t) {
   return total + experts / E * k;
 }
 
+bool is_vision_tensor(std::string_view n) {
+  return n.starts_with("vision.") || n.starts_with("aligner.") || n.starts_with("image_");
+}
+
 ResidentSizes resident_sizes(const TensorTable& t) {
   ResidentSizes r;
   for (const TensorSpec& s : t.tensors) {
@@ -338,9 +342,7 @@ ResidentSizes resident_sizes(const TensorTable& t) {
     r.total += b;
     if (s.role == TensorRole::engram_table || s.role == TensorRole::engram_scale) continue;
     r.without_engram += b;
-    const std::string& n = s.name;
-    const bool vision = n.rfind("vision.", 0) == 0 || n.rfind("aligner.", 0) == 0 || n.rfind("image_", 0) == 0;
-    if (!vision && n.rfind("mtp.", 0) != 0) r.text_backbone += b;
+    if (!is_vision_tensor(s.name) && s.name.rfind("mtp.", 0) != 0) r.text_backbone += b;
   }
   return r;
 }

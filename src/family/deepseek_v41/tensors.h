@@ -84,6 +84,10 @@ Status validate_tensors(const TensorTable& expected, const std::vector<FoundTens
 // Engram rows touched; excludes vision, DSpark stages and the untouched rows of the tables.
 int64_t weight_bytes_per_token(const Config& c, const TensorTable& t);
 
+// Whether a release tensor belongs to the vision side: the tower (vision.*), the aligner (aligner.*) and the
+// image delimiter vectors (image_start, image_end, image_newline).
+bool is_vision_tensor(std::string_view name);
+
 // Resident weight bytes (model-spec.md §7.3).
 struct ResidentSizes {
   int64_t total = 0;              // the whole payload
