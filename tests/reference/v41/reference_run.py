@@ -19,6 +19,15 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "upstream"))
 
+try:
+    import PIL  # noqa: F401  (image_processor.py needs it at import; the text path does not use it)
+except ImportError:
+    import types
+
+    stub = types.ModuleType("deepseek_v41.image_processor")
+    stub.IMAGE, stub.IMAGE_START, stub.IMAGE_END, stub.IMAGE_NEW_LINE = 0, 1, 2, 3
+    sys.modules["deepseek_v41.image_processor"] = stub
+
 from deepseek_v41 import engram as ref_engram  # noqa: E402
 from deepseek_v41 import model as ref  # noqa: E402
 
