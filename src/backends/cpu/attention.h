@@ -40,6 +40,12 @@ std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int6
 template <typename Acc>
 void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, const float* x_out, float* y_out);
 
+// The same with every row of `c` both input and output (x, y bf16 [c.rows, D]).
+template <typename Acc>
+void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
+  attention_layer<Acc>(c, c, layer, x, x, y);
+}
+
 // The grouped wo_a (its FP8 values dequantized to bf16, as the reference holds it) and FP8 wo_b of the rows'
 // attention outputs o bf16 [rows, H, d].
 template <typename Acc>
