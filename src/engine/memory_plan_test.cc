@@ -97,8 +97,8 @@ TEST(MemoryPlan, RefusesOneGpuAndSuggestsMoreRanks) {
   EXPECT_TRUE(has(m, "weights 286.85 GiB")) << m;  // 307,998,885,192 / 2^30
   EXPECT_TRUE(has(m, "has 80.00 GiB")) << m;
   EXPECT_TRUE(has(m, "--tp 2 would need")) << m;
-  // V41Tp8ByHand's total with the mapped Engram tables (55.61 GiB before bounded replay's 97,648,640 B of
-  // scratch and metadata, x 1.02 margin).
+  // V41Tp8ByHand's GPU total (the Engram tables stay on the host either way): 58,642,389,432 + 2% margin =
+  // 59,815,237,220 B = 55.71 GiB (55.61 before bounded replay's 97,648,640 B of gathers and row tables).
   EXPECT_TRUE(has(m, "--tp 8 would need 55.71 GiB per GPU (fits)")) << m;
   EXPECT_TRUE(has(m, "EXL3 pack")) << m;
   EXPECT_TRUE(has(m, "--context 16 would save")) << m;  // not enough: nothing shorter fits
