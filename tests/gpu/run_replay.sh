@@ -53,9 +53,9 @@ for preset in tiny small; do  # EXL3 packs (V4.1): their grouped wo_a on bounded
   run env DSV4_GPU_PRESET=$preset "$gpu/exl3_forward_cuda_test"
 done
 if [ "${DSV4_SKIP_BENCH:-0}" != 1 ]; then
-  # 2 encoder layers then 6 of the decoder (layers 20-25 renumbered 2-7): the prefill table times each chunk
-  # without and with bounded replay and projects the 40-layer model.
-  args="${DSV4_BENCH_ARGS:---layers 2 --decoder-layers 6 --batch 1 --context 4096 --prefill 2048,4096 --iters 3}"
+  # 2 encoder layers then 5 of the decoder (layers 20-24 renumbered 2-6, about 51 GB of weights): the prefill
+  # table times each chunk without and with bounded replay and projects the 40-layer model.
+  args="${DSV4_BENCH_ARGS:---layers 2 --decoder-layers 5 --batch 1 --context 4096 --prefill 2048,4096 --iters 3}"
   echo "== dsv4 bench $args"
   # shellcheck disable=SC2086
   "$build/dsv4" bench $args || status=1
