@@ -16,13 +16,13 @@ namespace {
 
 int bench_main(int argc, char** argv) {
   CLI::App app{"dsv4 bench - the CUDA forward on full-width V4.1 or V4-Flash-0731 layers generated on the GPU (no files): decode "
-               "steps vs the memory floor, verify windows, prefill chunks",
+               "steps vs the memory floor, verify windows, prefill chunks with and without bounded replay",
                "dsv4 bench"};
 #ifdef DSV4_WITH_CUDA
   cuda::ForwardBenchOptions f;
 #else
   struct {
-    int layers = 4;
+    int layers = 4, decoder_layers = 0;
     std::vector<int> batches;
     std::vector<int64_t> contexts, prefill;
     int verify_rows = 6, iters = 5;
@@ -30,6 +30,10 @@ int bench_main(int argc, char** argv) {
   } f;
 #endif
   app.add_option("--layers", f.layers, "layers of the full plan (its first N, roles unchanged) to build")
+      ->capture_default_str();
+  app.add_option("--decoder-layers", f.decoder_layers,
+                 "then the first M layers of the plan's decoder (V4.1: layers 20.., docs/replay.md), renumbered after "
+                 "the first N")
       ->capture_default_str();
   std::string variant = "v41";
   app.add_option("--variant", variant, "model variant: v41 (DeepSeek-V4.1-Flash) or v4-0731 (DeepSeek-V4-Flash-0731)")
@@ -49,6 +53,10 @@ int bench_main(int argc, char** argv) {
   const int max_layers = variant == "v41" ? 40 : 43;
   if (f.layers < 1 || f.layers > max_layers) {
     std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..%d of %s\n", f.layers, max_layers, variant.c_str());
+    return 2;
+  }
+  if (f.decoder_layers < 0) {
+    std::fprintf(stderr, "dsv4 bench: --decoder-layers %d below 0\n", f.decoder_layers);
     return 2;
   }
 #ifdef DSV4_WITH_CUDA

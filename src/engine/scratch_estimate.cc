@@ -79,7 +79,8 @@ int64_t attention_bytes(const family::Config& c, const Dims& x, int64_t rows, in
   const int64_t layer = 2 * f32s(rows * x.Q) + 2 * f32s(rows * x.H * x.d) + 2 * f32s(rows * x.d) +
                         align256(rows * (x.d + x.d / 32)) + 2 * f32s(rows * x.GO) + 2 * f32s(rows * x.d) +
                         f32s(rows * x.d) + f32s(rows * x.ihd) + f32s(rows * x.IH * x.ihd) + f32s(rows * x.IH) +
-                        f32s(rows * lc) + f32s(sparse_work) + f32s(topk_work) + f32s(cand_work) + 20 * 256;
+                        f32s(rows * lc) + f32s(sparse_work) + f32s(topk_work) + f32s(cand_work) +
+                        f32s(rows * x.D) + f32s(rows * x.topk) + 20 * 256;  // bounded replay: kept rows' x, top-k
   int64_t v4 = 0;
   if (x.v4) {
     std::set<int32_t> ratios;
@@ -120,7 +121,10 @@ ScratchEstimate estimate_scratch(const family::Config& c, int32_t tp, int64_t ro
   s.attention = attention_bytes(c, x, rows, max_context);
   s.drafter = drafter_bytes(c, x);
   s.tensor_parallel = tensor_parallel_bytes(x, tp, rows);
-  s.other = align256(rows * x.layers * (x.v4 ? kPieceV4 + kPieceDev : kPieceDev)) + (exl3 ? 2 * 64 * kMiB : 0);
+  // Call metadata: the attention's piece tables; bounded replay's row tables (per layer and row: position 8 B,
+  // piece 4 B, input row 8 B, top-k row 8 B, candidate row 4 B) and the tapped and logit rows' places (8 B).
+  s.other = align256(rows * x.layers * (x.v4 ? kPieceV4 + kPieceDev : kPieceDev)) + rows * x.layers * 32 +
+            (x.taps + 1) * rows * 8 + (exl3 ? 2 * 64 * kMiB : 0);
   return s;
 }
 

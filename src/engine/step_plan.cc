@@ -1,6 +1,7 @@
 // The plan of one forward step (see step_plan.h).
 #include "engine/step_plan.h"
 
+#include <algorithm>
 #include <set>
 
 namespace dsv4::engine {
@@ -53,6 +54,26 @@ StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::functi
   }
   if (limits.max_call_rows > 0 && rows > limits.max_call_rows)
     return error(StatusCode::invalid_argument, "a call of {} rows exceeds max_call_rows {}", rows, limits.max_call_rows);
+  plan.all = all_rows(plan.pieces);
+  plan.taps = plan.all;
+  const family::ReplayShape* shape = limits.replay;
+  if (shape == nullptr) return plan;
+  std::vector<int64_t> tap_first;
+  for (const PiecePlan& p : plan.pieces) tap_first.push_back(family::tap_first_row(*shape, p.rows));
+  plan.taps = row_space(plan.pieces, tap_first);
+  if (!shape->bounded()) return plan;
+  // Each piece's cone, from its first logit row; then one space per bounded layer.
+  const size_t n_bounded = static_cast<size_t>(shape->n_layers - shape->from);
+  std::vector<std::vector<int64_t>> first(n_bounded, std::vector<int64_t>(plan.pieces.size()));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PiecePlan& p = plan.pieces[i];
+    int64_t first_logit = p.rows;
+    for (int32_t r : pieces[i].logit_rows) first_logit = std::min<int64_t>(first_logit, r);
+    const std::vector<int64_t> cone = family::cone_first_rows(*shape, p.rows, first_logit);
+    for (size_t k = 0; k < n_bounded; ++k) first[k][i] = cone[k];
+  }
+  plan.bounded_from = shape->from;
+  for (const std::vector<int64_t>& f : first) plan.layer_out.push_back(row_space(plan.pieces, f));
   return plan;
 }
 

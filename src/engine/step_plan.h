@@ -1,7 +1,8 @@
 // The plan of one forward step, built once from its pieces and read by every backend: each piece's place in the
 // call (stream, first position, rows, first call row), every row's token, position and piece, the call rows
-// whose logits are asked for, and what kind of work the step mixes (prompt pieces, decode rows, verify windows).
-// Building it checks the pieces before any state is touched.
+// whose logits are asked for, what kind of work the step mixes (prompt pieces, decode rows, verify windows),
+// and with bounded replay the rows each decoder layer computes (docs/replay.md). Building it checks the pieces
+// before any state is touched.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/row_space.h"
 #include "engine/stream_forward.h"
+#include "family/deepseek_v41/replay.h"
 
 namespace dsv4::engine {
 
@@ -37,17 +40,41 @@ struct StepPlan {
   int64_t rows() const { return static_cast<int64_t>(ids.size()); }
   int64_t logit_rows() const { return static_cast<int64_t>(logit_index.size()); }
   int64_t count(PieceKind k) const;
+
+  // Rows per layer. Every row of the call (`all`) below bounded_from; from it on (bounded replay), layer l's
+  // input is read at in_rows(l) (l - 1's output; every row at bounded_from) and its output computed at
+  // out_rows(l) (layer_out[l - bounded_from]), out_rows(l) within in_rows(l). bounded_from = -1: every layer
+  // on every row. `taps`: the rows whose DSpark ring keys the call writes (each piece's last ring rows).
+  RowSpace all;
+  int32_t bounded_from = -1;
+  std::vector<RowSpace> layer_out;
+  RowSpace taps;
+  const RowSpace& out_rows(int layer) const {
+    return bounded_from < 0 || layer < bounded_from ? all : layer_out[layer - bounded_from];
+  }
+  const RowSpace& in_rows(int layer) const {
+    return bounded_from < 0 || layer <= bounded_from ? all : layer_out[layer - 1 - bounded_from];
+  }
+  // Layer `layer` computes its output at fewer rows than it reads its input (its rows shrink there).
+  bool shrinks(int layer) const { return out_rows(layer).rows < in_rows(layer).rows; }
+  // Some layer computes fewer rows than the call holds.
+  bool bounded() const { return bounded_from >= 0 && !layer_out.empty() && layer_out.back().rows < all.rows; }
 };
 
 struct StepLimits {
   int64_t vocab = 0;
   int64_t max_context = 0;    // positions a stream may hold (0: unbounded)
   int64_t max_call_rows = 0;  // rows one step may carry (0: unbounded)
+  // Bounded replay (docs/replay.md): the model's cone shape, or null for every layer on every row. Its taps
+  // also restrict StepPlan::taps to each piece's last ring rows.
+  const family::ReplayShape* replay = nullptr;
 };
 
 // The plan of `pieces`; `length` gives a stream's current length (not_found for an unknown stream). Refuses,
 // naming the problem: an unknown stream, a stream twice, a token outside the vocabulary, a logit row outside
-// its piece, a stream past max_context, a step past max_call_rows.
+// its piece, a stream past max_context, a step past max_call_rows. With limits.replay, each piece's rows per
+// bounded layer are its cone (family::cone_first_rows): prompt pieces shrink toward their logit rows and
+// the rows their rings keep; decode rows and verify windows keep every row.
 StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::function<StatusOr<int64_t>(int32_t)>& length,
                              const StepLimits& limits);
 

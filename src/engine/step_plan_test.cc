@@ -41,6 +41,61 @@ TEST(StepPlan, MixedStepByHand) {
   EXPECT_EQ(p->count(PieceKind::verify), 1);
 }
 
+// Bounded replay with a hand-made shape (layers 2 and 3 bounded, window 4, rings of 6 rows): a 20-row prompt
+// piece without logits keeps its ring rows [14, 20) at layer 2 and nothing at layer 3; a decode row and a
+// 3-row verify window keep every row. Values worked out by hand from the rule in family/deepseek_v41/replay.h.
+TEST(StepPlan, BoundedRowsByHand) {
+  family::ReplayShape shape;
+  shape.from = 2;
+  shape.n_layers = 4;
+  shape.window = 4;
+  shape.state_rows = 6;
+  shape.tap.assign(4, 0);
+  StepLimits l = limits();
+  l.replay = &shape;
+  std::vector<int32_t> prompt(20, 3);
+  const std::vector<Piece> pieces = {{1, prompt, {}}, {2, {11}, {0}}, {0, {20, 21, 22}, {0, 1, 2}}};
+  auto p = plan_step(pieces, length, l);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->bounded_from, 2);
+  ASSERT_EQ(p->layer_out.size(), 2u);
+  EXPECT_EQ(p->out_rows(2).first, (std::vector<int64_t>{14, 0, 0}));
+  EXPECT_EQ(p->out_rows(3).first, (std::vector<int64_t>{20, 0, 0}));
+  EXPECT_EQ(p->out_rows(2).rows, 10);
+  EXPECT_EQ(p->out_rows(3).rows, 4);
+  EXPECT_EQ(p->out_rows(3).row0, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(p->in_rows(2), p->all);
+  EXPECT_EQ(p->in_rows(3), p->out_rows(2));
+  EXPECT_EQ(p->out_rows(1), p->all);
+  EXPECT_TRUE(p->shrinks(2) && p->shrinks(3));
+  EXPECT_FALSE(p->shrinks(1));
+  EXPECT_TRUE(p->bounded());
+  EXPECT_EQ(p->taps.first, (std::vector<int64_t>{14, 0, 0}));
+  EXPECT_EQ(call_rows(p->pieces, p->out_rows(2)), (std::vector<int64_t>{14, 15, 16, 17, 18, 19, 20, 21, 22, 23}));
+  EXPECT_EQ(rows_within(p->pieces, p->out_rows(3), p->out_rows(2)), (std::vector<int64_t>{6, 7, 8, 9}));
+  EXPECT_EQ(space_positions(p->pieces, p->out_rows(2)), (std::vector<int64_t>{14, 15, 16, 17, 18, 19, 99, 10, 11, 12}));
+  EXPECT_EQ(space_pieces(p->pieces, p->out_rows(3)), (std::vector<int32_t>{1, 2, 2, 2}));
+  // The same step with its prompt's last row asked for: layer 3 computes that row, layer 2 its window too
+  // (rows [16, 20) lie within the ring rows).
+  std::vector<Piece> last = pieces;
+  last[0].logit_rows = {19};
+  auto q = plan_step(last, length, l);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->out_rows(3).first, (std::vector<int64_t>{19, 0, 0}));
+  EXPECT_EQ(q->out_rows(2).first, (std::vector<int64_t>{14, 0, 0}));
+  // Decode rows and verify windows alone: nothing shrinks.
+  auto r = plan_step({pieces[1], pieces[2]}, length, l);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->bounded());
+  EXPECT_EQ(r->out_rows(3), r->all);
+  // Without a shape: every layer on every row, the taps too.
+  auto u = plan_step(pieces, length, limits());
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->bounded_from, -1);
+  EXPECT_EQ(u->out_rows(3), u->all);
+  EXPECT_EQ(u->taps, u->all);
+}
+
 TEST(StepPlan, RefusesBadPieces) {
   auto code = [](const std::vector<Piece>& pieces, StepLimits l = limits()) {
     return plan_step(pieces, length, l).status().code();

@@ -96,8 +96,11 @@ struct CpuRunner {
       c.rows += p.T;
     }
     c.image.assign(c.rows, 0);
-    c.topk.assign(c.rows, {});
-    c.cand.assign(c.rows, {});
+    cpu::Published pub;  // the published slots, per call row
+    pub.topk.assign(c.rows, {});
+    pub.cand.assign(c.rows, {});
+    c.pub = &pub;
+    for (int64_t r = 0; r < c.rows; ++r) c.call_row.push_back(r);
     std::vector<std::vector<float>> ys(cfg.n_layers);
     topk.assign(cfg.n_layers, {});
     for (int l = 0; l < cfg.n_layers; ++l) {
@@ -107,7 +110,7 @@ struct CpuRunner {
         for (int64_t i = 0; i < p.T; ++i, ++r) fill_x(seq[p.stream], streams[p.stream].length + i, l, cfg.dim, &x[r * cfg.dim]);
       ys[l].resize(c.rows * cfg.dim);
       cpu::attention_layer<Acc>(c, l, x.data(), ys[l].data());
-      topk[l] = c.topk;
+      topk[l] = pub.topk;
     }
     for (const Piece& p : ps) cpu::truncate_state(geo, streams[p.stream], streams[p.stream].length + p.T);
     return ys;

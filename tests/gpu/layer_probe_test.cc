@@ -172,8 +172,11 @@ std::vector<std::vector<float>> attention_local(const std::vector<std::vector<fl
   for (int64_t i = 0; i < rows; ++i) { c.pos.push_back(i); c.piece_of.push_back(0); }
   c.rows = rows;
   c.image.assign(rows, 0);
-  c.topk.assign(rows, {});
-  c.cand.assign(rows, {});
+  cpu::Published pub;  // the published slots, per call row
+  pub.topk.assign(rows, {});
+  pub.cand.assign(rows, {});
+  c.pub = &pub;
+  for (int64_t r = 0; r < rows; ++r) c.call_row.push_back(r);
   std::vector<std::vector<float>> ys(cfg.n_layers);
   for (int l = 0; l < cfg.n_layers; ++l) {
     ys[l].resize(rows * cfg.dim);

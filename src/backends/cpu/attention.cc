@@ -142,61 +142,64 @@ struct WindowSource {
 }  // namespace
 
 template <typename Acc>
-void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
-  const family::ModelPlan& cfg = *c.cfg;
-  const family::LayerPlan& role = (*c.roles)[layer];
-  const family::LayerWeights& A = c.M->weights.layers[layer];
+void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, const float* x_out, float* y_out) {
+  const family::ModelPlan& cfg = *in.cfg;
+  const family::LayerPlan& role = (*in.roles)[layer];
+  const family::LayerWeights& A = in.M->weights.layers[layer];
   const Vec sink = floats(A.attn_sink);
-  ThreadPool& pool = *c.pool;
-  const int64_t rows = c.rows, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_dim;
-  const std::vector<float>& freqs = role.compress_ratio > 0 ? *c.freqs_yarn : *c.freqs_plain;
-  const StateGeometry& geo = *c.geo;
+  ThreadPool& pool = *in.pool;
+  const int64_t rows = out.rows, krows = in.rows, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_dim;
+  const std::vector<float>& freqs = role.compress_ratio > 0 ? *in.freqs_yarn : *in.freqs_plain;
+  const StateGeometry& geo = *in.geo;
 
-  // a. query: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
+  // a. query of the output rows: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
   Vec qa(rows * cfg.q_lora), qr(rows * cfg.q_lora), q(rows * H * d);
-  fp8_linear<Acc>(pool, x, rows, A.wq_a, qa.data(), cfg.act_block);
+  fp8_linear<Acc>(pool, x_out, rows, A.wq_a, qa.data(), cfg.act_block);
   rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, floats(A.q_norm).data(), cfg.norm_eps, qr.data());
   fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < H; ++h) {
       if (cfg.q_head_norm) head_rms_bf16<Acc>(&q[(r * H + h) * d], d, cfg.norm_eps);  // per-head q norm (V4)
-      rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, c.pos[r], false);
+      rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, out.pos[r], false);
     }
 
-  // b. window key: kv_norm(wkv x), RoPE, QDQ into the window row format (V4.1: FP8 over all d
-  // dims per 32; V4: FP8 over the d - rd NoPE dims per 64, RoPE dims bf16); packed row kept.
-  Vec kv(rows * d), kvn(rows * d);
-  std::vector<uint8_t> kv_packed(rows * geo.window_row);
-  fp8_linear<Acc>(pool, x, rows, A.wkv, kv.data(), cfg.act_block);
-  rmsnorm_rows<Acc>(kv.data(), rows, d, floats(A.kv_norm).data(), cfg.norm_eps, kvn.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    rope_apply<Acc>(&kvn[r * d + d - rd], freqs, c.pos[r], false);
+  // b. window key of the input rows: kv_norm(wkv x), RoPE, QDQ into the window row format (V4.1: FP8 over
+  // all d dims per 32; V4: FP8 over the d - rd NoPE dims per 64, RoPE dims bf16); packed row kept.
+  Vec kv(krows * d), kvn(krows * d);
+  std::vector<uint8_t> kv_packed(krows * geo.window_row);
+  fp8_linear<Acc>(pool, x_in, krows, A.wkv, kv.data(), cfg.act_block);
+  rmsnorm_rows<Acc>(kv.data(), krows, d, floats(A.kv_norm).data(), cfg.norm_eps, kvn.data());
+  for (int64_t r = 0; r < krows; ++r) {
+    rope_apply<Acc>(&kvn[r * d + d - rd], freqs, in.pos[r], false);
     pack_row(cfg.window_format, &kvn[r * d], d, &kv_packed[r * geo.window_row], rd);
     unpack_row(cfg.window_format, &kv_packed[r * geo.window_row], d, &kvn[r * d], rd);
   }
 
-  // c. compressor, index keys, indexer and top-k.
-  if (role.kv_source) compress_layer<Acc>(c, layer, x);
-  if (role.index_source) index_layer<Acc>(c, layer, x, qr.data());
+  // c. compressor (every input row), index keys, indexer and top-k (the output rows).
+  if (role.kv_source) compress_layer<Acc>(in, layer, x_in);
+  if (role.index_source) index_layer<Acc>(out, layer, x_out, qr.data());
 
-  // d. sparse attention per row: [window part (width W) ; selected compressed rows].
+  // d. sparse attention per output row: [window part (width W) ; selected compressed rows].
   Vec o(rows * H * d);
   const Acc scale = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(d)));
-  for (const PieceCtx& pc : c.pieces) {
-    LayerCache& cache = pc.state->layers[layer];
-    WindowSource ws{&pc, &kvn[pc.row0 * d], cache.window.data(), geo.ring_capacity, geo.window_row, d,
+  for (size_t ip = 0; ip < in.pieces.size(); ++ip) {
+    const PieceCtx& kp = in.pieces[ip];  // the piece's key rows
+    const PieceCtx& pc = out.pieces[ip];  // its query rows: a suffix of kp's
+    LayerCache& cache = kp.state->layers[layer];
+    WindowSource ws{&kp, kvn.data() + kp.row0 * d, cache.window.data(), geo.ring_capacity, geo.window_row, d,
                     cfg.window_format, rd, std::vector<std::vector<float>>(geo.ring_capacity)};
     // Compressed rows of the KV source this layer reads, decoded once per piece.
     std::vector<float> comp;
-    if (role.compress_ratio > 0) {
-      const LayerCache& src = pc.state->layers[role.kv_from];
+    if (role.compress_ratio > 0 && pc.T > 0) {
+      const LayerCache& src = kp.state->layers[role.kv_from];
       const int64_t n = static_cast<int64_t>(src.compressed.size()) / geo.compressed_row;
       comp.resize(n * d);
       for (int64_t j = 0; j < n; ++j)
         unpack_row(cfg.compressed_format, &src.compressed[j * geo.compressed_row], d, &comp[j * d], rd);
     }
-    // Decode the ring rows this piece reads before the rows run in parallel.
-    for (int64_t qpos = std::max<int64_t>(0, pc.start - cfg.window + 1); qpos < pc.start; ++qpos) ws.key(qpos);
+    // Decode the ring rows this piece reads before the rows run in parallel (none below kp.start when the
+    // key rows are a suffix of the call's piece: every window of a query row lies within them).
+    for (int64_t qpos = std::max<int64_t>(0, pc.start - cfg.window + 1); qpos < kp.start; ++qpos) ws.key(qpos);
     pool.parallel_for(pc.T * H, [&](int64_t b, int64_t e) {
       std::vector<const float*> keys;
       for (int64_t ih = b; ih < e; ++ih) {
@@ -206,8 +209,8 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
         // min(T, W); a one-token decode puts the empty ring slots first (positions end at W-1).
         int64_t width = cfg.window;
         bool empty_first = false;
-        if (c.reference_shapes && pc.start == 0) width = std::min<int64_t>(pc.T, cfg.window);
-        if (c.reference_shapes && pc.start > 0 && pc.T == 1 && cfg.reference_window_pads_first) empty_first = true;
+        if (in.reference_shapes && pc.start == 0) width = std::min<int64_t>(pc.T, cfg.window);
+        if (in.reference_shapes && pc.start > 0 && pc.T == 1 && cfg.reference_window_pads_first) empty_first = true;
         keys.assign(width, nullptr);
         const int64_t first = std::max<int64_t>(0, p - cfg.window + 1);
         const int64_t at = empty_first ? cfg.window - 1 - (p - first) : 0;
@@ -216,27 +219,27 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
           // Every visible compressed row, ascending (model-spec.md §8).
           for (int64_t t = 0; t < (p + 1) / role.compress_ratio; ++t) keys.push_back(&comp[t * d]);
         } else if (role.compress_ratio > 0) {
-          for (int32_t t : c.topk[r]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
+          for (int32_t t : out.pub->topk[out.call_row[r]]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
         }
         sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, sink[h], &o[(r * H + h) * d]);
         rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true);
       }
     }, 1);
-    // The ring receives this piece's keys after every row has read it.
-    const int64_t keep = std::min<int64_t>(pc.T, geo.ring_capacity);
-    for (int64_t i = pc.T - keep; i < pc.T; ++i) {
-      const int64_t slot = (pc.start + i) % geo.ring_capacity;
-      std::copy(&kv_packed[(pc.row0 + i) * geo.window_row], &kv_packed[(pc.row0 + i + 1) * geo.window_row],
+    // The ring receives this piece's keys after every row has read it (its last ring rows are key rows).
+    const int64_t keep = std::min<int64_t>(kp.T, geo.ring_capacity);
+    for (int64_t i = kp.T - keep; i < kp.T; ++i) {
+      const int64_t slot = (kp.start + i) % geo.ring_capacity;
+      std::copy(&kv_packed[(kp.row0 + i) * geo.window_row], &kv_packed[(kp.row0 + i + 1) * geo.window_row],
                 &cache.window[slot * geo.window_row]);
     }
   }
-  attention_output<Acc>(pool, A, cfg, o.data(), rows, y);
+  attention_output<Acc>(pool, A, cfg, o.data(), rows, y_out);
 }
 
 template void sparse_attend_head<float>(const float*, const std::vector<const float*>&, int64_t, float, float, float*);
 template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*);
-template void attention_layer<float>(CallCtx&, int, const float*, float*);
-template void attention_layer<double>(CallCtx&, int, const float*, float*);
+template void attention_layer<float>(CallCtx&, CallCtx&, int, const float*, const float*, float*);
+template void attention_layer<double>(CallCtx&, CallCtx&, int, const float*, const float*, float*);
 template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
 template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
 template void head_rms_bf16<float>(float*, int64_t, float);

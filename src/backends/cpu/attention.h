@@ -32,10 +32,19 @@ std::vector<int32_t> select_topk_rows(const std::vector<float>& score, int64_t k
 std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int64_t n,
                                            int64_t topk_blocks, int64_t block);
 
-// y bf16 [rows, D] = attention of backbone layer `layer` on x bf16 [rows, D]; updates the
-// streams' caches of that layer and the call's published slots.
+// y bf16 [out.rows, D] = attention of backbone layer `layer` for the rows of `out` on their inputs x_out
+// bf16 [out.rows, D]. The window keys (and a KV source's compressor) are computed from x_in bf16 [in.rows, D]
+// at the rows of `in`, which hold every row of `out` and, piece by piece, every row of the piece whose
+// window key a row of `out` reads (bounded replay, docs/replay.md); in and out may be one context (then
+// x_in == x_out). Updates the streams' caches of that layer and the call's published slots.
 template <typename Acc>
-void attention_layer(CallCtx& c, int layer, const float* x, float* y);
+void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, const float* x_out, float* y_out);
+
+// The same with every row of `c` both input and output (x, y bf16 [c.rows, D]).
+template <typename Acc>
+void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
+  attention_layer<Acc>(c, c, layer, x, x, y);
+}
 
 // The grouped wo_a (its FP8 values dequantized to bf16, as the reference holds it) and FP8 wo_b of the rows'
 // attention outputs o bf16 [rows, H, d].

@@ -17,24 +17,54 @@ namespace dsv4::cpu {
 // "ffn.in", "ffn.out") and its length.
 using BlockProbe = std::function<void(const char* op, const float* v, int64_t n)>;
 
-// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows; K experts per row.
+// attn(x_in bf16 [rows, D], x_out bf16 [kept, D], y bf16 [kept, D]) runs the block's attention for the kept
+// rows on the normed rows (every row's x_in: its window keys).
+using RowsAttn = std::function<void(const float* x_in, const float* x_out, float* y)>;
+
+// One block on h bf16 [rows, C, D] and pi [rows] whose output is computed only at the rows `keep` (ascending
+// indices into the input rows; null: every row): h and pi leave holding those rows, in order. The attention
+// sub-layer's input is normed at every row (its window keys), everything after it at the kept rows; a kept
+// row's values do not depend on which other rows are kept. image, ids: per kept row (the MoE's); K experts
+// per row.
 template <typename Acc>
-void block_forward(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& B, int K, int64_t rows,
-                   const std::function<void(const float*, float*)>& attn, const uint8_t* image,
-                   const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
-                   const BlockProbe& probe = nullptr) {
+void block_forward_rows(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& B, int K,
+                        int64_t rows, const std::vector<int64_t>* keep, const RowsAttn& attn, const uint8_t* image,
+                        const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
+                        const BlockProbe& probe = nullptr) {
   auto show = [&](const char* op, const float* v, int64_t n) { if (probe) probe(op, v, n); };
   const bool same = cfg.premix == family::HcPremix::own;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim;
-  Vec x(rows * D), xn(rows * D), y(rows * D);
+  Vec x(rows * D), xn(rows * D);
   // attention sub-layer
   const Vec attn_norm = floats(B.attn_norm), ffn_norm = floats(B.ffn_norm);
   auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, hc_attn_params(B), cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
   for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D]);
   rmsnorm_rows<Acc>(x.data(), rows, D, attn_norm.data(), cfg.norm_eps, xn.data());
   show("attn.in", xn.data(), rows * D);
-  attn(xn.data(), y.data());
+  // The kept rows, moved to the front in order (keep is ascending and keep[r] >= r: a row is moved before
+  // its place is overwritten).
+  Vec xk;
+  const float* x_out = xn.data();
+  if (keep) {
+    const int64_t n = static_cast<int64_t>(keep->size());
+    xk.resize(n * D);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t from = (*keep)[r];
+      std::copy(&xn[from * D], &xn[(from + 1) * D], &xk[r * D]);
+      if (from != r) {
+        std::copy(&h[from * C * D], &h[(from + 1) * C * D], &h[r * C * D]);
+        amix[r] = amix[from];
+      }
+    }
+    rows = n;
+    h.resize(rows * C * D);
+    amix.resize(rows);
+    pi.resize(rows);
+    x_out = xk.data();
+  }
+  Vec y(rows * D);
+  attn(xn.data(), x_out, y.data());
   show("attn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
   show("attn.h", h.data(), rows * C * D);
@@ -47,6 +77,16 @@ void block_forward(ThreadPool& pool, const family::ModelPlan& cfg, const family:
   show("ffn.out", y.data(), rows * D);
   for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
   for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
+}
+
+// attn(x bf16 [rows, D], y bf16 [rows, D]) runs the block's attention on the normed rows; K experts per row.
+template <typename Acc>
+void block_forward(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& B, int K, int64_t rows,
+                   const std::function<void(const float*, float*)>& attn, const uint8_t* image,
+                   const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
+                   const BlockProbe& probe = nullptr) {
+  block_forward_rows<Acc>(pool, cfg, B, K, rows, nullptr, [&](const float* x, const float*, float* y) { attn(x, y); },
+                          image, ids, h, pi, probe);
 }
 
 // Embedding rows (embed bf16 [V, D]) expanded into C identical streams, pi = one-hot(0).

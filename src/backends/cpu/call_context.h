@@ -1,5 +1,7 @@
 // What one forward call shares across layers: the rows of every piece, their streams and
 // positions, and the transient per-row slots the reference "publishes" (top-k list, candidates).
+// With bounded replay (docs/replay.md) a layer runs on a row space of the call: a context of its own
+// rows, sharing the call's published slots.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,12 @@ struct PieceCtx {
   int64_t row0 = 0;   // first row in the call's batch
 };
 
+// The slots index sources and the candidate source publish for the following layers, per call row.
+struct Published {
+  std::vector<std::vector<int32_t>> topk;
+  std::vector<std::vector<uint8_t>> cand;
+};
+
 struct CallCtx {
   const family::Model* M = nullptr;
   const family::ModelPlan* cfg = nullptr;
@@ -29,14 +37,15 @@ struct CallCtx {
   const std::vector<float>* freqs_yarn = nullptr;   // compress_rope_theta with YaRN (ratio > 0)
   // Reproduce the reference's call-shape-dependent behaviour (forward.h OracleOptions).
   bool reference_shapes = false;
+  // The rows this context covers: the whole call, or a row space of it (engine/row_space.h) whose pieces are
+  // suffixes of the call's (start and T from the first kept row, row0 within the space).
   std::vector<PieceCtx> pieces;
   int64_t rows = 0;
-  std::vector<int64_t> pos;     // [rows] absolute position
-  std::vector<int> piece_of;    // [rows]
-  std::vector<uint8_t> image;   // [rows] image-span token flags
-  // Published by index sources / the candidate source for the following layers, per row.
-  std::vector<std::vector<int32_t>> topk;
-  std::vector<std::vector<uint8_t>> cand;
+  std::vector<int64_t> pos;       // [rows] absolute position
+  std::vector<int> piece_of;      // [rows]
+  std::vector<int64_t> call_row;  // [rows] the row's call row (the published slots are kept per call row)
+  std::vector<uint8_t> image;     // [rows] image-span token flags
+  Published* pub = nullptr;       // the call's published slots
 };
 
 }  // namespace dsv4::cpu

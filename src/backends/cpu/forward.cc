@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<Oracle>> Oracle::create(std::shared_ptr<const family::M
   go.max_rollback = options.max_rollback;
   go.dspark = o->drafter_;
   o->geo_ = family::make_state_geometry(o->cfg_, go);
+  o->replay_ = family::replay_shape(o->cfg_, o->geo_.ring_capacity, o->drafter_);
   RopeParams plain{cfg.rope_dim, cfg.rope_theta, 0, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   RopeParams yarn{cfg.rope_dim, cfg.compress_rope_theta, cfg.original_seq_len, cfg.rope_factor, cfg.beta_fast, cfg.beta_slow};
   o->freqs_plain_ = rope_frequencies(plain);
@@ -140,6 +141,28 @@ StatusOr<DraftResult> Oracle::draft_impl(StreamState& s, int32_t next) {
   return dspark_draft<Acc>(*pool_, *model_, base_, geo_, freqs_plain_, s, next);
 }
 
+namespace {
+
+// The context of row space `s` of the call `call` (its pieces' suffixes, positions, pieces, call rows).
+CallCtx space_ctx(const CallCtx& call, const engine::StepPlan& plan, const engine::RowSpace& s) {
+  CallCtx c = call;
+  c.pieces.clear();
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const PieceCtx& p = call.pieces[i];
+    c.pieces.push_back(PieceCtx{p.state, p.start + s.first[i], p.T - s.first[i], s.row0[i]});
+  }
+  c.rows = s.rows;
+  c.pos = engine::space_positions(plan.pieces, s);
+  const std::vector<int32_t> piece_of = engine::space_pieces(plan.pieces, s);
+  c.piece_of.assign(piece_of.begin(), piece_of.end());
+  c.call_row = engine::call_rows(plan.pieces, s);
+  c.image.clear();
+  for (int64_t r : c.call_row) c.image.push_back(call.image[r]);
+  return c;
+}
+
+}  // namespace
+
 template <typename Acc>
 StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>& pieces) {
   const family::Model& M = *model_;
@@ -147,13 +170,19 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   const family::ModelPlan& cfg = cfg_;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, V = cfg.vocab;
-  // The step's plan checks every piece before any state is touched.
+  // The step's plan checks every piece before any state is touched; with bounded replay it holds each
+  // layer's rows (probes and reference call shapes see every row).
   auto length = [&](int32_t id) -> StatusOr<int64_t> {
     auto it = streams_.find(id);
     if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
     return it->second.length;
   };
-  DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, engine::StepLimits{V, 0, 0}));
+  const bool replay = options_.bounded_replay && !options_.layer_probe && !options_.op_probe &&
+                      !options_.reference_shapes;
+  engine::StepLimits limits{V, 0, 0};
+  if (replay) limits.replay = &replay_;
+  DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, limits));
+  Published pub;
   CallCtx c;
   c.M = &M;
   c.cfg = &cfg;
@@ -168,10 +197,19 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   c.pos = plan.pos;
   c.piece_of.assign(plan.piece_of.begin(), plan.piece_of.end());
   c.rows = plan.rows();
+  c.call_row = engine::call_rows(plan.pieces, plan.all);
   const std::vector<int32_t>& ids = plan.ids;
   c.image.assign(c.rows, 0);
-  c.topk.assign(c.rows, {});
-  c.cand.assign(c.rows, {});
+  pub.topk.assign(c.rows, {});
+  pub.cand.assign(c.rows, {});
+  c.pub = &pub;
+  // The contexts of the bounded layers' output rows (layer bounded_from + k at k).
+  std::vector<CallCtx> outs;
+  if (plan.bounded_from >= 0)
+    for (const engine::RowSpace& s : plan.layer_out) outs.push_back(space_ctx(c, plan, s));
+  const int from = plan.bounded_from;
+  auto out_ctx = [&](int l) -> CallCtx& { return from < 0 || l < from ? c : outs[l - from]; };
+  auto in_ctx = [&](int l) -> CallCtx& { return from < 0 || l <= from ? c : outs[l - 1 - from]; };
   // 1. Engram history and hash rows for the whole call, before the embedding.
   std::vector<std::vector<int64_t>> engram_rows(cfg.engram_layers.size());
   for (const PieceCtx& pc : c.pieces)
@@ -194,29 +232,42 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   std::vector<std::vector<Acc>> pi;
   embed_rows<Acc>(cfg, W.embed, ids.data(), c.rows, h, pi);
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
-  Vec taps(drafter_ ? c.rows * n_taps * D : 0);
-  // 3. Blocks.
+  layer_rows_.assign(cfg.n_layers, 0);
+  CallCtx tap_ctx = space_ctx(c, plan, plan.taps);
+  Vec taps(drafter_ ? tap_ctx.rows * n_taps * D : 0);
+  // 3. Blocks: layer l reads h at in_ctx(l)'s rows and leaves it at out_ctx(l)'s.
   for (int l = 0; l < cfg.n_layers; ++l) {
     const family::LayerPlan& role = cfg_.layers[l];
     const family::LayerWeights& B = W.layers[l];
+    CallCtx& in = in_ctx(l);
+    CallCtx& out = out_ctx(l);
     BlockProbe probe;
     if (options_.op_probe)
       probe = [&](const char* op, const float* v, int64_t n) { options_.op_probe(l, op, std::vector<float>(v, v + n)); };
-    if (role.engram) {
+    if (role.engram) {  // below every bounded layer's input (family::replay_shape): every row
       engram_apply<Acc>(*pool_, B, M.engram.cols, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
                         cfg.norm_eps, cfg.act_block, h.data());
       if (probe) probe("engram", h.data(), c.rows * C * D);
     }
-    if (role.dspark_tap_index >= 0 && drafter_)
-      for (int64_t r = 0; r < c.rows; ++r)
+    if (role.dspark_tap_index >= 0 && drafter_) {
+      const std::vector<int64_t> at = engine::rows_within(plan.pieces, plan.taps, plan.in_rows(l));
+      for (int64_t t = 0; t < tap_ctx.rows; ++t)
         for (int64_t i = 0; i < D; ++i) {
           Acc s = 0;
-          for (int k = 0; k < C; ++k) s += static_cast<Acc>(h[(r * C + k) * D + i]);
-          taps[(r * n_taps + role.dspark_tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
+          for (int k = 0; k < C; ++k) s += static_cast<Acc>(h[(at[t] * C + k) * D + i]);
+          taps[(t * n_taps + role.dspark_tap_index) * D + i] = round_bf16(s / static_cast<Acc>(C));
         }
-    auto attn = [&](const float* x, float* y) { attention_layer<Acc>(c, l, x, y); };
-    block_forward<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, c.rows, attn, c.image.data(), ids.data(), h,
-                       pi, probe);
+    }
+    std::vector<int64_t> keep;
+    if (plan.shrinks(l)) keep = engine::rows_within(plan.pieces, plan.out_rows(l), plan.in_rows(l));
+    std::vector<int32_t> out_ids;
+    for (int64_t r : out.call_row) out_ids.push_back(ids[r]);
+    auto attn = [&](const float* x_in, const float* x_out, float* y) {
+      attention_layer<Acc>(in, out, l, x_in, x_out, y);
+    };
+    block_forward_rows<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, in.rows,
+                            plan.shrinks(l) ? &keep : nullptr, attn, out.image.data(), out_ids.data(), h, pi, probe);
+    layer_rows_[l] = static_cast<int64_t>(pi.size());
     if (options_.layer_probe) options_.layer_probe(l, h);
     if (probe && role.index_source) {
       // The rows this layer's indexer published, per call row ascending, -1 past the picks: [rows, index_topk].
@@ -228,7 +279,8 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
       probe("topk", sel.data(), c.rows * k);
     }
   }
-  // 4. Logits of the requested rows.
+  // 4. Logits of the requested rows (h holds the last layer's output rows).
+  const engine::RowSpace& last = plan.out_rows(cfg.n_layers - 1);
   const Vec norm = floats(W.norm);
   std::optional<HcHead> hc_head;
   if (cfg.premix == family::HcPremix::own) hc_head = hc_head_of(W.hc_head_fn, W.hc_head_base, W.hc_head_scale);
@@ -236,7 +288,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].logit_rows.empty()) continue;
     std::vector<int64_t> rows;
-    for (int32_t r : pieces[i].logit_rows) rows.push_back(c.pieces[i].row0 + r);
+    for (int32_t r : pieces[i].logit_rows) rows.push_back(last.row0[i] + r - last.first[i]);
     std::vector<Acc> logits;
     Vec normed;
     head_logits<Acc>(*pool_, cfg, norm, W.head, h.data(), pi, rows, logits, nullptr, hc_head ? &*hc_head : nullptr,
@@ -244,8 +296,8 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     if (options_.op_probe) options_.op_probe(cfg.n_layers, "final_norm", normed);
     out[i].logits.assign(logits.begin(), logits.end());
   }
-  // 5. DSpark rings receive one row per main position.
-  if (drafter_) dspark_write_rings<Acc>(c, taps);
+  // 5. DSpark rings receive one row per main position (the last ring rows of each piece).
+  if (drafter_) dspark_write_rings<Acc>(tap_ctx, taps);
   for (const PieceCtx& pc : c.pieces) pc.state->length += pc.T;
   return out;
 }

@@ -13,6 +13,7 @@
 #include "backends/cpu/stream_state.h"
 #include "engine/stream_forward.h"
 #include "family/deepseek_v41/model.h"
+#include "family/deepseek_v41/replay.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 
@@ -39,6 +40,11 @@ struct OracleOptions {
   // Test-only: every quantization step off (activation quant, window / compressed KV and index
   // QDQ), as Hugging Face transformers' DeepSeek-V4 port computes; see tests/hf/README.md.
   bool unquantized = false;
+  // Bounded decoder replay (docs/replay.md): the layers above the last one every row must reach compute
+  // only the rows the logits asked for and the stream's caches need — the same bits as every row. Off:
+  // every layer computes every row. Also off while a probe is set (probes see every row) and with
+  // reference_shapes (its window lists depend on the piece's start).
+  bool bounded_replay = true;
 };
 
 // The engine's call types (engine/stream_forward.h): the oracle is one of its forwards.
@@ -73,6 +79,11 @@ class Oracle {
   Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
                        std::span<const std::vector<std::span<const uint8_t>>> tables);
   const StateGeometry& geometry() const { return geo_; }
+  // The cones bounded replay computes (docs/replay.md); from = -1 when the model has no bounded layer.
+  const family::ReplayShape& replay_shape() const { return replay_; }
+  // The rows whose output each backbone layer computed in the last forward call, all pieces together
+  // (tests: the work bounded replay leaves out).
+  const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
   // DSpark: given the token `next` sampled for position length(stream), drafts the following
   // block of tokens greedily from the stream's DSpark rings (the stream itself is unchanged).
   StatusOr<DraftResult> draft(int32_t stream, int32_t next);
@@ -88,6 +99,8 @@ class Oracle {
   bool drafter_ = false;
   OracleOptions options_;
   StateGeometry geo_;
+  family::ReplayShape replay_;
+  std::vector<int64_t> layer_rows_;
   std::vector<float> freqs_plain_, freqs_yarn_;
   std::unique_ptr<ThreadPool> pool_;
   std::map<int32_t, StreamState> streams_;

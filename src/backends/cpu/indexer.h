@@ -14,7 +14,7 @@
 
 namespace dsv4::cpu {
 
-// x bf16 [rows, D] (attention input), qr bf16 [rows, Q] (normed low-rank query).
+// x bf16 [rows, D] (attention input), qr bf16 [rows, Q] (normed low-rank query) of c's rows (the query rows).
 // Index keys: the layer's own (KV source) or its KV source's — dsv4 scores every index source
 // against its own layer's keys in every call (model-spec.md §6.2), not the reference's stale
 // keys at even-position decode steps.
@@ -68,14 +68,15 @@ void index_layer(CallCtx& c, int layer, const float* x, const float* qr) {
           }
           score[t] = round_bf16(s);
         }
+        const int64_t cr = c.call_row[r];  // published per call row
         if (role.candidate_source)
-          c.cand[r] = select_candidate_rows(score, Lc, cfg.candidate_topk_blocks, cfg.candidate_block_size);
+          c.pub->cand[cr] = select_candidate_rows(score, Lc, cfg.candidate_topk_blocks, cfg.candidate_block_size);
         if (role.uses_candidates)
           for (int64_t t = 0; t < Lc; ++t)
-            if (!c.cand[r][t]) score[t] = neg_inf;
+            if (!c.pub->cand[cr][t]) score[t] = neg_inf;
         // V4.1 sorts the picks by row; V4 keeps torch.topk's descending score order.
         const int64_t k = std::min<int64_t>(cfg.index_topk, Lc);
-        c.topk[r] = cfg.topk_by_score ? select_topk_desc(score, k) : select_topk_rows(score, k);
+        c.pub->topk[cr] = cfg.topk_by_score ? select_topk_desc(score, k) : select_topk_rows(score, k);
       }
     }, 1);
   }

@@ -1,4 +1,5 @@
-// with_layers: a config cut to its first N backbone layers (full width, head, final norm, DSpark stages).
+// with_layers: a config cut to its first N backbone layers (full width, head, final norm, DSpark stages), or to
+// its first N and M layers of its decoder.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +24,14 @@ namespace dsv4::family {
 // config stays valid; the result is validated anyway. n >= num_hidden_layers returns `c` unchanged;
 // the minimum is 1 (layer 0) for every preset and variant; n < 1 is refused (invalid_argument).
 StatusOr<Config> with_layers(const Config& c, int32_t n);
+
+// The config of `c` with backbone layers 0..n-1 followed by m layers of its decoder — the first layer bounded
+// replay bounds (the last owner of compressed rows or index keys, family/deepseek_v41/replay.h: V4.1's layer
+// 20) and the m - 1 after it — renumbered n..n+m-1 with their roles (`dsv4 bench` measures bounded replay on a
+// model that fits one GPU). Role lists (KV, index, candidate source, Engram) keep the entries of kept layers,
+// renumbered; num_hash_layers min(num_hash_layers, n); DSpark targets as with_layers. Refused
+// (invalid_argument): a model without a decoder, n < 1, m < 1, n past the decoder's first layer or m past its
+// last. The result is validated.
+StatusOr<Config> with_decoder_layers(const Config& c, int32_t n, int32_t m);
 
 }  // namespace dsv4::family

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "family/deepseek_v41/config.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/tensors.h"
 
@@ -146,6 +147,55 @@ TEST(WithLayers, RefusesFewerThanOneLayer) {
     EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
     EXPECT_NE(r.status().message().find("at least 1"), std::string::npos) << r.status().message();
   }
+}
+
+}  // namespace
+}  // namespace dsv4::family
+
+namespace dsv4::family {
+namespace {
+
+// The first 4 layers of V4.1 then 6 of its decoder (20-25, model-spec.md §2.3): the candidate source becomes
+// layer 4, layer 24's re-indexing becomes 8; every kept layer's tensors are the uncut layer's, renumbered.
+TEST(WithDecoderLayers, V41FullKeepsTheDecoderRoles) {
+  const Config c = v41_flash_config();
+  auto r = with_decoder_layers(c, 4, 6);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->num_hidden_layers, 10);
+  EXPECT_EQ(r->compress_ratios, (std::vector<int32_t>{0, 0, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(r->kv_source_layer_ids, (std::vector<int32_t>{2, 4}));
+  EXPECT_EQ(r->index_source_layer_ids, (std::vector<int32_t>{2, 4, 8}));
+  EXPECT_EQ(r->candidate_source_layer_id, 4);
+  EXPECT_EQ(r->engram_layer_ids, (std::vector<int32_t>{1}));
+  EXPECT_EQ(r->dspark_target_layer_ids, (std::vector<int32_t>{7, 8, 9}));
+  const ModelPlan p = build_plan(*r);
+  EXPECT_EQ(p.layers[4].attn, AttnKind::full);
+  EXPECT_TRUE(p.layers[4].candidate_source);
+  EXPECT_EQ(p.layers[8].attn, AttnKind::reindex);
+  EXPECT_EQ(p.layers[9].kv_from, 4);
+  EXPECT_EQ(p.layers[9].topk_from, 8);
+  const TensorTable full = expected_tensors(c), cut = expected_tensors(*r);
+  for (int32_t k = 0; k < 6; ++k) {
+    const std::string from = fmt::format("layers.{}.", 20 + k), to = fmt::format("layers.{}.", 4 + k);
+    size_t n = 0;
+    for (const TensorSpec& s : full.tensors) {
+      if (s.name.rfind(from, 0) != 0) continue;
+      const TensorSpec* t = cut.find(to + s.name.substr(from.size()));
+      ASSERT_NE(t, nullptr) << s.name;
+      EXPECT_EQ(t->dtype, s.dtype) << s.name;
+      EXPECT_EQ(t->shape, s.shape) << s.name;
+      ++n;
+    }
+    EXPECT_GT(n, 0u);
+  }
+}
+
+TEST(WithDecoderLayers, Refusals) {
+  const Config c = v41_flash_config();
+  for (auto [n, m] : {std::pair{0, 2}, std::pair{21, 2}, std::pair{4, 0}, std::pair{4, 21}})
+    EXPECT_EQ(with_decoder_layers(c, n, m).status().code(), StatusCode::invalid_argument) << n << " " << m;
+  EXPECT_TRUE(with_decoder_layers(c, 20, 20).ok());  // the whole model
+  EXPECT_EQ(with_decoder_layers(v4_flash_0731_config(), 4, 2).status().code(), StatusCode::invalid_argument);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/forward/call.h"
 #include "core/status.h"
+#include "engine/step_plan.h"
 
 namespace dsv4::cuda {
 
@@ -15,9 +16,19 @@ namespace dsv4::cuda {
 // published slots (c.topk, c.cand) and the per-call device tables from c.scratch.
 Status begin_attention_call(CallCtx& c);
 
+// Bounded replay (docs/replay.md): after begin_attention_call, stages every backbone layer's rows of `plan`
+// (its input and output row spaces, the output rows' places among the input rows and among the rows the
+// layer's top-k and candidates were published at) into c.layer_rows. Nothing when no layer of the plan
+// computes fewer rows than the call holds (then every layer runs on every row, as without it).
+Status begin_bounded_call(CallCtx& c, const engine::StepPlan& plan);
+// Metadata bytes begin_bounded_call may stage for a call of `rows` rows in `pieces` pieces (upper bound).
+size_t bounded_meta_bytes(const family::ModelPlan& cfg, int64_t rows, int64_t pieces);
+
 // y bf16 [rows, D] = attention of backbone layer `layer` on x bf16 [rows, D] (device, float holding
 // bf16 values). Writes the layer's caches of every piece's stream (window ring; compressed and
 // index-key rows and projection rings on KV sources) and, on index sources, c.topk / c.cand.
+// With c.layer_rows (bounded replay) x holds the layer's input rows and y receives its output rows:
+// the window keys and the ring writes are of the input rows, the rest of the output rows.
 // Temporaries come from c.scratch and are released before it returns.
 Status attention_layer(CallCtx& c, int layer, const float* x, float* y);
 

@@ -10,8 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "family/deepseek_v41/layer_plan.h"
+#include "backends/cuda/kernels/attention/attention_kernels.cuh"
 #include "backends/cuda/runtime/side_stream.h"
+#include "family/deepseek_v41/layer_plan.h"
 
 namespace dsv4::cuda {
 
@@ -29,6 +30,24 @@ class Collective;           // collective.h
 struct DevicePiece {
   StreamCaches* caches = nullptr;
   int64_t start = 0, T = 0, row0 = 0;
+};
+
+// One row space of the call on the device (engine/row_space.h): its rows' positions and pieces.
+struct RowsDev {
+  int64_t rows = 0;
+  const int64_t* pos = nullptr;        // device [rows]
+  const int32_t* row_piece = nullptr;  // device [rows]
+};
+
+// Bounded replay (docs/replay.md): the rows of one layer. Its window keys (and a KV source's compressor) are
+// computed at the input rows, its query side and everything after at the output rows, a suffix of the input
+// rows piece by piece. Staged by begin_bounded_call; the layer's piece table describes the input rows.
+struct LayerRowsDev {
+  RowsDev in, out;
+  const PieceDev* pieces = nullptr;  // device [n_pieces]: start, T, row0 of each piece's input rows; caches
+  const int64_t* keep = nullptr;     // device [out.rows]: each output row's input row (null: the same rows)
+  const int64_t* topk_at = nullptr;  // device [out.rows]: its row among the published top-k's (null: its own)
+  const int32_t* cand_at = nullptr;  // device [out.rows]: its row among the published candidates' (null: own)
 };
 
 struct CallCtx {
@@ -66,6 +85,10 @@ struct CallCtx {
   int64_t cand_stride = 0;
   std::shared_ptr<AttentionCallTables> tables;  // set by begin_attention_call
   std::shared_ptr<V4CallTables> v4_tables;      // V4 configs: set by begin_attention_call too
+  // Bounded replay: every backbone layer's rows (begin_bounded_call); empty: every layer on every row. The
+  // published slots then hold, for each index / candidate source, its output rows (rows [0, out.rows)).
+  std::vector<LayerRowsDev> layer_rows;
+  std::shared_ptr<const std::vector<uint8_t>> layer_rows_staging;  // their host image (kept until uploaded)
 };
 
 }  // namespace dsv4::cuda

@@ -68,6 +68,7 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   DSV4_ASSIGN_OR_RETURN(family::StateGeometry g,
                         device_state_geometry(cfg, options.max_context, options.max_rollback, f->model_->dspark != nullptr));
   f->geo_ = std::make_unique<family::StateGeometry>(std::move(g));
+  f->replay_ = family::replay_shape(cfg, f->geo_->ring_capacity, f->model_->dspark != nullptr);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
   DSV4_RETURN_IF_ERROR(create_side_stream(f->side_));
   const int64_t rows = options.max_call_rows;
@@ -226,15 +227,17 @@ Status Forward::restore_parts(int32_t stream, std::span<const uint8_t> bounded,
 StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<engine::Piece>& pieces) {
   std::lock_guard<std::mutex> lock(mu_);
   const family::ModelPlan& cfg = model_->config;
-  // The step's plan checks every piece before any state is touched.
+  // The step's plan checks every piece before any state is touched; with bounded replay it holds each layer's
+  // rows (probes see every row; the V4 attention runs every row).
   auto length = [&](int32_t id) -> StatusOr<int64_t> {
     auto it = streams_.find(id);
     if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
     return it->second.caches->length();
   };
-  DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan,
-                        engine::plan_step(pieces, length,
-                                          engine::StepLimits{cfg.vocab, options_.max_context, options_.max_call_rows}));
+  engine::StepLimits limits{cfg.vocab, options_.max_context, options_.max_call_rows};
+  if (options_.bounded_replay && !probe_ && !op_probe_ && cfg.window_format != KvRowFormat::model1)
+    limits.replay = &replay_;
+  DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
   std::vector<size_t> hist_len;
   for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
@@ -274,13 +277,17 @@ OpCtx Forward::op_ctx(cudaStream_t s) {
 
 struct Forward::DeviceCall {
   CallCtx* c = nullptr;
+  const engine::StepPlan* plan = nullptr;   // with c->layer_rows (bounded replay): each layer's rows
   const int32_t* ids = nullptr;             // device [rows]
   std::vector<const int64_t*> engram_rows;  // per Engram layer, device [rows, R]: table rows (pinned tables) or
                                             // 0..rows*R-1 into the rows gathered below (mapped tables)
   std::vector<const uint8_t*> engram_codes, engram_scales;  // per layer: the table, or its gathered rows
   float* h = nullptr;                       // bf16 [rows, C, D]
   float* pi = nullptr;                      // f32 [rows, C]
-  float* taps = nullptr;                    // bf16 [rows, n_taps, D] or null
+  float* taps = nullptr;                    // bf16 [tap rows, n_taps, D] or null (plan->taps: each piece's last ring
+                                            // rows with bounded replay, else every row)
+  std::vector<const int64_t*> tap_at;       // per layer, device [tap rows]: their rows among the layer's input rows
+                                            // (null: the same rows)
   const int64_t* index = nullptr;           // device [n] call rows whose logits are asked for
   int64_t n_logits = 0;
   float* logits = nullptr;                  // f32 [n, V]
@@ -299,12 +306,20 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   o.op_probe = op_probe_ ? &op_probe_ : nullptr;
   DSV4_RETURN_IF_ERROR(embed_rows(o, M, d.ids, rows, d.h, d.pi));  // a rank's: its vocabulary rows, gathered
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
+  const bool bounded = !d.c->layer_rows.empty();
   std::vector<float> probe_host;
   for (int l = 0; l < cfg.n_layers; ++l) {
     const family::LayerPlan& role = M.config.layers[l];
     const LayerDevice& L = M.layers[l];
     const size_t layer_mark = scratch_->mark();
     o.layer = l;
+    // The layer reads h at its input rows and leaves it at its output rows (bounded replay), else every row.
+    const int64_t rows_in = bounded ? d.c->layer_rows[l].in.rows : rows;
+    const int64_t rows_out = bounded ? d.c->layer_rows[l].out.rows : rows;
+    const int64_t* keep = bounded ? d.c->layer_rows[l].keep : nullptr;
+    o.ids = rows_in == rows && rows_out == rows ? d.ids : nullptr;  // hash routing lies below every bounded layer
+    if (role.engram && rows_in != rows)
+      return error(StatusCode::internal, "layer {}: Engram on {} of {} rows", l, rows_in, rows);
     if (role.engram) {
       DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
         const int e = role.engram_index;
@@ -312,11 +327,21 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
       }));
       DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
     }
-    if (role.dspark_tap_index >= 0 && d.taps)
-      DSV4_CUDA_LAUNCH(dspark_tap(d.h, rows, C, D, n_taps, role.dspark_tap_index, d.taps, s), "dspark_tap",
-                       shape_text({{"rows", rows}, {"layer", l}}));
+    if (role.dspark_tap_index >= 0 && d.taps) {
+      const int64_t tr = d.plan->taps.rows;
+      const auto tshape = shape_text({{"rows", tr}, {"layer", l}});
+      if (!d.tap_at[l]) {
+        DSV4_CUDA_LAUNCH(dspark_tap(d.h, tr, C, D, n_taps, role.dspark_tap_index, d.taps, s), "dspark_tap", tshape);
+      } else {  // the tapped rows gathered from the layer's input rows first
+        const size_t mark = scratch_->mark();
+        DSV4_ASSIGN_OR_RETURN(float* ht, o.alloc<float>(tr * C * D, "tapped streams"));
+        DSV4_CUDA_LAUNCH(gather_rows(d.h, d.tap_at[l], tr, C * D, ht, s), "gather_rows(taps)", tshape);
+        DSV4_CUDA_LAUNCH(dspark_tap(ht, tr, C, D, n_taps, role.dspark_tap_index, d.taps, s), "dspark_tap", tshape);
+        scratch_->reset(mark);
+      }
+    }
     AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
-    DSV4_RETURN_IF_ERROR(block_forward(o, L, rows, attn, nullptr, d.h, d.pi));
+    DSV4_RETURN_IF_ERROR(block_forward_rows(o, L, rows_in, keep, rows_out, attn, nullptr, d.h, d.pi));
     scratch_->reset(layer_mark);
     if (probe_) {  // never captured: the forward runs eagerly while a probe is set
       probe_host.resize(rows * C * D);
@@ -395,11 +420,14 @@ Status Forward::run(const engine::StepPlan& plan) {
   for (size_t e = 0; e < n_engram; ++e)
     meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
   if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
+  // Bounded replay: the layers' row tables, the tapped rows' positions and places, the logit rows' places.
+  meta_bytes += bounded_meta_bytes(cfg, rows, P) + (cfg.dspark_target_layers.size() + 1) * CallMeta::padded(rows * 8);
   bool moved = false;
   DSV4_RETURN_IF_ERROR(meta_->begin(meta_bytes, &moved));
   if (moved) graphs_->clear();  // captured graphs read the old metadata buffer
   DeviceCall d;
   d.c = &c;
+  d.plan = &plan;
   d.n_logits = n_logits;
   DSV4_ASSIGN_OR_RETURN(d.ids, meta_->put_n(ids.data(), ids.size(), "token ids"));
   DSV4_ASSIGN_OR_RETURN(int64_t* d_pos, meta_->put_n(pos.data(), pos.size(), "positions"));
@@ -417,15 +445,45 @@ Status Forward::run(const engine::StepPlan& plan) {
     d.engram_codes.push_back(gc);
     d.engram_scales.push_back(gs);
   }
-  DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(index.data(), index.size(), "logit rows"));
+  // The head reads h at the last layer's output rows (bounded replay): the logit rows' places among them.
+  std::vector<int64_t> head_rows = index;
+  if (plan.bounded()) {
+    const engine::RowSpace& last = plan.out_rows(cfg.n_layers - 1);
+    head_rows.clear();
+    for (int64_t r : index) {
+      const int32_t i = plan.piece_of[r];
+      head_rows.push_back(last.row0[i] + (r - plan.pieces[i].row0) - last.first[i]);
+    }
+  }
+  DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(head_rows.data(), head_rows.size(), "logit rows"));
+  // The tapped rows (each piece's last ring rows, or every row): their places among each tap layer's input rows.
+  d.tap_at.assign(cfg.n_layers, nullptr);
+  if (M.dspark)
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      if (cfg.layers[l].dspark_tap_index < 0 || plan.taps == plan.in_rows(l)) continue;
+      const std::vector<int64_t> at = engine::rows_within(plan.pieces, plan.taps, plan.in_rows(l));
+      DSV4_ASSIGN_OR_RETURN(d.tap_at[l], meta_->put_n(at.data(), at.size(), "tapped rows"));
+    }
+  std::vector<DevicePiece> tap_pieces = c.pieces;
+  const int64_t* tap_pos = nullptr;
+  if (M.dspark && !(plan.taps == plan.all)) {
+    for (size_t i = 0; i < tap_pieces.size(); ++i) {
+      tap_pieces[i].start += plan.taps.first[i];
+      tap_pieces[i].T -= plan.taps.first[i];
+      tap_pieces[i].row0 = plan.taps.row0[i];
+    }
+    const std::vector<int64_t> tp = engine::space_positions(plan.pieces, plan.taps);
+    DSV4_ASSIGN_OR_RETURN(tap_pos, meta_->put_n(tp.data(), tp.size(), "tapped positions"));
+  }
   c.pos = d_pos;
   c.meta = meta_.get();
   // Graph key: every host-side size the launches depend on.
   // Tensor-parallel ranks capture their NCCL gathers with the rest: every rank runs the same calls in the same
   // order (rank 0's plans), so every rank sees the same keys, captures, replays and evicts alike, and a replay
   // enqueues the same collectives in the same order as the eager run it was captured from.
+  // Calls whose rows shrink (bounded replay) run eagerly: their launch sizes and tables vary with the cones.
   const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ &&
-                     rows <= options_.graph_max_rows;
+                     rows <= options_.graph_max_rows && !plan.bounded() && plan.taps == plan.all;
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);
   // Groups completed per compression ratio above 1 (the compressor's launch sizes).
@@ -445,10 +503,13 @@ Status Forward::run(const engine::StepPlan& plan) {
   DSV4_ASSIGN_OR_RETURN(d.pi, o.alloc<float>(rows * C, "pre-mix pi"));
   const int64_t n_taps = static_cast<int64_t>(cfg.dspark_target_layers.size());
   if (M.dspark) {
-    DSV4_ASSIGN_OR_RETURN(d.taps, o.alloc<float>(rows * n_taps * D, "DSpark taps"));
+    DSV4_ASSIGN_OR_RETURN(d.taps, o.alloc<float>(plan.taps.rows * n_taps * D, "DSpark taps"));
   }
   DSV4_ASSIGN_OR_RETURN(d.logits, o.alloc<float>(n_logits * V, "logits"));
   DSV4_RETURN_IF_ERROR(begin_attention_call(c));
+  DSV4_RETURN_IF_ERROR(begin_bounded_call(c, plan));
+  layer_rows_.assign(cfg.n_layers, rows);
+  for (int l = 0; l < cfg.n_layers && !c.layer_rows.empty(); ++l) layer_rows_[l] = c.layer_rows[l].out.rows;
   DSV4_RETURN_IF_ERROR(meta_->upload(stream_));
   d.mark = scratch_->mark();
   auto work = [&](cudaStream_t s) { return device_call(d, s); };
@@ -462,7 +523,10 @@ Status Forward::run(const engine::StepPlan& plan) {
   }
   // DSpark rings receive one row per main position (per-stream ring pointers: not in the graph).
   if (M.dspark) {
-    DSV4_RETURN_IF_ERROR(timed(o, "dspark rings", [&] { return dspark_write_rings(o, M, c.pieces, d_pos, rows, d.taps); }));
+    DSV4_RETURN_IF_ERROR(timed(o, "dspark rings", [&] {
+      if (tap_pos) return dspark_write_rings(o, M, tap_pieces, tap_pos, plan.taps.rows, d.taps);
+      return dspark_write_rings(o, M, c.pieces, d_pos, rows, d.taps);
+    }));
   }
   if (n_logits > 0) {
     DSV4_RETURN_IF_ERROR(logits_host_.reserve(static_cast<size_t>(n_logits * V) * 4));

@@ -45,6 +45,11 @@ struct ForwardOptions {
   // A tensor-parallel rank (model cut by fabric/rank_weights.h): the collectives joining the ranks'
   // partial results (tp_forward.h); every rank must make the same calls in the same order. Unset: one GPU.
   std::shared_ptr<Collective> collective;
+  // Bounded decoder replay (docs/replay.md): the layers above the last one every row must reach compute
+  // only the rows the logits asked for and the streams' caches need — the same bits as every row. Off:
+  // every layer computes every row. Not taken while a probe is set (probes see every row) nor by the V4
+  // attention (V4-Flash-0731 has no such layer anyway). Calls whose rows shrink run without CUDA graphs.
+  bool bounded_replay = true;
 };
 
 // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (tests compare
@@ -102,6 +107,12 @@ class Forward {
   const GraphCache::Stats& graph_stats() const { return graphs_->stats(); }
   // Off: every call runs eagerly (tests compare both ways); the captured graphs are kept.
   void set_cuda_graphs(bool on) { graphs_on_ = on; }
+  // ForwardOptions::bounded_replay for the following calls (tests and `dsv4 bench` compare both ways).
+  void set_bounded_replay(bool on) { options_.bounded_replay = on; }
+  // The cones bounded replay computes (family/deepseek_v41/replay.h; from = -1: no bounded layer).
+  const family::ReplayShape& replay_shape() const { return replay_; }
+  // The rows whose output each backbone layer computed in the last call, all pieces together (tests).
+  const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
 
  private:
   struct StreamSlot {
@@ -120,6 +131,8 @@ class Forward {
   std::shared_ptr<const ModelDevice> model_;
   ForwardOptions options_;
   std::unique_ptr<family::StateGeometry> geo_;
+  family::ReplayShape replay_;
+  std::vector<int64_t> layer_rows_;
   cudaStream_t stream_ = nullptr;
   SideStream side_;  // OpCtx::side, CallCtx::side
   std::unique_ptr<Arena> scratch_;

@@ -70,26 +70,32 @@ Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n) {
 
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image, float* h,
                      float* pi) {
+  return block_forward_rows(c, L, rows, nullptr, rows, attn, image, h, pi);
+}
+
+Status block_forward_rows(OpCtx& c, const LayerDevice& L, int64_t rows, const int64_t* keep, int64_t kept,
+                          const AttnFn& attn, const uint8_t* image, float* h, float* pi) {
   const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, nm = static_cast<int64_t>(C) * (C + 2);
   const auto shape = shape_text({{"rows", rows}, {"D", D}});
+  const auto kshape = shape_text({{"rows", kept}, {"D", D}});
   DSV4_ASSIGN_OR_RETURN(float* x, c.alloc<float>(rows * D, "block x"));
   DSV4_ASSIGN_OR_RETURN(float* xn, c.alloc<float>(rows * D, "block xn"));
-  DSV4_ASSIGN_OR_RETURN(float* y, c.alloc<float>(rows * D, "block y"));
+  DSV4_ASSIGN_OR_RETURN(float* y, c.alloc<float>(kept * D, "block y"));
   DSV4_ASSIGN_OR_RETURN(float* amix, c.alloc<float>(rows * nm, "attention mixes"));
-  DSV4_ASSIGN_OR_RETURN(float* fmix, c.alloc<float>(rows * nm, "ffn mixes"));
+  DSV4_ASSIGN_OR_RETURN(float* fmix, c.alloc<float>(kept * nm, "ffn mixes"));
   // V4.1 collapses each sub-layer with a pre-mix it already holds (the attention with pi, the FFN
   // with the attention's), so a sub-layer's mixes are needed only by its expand: with a side stream
   // they run there beside the collapse and the attention or MoE, which read h and never write it.
   // The same kernels run either way: the bits do not depend on it.
   const bool beside = cfg.premix == family::HcPremix::carried && side_on(c);
-  auto start_mixes = [&](const HcDevice& P, float* mix) -> Status {
-    if (!beside) return timed(c, "hc mixes", [&] { return mixes(c, P, h, rows, mix); });
-    return run_beside(c, "hc mixes beside", [&](OpCtx& s) { return mixes(s, P, h, rows, mix); });
+  auto start_mixes = [&](const HcDevice& P, int64_t n, float* mix) -> Status {
+    if (!beside) return timed(c, "hc mixes", [&] { return mixes(c, P, h, n, mix); });
+    return run_beside(c, "hc mixes beside", [&](OpCtx& s) { return mixes(s, P, h, n, mix); });
   };
   // Attention sub-layer, collapsed with the incoming pre-mix.
-  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_attn, amix));
+  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_attn, rows, amix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     // V4: each sub-layer collapses with its own pre-mix (model-spec.md §8), the first C of its mix.
     const bool own = cfg.premix == family::HcPremix::own;
@@ -100,33 +106,53 @@ Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn&
   }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.in", xn, rows * D));
   DSV4_RETURN_IF_ERROR(timed(c, "attention", [&] { return attn(xn, y); }));
-  DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, rows * D));
+  DSV4_RETURN_IF_ERROR(op_probe(c, "attn.out", y, kept * D));
   DSV4_RETURN_IF_ERROR(join_beside(c));
+  if (kept == 0) return ok_status();  // no output row (the window keys were all this layer had to give)
+  if (keep) {
+    // The kept rows of h and of the attention mixes to the front: gathered apart (rows move toward the
+    // front, so an in-place gather could overwrite a row before it is read), then copied back. The copies
+    // sit where the attention's temporaries were and are released before the MoE's.
+    DSV4_RETURN_IF_ERROR(timed(c, "bounded rows", [&]() -> Status {
+      const size_t mark = c.scratch->mark();
+      DSV4_ASSIGN_OR_RETURN(float* hk, c.alloc<float>(kept * C * D, "kept streams"));
+      DSV4_ASSIGN_OR_RETURN(float* mk, c.alloc<float>(kept * nm, "kept mixes"));
+      DSV4_CUDA_LAUNCH(gather_rows(h, keep, kept, C * D, hk, c.stream), "gather_rows(h)", kshape);
+      DSV4_CUDA_LAUNCH(gather_rows(amix, keep, kept, nm, mk, c.stream), "gather_rows(mixes)", kshape);
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(h, hk, kept * C * D * sizeof(float), cudaMemcpyDeviceToDevice,
+                                                       c.stream), "copying the kept streams"));
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(amix, mk, kept * nm * sizeof(float), cudaMemcpyDeviceToDevice,
+                                                       c.stream), "copying the kept mixes"));
+      c.scratch->reset(mark);
+      return ok_status();
+    }));
+  }
+  rows = kept;
   DSV4_RETURN_IF_ERROR(timed(c, "hc expand", [&]() -> Status {
-    DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", shape);
+    DSV4_CUDA_LAUNCH(hc_expand(y, amix, rows, C, D, h, c.stream), "hc_expand(attn)", kshape);
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "attn.h", h, rows * C * D));
   // FFN sub-layer, collapsed with the attention pre-mix.
-  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_ffn, fmix));
+  DSV4_RETURN_IF_ERROR(start_mixes(L.hc_ffn, rows, fmix));
   DSV4_RETURN_IF_ERROR(timed(c, "collapse + rmsnorm", [&]() -> Status {
     DSV4_CUDA_LAUNCH(hc_collapse_rmsnorm(h, cfg.premix == family::HcPremix::own ? fmix : amix, nm, rows, C, D, L.ffn_norm, cfg.norm_eps, x, xn,
                                          c.stream),
-                     "hc_collapse_rmsnorm(ffn_norm)", shape);
+                     "hc_collapse_rmsnorm(ffn_norm)", kshape);
     return ok_status();
   }));
   DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.in", xn, rows * D));
   MoeOut m;
   DSV4_RETURN_IF_ERROR(moe_forward(c, L.ffn, xn, image, rows, m));
   if (c.op_probe) {  // the combined row, which the fused launch below never stores
-    DSV4_CUDA_LAUNCH(moe_combine(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, y, c.stream), "moe_combine(probe)", shape);
+    DSV4_CUDA_LAUNCH(moe_combine(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, y, c.stream), "moe_combine(probe)", kshape);
     DSV4_RETURN_IF_ERROR(op_probe(c, "ffn.out", y, rows * D));
   }
   DSV4_RETURN_IF_ERROR(join_beside(c));
   // The MoE's combine, the FFN expand and the next pre-mix in one launch.
   return timed(c, "moe combine + hc expand", [&]() -> Status {
     DSV4_CUDA_LAUNCH(moe_combine_expand(m.routed, m.shared, m.sel, m.pair_of, rows, m.K, D, fmix, C, h, pi, c.stream),
-                     "moe_combine_expand", shape);
+                     "moe_combine_expand", kshape);
     return ok_status();
   });
 }

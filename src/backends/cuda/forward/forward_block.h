@@ -127,6 +127,14 @@ using AttnFn = std::function<Status(const float* x, float* y)>;
 Status block_forward(OpCtx& c, const LayerDevice& L, int64_t rows, const AttnFn& attn, const uint8_t* image,
                      float* h, float* pi);
 
+// The same block with its output computed only at `kept` of its `rows` input rows (bounded replay,
+// docs/replay.md): keep device int64 [kept], ascending input rows (null: every row, kept == rows). The
+// attention's input is normed at every input row, attn(x [rows, D], y [kept, D]) computes the kept rows'
+// outputs, everything after runs on them; h and pi leave with the kept rows at their front. A kept row's
+// values do not depend on the other rows. image (per kept row) may be null.
+Status block_forward_rows(OpCtx& c, const LayerDevice& L, int64_t rows, const int64_t* keep, int64_t kept,
+                          const AttnFn& attn, const uint8_t* image, float* h, float* pi);
+
 // What the MoE leaves for its combine (moe_combine / moe_combine_expand), in the call's scratch:
 // routed expert outputs bf16 [rows*K, D] by pair, the shared expert bf16 [rows, D], the selection
 // int32 [rows, K] and each (row, slot)'s pair index int32 [rows, K].

@@ -15,15 +15,17 @@
 #include "backends/cuda/forward/forward_v4.h"
 #include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/replay.h"
 #include "family/deepseek_v41/with_layers.h"
 
 namespace dsv4::cuda {
 
-family::ModelPlan bench_config(int layers, family::Variant variant) {
+family::ModelPlan bench_config(int layers, family::Variant variant, int decoder_layers) {
   // The cut keeps every width and role (family/deepseek_v41/with_layers.h); the bench runs neither Engram nor
   // the drafter.
   family::Config cfg = family::preset_config(family::Preset::full, variant);
-  StatusOr<family::Config> cut = family::with_layers(cfg, layers);
+  StatusOr<family::Config> cut =
+      decoder_layers > 0 ? family::with_decoder_layers(cfg, layers, decoder_layers) : family::with_layers(cfg, layers);
   if (cut.ok()) cfg = *std::move(cut);
   cfg.engram_layer_ids.clear();
   cfg.engram_num_embeddings.clear();
@@ -186,9 +188,12 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
-  const family::ModelPlan cfg = bench_config(f.layers, f.variant);
+  if (f.decoder_layers > 0)  // refused by name (a model without a decoder, more layers than it has)
+    DSV4_RETURN_IF_ERROR(family::with_decoder_layers(family::preset_config(family::Preset::full, f.variant), f.layers,
+                                                     f.decoder_layers).status());
+  const family::ModelPlan cfg = bench_config(f.layers, f.variant, f.decoder_layers);
   std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
-              f.layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+              cfg.n_layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
   const double bw = copy_bandwidth();
   std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
   const auto t0 = std::chrono::steady_clock::now();
@@ -272,7 +277,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     for (const auto& [k, v] : prof) total += v;
     std::fprintf(out, "\nper-op device time of a batch-1 decode step at context %lld (events around each op, eager "
                       "launches, no synchronization; %d layers)\n\n"
-                      "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), f.layers);
+                      "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), cfg.n_layers);
     for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
     std::fprintf(out, "| sum of the ops | %.3f | |\n", total / n);
     if (!v4ops.empty()) {  // inside "attention": each launch of the V4 layers, summed over layers of a ratio
@@ -285,46 +290,78 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     }
     std::fflush(out);
   }
-  // Prefill chunks of one stream from position 0.
+  // Prefill chunks of one stream from position 0 (a fresh stream each run, rings of window + 128 rows as in
+  // serving), without and with bounded replay; the chunk's last row's logits.
   const double dense = dense_rate(), fpt = flops_per_token(cfg);
   std::fprintf(out, "\ncuBLAS dense bf16 rate (8192^3): %.0f TFLOP/s; matrix FLOPs per token of the %d layers: %.2f GFLOP\n",
-               dense / 1e12, f.layers, fpt / 1e9);
-  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x dense rate |\n|---|---|---|---|---|---|\n");
+               dense / 1e12, cfg.n_layers, fpt / 1e9);
+  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x dense rate | ms, bounded replay | "
+                    "layer rows, bounded replay |\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::pair<int64_t, double>> per_layer_row_ms;  // chunk, ms per layer-row without replay
   for (int64_t T : f.prefill) {
     ForwardOptions o;
     o.max_context = T + 64;
-    o.max_rollback = T;  // each timed chunk is rolled back to position 0
     o.max_call_rows = T;
     auto fw = Forward::create(model, o);
     if (!fw.ok()) return fail(fw.status());
     Forward& F = **fw;
-    auto s = F.open_stream();
-    if (!s.ok()) return fail(s.status());
     std::vector<int32_t> toks(T);
     for (int64_t i = 0; i < T; ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
     Status last = ok_status();
-    const double ms = time_ms(std::max(1, f.iters / 2), 1, [&] {
-      auto r = F.forward({engine::Piece{*s, toks, {}}});
+    auto chunk = [&] {
+      auto s = F.open_stream();
+      if (!s.ok()) { last = s.status(); return false; }
+      auto r = F.forward({engine::Piece{*s, toks, {static_cast<int32_t>(T - 1)}}});
       if (!r.ok()) { last = r.status(); return false; }
-      return F.truncate(*s, 0).ok();
-    });
+      return F.close_stream(*s).ok();
+    };
+    F.set_bounded_replay(false);
+    const double ms = time_ms(std::max(1, f.iters / 2), 1, chunk);
     if (ms < 0) return fail(last);
+    F.set_bounded_replay(true);
+    const double ms_replay = time_ms(std::max(1, f.iters / 2), 1, chunk);
+    if (ms_replay < 0) return fail(last);
+    int64_t rows = 0;
+    for (int64_t r : F.layer_rows()) rows += r;
     const double tps = T * 1e3 / ms;
-    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f |\n", static_cast<long long>(T), ms, tps, tps * f.layers,
-                 tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0);
+    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f | %.1f | %lld of %lld |\n", static_cast<long long>(T), ms,
+                 tps, tps * cfg.n_layers, tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0, ms_replay,
+                 static_cast<long long>(rows), static_cast<long long>(T * cfg.n_layers));
     std::fflush(out);
-    if (T == f.prefill.front()) {  // where a prefill chunk's time goes
+    per_layer_row_ms.emplace_back(T, ms / static_cast<double>(T * cfg.n_layers));
+    if (T == f.prefill.front()) {  // where a prefill chunk's time goes (without replay)
       std::map<std::string, double> prof;
+      F.set_bounded_replay(false);
       F.set_profile(&prof, false);
-      auto r = F.forward({engine::Piece{*s, toks, {}}});
+      const bool ran = chunk();
       F.set_profile(nullptr);
-      if (!r.ok()) return r.status();
-      DSV4_RETURN_IF_ERROR(F.truncate(*s, 0));
-      for (const auto& [k, v] : prof) std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | |\n", k.c_str(),
+      F.set_bounded_replay(true);
+      if (!ran) return last;
+      for (const auto& [k, v] : prof) std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | | | |\n", k.c_str(),
                                                    static_cast<long long>(T), v);
     }
     std::fflush(out);
   }
+  // The whole model's chunks projected from the measured cost of a layer-row (the cut's chunk time without
+  // replay over its layers and rows): every layer on every row, or each layer on the rows of its cone
+  // (family::cone_first_rows for the full plan, rings of window + 128 rows, the chunk's last row's logits).
+  const family::ModelPlan whole = family::build_plan(family::preset_config(family::Preset::full, f.variant));
+  const family::ReplayShape shape = family::replay_shape(whole, whole.window + 128, whole.dspark_stages > 0);
+  std::fprintf(out, "\nprojected %d-layer %s chunk (measured ms per layer-row x the rows computed; first bounded layer "
+                    "%d)\n\n| prefill chunk | layer rows | ms | layer rows, bounded replay | ms, bounded replay |\n"
+                    "|---|---|---|---|---|\n", whole.n_layers, f.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1",
+               shape.from);
+  for (const auto& [T, per_row] : per_layer_row_ms) {
+    int64_t rows = static_cast<int64_t>(whole.n_layers) * T;
+    if (shape.bounded()) {
+      rows = static_cast<int64_t>(shape.from) * T;
+      for (int64_t first : family::cone_first_rows(shape, T, T - 1)) rows += T - first;
+    }
+    std::fprintf(out, "| %lld | %lld | %.1f | %lld | %.1f |\n", static_cast<long long>(T),
+                 static_cast<long long>(whole.n_layers * T), per_row * whole.n_layers * T, static_cast<long long>(rows),
+                 per_row * rows);
+  }
+  std::fflush(out);
   return ok_status();
 }
 

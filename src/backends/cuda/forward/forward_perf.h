@@ -1,6 +1,7 @@
 // The CUDA forward's benchmark (`dsv4 bench`): full-width V4.1 (or V4 / 0731) layers generated on the device;
 // decode steps at several batches and contexts against the memory floor measured in the same run
-// (bytes read / bandwidth of a large device-to-device copy), 6-row verify windows, prefill chunks.
+// (bytes read / bandwidth of a large device-to-device copy), 6-row verify windows, prefill chunks with and
+// without bounded replay (docs/replay.md) and the full model's projected with both.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@ namespace dsv4::cuda {
 
 struct ForwardBenchOptions {
   int layers = 4;                      // the first N layers of the full plan of `variant`
+  int decoder_layers = 0;              // then the first M layers of its decoder (with_decoder_layers)
   family::Variant variant = family::Variant::v41;  // v41: DeepSeek-V4.1-Flash; v4: DeepSeek-V4-Flash-0731
   std::vector<int> batches = {1, 8, 32};
   std::vector<int64_t> contexts = {4096, 65536, 262144};
@@ -23,9 +25,10 @@ struct ForwardBenchOptions {
   uint64_t seed = 1;
 };
 
-// The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers (roles
-// unchanged), without Engram and drafter (the device synthesizer generates neither).
-family::ModelPlan bench_config(int layers, family::Variant variant = family::Variant::v41);
+// The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers and, with decoder_layers > 0,
+// the first decoder_layers layers of its decoder after them (family/deepseek_v41/with_layers.h; roles unchanged),
+// without Engram and drafter (the device synthesizer generates neither).
+family::ModelPlan bench_config(int layers, family::Variant variant = family::Variant::v41, int decoder_layers = 0);
 
 // Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head). V4 / 0731:
 // 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its

@@ -85,12 +85,13 @@ cudaError_t apply_candidates(float* score, int64_t stride, const int64_t* pos, i
                              const uint8_t* cand, int64_t cand_stride, int64_t max_lc, cudaStream_t s);
 
 // topk[r] = the min(k, L_c) rows of highest score (ties to the lower row), ascending, then -1 up to k.
-// With mask (candidate users), rows t with !mask[r * mask_stride + t] count as -inf (the scores are
-// not modified). stride >= every row's L_c; work: topk_work_ints(rows, stride, k) ints (none for
-// short rows).
+// With mask (candidate users), rows t with !mask[m * mask_stride + t] count as -inf (the scores are
+// not modified), m = mask_row[r] when given (bounded replay: the row's place among the candidate
+// source's rows), else r. stride >= every row's L_c; work: topk_work_ints(rows, stride, k) ints (none
+// for short rows).
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                       const uint8_t* mask, int64_t mask_stride, int64_t k, int32_t* topk, int32_t* work,
-                      cudaStream_t s);
+                      cudaStream_t s, const int32_t* mask_row = nullptr);
 int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k);
 
 // Sparse attention with sinks of every (row, head): key list = [window part of width W: positions

@@ -345,7 +345,7 @@ __host__ __device__ __forceinline__ int64_t topk_chunk(int64_t lc, int64_t K) {
 
 __global__ void __launch_bounds__(kChunkThreads)
 topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, const uint8_t* mask,
-                   int64_t mask_stride, int64_t K, int32_t* work) {
+                   int64_t mask_stride, const int32_t* mask_row, int64_t K, int32_t* work) {
   __shared__ SelectShared<kChunkThreads, kChunkEpt> sh;
   const int64_t r = blockIdx.y, c = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
@@ -354,10 +354,11 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
   if (t0 >= lc) return;
   const int64_t n = lc - t0 < ch ? lc - t0 : ch;
   const float* sc = score + r * stride;
+  const uint8_t* mr = mask ? mask + (mask_row ? mask_row[r] : r) * mask_stride : nullptr;
   int32_t* out = work + (r * kMaxChunks + c) * K;
   tile_select<kChunkThreads, kChunkEpt>(
       static_cast<int>(n), static_cast<int>(n < K ? n : K),
-      [&](int i) { return i < n ? masked_key(sc, mask ? mask + r * mask_stride : nullptr, t0 + i) : 0u; },
+      [&](int i) { return i < n ? masked_key(sc, mr, t0 + i) : 0u; },
       [&](int64_t i, bool sel, int slot, uint32_t) { if (sel) out[slot] = static_cast<int32_t>(t0 + i); }, sh);
 }
 
@@ -366,13 +367,13 @@ topk_chunks_kernel(const float* score, int64_t stride, const int64_t* pos, int r
 template <int EPT>
 __global__ void __launch_bounds__(kRowThreads)
 topk_rows_kernel(const float* score, int64_t stride, const int64_t* pos, int ratio, const uint8_t* mask,
-                 int64_t mask_stride, int64_t K, int32_t* topk, const int32_t* work) {
+                 int64_t mask_stride, const int32_t* mask_row, int64_t K, int32_t* topk, const int32_t* work) {
   __shared__ SelectShared<kRowThreads, EPT> sh;
   const int64_t r = blockIdx.x;
   const int64_t lc = (pos[r] + 1) / ratio;
   const int64_t k = lc < K ? lc : K;
   const float* sc = score + r * stride;
-  const uint8_t* mr = mask ? mask + r * mask_stride : nullptr;
+  const uint8_t* mr = mask ? mask + (mask_row ? mask_row[r] : r) * mask_stride : nullptr;
   int32_t* out = topk + r * K;
   if (lc <= kDirectMax) {
     tile_select<kRowThreads, EPT>(
@@ -507,18 +508,20 @@ int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k) {
 
 cudaError_t topk_rows(const float* score, int64_t stride, const int64_t* pos, int64_t rows, int ratio,
                       const uint8_t* mask, int64_t mask_stride, int64_t k, int32_t* topk, int32_t* work,
-                      cudaStream_t s) {
+                      cudaStream_t s, const int32_t* mask_row) {
   if (rows == 0) return cudaSuccess;
   if (stride > kDirectMax) {
     if (!work) return cudaErrorInvalidValue;
     topk_chunks_kernel<<<dim3(static_cast<unsigned>(kMaxChunks), static_cast<unsigned>(rows)), kChunkThreads, 0, s>>>(
-        score, stride, pos, ratio, mask, mask_stride, k, work);
+        score, stride, pos, ratio, mask, mask_stride, mask_row, k, work);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (stride <= int64_t{kRowThreads} * kShortEpt)
-    topk_rows_kernel<kShortEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
+    topk_rows_kernel<kShortEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, mask_row, k,
+                                                             topk, work);
   else
-    topk_rows_kernel<kRowEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, k, topk, work);
+    topk_rows_kernel<kRowEpt><<<rows, kRowThreads, 0, s>>>(score, stride, pos, ratio, mask, mask_stride, mask_row, k,
+                                                           topk, work);
   return cudaGetLastError();
 }
 
