@@ -9,17 +9,20 @@ out="$1"; shift || true
 dsv4="${DSV4:-dsv4}"
 mkdir -p "$out"
 configs=("$@")
-[ ${#configs[@]} -gt 0 ] || configs=(swa_r2_top4 cand2_top8 cand3_top6 tiny)
+[ ${#configs[@]} -gt 0 ] || configs=(swa_r2_top4 cand2_top8 cand3_top6 tiny swa_r2_top4_gate cand2_top8_gate cand3_top6_gate tiny_gate)
 
 # name -> synth flags and config.json edits (text_config keys)
+# a name ending in _gate uses the whole-model gate's weights (docs/numerics.md: small sub-layer outputs, so one
+# rounding flip stays small instead of spreading through every later row)
 synth_flags() {
-  case "$1" in
+  case "$1" in *_gate) echo -n "--profile gate " ;; esac
+  case "${1%_gate}" in
     swa_r2_top4) echo "--layers 4" ;;
     cand2_top8|cand3_top6|tiny) echo "" ;;
   esac
 }
 edits() {
-  case "$1" in
+  case "${1%_gate}" in
     swa_r2_top4) echo '{"index_topk": 4}' ;;
     cand2_top8) echo '{"index_topk": 8, "candidate_topk_blocks": 2, "candidate_block_size": 4}' ;;
     cand3_top6) echo '{"index_topk": 6, "candidate_topk_blocks": 3, "candidate_block_size": 4}' ;;
