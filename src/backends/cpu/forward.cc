@@ -153,7 +153,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
     return it->second.length;
   };
-  DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, engine::StepLimits{V, 0, 0}));
+  DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, engine::StepLimits{V, 0, 0, D}));
   CallCtx c;
   c.M = &M;
   c.cfg = &cfg;
@@ -169,7 +169,8 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   c.piece_of.assign(plan.piece_of.begin(), plan.piece_of.end());
   c.rows = plan.rows();
   const std::vector<int32_t>& ids = plan.ids;
-  c.image.assign(c.rows, 0);
+  // Image positions (an image span's rows, delimiters included): MoE bias_vl, Engram gate 0 and DEAD in the history.
+  c.image = plan.image.empty() ? std::vector<uint8_t>(c.rows, 0) : plan.image;
   c.topk.assign(c.rows, {});
   c.cand.assign(c.rows, {});
   // 1. Engram history and hash rows for the whole call, before the embedding.
@@ -177,7 +178,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   for (const PieceCtx& pc : c.pieces)
     for (int64_t i = 0; i < pc.T; ++i) {
       const int32_t t = ids[pc.row0 + i];
-      pc.state->history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
+      pc.state->history.push_back(c.image[pc.row0 + i] ? -1 : M.engram_token_map.empty() ? t : M.engram_token_map[t]);
     }
   if (!cfg.engram_layers.empty()) {
     const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
@@ -189,10 +190,13 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
                                  pad, &engram_rows[e][r * R]);
     }
   }
-  // 2. Embedding, C streams, pi = one-hot.
+  // 2. Embedding (or the given rows), C streams, pi = one-hot.
   std::vector<float> h;
   std::vector<std::vector<Acc>> pi;
   embed_rows<Acc>(cfg, W.embed, ids.data(), c.rows, h, pi);
+  for (const engine::GivenRow& g : plan.given)  // given rows (an image span) replace the token's embedding
+    for (int k = 0; k < C; ++k)
+      for (int64_t i = 0; i < D; ++i) h[(g.row * C + k) * D + i] = bf16_to_f32(g.values[i]);
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
   Vec taps(drafter_ ? c.rows * n_taps * D : 0);
   // 3. Blocks.
