@@ -41,7 +41,7 @@ StatusOr<std::vector<ContentPart>> parse_content(const Json& content, const std:
         else if (iu.is_object() && iu.contains("url") && iu["url"].is_string()) url = &iu["url"];
       }
       if (!url) return field_error(pf + ".image_url", "expected {\"url\": string}");
-      parts.push_back({ContentPart::Kind::image, "", url->get<std::string>()});
+      parts.push_back({ContentPart::Kind::image, "", url->get<std::string>(), pf});
     } else {
       return field_error(pf + ".type", "unsupported content part '" + type +
                                            "' (text and image_url are supported)");
