@@ -11,7 +11,9 @@
 
 namespace dsv4::cli {
 
-// No backend has a vision tower in this build: `unavailable`, naming the backend ("vision tower not available ...").
+// The tower for `model` on `backend`: an engine::VisionTower giving one image's aligner rows (bf16 [llm_h * llm_w, D],
+// row-major over the aligner grid) from its pixel patches, built from the model's vision weights (vision.*,
+// aligner.*). No backend has one in this build: `unavailable`, naming the backend ("vision tower not available ...").
 StatusOr<std::unique_ptr<engine::VisionTower>> make_vision_tower(const std::shared_ptr<const family::Model>& model,
                                                                  const BackendChoice& backend);
 
