@@ -12,10 +12,10 @@ namespace dsv4::cache {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'P', 'C', '0', '1'};  // file format version 1
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'P', 'C', '0', '2'};  // file format version 2 (u64 keys)
 constexpr const char* kSuffix = ".pce";
 
-// Fixed part of an entry file; then model id, tokens (i32 [rows]) and the payload.
+// Fixed part of an entry file; then model id, keys (u64 [rows]) and the payload.
 struct FileHeader {
   char magic[8];
   uint32_t snapshot_version;
@@ -54,12 +54,12 @@ StatusOr<std::unique_ptr<PromptCache>> PromptCache::open(PromptCacheOptions opti
   return cache;
 }
 
-PromptCache::Node* PromptCache::find_node(std::span<const TokenId> prefix) const {
+PromptCache::Node* PromptCache::find_node(std::span<const Key> prefix) const {
   const size_t page = static_cast<size_t>(options_.page_tokens);
   if (prefix.empty() || prefix.size() % page != 0) return nullptr;
   Node* node = root_.get();
   for (size_t at = 0; at < prefix.size(); at += page) {
-    std::span<const TokenId> tokens = prefix.subspan(at, page);
+    std::span<const Key> tokens = prefix.subspan(at, page);
     auto it = node->children.find(hash_tokens(tokens));
     if (it == node->children.end() || !std::equal(tokens.begin(), tokens.end(), it->second->page.begin())) {
       return nullptr;
@@ -69,11 +69,11 @@ PromptCache::Node* PromptCache::find_node(std::span<const TokenId> prefix) const
   return node;
 }
 
-PromptCache::Node* PromptCache::make_path(std::span<const TokenId> prefix) {
+PromptCache::Node* PromptCache::make_path(std::span<const Key> prefix) {
   const size_t page = static_cast<size_t>(options_.page_tokens);
   Node* node = root_.get();
   for (size_t at = 0; at < prefix.size(); at += page) {
-    std::span<const TokenId> tokens = prefix.subspan(at, page);
+    std::span<const Key> tokens = prefix.subspan(at, page);
     const uint64_t key = hash_tokens(tokens);
     auto it = node->children.find(key);
     if (it == node->children.end()) {
@@ -100,17 +100,17 @@ void PromptCache::prune(Node* node) {
   }
 }
 
-std::vector<TokenId> PromptCache::node_tokens(const Node* node) const {
+std::vector<Key> PromptCache::node_tokens(const Node* node) const {
   std::vector<const Node*> path;
   for (const Node* n = node; n != root_.get(); n = n->parent) path.push_back(n);
-  std::vector<TokenId> tokens;
+  std::vector<Key> tokens;
   tokens.reserve(static_cast<size_t>(node->rows));
   for (auto it = path.rbegin(); it != path.rend(); ++it) tokens.insert(tokens.end(), (*it)->page.begin(), (*it)->page.end());
   return tokens;
 }
 
 std::string PromptCache::file_path(const Node* node) const {
-  const std::vector<TokenId> tokens = node_tokens(node);
+  const std::vector<Key> tokens = node_tokens(node);
   return (fs::path(options_.disk_dir) / fmt::format("{:016x}-{}{}", hash_tokens(tokens), node->rows, kSuffix)).string();
 }
 
@@ -158,7 +158,7 @@ Status PromptCache::park(Node* node) {
       written.push_back(n);
     }
   }
-  const std::vector<TokenId> tokens = node_tokens(node);
+  const std::vector<Key> tokens = node_tokens(node);
   FileHeader header;
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.snapshot_version = options_.snapshot_version;
@@ -173,7 +173,7 @@ Status PromptCache::park(Node* node) {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(&header), sizeof(header));
     out.write(options_.model_id.data(), static_cast<std::streamsize>(options_.model_id.size()));
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(TokenId)));
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(Key)));
     out.write(reinterpret_cast<const char*>(e.bytes->data()), static_cast<std::streamsize>(e.bytes->size()));
     if (!out) {
       undo();
@@ -187,7 +187,7 @@ Status PromptCache::park(Node* node) {
     return error(StatusCode::data_loss, "prompt cache: cannot rename {}: {}", temp, ec.message());
   }
   const int64_t file_bytes = static_cast<int64_t>(sizeof(header) + options_.model_id.size() +
-                                                  tokens.size() * sizeof(TokenId) + e.bytes->size());
+                                                  tokens.size() * sizeof(Key) + e.bytes->size());
   ram_lru_.erase(e.lru);
   stats_.ram_bytes -= e.size;
   stats_.ram_entries--;
@@ -205,14 +205,14 @@ Status PromptCache::park(Node* node) {
   return ok_status();
 }
 
-StatusOr<Bytes> PromptCache::read_parked(Node* node, std::span<const TokenId> prefix) {
+StatusOr<Bytes> PromptCache::read_parked(Node* node, std::span<const Key> prefix) {
   const std::string path = file_path(node);
   std::ifstream in(path, std::ios::binary);
   if (!in) return error(StatusCode::data_loss, "prompt cache: cannot open {}", path);
   FileHeader header;
   in.read(reinterpret_cast<char*>(&header), sizeof(header));
   if (!in || std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) {
-    return error(StatusCode::data_loss, "prompt cache: {} is not a version-1 entry", path);
+    return error(StatusCode::data_loss, "prompt cache: {} is not a version-2 entry", path);
   }
   std::string model(header.model_id_size <= 4096 ? header.model_id_size : 0, '\0');
   in.read(model.data(), static_cast<std::streamsize>(model.size()));
@@ -220,8 +220,8 @@ StatusOr<Bytes> PromptCache::read_parked(Node* node, std::span<const TokenId> pr
     return error(StatusCode::data_loss, "prompt cache: {} belongs to model '{}' snapshot v{}, not '{}' v{}", path, model,
                  header.snapshot_version, options_.model_id, options_.snapshot_version);
   }
-  std::vector<TokenId> tokens(static_cast<size_t>(std::min<uint64_t>(header.rows, prefix.size() + 1)));
-  in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(TokenId)));
+  std::vector<Key> tokens(static_cast<size_t>(std::min<uint64_t>(header.rows, prefix.size() + 1)));
+  in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(Key)));
   if (!in || header.rows != prefix.size() || !std::equal(tokens.begin(), tokens.end(), prefix.begin()) ||
       hash_tokens(tokens) != header.tokens_hash) {
     return error(StatusCode::data_loss, "prompt cache: {} holds other tokens", path);
@@ -257,9 +257,9 @@ Status PromptCache::index_disk() {
     const bool usable = in && std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 && model == options_.model_id &&
                         header.snapshot_version == options_.snapshot_version && header.rows > 0 &&
                         header.rows % static_cast<uint64_t>(options_.page_tokens) == 0 && header.rows < (1u << 26);
-    std::vector<TokenId> tokens(usable ? header.rows : 0);
-    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(TokenId)));
-    const uint64_t expected_size = sizeof(header) + header.model_id_size + header.rows * sizeof(TokenId) + header.payload_size;
+    std::vector<Key> tokens(usable ? header.rows : 0);
+    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(Key)));
+    const uint64_t expected_size = sizeof(header) + header.model_id_size + header.rows * sizeof(Key) + header.payload_size;
     Node* node = nullptr;
     if (usable && in && hash_tokens(tokens) == header.tokens_hash && fs::file_size(f.path, ec) == expected_size) {
       node = make_path(tokens);
@@ -301,14 +301,14 @@ void PromptCache::apply_budgets() {
   }
 }
 
-std::optional<CacheHit> PromptCache::lookup(std::span<const TokenId> tokens, int64_t max_rows) {
+std::optional<CacheHit> PromptCache::lookup(std::span<const Key> tokens, int64_t max_rows) {
   stats_.lookups++;
   const size_t page = static_cast<size_t>(options_.page_tokens);
   const size_t limit = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(max_rows, tokens.size())));
   std::vector<Node*> found;  // nodes with entries along the prompt's path, shallow to deep
   Node* node = root_.get();
   for (size_t at = 0; at + page <= limit; at += page) {
-    std::span<const TokenId> chunk = tokens.subspan(at, page);
+    std::span<const Key> chunk = tokens.subspan(at, page);
     auto it = node->children.find(hash_tokens(chunk));
     if (it == node->children.end() || !std::equal(chunk.begin(), chunk.end(), it->second->page.begin())) break;
     node = it->second.get();
@@ -362,12 +362,12 @@ std::optional<CacheHit> PromptCache::lookup(std::span<const TokenId> tokens, int
   return std::nullopt;
 }
 
-bool PromptCache::contains(std::span<const TokenId> prefix) const {
+bool PromptCache::contains(std::span<const Key> prefix) const {
   Node* node = find_node(prefix);
   return node != nullptr && node->entry != nullptr;
 }
 
-Status PromptCache::insert(std::span<const TokenId> prefix, Bytes bytes) {
+Status PromptCache::insert(std::span<const Key> prefix, Bytes bytes) {
   const size_t page = static_cast<size_t>(options_.page_tokens);
   if (prefix.empty() || prefix.size() % page != 0) {
     return error(StatusCode::invalid_argument, "prompt cache: a prefix of {} tokens is not a multiple of the {}-token page",
@@ -392,7 +392,7 @@ void PromptCache::add_ram_entry(Node* node, Bytes bytes) {
   apply_budgets();
 }
 
-void PromptCache::discard(std::span<const TokenId> prefix) {
+void PromptCache::discard(std::span<const Key> prefix) {
   Node* node = find_node(prefix);
   if (node == nullptr || !node->entry) return;
   remove_entry(node);

@@ -1,5 +1,9 @@
 // The prompt cache: a prefix trie over fixed-size token pages holding opaque stream snapshots, RAM LRU + disk tier.
 //
+// A prompt is looked up by its keys, one per position: a text position's token id, an image position's key from the
+// image's content digest and its offset in the span (lanes/prompt_keys.h), so image positions, which all carry one
+// token id, share a cached prefix only with the same image.
+//
 // Entries sit at page boundaries (rows % page_tokens == 0). Lookup returns the longest entry that prefixes a
 // prompt. RAM entries past the byte budget are evicted least recently used first; with a disk tier they are
 // parked as files (checked by model id, snapshot version, tokens and an xxh3 checksum when read back) and
@@ -26,7 +30,17 @@
 
 namespace dsv4::cache {
 
-using TokenId = int32_t;
+// One prompt position's key: a token id (0 .. 2^31 - 1), or a key with the top bit set for a position fed as given
+// embedding rows (lanes/prompt_keys.h).
+using Key = uint64_t;
+
+// The keys of a text-only prompt: its token ids.
+inline std::vector<Key> token_keys(std::span<const int32_t> tokens) {
+  std::vector<Key> keys;
+  keys.reserve(tokens.size());
+  for (int32_t t : tokens) keys.push_back(static_cast<Key>(static_cast<uint32_t>(t)));
+  return keys;
+}
 using Bytes = std::vector<uint8_t>;
 
 // One append-only table of split snapshots (lanes::RowTable's geometry): rows at n positions = n / positions_per_row.
@@ -82,26 +96,26 @@ class PromptCache {
   int32_t page_tokens() const { return options_.page_tokens; }
   const std::vector<RowTableShape>& row_tables() const { return options_.row_tables; }
   // The longest entry prefixing `tokens` with rows <= max_rows; a disk entry is read, checked and moved to RAM.
-  std::optional<CacheHit> lookup(std::span<const TokenId> tokens, int64_t max_rows);
+  std::optional<CacheHit> lookup(std::span<const Key> tokens, int64_t max_rows);
   // Whether an entry for exactly this prefix exists (RAM or disk); does not touch recency.
-  bool contains(std::span<const TokenId> prefix) const;
+  bool contains(std::span<const Key> prefix) const;
   // Adds (or replaces) the entry for `prefix` (size a positive multiple of page_tokens), then applies budgets.
   // Whole snapshots only (no row tables).
-  Status insert(std::span<const TokenId> prefix, Bytes bytes);
+  Status insert(std::span<const Key> prefix, Bytes bytes);
   // Split snapshots: the rows (a page multiple) up to which `prefix`'s row pages are already in RAM — the `from` to
   // ask the backend's snapshot_parts for.
-  int64_t shared_rows(std::span<const TokenId> prefix) const;
+  int64_t shared_rows(std::span<const Key> prefix) const;
   // Adds (or replaces) the entry for `prefix` from a split snapshot: `bounded`, and per table its rows from position
   // `from` (<= shared_rows(prefix), a page multiple) to prefix.size(); they fill the row pages not yet in RAM.
-  Status insert_parts(std::span<const TokenId> prefix, Bytes bounded, int64_t from, const std::vector<Bytes>& rows);
+  Status insert_parts(std::span<const Key> prefix, Bytes bounded, int64_t from, const std::vector<Bytes>& rows);
   // Removes the entry for exactly this prefix (its snapshot proved unusable); counts as discarded.
-  void discard(std::span<const TokenId> prefix);
+  void discard(std::span<const Key> prefix);
   PromptCacheStats stats() const { return stats_; }
   // Entries' row counts from least to most recently used, RAM then disk (for tests and diagnostics).
   std::vector<int64_t> ram_lru_rows() const;
   std::vector<int64_t> disk_lru_rows() const;
   // Entries (RAM + disk) using the row page that ends at `prefix` (its last page); 0 when it has none.
-  int32_t page_users(std::span<const TokenId> prefix) const;
+  int32_t page_users(std::span<const Key> prefix) const;
   // Bytes one row page holds for positions [first, end) (all tables; split snapshots).
   int64_t page_bytes(int64_t first, int64_t end) const;
 
@@ -109,8 +123,8 @@ class PromptCache {
   struct Node;
   struct Entry;
   explicit PromptCache(PromptCacheOptions options);
-  Node* find_node(std::span<const TokenId> prefix) const;
-  Node* make_path(std::span<const TokenId> prefix);
+  Node* find_node(std::span<const Key> prefix) const;
+  Node* make_path(std::span<const Key> prefix);
   void prune(Node* node);
   void remove_entry(Node* node);
   // Makes `bytes` the node's RAM entry (newest in the LRU), counts it and applies the budgets.
@@ -118,7 +132,7 @@ class PromptCache {
   void touch(Node* node);
   void apply_budgets();
   Status park(Node* node);
-  StatusOr<Bytes> read_parked(Node* node, std::span<const TokenId> prefix);
+  StatusOr<Bytes> read_parked(Node* node, std::span<const Key> prefix);
   Status index_disk();
   void index_pages();
   std::string file_path(const Node* node) const;
@@ -132,7 +146,7 @@ class PromptCache {
   Status write_page(Node* node);
   StatusOr<Bytes> read_page(const Node* node) const;
   std::optional<CacheHit> hit_of(Node* node);
-  std::vector<TokenId> node_tokens(const Node* node) const;
+  std::vector<Key> node_tokens(const Node* node) const;
 
   PromptCacheOptions options_;
   std::unique_ptr<Node> root_;

@@ -15,7 +15,7 @@
 
 namespace dsv4::cache {
 
-inline uint64_t hash_tokens(std::span<const TokenId> tokens) { return XXH3_64bits(tokens.data(), tokens.size_bytes()); }
+inline uint64_t hash_tokens(std::span<const Key> tokens) { return XXH3_64bits(tokens.data(), tokens.size_bytes()); }
 
 struct PromptCache::Entry {
   bool on_disk = false;
@@ -27,7 +27,7 @@ struct PromptCache::Entry {
 struct PromptCache::Node {
   Node* parent = nullptr;
   uint64_t key = 0;                  // xxh3 of `page`, the key in parent->children
-  std::vector<TokenId> page;         // this node's page (empty at the root)
+  std::vector<Key> page;         // this node's page (empty at the root)
   int64_t rows = 0;                  // prefix length ending with this page
   uint64_t chain = 0;                // digest of the whole prefix: xxh3(page, seed = parent's chain)
   std::unordered_map<uint64_t, std::unique_ptr<Node>> children;

@@ -10,9 +10,9 @@ namespace dsv4::cache {
 namespace {
 namespace fs = std::filesystem;
 
-std::vector<TokenId> tokens(int64_t n, TokenId base) {
-  std::vector<TokenId> out;
-  for (int64_t i = 0; i < n; ++i) out.push_back(base + static_cast<TokenId>(i));
+std::vector<Key> tokens(int64_t n, Key base) {
+  std::vector<Key> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(base + static_cast<Key>(i));
   return out;
 }
 
@@ -33,7 +33,7 @@ std::string temp_dir(const char* name) {
 
 TEST(PromptCache, LongestPrefixWithinTheLimit) {
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 1 << 20});
-  const std::vector<TokenId> t = tokens(20, 100);
+  const std::vector<Key> t = tokens(20, 100);
   ASSERT_TRUE(cache->insert(std::span(t).first(4), payload(10, 4)).ok());
   ASSERT_TRUE(cache->insert(std::span(t).first(12), payload(10, 12)).ok());
   EXPECT_FALSE(cache->insert(std::span(t).first(6), payload(1, 6)).ok());  // not a page multiple
@@ -45,7 +45,7 @@ TEST(PromptCache, LongestPrefixWithinTheLimit) {
   hit = cache->lookup(t, 11);  // 12 rows would leave too few: the 4-row entry
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->rows, 4);
-  std::vector<TokenId> other = t;
+  std::vector<Key> other = t;
   other[9] = 7;  // differs inside the third page
   hit = cache->lookup(other, 19);
   ASSERT_TRUE(hit.has_value());
@@ -63,7 +63,7 @@ TEST(PromptCache, LongestPrefixWithinTheLimit) {
 
 TEST(PromptCache, RamEvictsLeastRecentlyUsedFirst) {
   auto cache = open_cache({.page_tokens = 2, .ram_bytes = 300});
-  const std::vector<TokenId> a = tokens(8, 0), b = tokens(8, 50), c = tokens(8, 90);
+  const std::vector<Key> a = tokens(8, 0), b = tokens(8, 50), c = tokens(8, 90);
   ASSERT_TRUE(cache->insert(std::span(a).first(2), payload(100, 1)).ok());
   ASSERT_TRUE(cache->insert(std::span(b).first(4), payload(100, 2)).ok());
   ASSERT_TRUE(cache->insert(std::span(c).first(6), payload(100, 3)).ok());
@@ -82,13 +82,13 @@ TEST(PromptCache, DiskTierParksAndRestores) {
   const std::string dir = temp_dir("prompt_cache_park");
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 100, .disk_dir = dir, .disk_bytes = 1 << 20,
                            .model_id = "m1", .snapshot_version = 3});
-  const std::vector<TokenId> a = tokens(12, 10), b = tokens(12, 500);
+  const std::vector<Key> a = tokens(12, 10), b = tokens(12, 500);
   ASSERT_TRUE(cache->insert(std::span(a).first(8), payload(80, 0xAA)).ok());
   ASSERT_TRUE(cache->insert(std::span(b).first(4), payload(60, 0xBB)).ok());  // 140 > 100: a is parked
   EXPECT_EQ(cache->ram_lru_rows(), (std::vector<int64_t>{4}));
   EXPECT_EQ(cache->disk_lru_rows(), (std::vector<int64_t>{8}));
-  // File = 48-byte header + model id (2) + 8 tokens * 4 + 80 payload bytes.
-  EXPECT_EQ(cache->stats().disk_bytes, 48 + 2 + 32 + 80);
+  // File = 48-byte header + model id (2) + 8 keys * 8 + 80 payload bytes.
+  EXPECT_EQ(cache->stats().disk_bytes, 48 + 2 + 64 + 80);
   auto hit = cache->lookup(a, 11);
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->rows, 8);
@@ -120,7 +120,7 @@ TEST(PromptCache, DamagedFileIsDiscardedAndAShorterEntryServes) {
   const std::string dir = temp_dir("prompt_cache_damage");
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 0, .disk_dir = dir, .disk_bytes = 1 << 20,
                            .model_id = "m", .snapshot_version = 1});
-  const std::vector<TokenId> a = tokens(12, 3);
+  const std::vector<Key> a = tokens(12, 3);
   ASSERT_TRUE(cache->insert(std::span(a).first(4), payload(16, 4)).ok());
   ASSERT_TRUE(cache->insert(std::span(a).first(8), payload(16, 8)).ok());
   EXPECT_EQ(cache->disk_lru_rows(), (std::vector<int64_t>{4, 8}));
@@ -144,11 +144,11 @@ TEST(PromptCache, DamagedFileIsDiscardedAndAShorterEntryServes) {
 
 TEST(PromptCache, DiskCapDropsOldestFiles) {
   const std::string dir = temp_dir("prompt_cache_cap");
-  // Each file: 48 + 1 (model id) + 4 tokens * 4 + 35 payload = 100 bytes; the cap holds two.
+  // Each file: 48 + 1 (model id) + 4 keys * 8 + 35 payload = 116 bytes; the cap holds two.
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 0, .disk_dir = dir, .disk_bytes = 250,
                            .model_id = "m", .snapshot_version = 1});
-  for (TokenId base : {100, 200, 300}) ASSERT_TRUE(cache->insert(tokens(4, base), payload(35, 1)).ok());
-  EXPECT_EQ(cache->stats().disk_bytes, 200);
+  for (Key base : {100, 200, 300}) ASSERT_TRUE(cache->insert(tokens(4, base), payload(35, 1)).ok());
+  EXPECT_EQ(cache->stats().disk_bytes, 232);
   EXPECT_FALSE(cache->contains(tokens(4, 100)));
   EXPECT_TRUE(cache->contains(tokens(4, 200)));
   EXPECT_TRUE(cache->contains(tokens(4, 300)));
@@ -182,7 +182,7 @@ Bytes joined(const CacheHit& hit, size_t t) {
 
 TEST(PromptCacheSplit, AncestorsShareRowPagesCountedOnce) {
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 1 << 20, .row_tables = kTables});
-  const std::vector<TokenId> a = tokens(16, 10);
+  const std::vector<Key> a = tokens(16, 10);
   // Page bytes: [0,4) 4*4 + 1*2 = 18, [4,8) 16 + (2-1)*2 = 18, [8,12) 16 + (4-2)*2 = 20.
   EXPECT_EQ(cache->page_bytes(0, 4), 18);
   EXPECT_EQ(cache->page_bytes(4, 8), 18);
@@ -211,7 +211,7 @@ TEST(PromptCacheSplit, AncestorsShareRowPagesCountedOnce) {
   EXPECT_EQ(hit->tables[0].size(), 3u);
 
   // A branch sharing the first page adds its own page [4,8) (18 bytes) and a bounded part.
-  std::vector<TokenId> b = a;
+  std::vector<Key> b = a;
   b[5] = 999;
   EXPECT_EQ(cache->shared_rows(std::span(b).first(8)), 4);
   ASSERT_TRUE(cache->insert_parts(std::span(b).first(8), payload(10, 88), 4, parts_rows(4, 8)).ok());
@@ -228,8 +228,8 @@ TEST(PromptCacheSplit, EvictionFreesAPageWithItsLastUser) {
   // Budget 100; a at 4, 8, 12 take 86; b at 8 adds 28 (114): a4 goes (frees 10: its page is shared), then a8
   // (frees 10 more: 94). Left: a12 and b8, pages [0,4) used by both.
   auto cache = open_cache({.page_tokens = 4, .ram_bytes = 100, .row_tables = kTables});
-  const std::vector<TokenId> a = tokens(16, 10);
-  std::vector<TokenId> b = a;
+  const std::vector<Key> a = tokens(16, 10);
+  std::vector<Key> b = a;
   b[6] = 999;
   for (int64_t end : {4, 8, 12}) {
     ASSERT_TRUE(cache->insert_parts(std::span(a).first(static_cast<size_t>(end)), payload(10, 1), end - 4,
@@ -244,7 +244,7 @@ TEST(PromptCacheSplit, EvictionFreesAPageWithItsLastUser) {
   EXPECT_EQ(cache->page_users(std::span(b).first(8)), 1);
   // Touch a12, then a new entry c at 4 on another first page (10 + 18): b8 (least recent) goes with its page.
   ASSERT_TRUE(cache->lookup(a, 15).has_value());
-  const std::vector<TokenId> c = tokens(4, 500);
+  const std::vector<Key> c = tokens(4, 500);
   ASSERT_TRUE(cache->insert_parts(c, payload(10, 3), 0, parts_rows(0, 4)).ok());
   EXPECT_EQ(cache->ram_lru_rows(), (std::vector<int64_t>{12, 4}));
   EXPECT_EQ(cache->stats().ram_bytes, 10 + 18 + 18 + 20 + 10 + 18);
@@ -257,14 +257,14 @@ TEST(PromptCacheSplit, DiskTierParksPagesOnceAndRestoresThem) {
   const PromptCacheOptions options{.page_tokens = 4, .ram_bytes = 0, .disk_dir = dir, .disk_bytes = 1 << 20,
                                    .model_id = "m", .snapshot_version = 2, .row_tables = kTables};
   auto cache = open_cache(options);
-  const std::vector<TokenId> a = tokens(12, 10);
+  const std::vector<Key> a = tokens(12, 10);
   ASSERT_TRUE(cache->insert_parts(std::span(a).first(4), payload(10, 4), 0, parts_rows(0, 4)).ok());
   // Parked at once: the page has no RAM copy left, so the next entry brings rows from 0.
   EXPECT_EQ(cache->shared_rows(std::span(a).first(8)), 0);
   ASSERT_TRUE(cache->insert_parts(std::span(a).first(8), payload(10, 8), 0, parts_rows(0, 8)).ok());
-  // Files: entries 48 + 1 + 4 * rows + 10; pages 56 + 1 + 18, each written once.
+  // Files: entries 48 + 1 + 8 * rows + 10; pages 56 + 1 + 18, each written once.
   EXPECT_EQ(cache->stats().disk_pages, 2);
-  EXPECT_EQ(cache->stats().disk_bytes, (48 + 1 + 16 + 10) + (48 + 1 + 32 + 10) + 2 * (56 + 1 + 18));
+  EXPECT_EQ(cache->stats().disk_bytes, (48 + 1 + 32 + 10) + (48 + 1 + 64 + 10) + 2 * (56 + 1 + 18));
   EXPECT_EQ(cache->stats().ram_bytes, 0);
   auto hit = cache->lookup(a, 11);
   ASSERT_TRUE(hit.has_value());

@@ -10,7 +10,7 @@ namespace dsv4::cache {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kPageMagic[8] = {'D', 'S', 'V', '4', 'P', 'R', '0', '1'};  // row page file format version 1
+constexpr char kPageMagic[8] = {'D', 'S', 'V', '4', 'P', 'R', '0', '2'};  // row page file format version 2 (u64 keys)
 constexpr const char* kPageSuffix = ".pcr";
 
 // Fixed part of a row page file; then model id and the payload (each table's rows for positions [first, rows)).
@@ -202,11 +202,11 @@ std::optional<CacheHit> PromptCache::hit_of(Node* node) {
   return hit;
 }
 
-int64_t PromptCache::shared_rows(std::span<const TokenId> prefix) const {
+int64_t PromptCache::shared_rows(std::span<const Key> prefix) const {
   const size_t page = static_cast<size_t>(options_.page_tokens);
   const Node* node = root_.get();
   for (size_t at = 0; at + page <= prefix.size(); at += page) {
-    std::span<const TokenId> tokens = prefix.subspan(at, page);
+    std::span<const Key> tokens = prefix.subspan(at, page);
     auto it = node->children.find(hash_tokens(tokens));
     if (it == node->children.end() || !std::equal(tokens.begin(), tokens.end(), it->second->page.begin())) break;
     node = it->second.get();
@@ -215,7 +215,7 @@ int64_t PromptCache::shared_rows(std::span<const TokenId> prefix) const {
   return node->rows;
 }
 
-Status PromptCache::insert_parts(std::span<const TokenId> prefix, Bytes bounded, int64_t from,
+Status PromptCache::insert_parts(std::span<const Key> prefix, Bytes bounded, int64_t from,
                                  const std::vector<Bytes>& rows) {
   const int64_t page = options_.page_tokens;
   const int64_t end = static_cast<int64_t>(prefix.size());
@@ -261,7 +261,7 @@ Status PromptCache::insert_parts(std::span<const TokenId> prefix, Bytes bounded,
   return ok_status();
 }
 
-int32_t PromptCache::page_users(std::span<const TokenId> prefix) const {
+int32_t PromptCache::page_users(std::span<const Key> prefix) const {
   const Node* node = find_node(prefix);
   return node == nullptr ? 0 : node->ram_users + node->disk_users;
 }

@@ -19,7 +19,9 @@
 #include "cli/tp_cuda.h"
 #include "engine/lane_backend.h"
 #include "cli/backend_choice.h"
+#include "cli/image_side.h"
 #include "cli/v41_text_side.h"
+#include "cli/vision_tower.h"
 #include "fabric/leader.h"
 #include "family/deepseek_v41/default_model.h"
 #include "lanes/fake_backend.h"
@@ -44,6 +46,7 @@ struct ServeFlags {
   std::string backend = "cpu";
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
+  double image_fetch_timeout = 15;  // seconds (server.images.fetch_timeout)
   FabricFlags fabric;  // --tp and the rank flags (cli/fabric_serve.h)
   MemoryFlags memory;  // --gpu-memory, --host-memory, --engram (cli/memory_check.h)
 };
@@ -107,6 +110,30 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--http-threads", o.http_threads,
                  "connection threads; 0: max-queue + 32 (each open connection holds one)")
       ->capture_default_str();
+  app.add_option("--max-images", o.images.max_images,
+                 "image_url parts a chat request may hold (models that read images)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--max-image-tokens", o.images.max_image_tokens,
+                 "prompt positions all of a request's images may take together (each image is a span of up to "
+                 "vision_config.max_image_tokens positions)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--max-image-bytes", o.images.max_image_bytes,
+                 "encoded bytes of one image (a data: URL's payload or a fetched body)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  app.add_option("--max-image-pixels", o.images.max_image_pixels,
+                 "width x height one image may declare; larger ones are refused before decoding (decompression bombs)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_flag("--allow-image-urls", o.images.allow_urls,
+               "fetch http(s) image URLs (public addresses only, no redirects, limited by --max-image-bytes and "
+               "--image-fetch-timeout); without it only data: URLs are accepted");
+  app.add_option("--image-fetch-timeout", f.image_fetch_timeout,
+                 "seconds one image fetch may take, from connecting to the last byte")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
   // Test-only: serve the scripted fake engine (server/fake_engine.h) instead of a model.
   app.add_flag("--fake-engine", f.fake_engine,
                "FOR TESTS ONLY: serve a scripted fake engine with byte tokens, not a model");
@@ -133,7 +160,7 @@ void add_flags(CLI::App& app, ServeFlags& f) {
 // printing progress and a one-line summary on stderr.
 Status load_model(const ServeFlags& flags, server::TextSide& text,
                   std::unique_ptr<lanes::Backend>& backend, std::string* resolved_dir = nullptr,
-                  fabric::Control* control = nullptr) {
+                  fabric::Control* control = nullptr, server::ImageSide* images = nullptr) {
   namespace fs = std::filesystem;
   std::string dir = flags.model_dir;
   if (dir.empty()) {
@@ -193,6 +220,18 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
     DSV4_RETURN_IF_ERROR(prepare_tensor_parallel_cuda(*control, model, bc));
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd, make_stream_forward(bc, model));
   DSV4_ASSIGN_OR_RETURN(backend, engine::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
+  if (images != nullptr) {
+    // Images: the model's vision weights and the backend's tower; the fabric's plans carry tokens only.
+    *images = make_image_side(
+        *model, control != nullptr && control->world() > 1
+                    ? StatusOr<std::unique_ptr<engine::VisionTower>>(error(
+                          StatusCode::unavailable, "images are not served with --tp above 1 (plans carry tokens only)"))
+                    : make_vision_tower(model, bc));
+    std::fprintf(stderr, "dsv4 serve: images: %s\n",
+                 images->ready()            ? "served"
+                 : images->accepts_images ? images->unavailable.c_str()
+                                          : ("refused: " + images->unavailable).c_str());
+  }
   std::fprintf(stderr,
                "dsv4 serve: loaded %s in %.2f s: %zu tensors, %d layers, dim %lld, vocab %lld, %s, context %d, "
                "%d parallel\n",
@@ -247,6 +286,8 @@ int run_serve(int argc, char** argv) {
   }
   if (flags.server.api_key.empty())
     if (const char* k = std::getenv("DSV4_API_KEY")) flags.server.api_key = k;
+  flags.server.images.fetch_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.image_fetch_timeout * 1000.0 + 0.5));
 
   // Tensor parallelism: rank processes meet before anything else; followers never serve HTTP.
   std::unique_ptr<fabric::Control> control;
@@ -293,10 +334,13 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<lanes::LaneHost> host;
   std::unique_ptr<server::Engine> engine;
   server::TextSide text;
+  server::ImageSide images;
+  bool model_images = false;  // serving a model: it answers for images (else the test engines: none)
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.fake_load_ms));
   if (!flags.fake_engine && !flags.lanes_fake_backend) {
     std::string dir;
-    Status st = load_model(flags, text, backend, &dir, control.get());
+    model_images = true;
+    Status st = load_model(flags, text, backend, &dir, control.get(), &images);
     if (!st.ok()) {
       std::fprintf(stderr, "dsv4 serve: %s\n", st.to_string().c_str());
       if (control) control->fail(fabric::kExitStartup, "rank 0 could not load the model");
@@ -371,7 +415,7 @@ int run_serve(int argc, char** argv) {
                  text.vocab_size, text.context_length);
   }
 
-  srv.set_ready(engine.get(), &text);
+  srv.set_ready(engine.get(), &text, model_images ? &images : nullptr);
   std::fprintf(stderr, "dsv4 serve: ready on http://%s:%d model '%s'\n", flags.server.host.c_str(),
                srv.port(), flags.server.model_name.c_str());
   std::fflush(stderr);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "tokenizer/chat_openai.h"
@@ -70,15 +71,23 @@ StatusOr<server::TextSide> make_v41_text_side(int32_t context_length, chat::Chat
     tok.encode(text, ids);
     return ids;
   };
-  t.render_chat = [tok, format](std::string_view body,
-                                const server::ThinkingOptions&) -> StatusOr<server::RenderedChat> {
+  std::optional<TokenId> image = tok.token_to_id(chat::kImagePlaceholder);
+  if (!image) return Status(StatusCode::not_found, "the V4.1 tokenizer has no image token");
+  t.render_chat = [tok, format, image](std::string_view body,
+                                       const server::ThinkingOptions&) -> StatusOr<server::RenderedChat> {
     DSV4_ASSIGN_OR_RETURN(chat::Conversation conv, chat::conversation_from_openai_text(body, format));
     DSV4_ASSIGN_OR_RETURN(chat::RenderedPrompt prompt, chat::render_conversation(conv));
-    if (!prompt.image_urls.empty())
-      return Status(StatusCode::unimplemented, "images are not supported by this server yet");
     server::RenderedChat r;
     r.tokens = tok.encode(prompt.text);
     r.thinking = prompt.reply_starts_in_reasoning;
+    // Exactly one image token per image part: the placeholder written anywhere else (a tool call's arguments, a
+    // schema) would be an image without pixels.
+    const auto n = std::count(r.tokens.begin(), r.tokens.end(), *image);
+    if (n != static_cast<int64_t>(prompt.images.size()))
+      return error(StatusCode::invalid_argument,
+                   "the prompt holds {} image tokens ({}) for {} image parts; send images as image_url parts only", n,
+                   chat::kImagePlaceholder, prompt.images.size());
+    for (chat::ImageRef& i : prompt.images) r.images.push_back({std::move(i.url), std::move(i.source)});
     return r;
   };
   t.new_text_stream = [] { return std::make_unique<Utf8Text>(); };

@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
   i.max_draft_depth = has_draft && options.drafts ? cfg.dspark_block : 0;
   i.max_verify_rows = std::max(2, options.max_verify_rows);
   i.max_prefill_rows = std::max(1, options.max_prefill_rows);
+  i.embed_dim = b->fwd_->embed_dim();
   // A fixed table (never a timing): a window of r rows costs about one step plus 10% per row.
   for (int r = 1; r <= i.max_verify_rows; ++r) i.window_cost.push_back(1.0 + 0.1 * (r - 1));
   // Bytes: rings are fixed per stream; compressed and index rows and the history grow per row.
@@ -82,7 +83,7 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
     if (p.start != len)
       return error(StatusCode::invalid_argument, "stream {}: piece starts at {} but the stream holds {} rows",
                    p.stream, p.start, len);
-    call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}});
+    call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}, p.embeds});
   }
   std::vector<Slot*> slots;
   for (const lanes::Window& w : windows) {
@@ -91,7 +92,7 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
     if (w.start != len || w.tokens.empty())
       return error(StatusCode::invalid_argument, "stream {}: window at {} with {} rows, the stream holds {} rows",
                    w.stream, w.start, w.tokens.size(), len);
-    Piece p{s->fwd_stream, w.tokens, {}};
+    Piece p{s->fwd_stream, w.tokens, {}, {}};  // windows take tokens only
     for (size_t i = 0; i < w.tokens.size(); ++i) p.logit_rows.push_back(static_cast<int32_t>(i));
     call.push_back(std::move(p));
     slots.push_back(s);

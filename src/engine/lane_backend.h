@@ -1,7 +1,8 @@
 // The lane core's Backend contract (lanes/backend.h) over any StreamForward (the CPU oracle, the
 // CUDA forward): prompt pieces and verify windows in one step with keyed draws, keep, DSpark proposals, snapshots
 // (split when the forward names row tables: the Engram history and the compressed and index-key rows of the
-// family's StateGeometry). Every call maps onto one StreamForward call.
+// family's StateGeometry). Every call maps onto one StreamForward call; prompt pieces carry their given embedding
+// rows (an image's span) through, windows never have any.
 #pragma once
 
 #include <map>

@@ -27,6 +27,7 @@ StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::functi
                              const StepLimits& limits) {
   StepPlan plan;
   std::set<int32_t> seen;
+  std::vector<std::pair<int64_t, int64_t>> image_rows;  // (first call row, count) of image positions
   int64_t rows = 0;
   for (const Piece& pc : pieces) {
     DSV4_ASSIGN_OR_RETURN(const int64_t have, length(pc.stream));
@@ -49,8 +50,27 @@ StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::functi
       plan.piece_of.push_back(static_cast<int32_t>(plan.pieces.size()));
     }
     for (int32_t r : pc.logit_rows) plan.logit_index.push_back(rows + r);
+    int64_t given_end = 0;
+    for (const EmbedRows& e : pc.embeds) {
+      if (limits.dim <= 0)
+        return error(StatusCode::invalid_argument, "stream {}: this forward takes no given embedding rows", pc.stream);
+      if (e.count < 1 || e.offset < given_end || e.offset + e.count > n)
+        return error(StatusCode::invalid_argument,
+                     "stream {}: given embedding rows [{}, {}) overlap or leave a piece of {} rows", pc.stream, e.offset,
+                     e.offset + e.count, n);
+      if (static_cast<int64_t>(e.values.size()) != e.count * limits.dim)
+        return error(StatusCode::invalid_argument, "stream {}: {} given embedding rows hold {} values, not {} x {}",
+                     pc.stream, e.count, e.values.size(), e.count, limits.dim);
+      for (int64_t i = 0; i < e.count; ++i) plan.given.push_back(GivenRow{rows + e.offset + i, e.values.data() + i * limits.dim});
+      if (e.image) image_rows.emplace_back(rows + e.offset, e.count);
+      given_end = e.offset + e.count;
+    }
     plan.pieces.push_back(p);
     rows += n;
+  }
+  if (!image_rows.empty()) {
+    plan.image.assign(static_cast<size_t>(rows), 0);
+    for (const auto& [first, count] : image_rows) std::fill_n(plan.image.begin() + first, count, uint8_t{1});
   }
   if (limits.max_call_rows > 0 && rows > limits.max_call_rows)
     return error(StatusCode::invalid_argument, "a call of {} rows exceeds max_call_rows {}", rows, limits.max_call_rows);

@@ -31,12 +31,20 @@ struct PiecePlan {
   PieceKind kind = PieceKind::prompt;
 };
 
+// A call row fed a given embedding: its row in the call and its values, bf16 [D] (the piece's EmbedRows).
+struct GivenRow {
+  int64_t row = 0;
+  const uint16_t* values = nullptr;
+};
+
 struct StepPlan {
   std::vector<PiecePlan> pieces;
   std::vector<int32_t> ids;        // [rows] tokens
   std::vector<int64_t> pos;        // [rows] positions
   std::vector<int32_t> piece_of;   // [rows] piece index
   std::vector<int64_t> logit_index;  // call rows whose logits are returned, piece by piece
+  std::vector<GivenRow> given;     // rows fed given embeddings, ascending (empty: every row embeds its token)
+  std::vector<uint8_t> image;      // [rows] 1 = an image position (MoE bias_vl, Engram DEAD); empty when none is
   int64_t rows() const { return static_cast<int64_t>(ids.size()); }
   int64_t logit_rows() const { return static_cast<int64_t>(logit_index.size()); }
   int64_t count(PieceKind k) const;
@@ -68,12 +76,14 @@ struct StepLimits {
   // Bounded replay (docs/replay.md): the model's cone shape, or null for every layer on every row. Its taps
   // also restrict StepPlan::taps to each piece's last ring rows.
   const family::ReplayShape* replay = nullptr;
+  int64_t dim = 0;            // width of given embedding rows (0: the forward takes none)
 };
 
 // The plan of `pieces`; `length` gives a stream's current length (not_found for an unknown stream). Refuses,
 // naming the problem: an unknown stream, a stream twice, a token outside the vocabulary, a logit row outside
-// its piece, a stream past max_context, a step past max_call_rows. With limits.replay, each piece's rows per
-// bounded layer are its cone (family::cone_first_rows): prompt pieces shrink toward their logit rows and
+// its piece, a stream past max_context, a step past max_call_rows, given embedding rows a forward without `dim` is
+// sent, that leave their piece, overlap, or hold other than count x dim values. With limits.replay, each piece's
+// rows per bounded layer are its cone (family::cone_first_rows): prompt pieces shrink toward their logit rows and
 // the rows their rings keep; decode rows and verify windows keep every row.
 StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::function<StatusOr<int64_t>(int32_t)>& length,
                              const StepLimits& limits);

@@ -115,5 +115,48 @@ TEST(StepPlan, RefusesBadPieces) {
   EXPECT_NE(m.find("stream 0 appears twice"), std::string::npos) << m;
 }
 
+// Given embedding rows: their call rows and values in order, image flags per call row (empty without any image row),
+// and every refusal.
+TEST(StepPlan, GivenEmbeddingRows) {
+  const std::vector<uint16_t> v(2 * 6, 7);  // D = 2: three rows, then two rows
+  std::vector<Piece> pieces = {{0, {1, 2}, {}}, {1, {3, 4, 5, 6, 7}, {4}}};
+  pieces[1].embeds.push_back(EmbedRows{1, 3, std::span<const uint16_t>(v).first(6), true});
+  pieces[1].embeds.push_back(EmbedRows{4, 1, std::span<const uint16_t>(v).subspan(6, 2), false});
+  StepLimits l = limits();
+  l.dim = 2;
+  auto p = plan_step(pieces, length, l);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->given.size(), 4u);
+  EXPECT_EQ(p->given[0].row, 3);
+  EXPECT_EQ(p->given[2].row, 5);
+  EXPECT_EQ(p->given[3].row, 6);
+  EXPECT_EQ(p->given[1].values, v.data() + 2);
+  EXPECT_EQ(p->given[3].values, v.data() + 6);
+  EXPECT_EQ(p->image, (std::vector<uint8_t>{0, 0, 0, 1, 1, 1, 0}));
+  auto alone = plan_step({pieces[1]}, length, l);  // the image rows in the call's first piece
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->image, (std::vector<uint8_t>{0, 1, 1, 1, 0}));
+  auto text = plan_step({{0, {1, 2}, {}}}, length, l);
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(text->given.empty());
+  EXPECT_TRUE(text->image.empty());
+
+  auto refused = [&](std::vector<Piece> ps, StepLimits lim, const char* needle) {
+    auto r = plan_step(ps, length, lim);
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  refused(pieces, limits(), "takes no given embedding rows");
+  std::vector<Piece> overlap = pieces;
+  overlap[1].embeds[1].offset = 3;
+  refused(overlap, l, "overlap or leave");
+  std::vector<Piece> outside = pieces;
+  outside[1].embeds[1].offset = 5;
+  refused(outside, l, "overlap or leave");
+  std::vector<Piece> size = pieces;
+  size[1].embeds[0].values = std::span<const uint16_t>(v).first(5);
+  refused(size, l, "hold 5 values, not 3 x 2");
+}
+
 }  // namespace
 }  // namespace dsv4::engine

@@ -11,8 +11,13 @@
 #include "core/status.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
+#include "lanes/backend.h"
 
 namespace dsv4::engine {
+
+// Rows of a piece fed as given embedding rows (an image's span): offset and count within the piece, bf16 values
+// [count, D] valid for the call, and whether they are image positions (MoE bias_vl, Engram DEAD).
+using EmbedRows = lanes::EmbedRows;
 
 // Tokens appended to one stream at its current length.
 struct Piece {
@@ -20,6 +25,9 @@ struct Piece {
   std::vector<int32_t> tokens;
   // Rows (indices into tokens) whose logits are wanted; logits of row i predict token i+1.
   std::vector<int32_t> logit_rows;
+  // Rows whose input is a given embedding instead of their token's (sorted, disjoint, inside the piece). A backend
+  // uses the values in place of the embedding lookup; the token still names the row (the image token).
+  std::vector<EmbedRows> embeds;
 };
 
 struct PieceResult {
@@ -45,6 +53,8 @@ class StreamForward {
   virtual const family::ModelPlan& config() const = 0;
   virtual bool has_drafter() const = 0;
   virtual uint32_t snapshot_version() const = 0;  // format of snapshot bytes; differs per backend
+  // Width of the given embedding rows forward() takes (Piece::embeds; the hidden size); 0: it takes none.
+  virtual int64_t embed_dim() const { return 0; }
   virtual StatusOr<int32_t> open_stream() = 0;
   virtual Status close_stream(int32_t stream) = 0;
   virtual StatusOr<int64_t> length(int32_t stream) const = 0;

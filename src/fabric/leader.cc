@@ -16,6 +16,7 @@ LeaderBackend::LeaderBackend(Control& control, lanes::Backend& local)
   info_.model_id += fmt::format(" (fabric of {} ranks)", control.world());
   info_.snapshot_version += 0x10000u * static_cast<uint32_t>(control.world());
   info_.row_tables.clear();  // fabric snapshots are whole (split snapshots: see lanes/backend.h)
+  info_.embed_dim = 0;       // plans carry tokens only: prompts with given embedding rows (images) are refused
 }
 
 StatusOr<LeaderBackend::Run> LeaderBackend::run(Op op, std::vector<std::vector<lanes::RowResult>>* rows,
@@ -95,6 +96,10 @@ Status LeaderBackend::open(lanes::StreamId stream, const lanes::StreamSpec& spec
 }
 
 Status LeaderBackend::prefill(std::span<const lanes::Piece> pieces) {
+  for (const lanes::Piece& p : pieces)
+    if (!p.embeds.empty())
+      return error(StatusCode::unimplemented, "stream {}: given embedding rows (images) do not cross the fabric",
+                   p.stream);
   PrefillOp op;
   for (const lanes::Piece& p : pieces) op.pieces.push_back(PieceOp{p.stream, p.start, {p.tokens.begin(), p.tokens.end()}});
   DSV4_ASSIGN_OR_RETURN(Run r, run(std::move(op), nullptr, nullptr, nullptr));

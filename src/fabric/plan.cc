@@ -253,7 +253,7 @@ Outcome execute_op(lanes::Backend& backend, const Op& op, int32_t rank, int32_t 
     s = backend.open(o->stream, o->spec);
   } else if (const auto* o = std::get_if<PrefillOp>(&op)) {
     std::vector<lanes::Piece> pieces;
-    for (const PieceOp& p : o->pieces) pieces.push_back(lanes::Piece{p.stream, p.start, p.tokens});
+    for (const PieceOp& p : o->pieces) pieces.push_back(lanes::Piece{p.stream, p.start, p.tokens, {}});
     s = backend.prefill(pieces);
   } else if (const auto* o = std::get_if<VerifyOp>(&op)) {
     std::vector<std::vector<lanes::RowResult>> rows;

@@ -63,6 +63,8 @@ struct BackendInfo {
   int32_t max_draft_depth = 0;      // most drafts one DSpark proposal holds; 0 = no draft head
   int32_t max_verify_rows = 2;      // most rows in one verify call, all windows together; >= 2
   int32_t max_prefill_rows = 1;     // most prompt rows in one prefill call, all pieces together
+  int64_t embed_dim = 0;            // width of given embedding rows (the model's hidden size); 0: prompts are
+                                    // tokens only, and requests with PromptEmbeds are refused
   std::vector<double> window_cost;  // relative cost of a lone window of r rows at index r-1 (a fixed table,
                                     // never a timing: drafting depth must not depend on load); size >= 1
   std::vector<RowTable> row_tables;  // append-only tables of the split snapshot, in a fixed order; empty = whole
@@ -76,12 +78,25 @@ struct StreamSpec {
   int64_t max_rows = 0;     // positions the stream may reach (prompt + generated); <= max_context
 };
 
+// Rows of a prompt piece fed as given embedding rows instead of their tokens' embeddings: the part of an image's
+// span (Request::embeds) that falls in the piece. The values are valid for the call only.
+struct EmbedRows {
+  int64_t offset = 0;                // first row, counted from the piece's start
+  int64_t count = 0;                 // rows
+  std::span<const uint16_t> values;  // bf16 [count, BackendInfo::embed_dim]
+  bool image = true;                 // image positions: the MoE routes them with its image bias (bias_vl) and
+                                     // Engram treats them as DEAD (gate 0, no n-grams through them)
+};
+
 // Prompt rows for one stream: tokens at absolute positions [start, start + tokens.size()).
 // `start` always equals the rows the stream already holds (pieces arrive in order, any sizes).
 struct Piece {
   StreamId stream = 0;
   int64_t start = 0;
   std::span<const TokenId> tokens;
+  // Rows fed as given embeddings (sorted by offset, disjoint, inside the piece); their tokens still count as the
+  // rows' ids. Only sent to a backend with BackendInfo::embed_dim > 0. Windows never carry any.
+  std::vector<EmbedRows> embeds;
 };
 
 // One stream's verify window: row i feeds tokens[i] at position start + i and draws the token for

@@ -9,6 +9,7 @@
 // (when streaming, the server holds back text that could still become a stop string).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -34,8 +35,23 @@ struct ThinkingBudget {
   std::vector<TokenId> close_tokens;  // forced at the cap; should end with end_token
 };
 
+// Prompt positions fed as given embedding rows instead of their tokens' embeddings: one image's span (the vision
+// encoder's rows for it; its tokens are the image token, one per position).
+struct PromptEmbeds {
+  int64_t start = 0;  // first prompt position
+  int64_t count = 0;  // positions, >= 1
+  std::shared_ptr<const std::vector<uint16_t>> values;  // bf16 [count, BackendInfo::embed_dim]
+  bool image = true;  // image positions: the MoE's image bias routes them, Engram treats them as DEAD
+  // The identity of the content (e.g. SHA-256 of the image's pixel patches and grid): the prompt cache keys these
+  // positions by it and their offset (lanes/prompt_keys.h), so a repeated image resumes and a different one never does.
+  std::array<uint8_t, 32> digest{};
+};
+
 struct Request {
   std::vector<TokenId> prompt;                         // rendered prompt ids; size >= 1
+  // Sorted by start, disjoint, each ending before the prompt's last position (that position is fed as the first
+  // verify window's row, which takes a token only). Needs BackendInfo::embed_dim > 0.
+  std::vector<PromptEmbeds> embeds;
   SamplingParams sampling;                             // greedy by default
   std::optional<uint64_t> seed;                        // absent: seed_from_prompt(prompt)
   // Choices drawn from one prefill of the prompt (OpenAI's n), 1..max_streams: member i has RequestId

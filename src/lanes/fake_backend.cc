@@ -24,6 +24,7 @@ FakeBackend::FakeBackend(FakeBackendOptions options) : options_(std::move(option
   info_.max_draft_depth = options_.max_draft_depth;
   info_.max_verify_rows = options_.max_verify_rows;
   info_.max_prefill_rows = options_.max_prefill_rows;
+  info_.embed_dim = options_.embed_dim;
   for (int32_t r = 1; r <= options_.max_verify_rows; ++r) {
     info_.window_cost.push_back(static_cast<double>(options_.call_ns + options_.row_ns * r) /
                                 static_cast<double>(options_.call_ns + options_.row_ns));
@@ -33,6 +34,12 @@ FakeBackend::FakeBackend(FakeBackendOptions options) : options_(std::move(option
 uint64_t FakeBackend::chain(uint64_t previous, int64_t position, TokenId token) {
   return splitmix64_mix(previous ^ splitmix64_mix(static_cast<uint64_t>(position) * kGoldenGamma +
                                                   static_cast<uint32_t>(token)));
+}
+
+uint64_t FakeBackend::embed_mix(std::span<const uint16_t> values, bool image) {
+  uint64_t h = image ? 0x1A6Eull : 0x7E47ull;
+  for (uint16_t v : values) h = splitmix64_mix(h ^ v);
+  return h;
 }
 
 std::vector<float> FakeBackend::logits(uint64_t state) const {
@@ -78,9 +85,27 @@ Status FakeBackend::prefill(std::span<const Piece> pieces) {
       return error(StatusCode::internal, "fake backend: piece of stream {} starts at {} but it holds {} rows",
                    piece.stream, piece.start, s->chain.size());
     }
+    // Given rows: sorted, disjoint, inside the piece, count x embed_dim values each.
+    std::vector<const EmbedRows*> given(piece.tokens.size(), nullptr);
+    int64_t end = 0;
+    for (const EmbedRows& e : piece.embeds) {
+      if (options_.embed_dim == 0 || e.offset < end || e.count < 1 ||
+          e.offset + e.count > static_cast<int64_t>(piece.tokens.size()) ||
+          static_cast<int64_t>(e.values.size()) != e.count * options_.embed_dim) {
+        return error(StatusCode::internal, "fake backend: stream {}: embedding rows [{}, +{}) with {} values in a "
+                     "piece of {} rows", piece.stream, e.offset, e.count, e.values.size(), piece.tokens.size());
+      }
+      for (int64_t r = e.offset; r < e.offset + e.count; ++r) given[static_cast<size_t>(r)] = &e;
+      end = e.offset + e.count;
+    }
     for (size_t i = 0; i < piece.tokens.size(); ++i) {
       const uint64_t prev = s->chain.empty() ? kFakeRoot : s->chain.back();
-      s->chain.push_back(chain(prev, piece.start + static_cast<int64_t>(i), piece.tokens[i]));
+      uint64_t next = chain(prev, piece.start + static_cast<int64_t>(i), piece.tokens[i]);
+      if (const EmbedRows* e = given[i]) {
+        const size_t at = static_cast<size_t>((static_cast<int64_t>(i) - e->offset) * options_.embed_dim);
+        next ^= embed_mix(e->values.subspan(at, static_cast<size_t>(options_.embed_dim)), e->image);
+      }
+      s->chain.push_back(next);
     }
     call.streams.push_back({piece.stream, static_cast<int64_t>(piece.tokens.size())});
     total += static_cast<int64_t>(piece.tokens.size());

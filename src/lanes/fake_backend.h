@@ -8,6 +8,9 @@
 // Split snapshots (the default): two row tables — the chain itself (one 8-byte row per position) and a group digest
 // (one 8-byte row per 3 positions, a hash of the chain at the group's last position, so pages of 16 split groups) —
 // and a bounded part holding the rows and the last chain state; restore checks that all three agree.
+//
+// With embed_dim > 0 it takes given embedding rows (Piece::embeds): such a row's chain step also mixes in its
+// values and image flag (embed_mix), so a row fed with other values, or as a token, changes every later logit.
 #pragma once
 
 #include <map>
@@ -32,6 +35,7 @@ struct FakeBackendOptions {
   float logit_scale = 8.0f;               // logits are uniform in [0, logit_scale) per row
   uint32_t draft_miss_mask = 3;           // a draft is wrong where (hash bits & mask) == 0 (1 in 4)
   bool split_snapshots = true;            // row tables and snapshot_parts; false = whole snapshots only
+  int64_t embed_dim = 0;                  // BackendInfo::embed_dim: 0 = tokens only
   ManualClock* clock = nullptr;           // advanced by call costs when set
   int64_t call_ns = 1000;                 // fixed cost of one prefill/verify/draft call
   int64_t row_ns = 100;                   // cost per row fed
@@ -63,6 +67,8 @@ class FakeBackend final : public Backend {
 
   // The chain step: state after feeding `token` at `position` on top of `previous` (kFakeRoot for none).
   static uint64_t chain(uint64_t previous, int64_t position, TokenId token);
+  // What a given embedding row adds to its chain step: chain(...) ^ embed_mix(values, image).
+  static uint64_t embed_mix(std::span<const uint16_t> values, bool image);
   static constexpr uint64_t kFakeRoot = 0x0DDC0FFEEull;
   static constexpr int32_t kGroup = 3;                  // positions per group-digest row
   static constexpr int64_t kBoundedBytes = 24;          // magic, version, rows, last chain state

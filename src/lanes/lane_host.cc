@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "lanes/choices.h"
+#include "lanes/prompt_embeds.h"
 
 namespace dsv4::lanes {
 namespace {
@@ -83,6 +84,7 @@ Status LaneHost::validate(const Request& r) const {
                  r.max_tokens);
   }
   DSV4_RETURN_IF_ERROR(check_tokens(r.prompt, info_.vocab_size, "prompt"));
+  DSV4_RETURN_IF_ERROR(check_embeds(r, info_.embed_dim));
   DSV4_RETURN_IF_ERROR(check_tokens(r.forced_tokens, info_.vocab_size, "forced_tokens"));
   DSV4_RETURN_IF_ERROR(check_tokens(r.eos_ids, info_.vocab_size, "eos_ids"));
   DSV4_RETURN_IF_ERROR(check_tokens(r.thinking.close_tokens, info_.vocab_size, "thinking.close_tokens"));
@@ -251,6 +253,7 @@ void LaneHost::take_inbox() {
     stream->seed = r.seed.has_value() ? *r.seed : seed_from_prompt(r.prompt);
     stream->max_rows = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, info_.max_context);
     stream->reserved_bytes = backend_.stream_bytes(stream->max_rows);
+    if (options_.cache != nullptr) stream->keys = prompt_keys(r);
     queue_[r.priority == Priority::background ? 1 : 0].push_back(std::move(stream));
   }
   for (RequestId id : cancels) {
@@ -323,7 +326,7 @@ void LaneHost::admit() {
       const int64_t prompt_rows = static_cast<int64_t>(r.prompt.size()) - 1;
       if (options_.cache != nullptr && prompt_rows >= options_.cache->page_tokens()) {
         counters_.cache_lookups++;
-        std::optional<cache::CacheHit> hit = options_.cache->lookup(r.prompt, prompt_rows);
+        std::optional<cache::CacheHit> hit = options_.cache->lookup(stream->keys, prompt_rows);
         if (hit.has_value()) {
           Status restored =
               info_.row_tables.empty()
@@ -335,7 +338,7 @@ void LaneHost::admit() {
             counters_.cache_hits++;
             counters_.cache_hit_tokens += hit->rows;
           } else {
-            options_.cache->discard(std::span(r.prompt).first(static_cast<size_t>(hit->rows)));
+            options_.cache->discard(std::span(stream->keys).first(static_cast<size_t>(hit->rows)));
           }
         }
       }

@@ -75,7 +75,7 @@ class LaneHost final : public Engine {
   void choose_windows(std::vector<Window>& windows, std::vector<Stream*>& owners);
   void run_drafts();
   // Keeps the stream's snapshot at `prefix` (its rows) in the prompt cache, whole or split.
-  void keep_snapshot(StreamId sid, std::span<const TokenId> prefix);
+  void keep_snapshot(StreamId sid, std::span<const cache::Key> prefix);
   // Request::n > 1: opens the other members beside the admitted first (lane_host_fanout.cc).
   void admit_members(Stream& first);
   // The first member holds the prompt's rows: copy its state into the members waiting for it.

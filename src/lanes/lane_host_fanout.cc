@@ -15,6 +15,7 @@ void LaneHost::admit_members(Stream& first) {
     member->group = first.id;
     member->choice = i;
     member->request = r;
+    member->keys = first.keys;
     member->sink = first.sink;
     member->seed = member_seed(first.seed, i);
     member->max_rows = first.max_rows;

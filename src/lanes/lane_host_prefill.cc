@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lanes/lane_host.h"
+#include "lanes/prompt_embeds.h"
 
 namespace dsv4::lanes {
 
@@ -21,7 +22,8 @@ void LaneHost::choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& o
     }
     pieces.push_back(Piece{stream->sid, stream->rows,
                            std::span(stream->request.prompt).subspan(static_cast<size_t>(stream->rows),
-                                                                     static_cast<size_t>(end - stream->rows))});
+                                                                     static_cast<size_t>(end - stream->rows)),
+                           piece_embeds(stream->request, stream->rows, end - stream->rows, info_.embed_dim)});
     owners.push_back(stream.get());
     budget -= end - stream->rows;
   }
@@ -34,7 +36,7 @@ void LaneHost::after_pieces(const std::vector<Piece>& pieces, const std::vector<
     s.rows += static_cast<int64_t>(pieces[i].tokens.size());
     const int64_t prompt_rows = static_cast<int64_t>(s.request.prompt.size()) - 1;
     if (page > 0 && s.rows % page == 0) {
-      std::span<const TokenId> prefix = std::span(s.request.prompt).first(static_cast<size_t>(s.rows));
+      std::span<const cache::Key> prefix = std::span(s.keys).first(static_cast<size_t>(s.rows));
       if (!options_.cache->contains(prefix)) keep_snapshot(s.sid, prefix);
     }
     if (s.sink) s.sink->on_prefill(s.id, s.rows, prompt_rows + 1);
@@ -46,7 +48,7 @@ void LaneHost::after_pieces(const std::vector<Piece>& pieces, const std::vector<
   }
 }
 
-void LaneHost::keep_snapshot(StreamId sid, std::span<const TokenId> prefix) {
+void LaneHost::keep_snapshot(StreamId sid, std::span<const cache::Key> prefix) {
   if (info_.row_tables.empty()) {
     StatusOr<std::vector<uint8_t>> bytes = backend_.snapshot(sid);
     if (bytes.ok()) (void)options_.cache->insert(prefix, std::move(bytes).value());

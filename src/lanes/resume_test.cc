@@ -127,18 +127,18 @@ TEST(Resume, SnapshotTheBackendRefusesIsDiscarded) {
   const std::vector<TokenId> a = prompt_of(40, 9);
   if (split) {
     // Rows of the right sizes (32 chain rows, 10 group digests) that are not the fake's: restore_parts refuses.
-    ASSERT_TRUE(rig.cache->insert_parts(std::span(a).first(32), cache::Bytes(24, 0xEE), 0,
+    ASSERT_TRUE(rig.cache->insert_parts(std::span<const cache::Key>(cache::token_keys(a)).first(32), cache::Bytes(24, 0xEE), 0,
                                         {cache::Bytes(32 * 8, 0x11), cache::Bytes(10 * 8, 0x22)})
                     .ok());
   } else {
-    ASSERT_TRUE(rig.cache->insert(std::span(a).first(32), cache::Bytes(24, 0xEE)).ok());
+    ASSERT_TRUE(rig.cache->insert(std::span<const cache::Key>(cache::token_keys(a)).first(32), cache::Bytes(24, 0xEE)).ok());
   }
   Request r = request_with(a, false);
   testing::Outcome o = rig.run(r);
   EXPECT_EQ(o.tokens, testing::serial_reference(rig.fake, r));
   EXPECT_EQ(o.finish.usage.cached_prompt_tokens, 0);
   EXPECT_EQ(rig.cache->stats().discarded, 1);
-  EXPECT_TRUE(rig.cache->contains(std::span(a).first(32)));  // re-kept from the fresh prefill
+  EXPECT_TRUE(rig.cache->contains(std::span<const cache::Key>(cache::token_keys(a)).first(32)));  // re-kept from the fresh prefill
   }
 }
 
@@ -157,7 +157,7 @@ TEST(Resume, NestedEntriesShareRowPages) {
   EXPECT_EQ(s.ram_bytes, 6 * 24 + 96 * 8 + 32 * 8);
   EXPECT_EQ(s.ram_pages, 6);
   // Whole snapshots would hold sum over k of (16 + 8 * 16k) = 96 + 8 * 16 * 21 bytes instead.
-  for (int64_t k = 1; k <= 6; ++k) EXPECT_EQ(rig.cache->page_users(std::span(a).first(16 * k)), 7 - k) << k;
+  for (int64_t k = 1; k <= 6; ++k) EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(16 * k)), 7 - k) << k;
   // A second prompt sharing the first 40 tokens shares the first two pages; its entries add only its own.
   std::vector<TokenId> b(a.begin(), a.begin() + 40);
   const std::vector<TokenId> tail = prompt_of(30, 12);
@@ -169,8 +169,8 @@ TEST(Resume, NestedEntriesShareRowPages) {
   // b's 69 prompt rows add entries at 48 and 64: pages [32, 48) and [48, 64) of b.
   EXPECT_EQ(rig.cache->stats().ram_page_bytes, (96 + 32) * 8 + (16 + 6) * 8 + (16 + 5) * 8);
   EXPECT_EQ(rig.cache->stats().ram_bytes, 8 * 24 + (96 + 32) * 8 + (16 + 6) * 8 + (16 + 5) * 8);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(32)), 5 + 2);  // a's 32 .. 96 and b's 48, 64
-  EXPECT_EQ(rig.cache->page_users(std::span(b).first(48)), 2);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(32)), 5 + 2);  // a's 32 .. 96 and b's 48, 64
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(b)).first(48)), 2);
 }
 
 TEST(Resume, EvictionKeepsPagesOthersUse) {
@@ -185,9 +185,9 @@ TEST(Resume, EvictionKeepsPagesOthersUse) {
   EXPECT_EQ(rig.cache->ram_lru_rows(), (std::vector<int64_t>{32, 48}));
   EXPECT_EQ(rig.cache->stats().ram_bytes, 560);
   EXPECT_EQ(rig.cache->stats().dropped, 1);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(16)), 2);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(32)), 2);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(48)), 1);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(16)), 2);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(32)), 2);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(48)), 1);
   testing::Outcome o = rig.run(r);
   EXPECT_EQ(o.tokens, expected);
   EXPECT_EQ(o.finish.usage.cached_prompt_tokens, 48);
@@ -204,8 +204,8 @@ TEST(Resume, EvictionKeepsPagesOthersUse) {
   EXPECT_EQ(o.finish.usage.cached_prompt_tokens, 0);
   EXPECT_EQ(rig.cache->ram_lru_rows(), (std::vector<int64_t>{16, 32}));
   EXPECT_EQ(rig.cache->stats().ram_bytes, 2 * 24 + 168 + 168);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(16)), 2);
-  EXPECT_EQ(rig.cache->page_users(std::span(a).first(32)), 0);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(16)), 2);
+  EXPECT_EQ(rig.cache->page_users(std::span<const cache::Key>(cache::token_keys(a)).first(32)), 0);
 }
 
 TEST(Resume, DamagedRowPageDiscardsTheEntriesThatNeedIt) {

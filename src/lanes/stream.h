@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/prompt_cache.h"
 #include "lanes/backend.h"
 #include "lanes/choices.h"
 #include "lanes/constraint.h"
@@ -23,6 +24,7 @@ struct Stream {
   RequestId id = 0;
   StreamId sid = 0;                      // backend stream id; set at admission
   Request request;
+  std::vector<cache::Key> keys;          // the prompt's prompt-cache keys (prompt_keys), when a cache is set
   std::shared_ptr<EventSink> sink;
   uint64_t seed = 0;                     // request.seed or seed_from_prompt
   int64_t max_rows = 0;                  // positions the stream may reach: min(prompt + max_tokens, context)

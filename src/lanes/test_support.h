@@ -1,7 +1,7 @@
 // Test support for the lane core: an event collector and a serial reference decoder over the fake backend's math.
 //
 // The reference is a plain loop (one token at a time, no windows, drafts, pieces or scheduling): it chains the
-// fake's hash over the prompt and each token, draws with sample_keyed, and applies EOS / stop sequences /
+// fake's hash over the prompt (given embedding rows mixed in) and each token, draws with sample_keyed, and applies EOS / stop sequences /
 // forced tokens / max_tokens / thinking budget in their simplest form. The lane core must match it exactly.
 #pragma once
 
@@ -73,7 +73,16 @@ inline std::vector<TokenId> serial_reference(const FakeBackend& fake, const Requ
   const uint64_t seed = r.seed.has_value() ? *r.seed : seed_from_prompt(r.prompt);
   uint64_t h = FakeBackend::kFakeRoot;
   int64_t position = 0;
-  for (size_t i = 0; i + 1 < r.prompt.size(); ++i) h = FakeBackend::chain(h, position++, r.prompt[i]);
+  const int64_t dim = fake.info().embed_dim;
+  for (size_t i = 0; i + 1 < r.prompt.size(); ++i) {
+    h = FakeBackend::chain(h, position, r.prompt[i]);
+    for (const PromptEmbeds& e : r.embeds)  // a given row mixes in its values
+      if (position >= e.start && position < e.start + e.count)
+        h ^= FakeBackend::embed_mix(std::span<const uint16_t>(*e.values).subspan(
+                                        static_cast<size_t>((position - e.start) * dim), static_cast<size_t>(dim)),
+                                    e.image);
+    ++position;
+  }
   TokenId feed = r.prompt.back();
   std::vector<TokenId> out;
   std::vector<TokenId> forced(r.forced_tokens.begin(), r.forced_tokens.end());

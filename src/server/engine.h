@@ -4,7 +4,9 @@
 // Engine API to it; fake_engine.h implements it deterministically for tests of the HTTP layer.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,8 +24,18 @@ struct Sampling {
   uint64_t seed = 0;         // keyed sampler seed; the server draws one when the request has none
 };
 
+// An image's span in the prompt: `rows` positions from `start`, each carrying the image token, fed as the given
+// embedding rows (the vision encoder's) instead of the token's embedding.
+struct PromptImage {
+  int64_t start = 0;
+  int64_t rows = 0;
+  std::shared_ptr<const std::vector<uint16_t>> embeds;  // bf16 [rows, D]
+  std::array<uint8_t, 32> digest{};  // SHA-256 of the image's pixel patches and grid: its prompt-cache identity
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
+  std::vector<PromptImage> images;  // sorted by start, disjoint, before the prompt's last token
   // Non-empty: score this continuation teacher-forced (no sampling); the engine returns exactly
   // these tokens with their logprobs and ends with finish_reason length.
   std::vector<int32_t> forced;

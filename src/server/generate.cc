@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "server/images.h"
 #include "server/reply_choices.h"
 #include "server/responses.h"
 #include "server/server_core.h"
@@ -114,6 +115,8 @@ struct Run {
 struct Prepared {
   GenerationRequest request;
   AssemblerSetup setup;
+  std::vector<ChatImage> images;  // the rendered chat's images, expanded after admission (images.h)
+  size_t rendered_end = 0;        // the rendered chat's tokens end here (a forced call's prefill follows)
 };
 
 // What follows the opening of a call without a name: `name` and the markup that closes it, read off
@@ -153,16 +156,45 @@ bool set_constraint_after(const TextSide& text, GenerationRequest& g, ApiError& 
   return true;
 }
 
-// Builds the engine request and the reply setup, or an error naming the field.
+bool finish_prepare(Server::Core& core, const ParsedRequest& pr, const TextSide& text, Prepared& out, ApiError& err);
+
+// Images need a model that reads them, and take no prompt scoring (their positions are not tokens to score).
+bool check_images(Server::Core& core, const ParsedRequest& pr, ApiError& err) {
+  if (pr.image_parts.empty()) return true;
+  const ImageSide* side = core.images.load();
+  if (side == nullptr || !side->accepts_images)
+    return err = bad_request(pr.image_parts.front(),
+                             fmt::format("the model '{}' does not accept images{}{}", core.options.model_name,
+                                         side && !side->unavailable.empty() ? ": " : "",
+                                         side ? side->unavailable : std::string()),
+                             "images_not_supported"),
+           false;
+  if (pr.echo || pr.prompt_logprobs >= 0)
+    return err = bad_request(pr.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
+                             "prompt scoring does not combine with images"),
+           false;
+  return true;
+}
+
+// Builds the engine request and the reply setup, or an error naming the field. A chat with images stops before
+// the prompt's lengths are checked: its images are loaded and expanded after admission (expand_images), then
+// finish_prepare runs.
 bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
              const TextSide& text, Prepared& out, ApiError& err) {
   GenerationRequest& g = out.request;
   AssemblerSetup& s = out.setup;
   const char* prompt_param = pr.endpoint == Endpoint::chat ? "messages" : "prompt";
   if (pr.endpoint == Endpoint::chat) {
+    if (!check_images(core, pr, err)) return false;
     auto rendered = text.render_chat(body, pr.thinking);
     if (!rendered.ok()) return err = error_from_status(rendered.status(), "messages"), false;
     g.prompt = std::move(rendered->tokens);
+    out.images = std::move(rendered->images);
+    out.rendered_end = g.prompt.size();
+    if (out.images.size() != pr.image_parts.size())
+      return err = bad_request("messages", fmt::format("the chat renders {} images for {} image_url parts",
+                                                       out.images.size(), pr.image_parts.size())),
+             false;
     s.thinking = rendered->thinking;
     s.tools = pr.tools_offered && pr.tool_choice != ToolChoiceMode::none;
     if (s.tools && (pr.tool_choice == ToolChoiceMode::required ||
@@ -216,7 +248,15 @@ bool prepare(Server::Core& core, const ParsedRequest& pr, std::string_view body,
     if (!core.constraints.response_format(text, body, pr.response_format, g.constraint, err)) return false;
     if (s.thinking && !set_constraint_after(text, g, err)) return false;
   }
+  return out.images.empty() ? finish_prepare(core, pr, text, out, err) : true;
+}
 
+// The prompt's lengths against the server's and the model's limits, forced tokens, sampling and the reply's
+// setup (for a chat with images: once its spans are in the prompt).
+bool finish_prepare(Server::Core& core, const ParsedRequest& pr, const TextSide& text, Prepared& out, ApiError& err) {
+  GenerationRequest& g = out.request;
+  AssemblerSetup& s = out.setup;
+  const char* prompt_param = pr.endpoint == Endpoint::chat ? "messages" : "prompt";
   const int64_t context = text.context_length;
   const int64_t max_prompt = core.options.max_prompt_tokens > 0 ? core.options.max_prompt_tokens
                                                                 : context;
@@ -384,6 +424,15 @@ void handle_generate(Server::Core& core, Endpoint endpoint, const httplib::Reque
                             core.options.max_queue);
     e.retry_after_s = 1;
     return send_error(res, e);
+  }
+  // Images load, decode and encode only once admitted (bounded by max_queue like the engine's work).
+  if (!prep.images.empty()) {
+    const ImageSide* side = core.images.load();
+    if (!expand_images(*side, core.options.images, prep.images, prep.rendered_end, prep.request, err) ||
+        !finish_prepare(core, pr, *text, prep, err)) {
+      core.request_done();
+      return send_error(res, err);
+    }
   }
   auto run = std::make_shared<Run>();
   run->core = &core;

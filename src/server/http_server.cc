@@ -58,6 +58,7 @@ Server::Core::Core(ServerOptions o)
   limits.model_names.push_back(options.model_name);
   for (const auto& a : options.model_aliases) limits.model_names.push_back(a);
   limits.max_tokens = options.max_tokens;
+  limits.max_images = options.images.max_images;
 }
 
 uint64_t Server::Core::random_u64() {
@@ -199,6 +200,9 @@ Server::Server(ServerOptions options) : core_(std::make_unique<Core>(std::move(o
     const TextSide* text = c.text.load();
     json m{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "dsv4"}};
     if (text) m["max_model_len"] = text->context_length;
+    // What requests may hold: "image" only while image_url parts can be served (docs/server.md, "Images").
+    const ImageSide* images = c.images.load();
+    m["input_modalities"] = images != nullptr && images->ready() ? json::array({"text", "image"}) : json::array({"text"});
     return m;
   };
   http.Get("/v1/models", [&c, model_object](const httplib::Request&, httplib::Response& res) {
@@ -276,10 +280,11 @@ void Server::start() {
   core_->listener = std::thread([this] { core_->http.listen_after_bind(); });
 }
 
-void Server::set_ready(Engine* engine, const TextSide* text) {
+void Server::set_ready(Engine* engine, const TextSide* text, const ImageSide* images) {
   Core& c = *core_;
   c.limits.vocab_size = text->vocab_size;
   c.text.store(text);
+  c.images.store(images);
   c.engine.store(engine);
   int expected = static_cast<int>(ServerState::loading);
   c.state.compare_exchange_strong(expected, static_cast<int>(ServerState::ready));

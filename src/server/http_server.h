@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "server/engine.h"
+#include "server/image_side.h"
 #include "server/text_side.h"
 
 namespace dsv4::server {
@@ -29,6 +30,7 @@ struct ServerOptions {
   double drain_seconds = 30;
   double keepalive_seconds = 5;          // SSE comment interval before the first token
   int32_t http_threads = 0;              // 0: max_queue + 32
+  ImageOptions images;                   // limits on images in chat messages
 };
 
 enum class ServerState { loading = 0, ready = 1, draining = 2, stopped = 3 };
@@ -43,8 +45,9 @@ class Server {
   Status bind();
   int port() const;
   void start();  // serves on a background thread
-  // Loading is over: generation requests go to `engine`, text through `text` (both outlive this).
-  void set_ready(Engine* engine, const TextSide* text);
+  // Loading is over: generation requests go to `engine`, text through `text`, images through `images` (null: the
+  // model reads no images); all outlive this.
+  void set_ready(Engine* engine, const TextSide* text, const ImageSide* images = nullptr);
   // Starts a drain (first call) or cuts it short (later calls). Safe from any thread.
   void request_drain();
   // Blocks until the server has drained and stopped.

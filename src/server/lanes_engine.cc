@@ -74,6 +74,7 @@ LanesEngine::LanesEngine(lanes::Engine& engine, std::function<void()> halt)
 lanes::Request LanesEngine::to_lanes(const GenerationRequest& r) {
   lanes::Request q;
   q.prompt = r.prompt;
+  for (const PromptImage& i : r.images) q.embeds.push_back(lanes::PromptEmbeds{i.start, i.rows, i.embeds, true, i.digest});
   q.sampling.temperature = r.sampling.temperature;
   q.sampling.top_k = r.sampling.top_k > 0 ? r.sampling.top_k : 0;
   q.sampling.top_p = r.sampling.top_p;

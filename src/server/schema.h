@@ -37,6 +37,7 @@ struct SchemaLimits {
   int32_t max_tools = 128;
   int32_t max_json_depth = 64;           // nesting depth of the whole body
   int32_t max_n = 16;                    // choices per request: n, and best_of on completions
+  int32_t max_images = 8;                // image_url content parts per chat request
 };
 
 struct ParsedRequest {
@@ -80,6 +81,7 @@ struct ParsedRequest {
   bool any_strict_tool = false;         // a tool with function.strict: true
   bool parallel_tool_calls = true;
   ToolChoiceMode tool_choice = ToolChoiceMode::automatic;
+  std::vector<std::string> image_parts;  // where each image_url part is ("messages[1].content[0]"), in message order
   std::string tool_choice_name;
   ThinkingOptions thinking;
 };

@@ -17,7 +17,32 @@ bool valid_tool_name(const std::string& s) {
   return true;
 }
 
-bool validate_content(const json& msg, const std::string& p, bool nullable, ApiError& e) {
+// An image_url part: {"type": "image_url", "image_url": {"url": "...", "detail": "auto"|"low"|"high"}} (or the URL as a
+// string). detail is accepted and has no effect: the model's processor has one resolution rule.
+bool validate_image_part(const json& part, const std::string& pp, const SchemaLimits& limits, ParsedRequest& out,
+                         ApiError& e) {
+  auto iu = part.find("image_url");
+  const std::string param = pp + ".image_url";
+  if (iu == part.end() || !(iu->is_string() || iu->is_object()))
+    return e = bad_request(param, fmt::format("'{}' must be an object {{\"url\": string}}", param)), false;
+  if (iu->is_object()) {
+    auto url = iu->find("url");
+    if (url == iu->end() || !url->is_string())
+      return e = bad_request(param + ".url", fmt::format("'{}.url' must be a string", param)), false;
+    if (const json* detail = field(*iu, "detail")) {
+      if (!detail->is_string() || !(*detail == "auto" || *detail == "low" || *detail == "high"))
+        return e = bad_request(param + ".detail", "image detail must be 'auto', 'low' or 'high'"), false;
+    }
+  }
+  if (static_cast<int64_t>(out.image_parts.size()) >= limits.max_images)
+    return e = bad_request(pp, fmt::format("at most {} images per request", limits.max_images), "too_many_images"),
+           false;
+  out.image_parts.push_back(pp);
+  return true;
+}
+
+bool validate_content(const json& msg, const std::string& p, bool nullable, const SchemaLimits& limits,
+                      ParsedRequest& out, ApiError& e) {
   auto it = msg.find("content");
   std::string param = p + ".content";
   if (it == msg.end() || it->is_null()) {
@@ -33,10 +58,14 @@ bool validate_content(const json& msg, const std::string& p, bool nullable, ApiE
     auto type = part.find("type");
     if (type == part.end() || !type->is_string())
       return e = bad_request(pp + ".type", fmt::format("'{}.type' must be a string", pp)), false;
+    if (*type == "image_url") {
+      if (!validate_image_part(part, pp, limits, out, e)) return false;
+      continue;
+    }
     if (*type != "text")
       return e = bad_request(pp + ".type",
                              fmt::format("content part type '{}' is not supported by this server "
-                                         "(only 'text')",
+                                         "(only 'text' and 'image_url')",
                                          type->get<std::string>()),
                              "unsupported_content"),
              false;
@@ -73,7 +102,7 @@ bool validate_tool_calls(const json& calls, const std::string& p, ApiError& e) {
   return true;
 }
 
-bool validate_messages(const json& body, const SchemaLimits& limits, ApiError& e) {
+bool validate_messages(const json& body, const SchemaLimits& limits, ParsedRequest& out, ApiError& e) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null())
     return e = bad_request("messages", "'messages' is required"), false;
@@ -91,12 +120,12 @@ bool validate_messages(const json& body, const SchemaLimits& limits, ApiError& e
       return false;
     if (!role) return e = bad_request(p + ".role", fmt::format("'{}.role' is required", p)), false;
     if (*role == "system" || *role == "developer" || *role == "user") {
-      if (!validate_content(m, p, false, e)) return false;
+      if (!validate_content(m, p, false, limits, out, e)) return false;
     } else if (*role == "assistant") {
       auto calls = m.find("tool_calls");
       bool has_calls = calls != m.end() && !calls->is_null();
       if (has_calls && !validate_tool_calls(*calls, p + ".tool_calls", e)) return false;
-      if (!validate_content(m, p, true, e)) return false;
+      if (!validate_content(m, p, true, limits, out, e)) return false;
       std::optional<std::string> reasoning;
       if (!read_string(m, "reasoning_content", p + ".reasoning_content", reasoning, e) ||
           !read_string(m, "reasoning", p + ".reasoning", reasoning, e))
@@ -106,7 +135,7 @@ bool validate_messages(const json& body, const SchemaLimits& limits, ApiError& e
       if (!read_string(m, "tool_call_id", p + ".tool_call_id", call_id, e)) return false;
       if (!call_id)
         return e = bad_request(p + ".tool_call_id", "tool messages need 'tool_call_id'"), false;
-      if (!validate_content(m, p, false, e)) return false;
+      if (!validate_content(m, p, false, limits, out, e)) return false;
     } else {
       return e = bad_request(p + ".role",
                              fmt::format("unknown role '{}' (system, developer, user, assistant, "
@@ -244,7 +273,7 @@ bool validate_thinking(const json& body, ParsedRequest& out, ApiError& e) {
 }  // namespace
 
 bool validate_chat(const json& body, const SchemaLimits& limits, ParsedRequest& out, ApiError& e) {
-  return validate_messages(body, limits, e) && validate_tools(body, limits, out, e) &&
+  return validate_messages(body, limits, out, e) && validate_tools(body, limits, out, e) &&
          validate_thinking(body, out, e);
 }
 

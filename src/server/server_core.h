@@ -31,6 +31,7 @@ struct Server::Core {
   std::atomic<int> state{static_cast<int>(ServerState::loading)};
   std::atomic<Engine*> engine{nullptr};
   std::atomic<const TextSide*> text{nullptr};
+  std::atomic<const ImageSide*> images{nullptr};
   std::atomic<int64_t> in_progress{0};
   std::atomic<int64_t> open_streams{0};
 

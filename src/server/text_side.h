@@ -25,9 +25,18 @@ struct ThinkingOptions {
   std::string effort;            // "" (default) or none/minimal/low/medium/high/xhigh/max
 };
 
+// An image of a rendered chat: its URL as sent and the content part it came from ("messages[1].content[0]").
+struct ChatImage {
+  std::string url;
+  std::string param;
+};
+
 struct RenderedChat {
   std::vector<int32_t> tokens;
   bool thinking = false;         // the prompt opened a reasoning block the output continues
+  // One per image token (ImageSide::image_token_id) in `tokens`, in the same order; the server expands each into
+  // the image's span.
+  std::vector<ChatImage> images;
 };
 
 // One streamed tool-call fragment in OpenAI's shape: the first fragment of a call carries id and

@@ -19,7 +19,7 @@ StatusOr<std::vector<ContentPart>> parse_content(const Json& content, const std:
   std::vector<ContentPart> parts;
   if (content.is_null()) return parts;
   if (content.is_string()) {
-    parts.push_back({ContentPart::Kind::text, content.get<std::string>(), ""});
+    parts.push_back({ContentPart::Kind::text, content.get<std::string>(), "", ""});
     return parts;
   }
   if (!content.is_array()) return field_error(field, "expected string or array of text parts");
@@ -32,7 +32,7 @@ StatusOr<std::vector<ContentPart>> parse_content(const Json& content, const std:
     if (type == "text") {
       if (!part.contains("text") || !part["text"].is_string())
         return field_error(pf + ".text", "expected a string");
-      parts.push_back({ContentPart::Kind::text, part["text"].get<std::string>(), ""});
+      parts.push_back({ContentPart::Kind::text, part["text"].get<std::string>(), "", ""});
     } else if (type == "image_url") {
       const Json* url = nullptr;
       if (part.contains("image_url")) {
@@ -41,7 +41,7 @@ StatusOr<std::vector<ContentPart>> parse_content(const Json& content, const std:
         else if (iu.is_object() && iu.contains("url") && iu["url"].is_string()) url = &iu["url"];
       }
       if (!url) return field_error(pf + ".image_url", "expected {\"url\": string}");
-      parts.push_back({ContentPart::Kind::image, "", url->get<std::string>()});
+      parts.push_back({ContentPart::Kind::image, "", url->get<std::string>(), pf});
     } else {
       return field_error(pf + ".type", "unsupported content part '" + type +
                                            "' (text and image_url are supported)");

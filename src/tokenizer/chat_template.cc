@@ -55,12 +55,14 @@ struct Block {
   bool tool_result = false;
   std::string tool_call_id;
   std::string text;
+  std::vector<ImageRef> images;  // the text's image placeholders, in order
 };
 
 // A message after pre-processing (no tool role left).
 struct Turn {
   Role role = Role::user;
   std::string content;        // non-user roles
+  std::vector<ImageRef> images;  // content's image placeholders, in order (user turns: in their blocks)
   std::vector<Block> blocks;  // user turns
   std::optional<std::string> reasoning;
   std::vector<ToolCall> tool_calls;
@@ -75,7 +77,6 @@ struct Renderer {
   ChatFormat format;
   DsmlTags tags;
   std::vector<Turn> turns;
-  std::vector<std::string> image_urls;
 
   bool v41() const { return format == ChatFormat::v41; }
 
@@ -93,7 +94,7 @@ struct Renderer {
     return -1;
   }
 
-  StatusOr<std::string> joined_content(size_t index, const Message& m) {
+  StatusOr<std::string> joined_content(size_t index, const Message& m, std::vector<ImageRef>& images) {
     std::string out;
     for (size_t p = 0; p < m.content.size(); ++p) {
       const ContentPart& part = m.content[p];
@@ -103,7 +104,7 @@ struct Renderer {
           return error(StatusCode::invalid_argument,
                        "messages[{}].content[{}]: images need the V4.1 chat format", index, p);
         out += kImagePlaceholder;
-        image_urls.push_back(part.image_url);
+        images.push_back({part.image_url, part.source});
       } else {
         if (v41() && part.text.find(kImagePlaceholder) != std::string::npos)
           return error(StatusCode::invalid_argument,
@@ -132,7 +133,7 @@ struct Renderer {
                      kImagePlaceholder);
       Turn t;
       t.role = (m.role == Role::developer && v41()) ? Role::system : m.role;
-      DSV4_ASSIGN_OR_RETURN(t.content, joined_content(i, m));
+      DSV4_ASSIGN_OR_RETURN(t.content, joined_content(i, m, t.images));
       if (t.role == Role::developer && t.content.empty())
         return error(StatusCode::invalid_argument,
                      "messages[{}]: a developer message needs content", i);
@@ -141,7 +142,7 @@ struct Renderer {
       t.task = m.task;
       t.without_eos = m.without_eos;
       t.response_format = m.response_format;
-      if (m.role == Role::tool) t.blocks.push_back({true, m.tool_call_id, ""});
+      if (m.role == Role::tool) t.blocks.push_back({true, m.tool_call_id, "", {}});
       plain.push_back(std::move(t));
     }
     if (!conv.tools.empty()) {
@@ -159,6 +160,7 @@ struct Renderer {
       if (t.role == Role::tool) {
         Block b = std::move(t.blocks.front());
         b.text = std::move(t.content);
+        b.images = std::move(t.images);
         if (prev_user) {
           turns.back().blocks.push_back(std::move(b));
         } else {
@@ -168,7 +170,8 @@ struct Renderer {
           turns.push_back(std::move(u));
         }
       } else if (t.role == Role::user) {
-        Block b{false, "", std::move(t.content)};
+        Block b{false, "", std::move(t.content), std::move(t.images)};
+        t.images.clear();
         if (prev_user && turns.back().task == Task::none) {
           turns.back().blocks.push_back(std::move(b));
         } else {
@@ -403,7 +406,7 @@ StatusOr<RenderedPrompt> render_conversation(const Conversation& conversation) {
   if (o.reasoning_effort < 1 || o.reasoning_effort > 100)
     return error(StatusCode::invalid_argument, "reasoning_effort: {} is outside 1..100",
                  o.reasoning_effort);
-  Renderer r{conversation, o.format, dsml_tags(o.format), {}, {}};
+  Renderer r{conversation, o.format, dsml_tags(o.format), {}};
   DSV4_RETURN_IF_ERROR(r.build_turns());
   r.sort_tool_results();
   bool any_tools = false;
@@ -416,7 +419,11 @@ StatusOr<RenderedPrompt> render_conversation(const Conversation& conversation) {
   out.reply_starts_in_reasoning =
       out.text.size() >= kThinkStart.size() &&
       std::string_view(out.text).substr(out.text.size() - kThinkStart.size()) == kThinkStart;
-  out.image_urls = std::move(r.image_urls);
+  // The images in text order: turn by turn, a user turn's blocks in their (sorted) order.
+  for (const Turn& t : r.turns) {
+    out.images.insert(out.images.end(), t.images.begin(), t.images.end());
+    for (const Block& b : t.blocks) out.images.insert(out.images.end(), b.images.begin(), b.images.end());
+  }
   return out;
 }
 

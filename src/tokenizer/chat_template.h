@@ -10,11 +10,19 @@
 
 namespace dsv4::chat {
 
+// An image of the prompt: its URL as given and where it came from (ContentPart::source).
+struct ImageRef {
+  std::string url;
+  std::string source;
+};
+
 struct RenderedPrompt {
   std::string text;  // tokenize with special-token matching and without adding a BOS
   // The prompt ends with `<think>`: the reply starts with reasoning (feed the parser accordingly).
   bool reply_starts_in_reasoning = false;
-  std::vector<std::string> image_urls;  // one per `<｜deepseek_image｜>` in the text, in order
+  // One per `<｜deepseek_image｜>` in the text, in the order they appear there (pre-processing may move a message's
+  // parts, e.g. tool results sorted by call order).
+  std::vector<ImageRef> images;
 };
 
 // Rules (encoding/encoding.py of the release; tokenizer-and-chat.md §2.3-§2.5):

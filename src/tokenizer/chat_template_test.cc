@@ -224,11 +224,13 @@ TEST(ChatTemplate, BosGenerationPromptAndContinuation) {
 
 TEST(ChatTemplate, ImagesAndRefusals) {
   Message m = msg(Role::user, "look");
-  m.content.push_back({ContentPart::Kind::image, "", "data:image/png;base64,AAAA"});
+  m.content.push_back({ContentPart::Kind::image, "", "data:image/png;base64,AAAA", "messages[0].content[1]"});
   auto r = render_conversation(chat_mode({m}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->text, BOS USR "look\n\n<｜deepseek_image｜>" AST "</think>");
-  ASSERT_EQ(r->image_urls.size(), 1u);
+  ASSERT_EQ(r->images.size(), 1u);
+  EXPECT_EQ(r->images[0].url, "data:image/png;base64,AAAA");
+  EXPECT_EQ(r->images[0].source, "messages[0].content[1]");
   auto typed = render_conversation(chat_mode({msg(Role::user, "x<｜deepseek_image｜>")}));
   EXPECT_FALSE(typed.ok());
   EXPECT_NE(typed.status().message().find("messages[0].content[0]"), std::string::npos);
@@ -237,6 +239,32 @@ TEST(ChatTemplate, ImagesAndRefusals) {
   auto refused = render_conversation(chat_mode({bad}));
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("messages[0]"), std::string::npos);
+}
+
+// Images are listed in the order their placeholders appear in the text: tool results are sorted by the calls'
+// order, and an assistant's and a system message's images sit where their turns render.
+TEST(ChatTemplate, ImagesInTextOrder) {
+  auto with_image = [](Message m, const std::string& url) {
+    m.content.push_back({ContentPart::Kind::image, "", url, "src:" + url});
+    return m;
+  };
+  Conversation c = chat_mode({with_image(msg(Role::system, "S"), "sys"), with_image(msg(Role::user, "U"), "user"),
+                              with_image(assistant("A", std::nullopt, {{"a", "f", "{}"}, {"b", "g", "{}"}}), "asst"),
+                              with_image(tool_result("b", "second"), "tool-b"),
+                              with_image(tool_result("a", "first"), "tool-a")});
+  auto r = render_conversation(c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<std::string> order;
+  for (const ImageRef& i : r->images) order.push_back(i.url);
+  EXPECT_EQ(order, (std::vector<std::string>{"sys", "user", "asst", "tool-a", "tool-b"}));
+  EXPECT_EQ(r->images[3].source, "src:tool-a");
+  // The placeholders' places in the text agree: tool-a's result (holding its image) comes first.
+  const std::string& text = r->text;
+  EXPECT_LT(text.find("first"), text.find("second"));
+  size_t count = 0;
+  for (size_t at = text.find("<｜deepseek_image｜>"); at != std::string::npos; at = text.find("<｜deepseek_image｜>", at + 1))
+    ++count;
+  EXPECT_EQ(count, 5u);
 }
 
 TEST(ChatTemplate, V4Format) {

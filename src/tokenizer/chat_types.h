@@ -29,6 +29,7 @@ struct ContentPart {
   Kind kind = Kind::text;
   std::string text;       // kind == text
   std::string image_url;  // kind == image: the URL or data URL as given
+  std::string source;     // kind == image: where the part came from ("messages[2].content[1]"), for errors
 };
 
 // A prior assistant tool call. `arguments` is the OpenAI JSON text of the arguments object.

@@ -181,6 +181,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
                       !options_.reference_shapes;
   engine::StepLimits limits{V, 0, 0};
   if (replay) limits.replay = &replay_;
+  limits.dim = D;
   DSV4_ASSIGN_OR_RETURN(engine::StepPlan plan, engine::plan_step(pieces, length, limits));
   Published pub;
   CallCtx c;
@@ -199,7 +200,8 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   c.rows = plan.rows();
   c.call_row = engine::call_rows(plan.pieces, plan.all);
   const std::vector<int32_t>& ids = plan.ids;
-  c.image.assign(c.rows, 0);
+  // Image positions (an image span's rows, delimiters included): MoE bias_vl, Engram gate 0 and DEAD in the history.
+  c.image = plan.image.empty() ? std::vector<uint8_t>(c.rows, 0) : plan.image;
   pub.topk.assign(c.rows, {});
   pub.cand.assign(c.rows, {});
   c.pub = &pub;
@@ -215,7 +217,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
   for (const PieceCtx& pc : c.pieces)
     for (int64_t i = 0; i < pc.T; ++i) {
       const int32_t t = ids[pc.row0 + i];
-      pc.state->history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
+      pc.state->history.push_back(c.image[pc.row0 + i] ? -1 : M.engram_token_map.empty() ? t : M.engram_token_map[t]);
     }
   if (!cfg.engram_layers.empty()) {
     const int64_t pad = M.engram_token_map[cfg.engram_pad_id];
@@ -227,10 +229,13 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
                                  pad, &engram_rows[e][r * R]);
     }
   }
-  // 2. Embedding, C streams, pi = one-hot.
+  // 2. Embedding (or the given rows), C streams, pi = one-hot.
   std::vector<float> h;
   std::vector<std::vector<Acc>> pi;
   embed_rows<Acc>(cfg, W.embed, ids.data(), c.rows, h, pi);
+  for (const engine::GivenRow& g : plan.given)  // given rows (an image span) replace the token's embedding
+    for (int k = 0; k < C; ++k)
+      for (int64_t i = 0; i < D; ++i) h[(g.row * C + k) * D + i] = bf16_to_f32(g.values[i]);
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
   layer_rows_.assign(cfg.n_layers, 0);
   CallCtx tap_ctx = space_ctx(c, plan, plan.taps);
@@ -274,8 +279,8 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
       const int64_t k = cfg.index_topk;
       Vec sel(c.rows * k, -1.0f);
       for (int64_t r = 0; r < c.rows; ++r)
-        for (size_t j = 0; j < c.topk[r].size() && static_cast<int64_t>(j) < k; ++j)
-          sel[r * k + static_cast<int64_t>(j)] = static_cast<float>(c.topk[r][j]);
+        for (size_t j = 0; j < pub.topk[r].size() && static_cast<int64_t>(j) < k; ++j)
+          sel[r * k + static_cast<int64_t>(j)] = static_cast<float>(pub.topk[r][j]);
       probe("topk", sel.data(), c.rows * k);
     }
   }

@@ -11,6 +11,7 @@ class OracleForward final : public engine::StreamForward {
   const family::ModelPlan& config() const override { return o_->config(); }
   bool has_drafter() const override { return drafter_; }
   uint32_t snapshot_version() const override { return 2; }  // split snapshots (stream_state.h); 1 was whole
+  int64_t embed_dim() const override { return o_->config().dim; }
   StatusOr<int32_t> open_stream() override { return o_->open_stream(); }
   Status close_stream(int32_t s) override { return o_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return o_->length(s); }

@@ -135,3 +135,18 @@ test('draft: true on 0731 (no drafter): served without drafts, equal to undrafte
   assert.equal(await metric('dsv4:spec_decode_num_draft_tokens_total'), drafted0);
   assert.equal(drafted0, 0);
 });
+
+test('images: 0731 has no vision tower, so /v1/models lists text input only and an image is a 400 at once', async () => {
+  const r = await request(server.url, { method: 'GET', path: '/v1/models' });
+  assert.deepEqual(JSON.parse(r.body).data[0].input_modalities, ['text']);
+  const png = fs.readFileSync(new URL('../../data/vision/images/rgb_37x91.png', import.meta.url)).toString('base64');
+  const messages = [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                               { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } }] }];
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages, max_tokens: 2 }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.code, 'images_not_supported');
+    assert.equal(e.param, 'messages[0].content[1]');
+    assert.match(e.message, /does not accept images: the checkpoint has no vision_config/);
+    return true;
+  });
+});

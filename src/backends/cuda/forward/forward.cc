@@ -234,8 +234,12 @@ StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<en
     if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", id);
     return it->second.caches->length();
   };
-  engine::StepLimits limits{cfg.vocab, options_.max_context, options_.max_call_rows};
-  if (options_.bounded_replay && !probe_ && !op_probe_ && cfg.window_format != KvRowFormat::model1)
+  // Calls carrying given rows (an image span) run every row: the bounded layers' tables carry no image flags.
+  bool given = false;
+  for (const engine::Piece& pc : pieces) given = given || !pc.embeds.empty();
+  engine::StepLimits limits{cfg.vocab, options_.max_context, options_.max_call_rows, nullptr,
+                            options_.collective ? 0 : cfg.dim};
+  if (options_.bounded_replay && !probe_ && !op_probe_ && !given && cfg.window_format != KvRowFormat::model1)
     limits.replay = &replay_;
   DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
   std::vector<size_t> hist_len;
@@ -288,6 +292,11 @@ struct Forward::DeviceCall {
                                             // rows with bounded replay, else every row)
   std::vector<const int64_t*> tap_at;       // per layer, device [tap rows]: their rows among the layer's input rows
                                             // (null: the same rows)
+  const uint16_t* given = nullptr;          // device bf16 [n_given, D]: rows fed given embeddings (an image span)
+  const int64_t* given_rows = nullptr;      // device [n_given]: their call rows
+  int64_t n_given = 0;
+  const uint8_t* image = nullptr;           // device u8 [rows]: image positions (MoE bias_vl, Engram gate 0), or null
+                                            // (never with bounded replay: such calls run every row)
   const int64_t* index = nullptr;           // device [n] call rows whose logits are asked for
   int64_t n_logits = 0;
   float* logits = nullptr;                  // f32 [n, V]
@@ -305,6 +314,8 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   o.ids = d.ids;
   o.op_probe = op_probe_ ? &op_probe_ : nullptr;
   DSV4_RETURN_IF_ERROR(embed_rows(o, M, d.ids, rows, d.h, d.pi));  // a rank's: its vocabulary rows, gathered
+  DSV4_CUDA_LAUNCH(embed_given(d.given, d.given_rows, d.n_given, C, D, d.h, s), "embed_given",
+                   shape_text({{"rows", d.n_given}, {"D", D}}));
   const int n_taps = static_cast<int>(cfg.dspark_target_layers.size());
   const bool bounded = !d.c->layer_rows.empty();
   std::vector<float> probe_host;
@@ -323,7 +334,8 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
     if (role.engram) {
       DSV4_RETURN_IF_ERROR(timed(o, "engram", [&] {
         const int e = role.engram_index;
-        return engram_forward(o, *L.engram, d.engram_codes[e], d.engram_scales[e], d.engram_rows[e], rows, d.h);
+        return engram_forward(o, *L.engram, d.engram_codes[e], d.engram_scales[e], d.engram_rows[e], rows, d.h,
+                              d.image);
       }));
       DSV4_RETURN_IF_ERROR(op_probe(o, "engram", d.h, rows * C * D));
     }
@@ -341,7 +353,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
       }
     }
     AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
-    DSV4_RETURN_IF_ERROR(block_forward_rows(o, L, rows_in, keep, rows_out, attn, nullptr, d.h, d.pi));
+    DSV4_RETURN_IF_ERROR(block_forward_rows(o, L, rows_in, keep, rows_out, attn, d.image, d.h, d.pi));
     scratch_->reset(layer_mark);
     if (probe_) {  // never captured: the forward runs eagerly while a probe is set
       probe_host.resize(rows * C * D);
@@ -387,7 +399,8 @@ Status Forward::run(const engine::StepPlan& plan) {
     c.pieces.push_back(DevicePiece{s.caches.get(), p.start, p.rows, p.row0});
     for (int64_t i = 0; i < p.rows; ++i) {
       const int32_t t = ids[p.row0 + i];
-      s.history.push_back(M.engram_token_map.empty() ? t : M.engram_token_map[t]);
+      const bool image = !plan.image.empty() && plan.image[p.row0 + i];  // DEAD in the Engram history
+      s.history.push_back(image ? -1 : M.engram_token_map.empty() ? t : M.engram_token_map[t]);
     }
   }
   c.rows = plan.rows();
@@ -417,6 +430,9 @@ Status Forward::run(const engine::StepPlan& plan) {
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
+  // Given rows (an image span) and the image flags.
+  const int64_t n_given = static_cast<int64_t>(plan.given.size());
+  meta_bytes += CallMeta::padded(n_given * D * 2) + CallMeta::padded(n_given * 8) + CallMeta::padded(plan.image.size());
   for (size_t e = 0; e < n_engram; ++e)
     meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
   if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
@@ -444,6 +460,20 @@ Status Forward::run(const engine::StepPlan& plan) {
     DSV4_ASSIGN_OR_RETURN(uint8_t* gs, meta_->put_n(engram_scales[e].data(), engram_scales[e].size(), "Engram scales"));
     d.engram_codes.push_back(gc);
     d.engram_scales.push_back(gs);
+  }
+  if (n_given > 0) {
+    std::vector<uint16_t> values(static_cast<size_t>(n_given * D));
+    std::vector<int64_t> given_rows;
+    for (int64_t k = 0; k < n_given; ++k) {
+      std::copy_n(plan.given[k].values, D, values.begin() + k * D);
+      given_rows.push_back(plan.given[k].row);
+    }
+    DSV4_ASSIGN_OR_RETURN(d.given, meta_->put_n(values.data(), values.size(), "given embedding rows"));
+    DSV4_ASSIGN_OR_RETURN(d.given_rows, meta_->put_n(given_rows.data(), given_rows.size(), "given rows' call rows"));
+    d.n_given = n_given;
+  }
+  if (!plan.image.empty()) {
+    DSV4_ASSIGN_OR_RETURN(d.image, meta_->put_n(plan.image.data(), plan.image.size(), "image rows"));
   }
   // The head reads h at the last layer's output rows (bounded replay): the logit rows' places among them.
   std::vector<int64_t> head_rows = index;
@@ -481,9 +511,11 @@ Status Forward::run(const engine::StepPlan& plan) {
   // Tensor-parallel ranks capture their NCCL gathers with the rest: every rank runs the same calls in the same
   // order (rank 0's plans), so every rank sees the same keys, captures, replays and evicts alike, and a replay
   // enqueues the same collectives in the same order as the eager run it was captured from.
-  // Calls whose rows shrink (bounded replay) run eagerly: their launch sizes and tables vary with the cones.
+  // Calls whose rows shrink (bounded replay) run eagerly: their launch sizes and tables vary with the cones; so do
+  // calls with given rows or image flags (prompt pieces of an image span): their metadata has other parts.
   const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ &&
-                     rows <= options_.graph_max_rows && !plan.bounded() && plan.taps == plan.all;
+                     rows <= options_.graph_max_rows && !plan.bounded() && plan.taps == plan.all && n_given == 0 &&
+                     plan.image.empty();
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);
   // Groups completed per compression ratio above 1 (the compressor's launch sizes).
@@ -562,6 +594,8 @@ class CudaForward final : public engine::StreamForward {
   const family::ModelPlan& config() const override { return f_->config(); }
   bool has_drafter() const override { return f_->model().dspark != nullptr; }
   uint32_t snapshot_version() const override { return 0x43554432; }  // "CUD2": the CUDA snapshot format (split)
+  // Given embedding rows on one GPU; a tensor-parallel rank takes none (its plans carry tokens only).
+  int64_t embed_dim() const override { return f_->options().collective ? 0 : f_->config().dim; }
   StatusOr<int32_t> open_stream() override { return f_->open_stream(); }
   Status close_stream(int32_t s) override { return f_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }

@@ -233,7 +233,7 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
 }
 
 Status engram_forward(OpCtx& c, const EngramDevice& E, const uint8_t* codes, const uint8_t* scales,
-                      const int64_t* table_rows, int64_t rows, float* h) {
+                      const int64_t* table_rows, int64_t rows, float* h, const uint8_t* image) {
   const family::ModelPlan& cfg = *c.cfg;
   const int C = cfg.hc_mult;
   const int64_t D = cfg.dim, R = E.layout.cols;
@@ -242,7 +242,7 @@ Status engram_forward(OpCtx& c, const EngramDevice& E, const uint8_t* codes, con
   DSV4_ASSIGN_OR_RETURN(float* kv, c.alloc<float>(rows * (C + 1) * D, "engram kv"));
   DSV4_CUDA_LAUNCH(engram_gather(codes, scales, table_rows, rows * R, E.dim, u, c.stream), "engram_gather", shape);
   DSV4_CUDA_LAUNCH(fp8_linear(u, rows, E.wkv, cfg.act_block, kv, c.stream), "fp8_linear(engram.wkv)", shape);
-  DSV4_CUDA_LAUNCH(engram_gate(kv, E.qk, rows, C, D, cfg.norm_eps, h, c.stream), "engram_gate", shape);
+  DSV4_CUDA_LAUNCH(engram_gate(kv, E.qk, rows, C, D, cfg.norm_eps, image, h, c.stream), "engram_gate", shape);
   return ok_status();
 }
 

@@ -151,9 +151,10 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
 
 // Engram of one layer on h bf16 [rows, C, D]; table_rows device int64 [rows, R].
 // Engram for `rows` rows: table_rows [rows, R] index codes e4m3 [*, dim] / scales ue8m0 [*, dim / 32] (the
-// pinned table itself, or the rows the host gathered for this call).
+// pinned table itself, or the rows the host gathered for this call). image u8 [rows] (may be null): those rows'
+// gate is 0 (image positions).
 Status engram_forward(OpCtx& c, const EngramDevice& E, const uint8_t* codes, const uint8_t* scales,
-                      const int64_t* table_rows, int64_t rows, float* h);
+                      const int64_t* table_rows, int64_t rows, float* h, const uint8_t* image = nullptr);
 
 // logits f32 [n, V] = head(RMSNorm(collapse(h, pi); norm)) of rows index[0..n) (device int64);
 // collapsed (optional) receives the collapsed rows bf16 [n, D].

@@ -24,6 +24,16 @@ __global__ void embed_kernel(const uint16_t* embed, const int32_t* ids, int C, i
   for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
 }
 
+// Block (chunk, k): given row k written into call row rows[k]'s C streams.
+__global__ void embed_given_kernel(const uint16_t* values, const int64_t* rows, int C, int64_t D, float* h) {
+  const int64_t k = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  const float v = dsv4::bf16_to_f32(values[k * D + i]);
+  const int64_t r = rows[k];
+  for (int c = 0; c < C; ++c) h[(r * C + c) * D + i] = v;
+}
+
 // RMSNorm of one row's values, optionally the mHC collapse of the row's kC streams first (kC = 0:
 // the values are x itself). Every block of row r computes the row's whole sum of squares in the
 // one-block order — thread t takes elements t, t + 256, ... in turn (acc += v * v), then
@@ -347,6 +357,13 @@ cudaError_t embed_streams(const uint16_t* embed, const int32_t* ids, int64_t row
   if (rows == 0) return cudaSuccess;
   if (C > kThreads) return cudaErrorInvalidValue;
   embed_kernel<<<row_grid(D, rows), kThreads, 0, s>>>(embed, ids, C, D, h, pi);
+  return cudaGetLastError();
+}
+
+cudaError_t embed_given(const uint16_t* values, const int64_t* rows, int64_t n, int C, int64_t D, float* h,
+                        cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  embed_given_kernel<<<row_grid(D, n), kThreads, 0, s>>>(values, rows, C, D, h);
   return cudaGetLastError();
 }
 

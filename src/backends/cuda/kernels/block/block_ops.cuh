@@ -17,6 +17,11 @@ namespace dsv4::cuda {
 cudaError_t embed_streams(const uint16_t* embed, const int32_t* ids, int64_t rows, int C, int64_t D,
                           float* h, float* pi, cudaStream_t s);
 
+// h[rows[k], c, :] = values[k] (bf16 [n, D]) for every stream c: given rows (an image span) replace their tokens'
+// embedding after embed_streams (pi stays one-hot).
+cudaError_t embed_given(const uint16_t* values, const int64_t* rows, int64_t n, int C, int64_t D, float* h,
+                        cudaStream_t s);
+
 // y bf16 [rows, n] = w * (x * rsqrt(mean(x^2) + eps)) (w may be null: weight 1); y may alias x.
 cudaError_t rmsnorm_rows(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
                          cudaStream_t s);
@@ -74,9 +79,10 @@ cudaError_t engram_gather(const uint8_t* codes, const uint8_t* scales, const int
                           int64_t n, int dim, float* u, cudaStream_t s);
 
 // Engram gate (§3.4 f): kv bf16 [rows, (C+1) D] (keys per stream, then the value), qk f32 [C, D];
-// h bf16 [rows, C, D] updated in place.
+// h bf16 [rows, C, D] updated in place. masked u8 [rows] (may be null): the gate of a row with masked[r] != 0 is 0
+// (image positions).
 cudaError_t engram_gate(const float* kv, const float* qk, int64_t rows, int C, int64_t D, float eps,
-                        float* h, cudaStream_t s);
+                        const uint8_t* masked, float* h, cudaStream_t s);
 
 // MoE router per row: scores sqrt(softplus(logits)), + bias (bias_vl on image rows; image may be
 // null), top-K by the biased score (ties to the lower expert), weights normalised over the K

@@ -23,7 +23,8 @@ __global__ void engram_gather_kernel(const uint8_t* codes, const uint8_t* scales
 }
 
 // One block per (row, stream c).
-__global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int64_t D, float eps, float* h) {
+__global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int64_t D, float eps, const uint8_t* masked,
+                                   float* h) {
   __shared__ float red[kThreads / 32];
   const int64_t r = blockIdx.x / C;
   const int c = static_cast<int>(blockIdx.x % C);
@@ -45,7 +46,7 @@ __global__ void engram_gate_kernel(const float* kv, const float* qk, int C, int6
   const float inv_sqrt_d = static_cast<float>(1.0 / sqrt(static_cast<double>(D)));
   const float d = sum * rstd * inv_sqrt_d;
   const float mag = sqrtf(fmaxf(fabsf(d), 1e-6f));
-  const float gate = 1.0f / (1.0f + expf(-copysignf(mag, d)));
+  const float gate = masked != nullptr && masked[r] ? 0.0f : 1.0f / (1.0f + expf(-copysignf(mag, d)));
   for (int64_t i = threadIdx.x; i < D; i += kThreads) hc[i] = dsv4::round_bf16(hc[i] + gate * value[i]);
 }
 
@@ -266,10 +267,10 @@ cudaError_t engram_gather(const uint8_t* codes, const uint8_t* scales, const int
   return cudaGetLastError();
 }
 
-cudaError_t engram_gate(const float* kv, const float* qk, int64_t rows, int C, int64_t D, float eps, float* h,
-                        cudaStream_t s) {
+cudaError_t engram_gate(const float* kv, const float* qk, int64_t rows, int C, int64_t D, float eps,
+                        const uint8_t* masked, float* h, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  engram_gate_kernel<<<static_cast<unsigned>(rows * C), kThreads, 0, s>>>(kv, qk, C, D, eps, h);
+  engram_gate_kernel<<<static_cast<unsigned>(rows * C), kThreads, 0, s>>>(kv, qk, C, D, eps, masked, h);
   return cudaGetLastError();
 }
 
