@@ -144,7 +144,8 @@ void BM_CpuPromptCacheBytes(benchmark::State& state) {
     for (int64_t at = 0; at + page < length; at += page) {
       lanes::Piece piece{1, at, std::span(prompt).subspan(static_cast<size_t>(at), static_cast<size_t>(page))};
       (void)backend->prefill({&piece, 1});
-      const std::span<const lanes::TokenId> prefix = std::span(prompt).first(static_cast<size_t>(at + page));
+      // Cache keys of a text prompt: its token ids (image positions would carry their digest's bits).
+      const std::vector<cache::Key> prefix(prompt.begin(), prompt.begin() + at + page);
       whole += static_cast<int64_t>(backend->snapshot(1)->size());
       const int64_t from = cache->shared_rows(prefix);
       lanes::SnapshotParts parts = std::move(backend->snapshot_parts(1, from)).value();

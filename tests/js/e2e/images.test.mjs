@@ -1,7 +1,6 @@
 // Images in chat messages through `dsv4 serve` on the embedded tiny V4.1 model with the official `openai` client.
-// This build has no vision tower, so a good image is refused once it is checked ("vision tower not available") and
-// /v1/models lists text input only; every bad image gets its own 400 naming the content part first, and the server
-// keeps serving. The image files are the vision goldens (tests/data/vision); the bomb and the 0 x 0 GIF are built
+// Good PNG and JPEG images are served (the CPU oracle's vision tower), whole and streamed alike, and /v1/models lists
+// image input; every bad image gets its own 400 naming the content part, and the server keeps serving. The image files are the vision goldens (tests/data/vision); the bomb and the 0 x 0 GIF are built
 // byte by byte (CRCs from Python's zlib). Expectations are the documented errors (docs/server.md, "Images").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -38,9 +37,9 @@ async function refused(messages) {
   assert.fail('the request was served');
 }
 
-test('/v1/models lists text input only: no vision tower in this build', async () => {
+test('/v1/models lists image input', async () => {
   const r = await request(server.url, { method: 'GET', path: '/v1/models' });
-  assert.deepEqual(JSON.parse(r.body).data[0].input_modalities, ['text']);
+  assert.deepEqual(JSON.parse(r.body).data[0].input_modalities, ['text', 'image']);
 });
 
 test('every bad image is a 400 naming its content part, and serving continues', async () => {
@@ -73,14 +72,21 @@ test('every bad image is a 400 naming its content part, and serving continues', 
   assert.ok(r.usage.completion_tokens >= 1);
 });
 
-test('a good image is refused once checked: the vision tower is not available', async () => {
-  const e = await refused(ask(image(dataUrl('image/png', PNG))));
-  assert.equal(e.status, 400);
-  assert.equal(e.code, 'vision_unavailable');
-  assert.equal(e.param, 'messages[0].content[1]');
-  assert.match(e.message, /vision tower not available/);
-  // Streaming asks get the same 400 before any event.
-  const raw = await request(server.url, { body: { model: MODEL, messages: ask(image(dataUrl('image/png', PNG))), stream: true } });
-  assert.equal(raw.status, 400);
-  assert.equal(JSON.parse(raw.body).error.code, 'vision_unavailable');
+test('a PNG and a JPEG are served: whole equals streamed, a repeat equals the first, usage counts the span', async () => {
+  const text = await client.chat.completions.create({ model: MODEL, messages: ask(), max_tokens: 1, temperature: 0 });
+  for (const [mime, name] of [['image/png', 'rgb_37x91.png'], ['image/jpeg', 'q444_37x91.jpg']]) {
+    const messages = ask(image(dataUrl(mime, golden(name))));
+    const whole = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0 });
+    assert.equal(whole.choices.length, 1);
+    assert.ok(whole.usage.completion_tokens >= 1, name);
+    // The placeholder became the image's span: start, rows of image tokens each closed by a newline, end.
+    assert.ok(whole.usage.prompt_tokens - text.usage.prompt_tokens > 10, `${name}: ${whole.usage.prompt_tokens}`);
+    let streamed = '';
+    const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, stream: true });
+    for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? '';
+    assert.equal(streamed, whole.choices[0].message.content, name);
+    const again = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0 });
+    assert.equal(again.choices[0].message.content, whole.choices[0].message.content, name);
+    assert.equal(again.usage.prompt_tokens, whole.usage.prompt_tokens);
+  }
 });

@@ -15,7 +15,7 @@ configs=("$@")
 # a name ending in _gate uses the whole-model gate's weights (docs/numerics.md: small sub-layer outputs, so one
 # rounding flip stays small instead of spreading through every later row)
 synth_flags() {
-  case "$1" in *_gate) echo -n "--profile gate " ;; esac
+  case "$1" in *_gate) echo -n "--profile gate " ;; *) echo -n "--seed 1 " ;; esac
   case "${1%_gate}" in
     swa_r2_top4) echo "--layers 4" ;;
     cand2_top8|cand3_top6|tiny) echo "" ;;
@@ -33,7 +33,7 @@ T=${ROWS:-96}
 ids=$(python3 -c "print(','.join(str((7919*i+13) % 129000) for i in range($T)))")
 for c in "${configs[@]}"; do
   d="$out/$c"; ck="$d/ckpt"; mkdir -p "$d"
-  "$dsv4" synth --preset tiny $(synth_flags "$c") --seed 1 --out "$ck" --no-sync > "$d/synth.log" 2>&1
+  "$dsv4" synth --preset tiny $(synth_flags "$c") --out "$ck" --no-sync > "$d/synth.log" 2>&1 || { cat "$d/synth.log"; exit 1; }
   python3 - "$ck/config.json" "$(edits "$c")" <<'PY'
 import json, sys
 p, e = sys.argv[1], json.loads(sys.argv[2])
