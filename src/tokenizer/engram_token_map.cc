@@ -160,12 +160,10 @@ StatusOr<EngramTokenMap> parse_engram_token_map_json(std::string_view json_text)
     max_id = std::max(max_id, v);
     map.token_map.push_back(static_cast<int32_t>(v));
   }
-  if (compressed >= 0 && max_id + 1 != compressed)
-    return error(StatusCode::data_loss,
-                 "engram token map: the largest compressed id is {}, compressed_vocab_size says {}", max_id,
-                 compressed);
+  // A stated compressed_vocab_size bounds the ids (checked above); a map need not use its last id (a synthetic
+  // map drawn at random may not), and the hash multipliers follow the stated size. Unstated: the largest id + 1.
   map.vocab_size = static_cast<int32_t>(map.token_map.size());
-  map.compressed_vocab_size = static_cast<int32_t>(max_id + 1);
+  map.compressed_vocab_size = static_cast<int32_t>(compressed >= 0 ? compressed : max_id + 1);
   if (pad >= map.compressed_vocab_size && map.compressed_vocab_size > 0)
     return error(StatusCode::data_loss, "engram token map: pad_id {} is outside [0, {})", pad,
                  map.compressed_vocab_size);

@@ -13,7 +13,7 @@ namespace dsv4 {
 
 struct EngramTokenMap {
   int32_t vocab_size = 0;             // raw ids covered (= token_map.size())
-  int32_t compressed_vocab_size = 0;  // distinct compressed ids (= max + 1)
+  int32_t compressed_vocab_size = 0;  // compressed ids are in [0, this): stated in the file, else max + 1
   int32_t pad_id = 0;                 // compressed id of the raw pad token (-1: not known yet)
   std::vector<int32_t> token_map;     // i32 [vocab_size]: raw id -> compressed id
 };
