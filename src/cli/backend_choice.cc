@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backends/cpu/oracle_forward.h"
+#include "backends/cpu/vision_tower.h"
 
 #ifdef DSV4_WITH_CUDA
 #include "backends/cuda/runtime/device_info.h"
@@ -73,6 +74,13 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
 #else
   return error(StatusCode::unimplemented, "--backend cuda: this dsv4 was built without the CUDA backend");
 #endif
+}
+
+StatusOr<std::unique_ptr<engine::VisionTower>> make_vision_tower(const BackendChoice& choice,
+                                                                 std::shared_ptr<const family::Model> model) {
+  const bool oracle = choice.name == "cpu";
+  return cpu::make_vision_tower(std::move(model), oracle && choice.ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32,
+                                oracle ? choice.threads : 0);
 }
 
 std::string backend_description(const BackendChoice& choice) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/image_encoder.h"
 #include "engine/stream_forward.h"
 #include "family/deepseek_v41/model.h"
 #include "core/status.h"
@@ -41,6 +42,13 @@ struct BackendChoice {
 // The chosen forward on `model`.
 StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
                                                                   std::shared_ptr<const family::Model> model);
+
+// The vision tower images are encoded with on `model` for the chosen backend: the CPU oracle's (ref64 when the oracle
+// runs ref64), on the host for CUDA too — no device tower exists yet; the GPU takes its rows as given embedding rows.
+// `unavailable` ("vision tower not available: ...") when the model has no vision config or its vision tensors do not
+// bind.
+StatusOr<std::unique_ptr<engine::VisionTower>> make_vision_tower(const BackendChoice& choice,
+                                                                 std::shared_ptr<const family::Model> model);
 
 // A one-line description of the forward for logs ("CPU oracle", "CUDA (NVIDIA H200)").
 std::string backend_description(const BackendChoice& choice);

@@ -21,7 +21,6 @@
 #include "cli/backend_choice.h"
 #include "cli/image_side.h"
 #include "cli/v41_text_side.h"
-#include "cli/vision_tower.h"
 #include "fabric/leader.h"
 #include "family/deepseek_v41/default_model.h"
 #include "lanes/fake_backend.h"
@@ -226,7 +225,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
         *model, control != nullptr && control->world() > 1
                     ? StatusOr<std::unique_ptr<engine::VisionTower>>(error(
                           StatusCode::unavailable, "images are not served with --tp above 1 (plans carry tokens only)"))
-                    : make_vision_tower(model, bc));
+                    : make_vision_tower(bc, model));
     std::fprintf(stderr, "dsv4 serve: images: %s\n",
                  images->ready()            ? "served"
                  : images->accepts_images ? images->unavailable.c_str()

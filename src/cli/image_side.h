@@ -1,5 +1,5 @@
 // The server's image side for a loaded model: whether it reads images, the processor's sizes and image token, and the
-// engine's ImageEncoder around the backend's vision tower (cli/vision_tower.h).
+// engine's ImageEncoder around the backend's vision tower (cli/backend_choice.h make_vision_tower).
 #pragma once
 
 #include <memory>
