@@ -23,13 +23,7 @@ using engine::Piece;
 constexpr int64_t kRollback = 16;
 
 std::shared_ptr<const family::Model> weights() {
-  static std::shared_ptr<const family::Model> w = [] {
-    auto preset = family::parse_preset(preset_name());
-    EXPECT_TRUE(preset.ok());
-    auto variant = family::parse_variant(variant_name());
-    EXPECT_TRUE(variant.ok()) << variant.status().to_string();
-    return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), 3, true);
-  }();
+  static std::shared_ptr<const family::Model> w = chosen_preset_weights(3);
   return w;
 }
 
