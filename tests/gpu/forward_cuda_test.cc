@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "forward_testing.h"
+#include "preset_weights_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
 #include "engine/lane_backend.h"

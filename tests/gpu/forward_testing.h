@@ -17,8 +17,6 @@
 #include <vector>
 
 #include "backends/cpu/gate.h"
-#include "backends/cpu/synthetic.h"
-#include "family/deepseek_v41/preset.h"
 
 namespace dsv4::gpu_testing {
 
@@ -33,15 +31,6 @@ inline std::string env_or(const char* name, const char* fallback) {
 inline std::string preset_name() { return env_or("DSV4_GPU_PRESET", "tiny"); }
 inline std::string variant_name() { return env_or("DSV4_GPU_VARIANT", "v41"); }
 
-// The synthetic weights (with the drafter) of that preset and variant, drawn with `seed`.
-inline std::shared_ptr<const family::Model> chosen_preset_weights(uint64_t seed) {
-  auto preset = family::parse_preset(preset_name());
-  EXPECT_TRUE(preset.ok());
-  auto variant = family::parse_variant(variant_name());
-  EXPECT_TRUE(variant.ok()) << variant.status().to_string();
-  return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), seed,
-                                true);
-}
 
 // A deterministic prompt of n token ids over the V4.1 vocabulary; `salt` picks another one.
 inline std::vector<int32_t> prompt(int n, int salt = 0) {

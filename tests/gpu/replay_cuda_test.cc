@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "forward_testing.h"
+#include "preset_weights_testing.h"
 #include "backends/cpu/forward.h"
 #include "backends/cpu/synthetic.h"
 #include "backends/cuda/forward/forward.h"

@@ -1,0 +1,25 @@
+// The synthetic weights of the preset and variant a GPU test runs (forward_testing.h: DSV4_GPU_PRESET,
+// DSV4_GPU_VARIANT), for the gtest-based GPU tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/preset.h"
+#include "forward_testing.h"
+
+namespace dsv4::gpu_testing {
+
+// The synthetic weights (with the drafter) of that preset and variant, drawn with `seed`.
+inline std::shared_ptr<const family::Model> chosen_preset_weights(uint64_t seed) {
+  auto preset = family::parse_preset(preset_name());
+  EXPECT_TRUE(preset.ok());
+  auto variant = family::parse_variant(variant_name());
+  EXPECT_TRUE(variant.ok()) << variant.status().to_string();
+  return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), seed,
+                                true);
+}
+
+}  // namespace dsv4::gpu_testing
