@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "vision/token_layout.h"
+#include "family/deepseek_v41/image_span.h"
 
 namespace dsv4::engine {
 namespace {
@@ -64,14 +64,13 @@ StatusOr<ImageSpanRows> ImageEncoder::encode(const vision::PixelPatches& p) cons
   out.dim = dim_;
   out.values.reserve(static_cast<size_t>(out.rows * dim_));
   int64_t next = 0;  // the next aligner row
-  for (vision::SpanRole role : vision::image_span_roles(p.llm_h, p.llm_w)) {
+  for (family::ImageRow kind : family::image_span_layout(family::AlignerGrid{p.llm_h, p.llm_w})) {
     const uint16_t* row = nullptr;
-    switch (role) {
-      case vision::SpanRole::image_start: row = delimiters_.start.data(); break;
-      case vision::SpanRole::image_newline: row = delimiters_.newline.data(); break;
-      case vision::SpanRole::image_end: row = delimiters_.end.data(); break;
-      case vision::SpanRole::image: row = rows->data() + (next++) * dim_; break;
-      case vision::SpanRole::text: return error(StatusCode::internal, "a text role inside an image span");
+    switch (kind) {
+      case family::ImageRow::start: row = delimiters_.start.data(); break;
+      case family::ImageRow::newline: row = delimiters_.newline.data(); break;
+      case family::ImageRow::end: row = delimiters_.end.data(); break;
+      case family::ImageRow::image: row = rows->data() + (next++) * dim_; break;
     }
     out.values.insert(out.values.end(), row, row + dim_);
   }

@@ -45,7 +45,7 @@ class ImageEncoder {
   static StatusOr<std::unique_ptr<ImageEncoder>> create(ImageDelimiters delimiters, std::unique_ptr<VisionTower> tower,
                                                         int64_t dim);
   int64_t dim() const { return dim_; }
-  // The span of `patches`: n_tokens rows with the roles of vision::image_span_roles(llm_h, llm_w) — delimiter rows
+  // The span of `patches`: n_tokens rows with the roles of family::image_span_layout of the llm grid — delimiter rows
   // from the learned vectors, the k-th image row from the tower's row k. Calls from several threads run one at a time.
   // invalid_argument when the patches' grids disagree with each other; internal when the tower returns another count
   // of rows.

@@ -4,17 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "family/deepseek_v41/image_span.h"
+
 namespace dsv4::vision {
 namespace {
 
-struct Grid {
-  int64_t h = 0, w = 0;
-};
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-Grid llm_grid(int64_t canvas_h, int64_t canvas_w, int64_t p, int64_t r) {
-  return {ceil_div(canvas_h / p, r), ceil_div(canvas_w / p, r)};
+// The aligner grid of a canvas (family::aligner_grid of its patch grid).
+family::AlignerGrid llm_grid(int64_t canvas_h, int64_t canvas_w, int64_t p, int64_t r) {
+  return family::aligner_grid(canvas_h / p, canvas_w / p, static_cast<int32_t>(r));
 }
 
 // Largest aspect-preserving canvas whose token grid fits max_tokens (h, w are step 2's doubles).
@@ -41,8 +38,6 @@ void shrink_to_budget(double h, double w, int64_t p, int64_t r, int64_t max_toke
 }
 
 }  // namespace
-
-int64_t num_image_tokens(int64_t llm_h, int64_t llm_w) { return llm_h * (llm_w + 1) + 2; }
 
 StatusOr<ImagePlan> plan_image(int32_t width, int32_t height, const family::VisionConfig& cfg) {
   if (width <= 0 || height <= 0) return error(StatusCode::invalid_argument, "image size {}x{} is not positive", width, height);
@@ -71,14 +66,14 @@ StatusOr<ImagePlan> plan_image(int32_t width, int32_t height, const family::Visi
   // Step 3.
   int64_t canvas_w = static_cast<int64_t>(std::ceil(w / static_cast<double>(p))) * p;
   int64_t canvas_h = static_cast<int64_t>(std::ceil(h / static_cast<double>(p))) * p;
-  Grid g = llm_grid(canvas_h, canvas_w, p, r);
+  family::AlignerGrid g = llm_grid(canvas_h, canvas_w, p, r);
   // Step 4.
-  if (num_image_tokens(g.h, g.w) > max_tokens) {
+  if (family::image_span_rows(g) > max_tokens) {
     shrink_to_budget(h, w, p, r, max_tokens, &canvas_h, &canvas_w);
     g = llm_grid(canvas_h, canvas_w, p, r);
-    if (num_image_tokens(g.h, g.w) > max_tokens) {
+    if (family::image_span_rows(g) > max_tokens) {
       return error(StatusCode::internal, "vision plan: {}x{} still needs {} tokens after shrinking (limit {})", width,
-                   height, num_image_tokens(g.h, g.w), max_tokens);
+                   height, family::image_span_rows(g), max_tokens);
     }
   }
   if (canvas_w <= 0 || canvas_h <= 0) {
@@ -91,7 +86,7 @@ StatusOr<ImagePlan> plan_image(int32_t width, int32_t height, const family::Visi
   plan.canvas_width = static_cast<int32_t>(canvas_w), plan.canvas_height = static_cast<int32_t>(canvas_h);
   plan.grid_h = static_cast<int32_t>(canvas_h / p), plan.grid_w = static_cast<int32_t>(canvas_w / p);
   plan.llm_h = static_cast<int32_t>(g.h), plan.llm_w = static_cast<int32_t>(g.w);
-  plan.n_tokens = static_cast<int32_t>(num_image_tokens(g.h, g.w));
+  plan.n_tokens = static_cast<int32_t>(family::image_span_rows(g));
 
   // Step 5.
   plan.content_width = plan.canvas_width, plan.content_height = plan.canvas_height;

@@ -19,7 +19,7 @@ struct ImagePlan {
   int32_t canvas_width = 0, canvas_height = 0;  // multiples of patch_size
   int32_t grid_h = 0, grid_w = 0;               // ViT patches: canvas / patch_size
   int32_t llm_h = 0, llm_w = 0;                 // aligner rows: ceil(grid / downsample_ratio)
-  int32_t n_tokens = 0;                         // the span: llm_h * (llm_w + 1) + 2
+  int32_t n_tokens = 0;                         // the span: family::image_span_rows of the llm grid
   Fit fit = Fit::pad;
   // The resized picture on the canvas (the whole canvas for stretch).
   int32_t content_x = 0, content_y = 0, content_width = 0, content_height = 0;
@@ -37,8 +37,5 @@ struct ImagePlan {
 // Errors (invalid_argument): a non-positive size; a config value the rules cannot use; an aspect ratio so
 // extreme that a side of the resized picture would be 0 pixels (PIL refuses that resize too).
 StatusOr<ImagePlan> plan_image(int32_t width, int32_t height, const family::VisionConfig& config);
-
-// The span length of an llm_h x llm_w token grid: start + rows of (llm_w images + newline) + end.
-int64_t num_image_tokens(int64_t llm_h, int64_t llm_w);
 
 }  // namespace dsv4::vision

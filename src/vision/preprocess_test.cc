@@ -10,7 +10,7 @@
 #include "vision/decode.h"
 #include "vision/golden_testing.h"
 #include "vision/sniff.h"
-#include "vision/token_layout.h"
+#include "family/deepseek_v41/image_span.h"
 
 namespace dsv4::vision {
 namespace {
@@ -107,18 +107,12 @@ TEST(VisionPreprocess, PatchLayout) {
           }
 }
 
-// The span: [start] + ([image] * w + [newline]) * h + [end]; its length is the plan's n_tokens.
-TEST(VisionTokenLayout, SpanRoles) {
-  const std::vector<SpanRole> r = image_span_roles(2, 3);
-  const std::vector<SpanRole> want = {SpanRole::image_start,   SpanRole::image, SpanRole::image, SpanRole::image,
-                                      SpanRole::image_newline, SpanRole::image, SpanRole::image, SpanRole::image,
-                                      SpanRole::image_newline, SpanRole::image_end};
-  EXPECT_EQ(r, want);
-  EXPECT_EQ(static_cast<int>(SpanRole::image_start), 0);
-  EXPECT_EQ(static_cast<int>(SpanRole::image_end), 3);
+// The plan's span length is the family's span of its aligner grid (whose layout family tests check).
+TEST(VisionPlan, SpanLengthIsTheFamilySpan) {
   StatusOr<ImagePlan> p = plan_image(640, 480, family::VisionConfig{});
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(static_cast<int64_t>(image_span_roles(p->llm_h, p->llm_w).size()), p->n_tokens);
+  EXPECT_EQ(p->n_tokens, family::image_span_rows(family::AlignerGrid{p->llm_h, p->llm_w}));
+  EXPECT_EQ(p->n_tokens, int64_t{p->llm_h} * (p->llm_w + 1) + 2);
 }
 
 }  // namespace
