@@ -236,5 +236,53 @@ TEST(CudaImageRows, GateAgainstTheOracle) {
   EXPECT_TRUE(v.pass()) << v.summary();
 }
 
+// Several images in one prompt: three spans of different lengths (one crossing the window, one ending where the
+// next starts but one text row between), rows from the embedding table. Fed whole and in pieces that cut each span
+// (pieces == whole, bit for bit), and gated against the oracle like the one-span prompt.
+TEST(CudaImageRows, SeveralImagesPiecesEqualWholeAndGate) {
+  const auto w = weights(cpu::WeightProfile::gate);
+  const int64_t V = w->config.vocab_size, D = w->plan.dim, length = 330;
+  std::vector<int32_t> t = prompt(static_cast<int>(length), 9);
+  const Span spans[3] = {{12, 47, cpu::image_testing::embedding_rows(*w, 47, 21), true},
+                         {60, 150, cpu::image_testing::embedding_rows(*w, 150, 22), true},
+                         {211, 94, cpu::image_testing::embedding_rows(*w, 94, 23), true}};
+  const std::vector<const Span*> all = {&spans[0], &spans[1], &spans[2]};
+  for (const Span& s : spans)
+    for (int64_t i = s.start; i < s.start + s.count; ++i) t[i] = 129264;
+  auto logits_of = [&](auto& f, const std::vector<int64_t>& sizes) {
+    auto opened = f.open_stream();
+    int32_t stream;
+    if constexpr (requires { opened.value(); }) stream = opened.value();
+    else stream = opened;
+    std::vector<float> out;
+    int64_t pos = 0;
+    for (int64_t n : sizes) {
+      auto r = f.forward({cpu::image_testing::spans_piece(stream, t, pos, n, all, D)});
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (!r.ok()) return std::vector<float>{};
+      out.insert(out.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
+      pos += n;
+    }
+    return out;
+  };
+  auto f = cuda_forward(w);
+  ASSERT_TRUE(f);
+  const auto whole = logits_of(*f, {length});
+  ASSERT_EQ(static_cast<int64_t>(whole.size()), length * V);
+  EXPECT_TRUE(logits_of(*f, {30, 70, 101, 64, 65}) == whole) << "several images: pieces != whole";
+  auto oracle_logits = [&](cpu::Precision p) {
+    cpu::OracleOptions o;
+    o.precision = p;
+    auto oracle = std::move(cpu::Oracle::create(w, o)).value();
+    return logits_of(*oracle, {length});
+  };
+  const auto r32 = oracle_logits(cpu::Precision::ref32), r64 = oracle_logits(cpu::Precision::ref64);
+  cpu::gate::Verdict v;
+  v.floor.add(r32, r64, V);
+  v.backend.add(whole, r64, V);
+  std::printf("several-image prompt gate (spans of 47, 150, 94 rows): %s\n", v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
+}
+
 }  // namespace
 }  // namespace dsv4::cuda

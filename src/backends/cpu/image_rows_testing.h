@@ -46,20 +46,26 @@ inline std::vector<uint16_t> embedding_rows(const family::Model& m, int64_t coun
 }
 
 // Tokens [pos, pos + n) of `tokens` on `stream`, every row's logits asked for when `logits`, carrying the part of
-// `span` inside them.
-inline engine::Piece span_piece(int32_t stream, const std::vector<int32_t>& tokens, int64_t pos, int64_t n,
-                                const Span& span, int64_t D, bool logits = true) {
+// each of `spans` (in prompt order, disjoint) inside them.
+inline engine::Piece spans_piece(int32_t stream, const std::vector<int32_t>& tokens, int64_t pos, int64_t n,
+                                 const std::vector<const Span*>& spans, int64_t D, bool logits = true) {
   engine::Piece p{stream, {tokens.begin() + pos, tokens.begin() + pos + n}, {}, {}};
   if (logits)
     for (int32_t i = 0; i < n; ++i) p.logit_rows.push_back(i);
-  const int64_t from = std::max(pos, span.start), to = std::min(pos + n, span.start + span.count);
-  if (from < to)
-    p.embeds.push_back(engine::EmbedRows{
-        from - pos, to - from,
-        std::span<const uint16_t>(span.values).subspan(static_cast<size_t>((from - span.start) * D),
-                                                       static_cast<size_t>((to - from) * D)),
-        span.image});
+  for (const Span* span : spans) {
+    const int64_t from = std::max(pos, span->start), to = std::min(pos + n, span->start + span->count);
+    if (from < to)
+      p.embeds.push_back(engine::EmbedRows{
+          from - pos, to - from,
+          std::span<const uint16_t>(span->values)
+              .subspan(static_cast<size_t>((from - span->start) * D), static_cast<size_t>((to - from) * D)),
+          span->image});
+  }
   return p;
+}
+inline engine::Piece span_piece(int32_t stream, const std::vector<int32_t>& tokens, int64_t pos, int64_t n,
+                                const Span& span, int64_t D, bool logits = true) {
+  return spans_piece(stream, tokens, pos, n, {&span}, D, logits);
 }
 
 // The model with every backbone layer's ffn.gate.bias_vl replaced by `bias` (f32 [E], held with the model).
