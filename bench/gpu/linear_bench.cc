@@ -212,14 +212,18 @@ void bench_bf16_grouped(const char* name, int64_t G, int64_t O, int64_t in) {
   }
 }
 
-// Routed experts of one layer: E = 384 experts resident, each row routed to 6 distinct random ones.
-void bench_experts() {
-  if (!wanted("routed experts")) return;
-  const int64_t E = 384, D = 5120, I = 2304;
-  const double expert_bytes = 3.0 * (double(I) * D / 2 + double(I) * (D / 32));
-  static std::vector<Fp4View> v1(E), v3(E), v2(E);  // generated once (layout sweeps call this again)
-  static const Fp4View *d1 = nullptr, *d3 = nullptr, *d2 = nullptr;
-  for (int64_t e = 0; e < E && !d1; ++e) {
+// Routed experts of one layer: E = 384 experts resident (V4.1: D = 5120, I = 2304), each row routed
+// to 6 distinct random ones. The device views of every expert's w1, w3, w2, generated once.
+constexpr int64_t kExpertsE = 384, kExpertsD = 5120, kExpertsI = 2304;
+struct ExpertViews {
+  const Fp4View *d1 = nullptr, *d3 = nullptr, *d2 = nullptr;
+};
+ExpertViews expert_views() {
+  const int64_t E = kExpertsE, D = kExpertsD, I = kExpertsI;
+  static ExpertViews ev;  // generated once (layout sweeps and the prefill lines call this again)
+  if (ev.d1) return ev;
+  std::vector<Fp4View> v1(E), v3(E), v2(E);
+  for (int64_t e = 0; e < E; ++e) {
     v1[e] = Fp4View{device_random(I * D / 2, 100 + e), device_random(I * (D / 32), 9, scale_byte), I, D};
     v3[e] = Fp4View{device_random(I * D / 2, 500 + e), device_random(I * (D / 32), 10, scale_byte), I, D};
     v2[e] = Fp4View{device_random(D * I / 2, 900 + e), device_random(D * (I / 32), 11, scale_byte), D, I};
@@ -229,26 +233,47 @@ void bench_experts() {
     CHECK_CUDA(cudaMemcpy(d, v.data(), sizeof(Fp4View) * E, cudaMemcpyHostToDevice));
     return reinterpret_cast<const Fp4View*>(d);
   };
-  if (!d1) d1 = up(v1), d3 = up(v3), d2 = up(v2);
+  ev.d1 = up(v1), ev.d3 = up(v3), ev.d2 = up(v2);
+  return ev;
+}
+
+// One random routing of `rows` rows to 6 of the 384 experts on the device.
+struct DeviceRouting {
+  int32_t *row, *expert;
+  float* weight;
+  int64_t n;
+  int distinct;  // experts with at least one pair
+};
+DeviceRouting device_routing(std::mt19937& rng, int rows) {
+  const dsv4::bench::RoutedPairs t = dsv4::bench::random_routing(rng, kExpertsE, rows, 6);
+  const std::vector<int32_t>& pr = t.row;
+  const std::vector<int32_t>& pe = t.expert;
+  std::vector<float> pw(pe.size(), 0.25f);
+  int distinct = 0;
+  for (size_t i = 0; i < pe.size(); ++i) distinct += i == 0 || pe[i] != pe[i - 1];
+  auto* a = reinterpret_cast<int32_t*>(device_random(pr.size() * 4, 0));
+  auto* b = reinterpret_cast<int32_t*>(device_random(pe.size() * 4, 0));
+  auto* c = reinterpret_cast<float*>(device_random(pw.size() * 4, 0));
+  CHECK_CUDA(cudaMemcpy(a, pr.data(), pr.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(b, pe.data(), pe.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(c, pw.data(), pw.size() * 4, cudaMemcpyHostToDevice));
+  return DeviceRouting{a, b, c, static_cast<int64_t>(pe.size()), distinct};
+}
+
+void bench_experts() {
+  if (!wanted("routed experts")) return;
+  const int64_t D = kExpertsD, I = kExpertsI;
+  const double expert_bytes = 3.0 * (double(I) * D / 2 + double(I) * (D / 32));
+  const ExpertViews ev = expert_views();
+  const Fp4View *d1 = ev.d1, *d3 = ev.d3, *d2 = ev.d2;
   std::mt19937 rng(77);
   for (int rows : rows_list({1, 8, 32, 512})) {  // 512 rows: 3,072 pairs on the prefill tiles
     // several routings so consecutive calls touch different experts (no L2 reuse across calls)
     const int kRoutings = 8;
     std::vector<std::tuple<int32_t*, int32_t*, float*, int64_t, double>> routes;
     for (int k = 0; k < kRoutings; ++k) {
-      const dsv4::bench::RoutedPairs t = dsv4::bench::random_routing(rng, E, rows, 6);
-      const std::vector<int32_t>& pr = t.row;
-      const std::vector<int32_t>& pe = t.expert;
-      std::vector<float> pw(pe.size(), 0.25f);
-      int distinct = 0;
-      for (size_t i = 0; i < pe.size(); ++i) distinct += i == 0 || pe[i] != pe[i - 1];
-      auto* a = reinterpret_cast<int32_t*>(device_random(pr.size() * 4, 0));
-      auto* b = reinterpret_cast<int32_t*>(device_random(pe.size() * 4, 0));
-      auto* c = reinterpret_cast<float*>(device_random(pw.size() * 4, 0));
-      CHECK_CUDA(cudaMemcpy(a, pr.data(), pr.size() * 4, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(b, pe.data(), pe.size() * 4, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(c, pw.data(), pw.size() * 4, cudaMemcpyHostToDevice));
-      routes.emplace_back(a, b, c, static_cast<int64_t>(pe.size()), distinct * expert_bytes);
+      const DeviceRouting r = device_routing(rng, rows);
+      routes.emplace_back(r.row, r.expert, r.weight, r.n, r.distinct * expert_bytes);
     }
     const int64_t n_pairs = std::get<3>(routes[0]);
     float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * D, 3, bf16_hi));
@@ -283,25 +308,59 @@ double dense_rate(int n = 8192) {
   return 2.0 * n * double(n) * n / (us * 1e-6);
 }
 
-// Prefill chunks through the same linears: rows x out x in multiply-adds per call.
+// One prefill line: the call on the 64 x 64 tiles and on the many-row GEMM in the same run (set_lowp_gemm),
+// flop per call, their TFLOP/s, share of the dense bf16 rate and the GEMM's speedup.
+void prefill_line(const char* kind, const char* name, int rows, double flop, double rate,
+                  const std::function<void(int, cudaStream_t)>& fn, int calls = 5) {
+  set_lowp_gemm(false);
+  const double us_tiles = time_us(fn, calls);
+  set_lowp_gemm(true);
+  const double us_gemm = time_us(fn, calls);
+  const double tf_tiles = flop / (us_tiles * 1e-6), tf_gemm = flop / (us_gemm * 1e-6);
+  std::printf("%-6s %-26s rows %5d  tiles %10.1f us %7.1f TFLOP/s x%.3f | gemm %10.1f us %7.1f TFLOP/s x%.3f | x%.2f\n",
+              kind, name, rows, us_tiles, tf_tiles / 1e12, tf_tiles / rate, us_gemm, tf_gemm / 1e12, tf_gemm / rate,
+              us_tiles / us_gemm);
+}
+
+// Prefill chunks of routed experts (6 per row): 3 x pairs x I x D multiply-adds per call.
+void bench_experts_prefill(double rate) {
+  if (!wanted("routed experts prefill")) return;
+  const int64_t D = kExpertsD, I = kExpertsI;
+  const ExpertViews ev = expert_views();
+  std::mt19937 rng(91);
+  for (int rows : rows_list({512, 2048, 8192})) {
+    const DeviceRouting r = device_routing(rng, rows);
+    float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * D, 3, bf16_hi));
+    DeviceBuffer scratch(sizeof(float) * (r.n * 3 * I + 64)), out(sizeof(float) * r.n * D);
+    const double flop = 2.0 * 3.0 * double(r.n) * I * D;
+    prefill_line("moe", "routed experts prefill x6", rows, flop, rate, [&](int, cudaStream_t s) {
+      CHECK_CUDA(moe_routed_experts(x, r.row, r.expert, r.weight, r.n, ev.d1, ev.d3, ev.d2, D, I, 32, 10.f,
+                                    scratch.as<float>(), out.as<float>(), s));
+    }, 3);
+  }
+}
+
+// Prefill chunks through the same linears: rows x out x in multiply-adds per call, on the 64 x 64
+// tiles and on the many-row GEMM (DSV4_BENCH_ROWS: other row counts).
 void bench_prefill(double rate) {
   struct Shape { const char* name; int64_t out, in; bool fp4; };
-  for (const Shape& sh : {Shape{"wq_b [32768, 1280]", 32768, 1280, false}, Shape{"wo_b [5120, 8192]", 5120, 8192, false},
+  for (const Shape& sh : {Shape{"wq_a [1280, 5120]", 1280, 5120, false}, Shape{"wq_b [32768, 1280]", 32768, 1280, false},
+                          Shape{"wo_b [5120, 8192]", 5120, 8192, false},
                           Shape{"shared w1/w3 [2304, 5120]", 2304, 5120, false},
+                          Shape{"shared w2 [5120, 2304]", 5120, 2304, false},
                           Shape{"expert w1/w3 [2304, 5120]", 2304, 5120, true}}) {
     if (!wanted(sh.name)) continue;
     Fp8View w8{device_random(sh.out * sh.in, 11), device_random(((sh.out + 31) / 32) * ((sh.in + 31) / 32), 5, scale_byte),
                sh.out, sh.in, 32};
     Fp4View w4{device_random(sh.out * sh.in / 2, 21), device_random(sh.out * (sh.in / 32), 7, scale_byte), sh.out, sh.in};
-    for (int rows : {2048, 4096, 8192}) {
+    for (int rows : rows_list({512, 2048, 4096, 8192})) {
       float* x = reinterpret_cast<float*>(device_random(sizeof(float) * rows * sh.in, 3, bf16_hi));
       DeviceBuffer yb(sizeof(float) * rows * sh.out);
-      const double us = time_us([&](int, cudaStream_t s) {
-        CHECK_CUDA(sh.fp4 ? fp4_linear(x, rows, w4, 32, yb.as<float>(), s) : fp8_linear(x, rows, w8, 32, yb.as<float>(), s));
-      }, 5);
-      const double flop = 2.0 * rows * double(sh.out) * sh.in, tf = flop / (us * 1e-6);
-      std::printf("%-6s %-26s rows %5d  %10.1f us  %7.1f TFLOP/s  x%.3f of dense bf16\n", sh.fp4 ? "fp4" : "fp8",
-                  sh.name, rows, us, tf / 1e12, tf / rate);
+      prefill_line(sh.fp4 ? "fp4" : "fp8", sh.name, rows, 2.0 * rows * double(sh.out) * sh.in, rate,
+                   [&](int, cudaStream_t s) {
+                     CHECK_CUDA(sh.fp4 ? fp4_linear(x, rows, w4, 32, yb.as<float>(), s)
+                                       : fp8_linear(x, rows, w8, 32, yb.as<float>(), s));
+                   });
     }
   }
   // bf16 on tensor cores: the grouped wo_a (8 x [1024, 4096]) as one launch, and the router-sized
@@ -395,6 +454,7 @@ int main() {
     const double rate = dense_rate();
     std::printf("dense bf16 GEMM (cuBLAS, 8192^3): %.0f TFLOP/s\n", rate / 1e12);
     bench_prefill(rate);
+    bench_experts_prefill(rate);
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "backends/cuda/kernels/linear/lowp_gemm.cuh"
 #include "backends/cuda/kernels/linear/lowp_prefill.cuh"
 #include "backends/cuda/kernels/linear/lowp_stream.cuh"
 #include "backends/cuda/kernels/block/moe_experts.cuh"
@@ -77,22 +78,27 @@ __global__ void __launch_bounds__(kSegThreads) groups_kernel(const int32_t* __re
   }
 }
 
-// Prefill pieces: tiles[0] = T; piece j covers pairs [tiles[1 + 2j], tiles[2 + 2j]), up to 64 pairs
-// of one segment (one expert), the segments' pieces in segment order.
-__global__ void __launch_bounds__(kSegThreads) pieces_kernel(const int32_t* __restrict__ seg,
-                                                              int32_t* __restrict__ tiles) {
+// Prefill pieces of the pairs [c0, c1): tiles[0] = T; piece j covers pairs [tiles[1 + 2j], tiles[2 + 2j]),
+// up to `piece` pairs of one segment (one expert) clipped to [c0, c1), the segments' pieces in segment order.
+__global__ void __launch_bounds__(kSegThreads) pieces_kernel(const int32_t* __restrict__ seg, int32_t c0, int32_t c1,
+                                                              int32_t piece, int32_t* __restrict__ tiles) {
   __shared__ int32_t warp_total[kSegThreads / 32];
   const int32_t S = seg[0], per = (S + kSegThreads - 1) / kSegThreads;
   const int32_t i0 = min(S, static_cast<int32_t>(threadIdx.x) * per), i1 = min(S, i0 + per);
   int32_t c = 0, total = 0;
-  for (int32_t i = i0; i < i1; ++i) c += (seg[2 + i] - seg[1 + i] + lowp::kPRows - 1) / lowp::kPRows;
+  for (int32_t i = i0; i < i1; ++i) {
+    const int32_t a = max(seg[1 + i], c0), b = min(seg[2 + i], c1);
+    if (b > a) c += (b - a + piece - 1) / piece;
+  }
   int32_t j = block_exclusive_scan(c, warp_total, total);
   if (threadIdx.x == 0) tiles[0] = total;
-  for (int32_t i = i0; i < i1; ++i)
-    for (int32_t a = seg[1 + i]; a < seg[2 + i]; a += lowp::kPRows, ++j) {
+  for (int32_t i = i0; i < i1; ++i) {
+    const int32_t b = min(seg[2 + i], c1);
+    for (int32_t a = max(seg[1 + i], c0); a < b; a += piece, ++j) {
       tiles[1 + 2 * j] = a;
-      tiles[2 + 2 * j] = min(a + lowp::kPRows, seg[2 + i]);
+      tiles[2 + 2 * j] = min(a + piece, b);
     }
+  }
 }
 
 // cpu::swiglu_clamped<float> of one element from the bf16 outputs g (w1) and up (w3), times the
@@ -217,6 +223,49 @@ __global__ void __launch_bounds__(256, 2) experts_prefill_kernel(
   }
 }
 
+// The many-row GEMM's pre-pass over the pairs [p0, p0 + n): act_quant of each pair's row (kDown = false:
+// x's row pair_row[p]; true: h's row p) into Q's rows 0 .. n-1, rows n .. n_alloc-1 zero.
+template <bool kDown>
+__global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restrict__ x,
+                                                            const int32_t* __restrict__ pair_row,
+                                                            const float* __restrict__ h, int64_t p0, int64_t n,
+                                                            int64_t n_alloc, int64_t in, int act_block,
+                                                            lowp::QuantRows Q) {
+  lowp::quant_rows<Fmt::fp4>(
+      [&](int64_t r) { return kDown ? h + (p0 + r) * in : x + int64_t(pair_row[p0 + r]) * in; }, n, n_alloc, in,
+      act_block, Q);
+}
+
+// The many-row GEMM over the pieces of one run of pairs starting at pair p_base (its rows quantized in Q,
+// pair p at Q's row p - p_base): CTA (x, y, z) takes columns [128 x, 128 x + 128) of pieces y, y + gridDim.y,
+// ... (tiles), weight w1 (z = 0, into a) or w3 (z = 1, into u) for the gate, w2 (into out) for the down.
+// Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel.
+template <bool kDown, int NT>
+__global__ void __launch_bounds__(lowp::kGThreads, 1) experts_gemm_kernel(
+    lowp::QuantRows Q, int64_t p_base, const int32_t* __restrict__ pair_expert, const Fp4View* __restrict__ w1,
+    const Fp4View* __restrict__ w3, const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, int kw,
+    const int32_t* __restrict__ tiles, float* __restrict__ a, float* __restrict__ u, float* __restrict__ out) {
+  extern __shared__ float4 smem4[];
+  const int32_t T = tiles[0];
+  const int64_t col0 = int64_t(blockIdx.x) * lowp::kGCols;
+  for (int32_t j = blockIdx.y; j < T; j += gridDim.y) {
+    const int32_t p0 = tiles[1 + 2 * j], n = tiles[2 + 2 * j] - p0;
+    const int e = pair_expert[p0];
+    if (e < 0) continue;  // another rank's expert (uniform over the CTA)
+    if constexpr (kDown) {
+      lowp::gemm_tile<Fmt::fp4, NT>(
+          Q, p0 - p_base, n, as_lowp(w2[e]), act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4),
+          [&](int r, int64_t col, float v) { out[int64_t(p0 + r) * D + col] = round_bf16(v); });
+    } else {
+      float* y = blockIdx.z ? u : a;
+      lowp::gemm_tile<Fmt::fp4, NT>(
+          Q, p0 - p_base, n, as_lowp(blockIdx.z ? w3[e] : w1[e]), act_block, kw, col0,
+          reinterpret_cast<uint8_t*>(smem4),
+          [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * I + col] = round_bf16(v); });
+    }
+  }
+}
+
 // h = swiglu_h(a, u) in place over a, for every pair of a held expert; CTAs over pairs.
 __global__ void swiglu_pairs_kernel(float* __restrict__ a, const float* __restrict__ u,
                                     const int32_t* __restrict__ pair_expert, const float* __restrict__ pair_weight,
@@ -239,11 +288,78 @@ const lowp::SmCaps& caps() {  // per-device limits, read once
                           reinterpret_cast<const void*>(experts_prefill_kernel<true>)})
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(lowp::prefill_smem<Fmt::fp4>()));
+    auto gemm_optin = [](const void* k, size_t bytes) {
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    };
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 1>), lowp::GemmLayout<Fmt::fp4, 1>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 2>), lowp::GemmLayout<Fmt::fp4, 2>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 4>), lowp::GemmLayout<Fmt::fp4, 4>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 1>), lowp::GemmLayout<Fmt::fp4, 1>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 2>), lowp::GemmLayout<Fmt::fp4, 2>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 4>), lowp::GemmLayout<Fmt::fp4, 4>::kBytes);
     return r;
   }();
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
+
+template <bool kDown, int NT>
+void launch_experts_gemm(const lowp::QuantRows& Q, int64_t p_base, int64_t n, const int32_t* pair_expert,
+                         const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I, int act_block,
+                         int kw, const int32_t* tiles, float* a, float* u, float* out, cudaStream_t s) {
+  constexpr int R = lowp::kGRows<NT>;
+  // pieces: at most n / R + one per segment; the CTAs along y loop over them
+  const unsigned ys = static_cast<unsigned>(std::min<int64_t>((n + R - 1) / R + std::min<int64_t>(n, 384), 65535));
+  const int64_t cols = kDown ? D : I;
+  const dim3 grid(static_cast<unsigned>((cols + lowp::kGCols - 1) / lowp::kGCols), ys, kDown ? 1 : 2);
+  experts_gemm_kernel<kDown, NT><<<grid, lowp::kGThreads, lowp::GemmLayout<Fmt::fp4, NT>::kBytes, s>>>(
+      Q, p_base, pair_expert, w1, w3, w2, D, I, act_block, kw, tiles, a, u, out);
+}
+
+// The prefill path on the many-row GEMM: a segment table; then per run of up to gemm_chunk_rows pairs
+// (each run's rows act_quant'ed once into a stream-ordered buffer) the gate and up over its pieces;
+// SwiGLU over every pair; then per run the down. 32 NT pairs per row tile (lowp::experts_nt).
+template <int NT>
+cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
+                         int64_t n_pairs, const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I,
+                         int act_block, float swiglu_limit, float* scratch, float* out, cudaStream_t s) {
+  if (lowp::GemmLayout<Fmt::fp4, NT>::kBytes > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  float* a = scratch;                                                      // [n_pairs, I], then h in place
+  float* u = scratch + n_pairs * I;                                        // [n_pairs, I]
+  int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
+  int32_t* tiles = seg + n_pairs + 2;  // [1 + 2 T], T <= n_pairs / 32 + S (S <= n_pairs)
+  const int kwg = lowp::k_slices(D, static_cast<int>(D / act_block)), kwd = lowp::k_slices(I, static_cast<int>(I / act_block));
+  const int64_t chunk = lowp::gemm_chunk_rows(std::max(D, I)), pad = 128;  // pad: a piece's rows past the run
+  void* buf = nullptr;
+  cudaError_t e = lowp::gemm_alloc(lowp::quant_row_bytes(std::max(D, I)) * size_t(std::min(n_pairs, chunk) + pad), s, &buf);
+  if (e != cudaSuccess) return e;
+  segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
+  auto quant_blocks = [&](int64_t rows, const lowp::QuantRows& Q) {
+    const int64_t items = rows * (Q.kp / lowp::kGStageK);
+    return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((items + 31) / 32, int64_t(caps().sms) * 16)));
+  };
+  for (int kDown = 0; kDown < 2 && e == cudaSuccess; ++kDown) {
+    if (kDown)
+      swiglu_pairs_kernel<<<static_cast<unsigned>(std::min<int64_t>(n_pairs, 8192)), 256, 0, s>>>(
+          a, u, pair_expert, pair_weight, n_pairs, I, swiglu_limit);
+    for (int64_t c0 = 0; c0 < n_pairs && e == cudaSuccess; c0 += chunk) {
+      const int64_t n = std::min(chunk, n_pairs - c0);
+      pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, static_cast<int32_t>(c0), static_cast<int32_t>(c0 + n),
+                                              lowp::kGRows<NT>, tiles);
+      const lowp::QuantRows Q = lowp::quant_rows_at(buf, n + pad, kDown ? I : D);
+      if (kDown) {
+        experts_quant_kernel<true><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I, act_block, Q);
+        launch_experts_gemm<true, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out, s);
+      } else {
+        experts_quant_kernel<false><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D, act_block, Q);
+        launch_experts_gemm<false, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out, s);
+      }
+      e = cudaGetLastError();
+    }
+  }
+  const cudaError_t f = lowp::gemm_free(buf, s);
+  return e != cudaSuccess ? e : f;
+}
 
 }  // namespace
 
@@ -255,6 +371,16 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
       (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(scratch) & 15))
     return cudaErrorInvalidValue;
   if (n_pairs == 0) return cudaSuccess;
+  if (n_pairs >= std::max<int64_t>(1, tile_pairs) && lowp::gemm_enabled()) {  // speed only, as below
+    (void)caps();
+    const int nt = lowp::experts_nt(n_pairs);
+    if (nt == 4) return experts_gemm<4>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
+                                                     act_block, swiglu_limit, scratch, out, s);
+    if (nt == 2) return experts_gemm<2>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
+                                                    act_block, swiglu_limit, scratch, out, s);
+    return experts_gemm<1>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I, act_block, swiglu_limit,
+                           scratch, out, s);
+  }
   if (n_pairs >= std::max<int64_t>(1, tile_pairs)) {  // speed only: every pair gets the bits of the row tiles
     const size_t limit = static_cast<size_t>(smem_optin());
     if (lowp::prefill_smem<Fmt::fp4>() + sizeof(const float*) * lowp::kPRows > limit) return cudaErrorInvalidValue;
@@ -263,7 +389,7 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
     int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
     int32_t* tiles = seg + n_pairs + 2;  // [1 + 2 T], T <= n_pairs / 64 + S (S <= n_pairs)
     segment_kernel<<<1, kSegThreads, 0, s>>>(pair_expert, n_pairs, seg);
-    pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, tiles);
+    pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, 0, static_cast<int32_t>(n_pairs), lowp::kPRows, tiles);
     const unsigned ys = static_cast<unsigned>(std::min<int64_t>((n_pairs + 63) / 64 + std::min<int64_t>(n_pairs, 384), 65535));
     const int kwg = lowp::k_slices(D, static_cast<int>(D / act_block)), kwd = lowp::k_slices(I, static_cast<int>(I / act_block));
     experts_prefill_kernel<false><<<dim3(static_cast<unsigned>((I + 63) / 64), ys, 2), 256, lowp::prefill_smem<Fmt::fp4>(), s>>>(

@@ -22,8 +22,9 @@ namespace dsv4::cuda {
 // marks so the pairs of experts another rank holds (tp_forward.h).
 // Refused with cudaErrorInvalidValue: act_block not 32, 64 or 128, D or I not a multiple of it, x or
 // scratch not 16-byte aligned. Returns the last launch's cudaGetLastError().
-// From `tile_pairs` pairs on, the pairs run on the 64 x 64 prefill tiles (weights read once per 64 pairs
-// of an expert), below on the row kernels (once per 8): speed only, both give every pair the same bits.
+// From `tile_pairs` pairs on, the pairs run on the many-row GEMM (lowp_gemm.cuh; or the 64 x 64 prefill
+// tiles under set_lowp_gemm(false)), weights read once per row tile of 32 to 128 pairs of an expert;
+// below on the row kernels (once per 8): speed only, both give every pair the same bits.
 // The default, 8 pairs per expert of V4.1's 384 on average, keeps decode and verify calls (at most a few
 // pairs per expert, where a tile of mostly empty rows costs far more than it saves: a 48-row verify took
 // 2x as long on the tiles) on the row kernels and prefill chunks of 512 rows and more on the tiles.

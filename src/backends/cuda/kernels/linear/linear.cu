@@ -5,6 +5,7 @@
 
 #include "backends/cuda/exl3/exl3_view.h"
 #include "backends/cuda/kernels/linear/linear.cuh"
+#include "backends/cuda/kernels/linear/lowp_gemm.cuh"
 #include "backends/cuda/kernels/linear/lowp_prefill.cuh"
 #include "backends/cuda/kernels/linear/lowp_stream.cuh"
 
@@ -83,6 +84,32 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
       [&](int r, int64_t col, float v) { y[(row0 + r) * W.out + col] = round_bf16(v); });
 }
 
+// The many-row GEMM's pre-pass: act_quant of x's rows 0 .. n-1 into Q (rows n .. rows_alloc-1 zero).
+template <Fmt F>
+__global__ void __launch_bounds__(256) gemm_quant_kernel(const float* __restrict__ x, int64_t in, int64_t n,
+                                                         int64_t rows_alloc, int act_block, lowp::QuantRows Q) {
+  lowp::quant_rows<F>([&](int64_t r) { return x + r * in; }, n, rows_alloc, in, act_block, Q);
+}
+
+// The many-row GEMM over Q's rows 0 .. rows-1 into y [rows, W.out] (bf16 values). One CTA per
+// (128-column tile, 32 NT-row tile), in groups of kGroup column tiles whose row tiles run in turn
+// (the group's weights and the rows in flight stay in L2).
+template <Fmt F, int NT>
+__global__ void __launch_bounds__(lowp::kGThreads, 1)
+    gemm_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
+                       float* __restrict__ y) {
+  extern __shared__ float4 smem4[];
+  constexpr int R = lowp::kGRows<NT>;
+  constexpr int64_t kGroup = 8;
+  const int64_t row_tiles = (rows + R - 1) / R, per_group = kGroup * row_tiles;
+  const int64_t id = blockIdx.x, grp = id / per_group, c0 = grp * kGroup;
+  const int64_t gw = col_tiles - c0 < kGroup ? col_tiles - c0 : kGroup, l = id - grp * per_group;
+  const int64_t ct = c0 + l % gw, row0 = (l / gw) * R;
+  const int nrows = static_cast<int>(rows - row0 < R ? rows - row0 : R);
+  lowp::gemm_tile<F, NT>(Q, row0, nrows, W, act_block, kw, ct * lowp::kGCols, reinterpret_cast<uint8_t*>(smem4),
+                         [&](int r, int64_t col, float v) { y[(row0 + r) * W.out + col] = round_bf16(v); });
+}
+
 // Per-device limits, read once (the engine runs on one device per process).
 const lowp::SmCaps& caps() {
   static const lowp::SmCaps c = lowp::device_caps({reinterpret_cast<const void*>(tc_linear_kernel<Fmt::fp8>),
@@ -92,7 +119,13 @@ const lowp::SmCaps& caps() {
                                                    reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp4, 1>),
                                                    reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp8, 2>),
                                                    reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
-                                                   reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>)});
+                                                   reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 1>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 4>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 1>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 4>)});
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
@@ -105,6 +138,7 @@ int smem_optin() { return static_cast<int>(caps().smem_block); }
 constexpr int64_t kPrefillRows = 32, kWidePrefillRows = 16, kWideOut = 16384;
 int64_t g_prefill_rows = 0;
 int64_t prefill_rows(int64_t out) {
+  if (g_prefill_rows < 0) return 0;  // every row count on the many-row path (tests)
   return g_prefill_rows > 0 ? g_prefill_rows : out >= kWideOut ? kWidePrefillRows : kPrefillRows;
 }
 
@@ -116,8 +150,48 @@ bool bad_shape(const float* x, int64_t rows, const LowpWeight& W, int act_block)
          ((W.scale_cols / 32) & (W.scale_cols / 32 - 1));
 }
 
+template <Fmt F, int NT>
+cudaError_t launch_gemm_nt(const lowp::QuantRows& Q, int64_t rows, const LowpWeight& W, int act_block, int kw,
+                           int64_t col_tiles, float* y, cudaStream_t s) {
+  constexpr size_t smem = lowp::GemmLayout<F, NT>::kBytes;
+  if (smem > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  const int64_t ctas = col_tiles * ((rows + lowp::kGRows<NT> - 1) / lowp::kGRows<NT>);
+  gemm_linear_kernel<F, NT><<<static_cast<unsigned>(ctas), lowp::kGThreads, smem, s>>>(Q, rows, W, act_block, kw,
+                                                                                      col_tiles, y);
+  return cudaGetLastError();
+}
+
+// The many-row GEMM: in pieces of gemm_chunk_rows rows, each act_quant'ed once into a stream-ordered
+// buffer, then multiplied by every column tile.
+template <Fmt F>
+cudaError_t launch_gemm(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
+  const int kw = lowp::k_slices(W.in, static_cast<int>(W.in / act_block));
+  const int64_t chunk = lowp::gemm_chunk_rows(W.in), col_tiles = (W.out + lowp::kGCols - 1) / lowp::kGCols;
+  const int64_t most = (std::min(rows, chunk) + 127) / 128 * 128;  // rows of the largest piece, padded
+  void* buf = nullptr;
+  cudaError_t e = lowp::gemm_alloc(lowp::quant_row_bytes(W.in) * size_t(most), s, &buf);
+  if (e != cudaSuccess) return e;
+  for (int64_t r0 = 0; r0 < rows && e == cudaSuccess; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0), n_alloc = (n + 127) / 128 * 128;
+    const lowp::QuantRows Q = lowp::quant_rows_at(buf, n_alloc, W.in);
+    const int64_t warps = n_alloc * (Q.kp / lowp::kGStageK);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((warps + 31) / 32, int64_t(caps().sms) * 16));
+    gemm_quant_kernel<F><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc, act_block, Q);
+    if ((e = cudaGetLastError()) != cudaSuccess) break;
+    float* yp = y + r0 * W.out;
+    switch (lowp::gemm_nt(n, col_tiles, caps().sms)) {
+      case 4: e = launch_gemm_nt<F, 4>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
+      case 2: e = launch_gemm_nt<F, 2>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
+      default: e = launch_gemm_nt<F, 1>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
+    }
+  }
+  const cudaError_t f = lowp::gemm_free(buf, s);
+  return e != cudaSuccess ? e : f;
+}
+
 template <Fmt F>
 cudaError_t launch_prefill(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
+  if (lowp::gemm_enabled()) return launch_gemm<F>(x, rows, W, act_block, y, s);
   if (lowp::prefill_smem<F>() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   const int kw = lowp::k_slices(W.in, static_cast<int>(W.in / act_block));
   const dim3 grid(static_cast<unsigned>((W.out + lowp::kPCols - 1) / lowp::kPCols), static_cast<unsigned>((rows + lowp::kPRows - 1) / lowp::kPRows));

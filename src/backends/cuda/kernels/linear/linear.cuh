@@ -33,9 +33,19 @@ cudaError_t fp4_linear(const float* x, int64_t rows, const Fp4View& W, int act_b
 // Speed only: every output's bits are the same under any setting.
 void set_lowp_layout_override(int slices_per_warp, int ring_depth);
 // Benchmarks only: the row count above which the FP8/FP4 linears run the 64 x 64 prefill tiles
-// (set_lowp_tile_rows) and the bf16 linears their tile kernel (set_bf16_tile_rows); 0: the defaults.
+// (set_lowp_tile_rows) and the bf16 linears their tile kernel (set_bf16_tile_rows); 0: the defaults;
+// negative (set_lowp_tile_rows only): every row count, down to 1.
 // Speed only: a row's bits are the same on either path (linear_cuda_test, wide_linear_test).
 void set_lowp_tile_rows(int64_t rows);
+// Benchmarks and tests only: whether the FP8 / FP4 linears above the row kernels' range (and
+// moe_routed_experts from its tile pairs on) run the many-row GEMM (lowp_gemm.cuh: rows act_quant'ed
+// once per launch, 128-column tiles, a multi-stage pipeline; the default) or the 64 x 64 prefill
+// tiles (lowp_prefill.cuh). DSV4_LOWP_GEMM=0 in the environment makes the prefill tiles the default.
+// Speed only: every output gets the same bits on either path (lowp_gemm_cuda_test).
+void set_lowp_gemm(bool on);
+// Tests and benchmarks only: the many-row GEMM's rows per CTA (32, 64 or 128) for every launch; 0
+// restores its choice. Speed only.
+void set_lowp_gemm_tile_rows(int rows);
 // Benchmarks and tests only: which kernel the FP8 / FP4 linears at up to 32 rows (and moe_routed_experts
 // below its tile pairs) run: one CTA per 16-column tile (rows_tile), the streaming kernel
 // (lowp_stream.cuh: resident CTAs, each a run of (row pass, 16-column tile) items), or the automatic
