@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "backends/cpu/oracle_forward.h"
 #include "backends/cpu/vision_tower.h"
@@ -12,6 +14,7 @@
 #include "backends/cuda/runtime/device_info.h"
 #include "backends/cuda/forward/forward.h"
 #include "backends/cuda/model/model.h"
+#include "backends/cuda/vision/vision_seam.h"
 #endif
 
 namespace dsv4::cli {
@@ -76,9 +79,23 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
 #endif
 }
 
+bool vision_tower_on_device(const BackendChoice& choice) {
+#ifdef DSV4_WITH_CUDA
+  // DSV4_VISION_TOWER=host keeps the oracle's tower on the host under --backend cuda (comparisons and tests).
+  const char* where = std::getenv("DSV4_VISION_TOWER");
+  return choice.name == "cuda" && !(where != nullptr && std::string_view(where) == "host");
+#else
+  (void)choice;
+  return false;
+#endif
+}
+
 StatusOr<std::unique_ptr<engine::VisionTower>> make_vision_tower(const BackendChoice& choice,
                                                                  std::shared_ptr<const family::Model> model) {
   const bool oracle = choice.name == "cpu";
+#ifdef DSV4_WITH_CUDA
+  if (vision_tower_on_device(choice)) return cuda::make_vision_tower(*model, choice.device);
+#endif
   return cpu::make_vision_tower(std::move(model), oracle && choice.ref64 ? cpu::Precision::ref64 : cpu::Precision::ref32,
                                 oracle ? choice.threads : 0);
 }

@@ -44,11 +44,15 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
                                                                   std::shared_ptr<const family::Model> model);
 
 // The vision tower images are encoded with on `model` for the chosen backend: the CPU oracle's (ref64 when the oracle
-// runs ref64), on the host for CUDA too — no device tower exists yet; the GPU takes its rows as given embedding rows.
-// `unavailable` ("vision tower not available: ...") when the model has no vision config or its vision tensors do not
-// bind.
+// runs ref64) for cpu; for cuda the device tower (backends/cuda/vision/) on the backend's GPU, its weights uploaded
+// here, or the oracle's on the host when the environment sets DSV4_VISION_TOWER=host. Either way the forward takes
+// the rows as given embedding rows. `unavailable` ("vision tower not available: ...") when the model has no vision
+// config, its vision tensors do not bind, or the device tower cannot be set up.
 StatusOr<std::unique_ptr<engine::VisionTower>> make_vision_tower(const BackendChoice& choice,
                                                                  std::shared_ptr<const family::Model> model);
+
+// Whether make_vision_tower puts the tower on the GPU (--backend cuda without DSV4_VISION_TOWER=host).
+bool vision_tower_on_device(const BackendChoice& choice);
 
 // A one-line description of the forward for logs ("CPU oracle", "CUDA (NVIDIA H200)").
 std::string backend_description(const BackendChoice& choice);

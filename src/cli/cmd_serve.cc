@@ -208,6 +208,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
     shape.parallel = flags.parallel;
     shape.call_rows = bc.max_call_rows;
     shape.prompt_cache_bytes = flags.prompt_cache_mib << 20;
+    shape.vision_tower = images != nullptr && shape.tp == 1 && model->config.vision.has_value() &&
+                         vision_tower_on_device(bc);
     std::FILE* out = control == nullptr || control->rank() == 0 ? stderr : nullptr;
     std::FILE* sink = out ? out : std::fopen("/dev/null", "w");
     const Status fits = check_memory(*model, shape, flags.memory, sink);

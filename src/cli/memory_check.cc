@@ -75,6 +75,7 @@ Status check_memory(const family::Model& m, const ServeShape& shape, const Memor
   in.max_call_rows = shape.call_rows;
   in.drafter = shape.drafter;
   in.prompt_cache_bytes = shape.prompt_cache_bytes;
+  in.vision_tower = shape.vision_tower;
   DSV4_ASSIGN_OR_RETURN(in.engram, engine::parse_engram_placement(f.engram));
   DSV4_ASSIGN_OR_RETURN(in.device_memory, gpu_memory_bytes(f.gpu_memory));
   DSV4_ASSIGN_OR_RETURN(in.host_memory, host_memory_bytes(f.host_memory));

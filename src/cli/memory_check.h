@@ -38,6 +38,7 @@ struct ServeShape {
   int64_t call_rows = 4096;
   bool drafter = true;
   int64_t prompt_cache_bytes = 0;
+  bool vision_tower = false;  // the device vision tower on GPU 0 (its weights and one image's scratch)
 };
 
 // Plans serving `m` (the whole model) on `shape`, prints the plan to `out`, and refuses (resource_exhausted, the

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/byte_size.h"
+#include "engine/vision_memory.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
 
@@ -79,6 +80,12 @@ void finish_plan(MemoryPlan& p) {
     m.drafter_weights = p.share.rank_drafter[static_cast<size_t>(r)];
     m.caches = int64_t{inputs.parallel} * p.stream_bytes;
     m.scratch = p.scratch.total();
+    if (r == 0 && inputs.vision_tower && c.vision.has_value()) {
+      m.vision_weights = vision_weight_bytes(*c.vision, c.hidden_size);
+      m.vision_scratch = vision_device_bytes(*c.vision, c.hidden_size) - m.vision_weights;
+      m.weights += m.vision_weights;
+      m.scratch += m.vision_scratch;
+    }
     m.runtime = kDeviceRuntimeBytes + kGraphBytes + (inputs.tp > 1 ? kNcclBytes : 0);
     const int64_t rest = m.weights + m.caches + m.scratch + m.runtime;
     m.margin = std::max(kMinMarginBytes, static_cast<int64_t>(static_cast<double>(rest) * kMarginFraction));
@@ -94,7 +101,11 @@ void finish_plan(MemoryPlan& p) {
   h.history = local * int64_t{inputs.parallel} * inputs.max_context * static_cast<int64_t>(sizeof(int64_t));
   h.prompt_cache = inputs.prompt_cache_bytes;
 
-  if (p.share.not_loaded > 0)
+  if (!p.ranks.empty() && p.ranks[0].vision_weights > 0)
+    p.notes.push_back(fmt::format("vision tower on GPU 0: weights {} and one largest image's scratch {} (in its weights "
+                                  "and scratch)",
+                                  format_bytes(p.ranks[0].vision_weights), format_bytes(p.ranks[0].vision_scratch)));
+  else if (p.share.not_loaded > 0)
     p.notes.push_back(fmt::format("not loaded: {} of vision tower and aligner (the text model does not read them)",
                                   format_bytes(p.share.not_loaded)));
   if (p.share.drafter_not_loaded > 0)

@@ -67,6 +67,9 @@ struct MemoryPlanInputs {
   int64_t max_rollback = 128;           // rows a stream can be rolled back by (the lane backend's)
   int64_t max_call_rows = 4096;         // rows of one forward call: the prefill chunk (cli/backend_choice.h)
   bool drafter = true;                  // upload the DSpark drafter (V4.1; the 0731 drafter is not run)
+  // The device vision tower on rank 0 (serve --backend cuda at tp 1, a config with vision_config): its weights and
+  // one largest image's scratch (engine/vision_memory.h) join rank 0's weights and scratch.
+  bool vision_tower = false;
   EngramPlacement engram = EngramPlacement::mapped;
   int64_t staging_bytes = int64_t{512} << 20;      // pinned load buffers per rank process (2 x 256 MiB)
   int64_t prompt_cache_bytes = int64_t{256} << 20; // serve --prompt-cache-mib, on rank 0's host
@@ -80,6 +83,8 @@ struct RankMemory {
   int64_t drafter_weights = 0;  // of which the DSpark stages
   int64_t caches = 0;           // parallel x one stream's device caches
   int64_t scratch = 0;
+  int64_t vision_weights = 0;   // of weights, the device vision tower's (rank 0, inputs.vision_tower)
+  int64_t vision_scratch = 0;   // of scratch, the device vision tower's
   int64_t runtime = 0;          // context, graphs, NCCL
   int64_t margin = 0;
   int64_t need() const { return weights + caches + scratch + runtime + margin; }

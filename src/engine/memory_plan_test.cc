@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/byte_size.h"
+#include "engine/vision_memory.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::engine {
@@ -144,6 +145,26 @@ TEST(MemoryPlan, RefusesPinnedEngramOnASmallHost) {
 }
 
 // Context and streams only move caches and scratch: a shorter context saves what the hand numbers say.
+// The device vision tower (serve --backend cuda at tp 1): GPU 0's weights and scratch grow by its bytes.
+// Weights 970,514,432: the release table's vision and aligner tensors (970,506,240, weight_share_test.cc) plus
+// patch_embed's 4 zero columns of padding (1,024 x 4 x 2 = 8,192); scratch 545,927,936 for 9,198 patches and 1,022
+// aligner rows (vision_memory.cc's layout, evaluated by hand).
+TEST(MemoryPlan, DeviceVisionTowerOnGpu0) {
+  MemoryPlanInputs in = v41(1, 4096, 1);
+  auto base = plan_memory(in);
+  in.vision_tower = true;
+  auto p = plan_memory(in);
+  ASSERT_TRUE(base.ok() && p.ok());
+  const family::Config& c = in.config;
+  EXPECT_EQ(vision_weight_bytes(*c.vision, c.hidden_size), 970514432);
+  EXPECT_EQ(vision_device_bytes(*c.vision, c.hidden_size) - 970514432, 545927936);
+  EXPECT_EQ(p->ranks[0].weights - base->ranks[0].weights, 970514432);
+  EXPECT_EQ(p->ranks[0].scratch - base->ranks[0].scratch, 545927936);
+  bool noted = false;
+  for (const std::string& n : p->notes) noted |= has(n, "vision tower on GPU 0");
+  EXPECT_TRUE(noted);
+}
+
 TEST(MemoryPlan, ReplanKeepsWeights) {
   auto p = plan_memory(v41(8, 65536, 4));
   ASSERT_TRUE(p.ok());

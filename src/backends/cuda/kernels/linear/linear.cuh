@@ -55,6 +55,9 @@ void set_lowp_row_kernel(RowKernel k);
 void set_bf16_tile_rows(int64_t rows);
 // bf16 weights and inputs, float accumulation, -> bf16. W.in a multiple of 8.
 cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
+// bf16_linear's sum before its rounding: y holds the fp32 totals (a caller adds a bias, then rounds once).
+// round_bf16 of each element is bit for bit bf16_linear's. Refused as bf16_linear, and for EXL3 views.
+cudaError_t bf16_linear_f32(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s);
 // A block-diagonal bf16 linear in one launch (attention's grouped wo_a): W [groups * out, in] holds
 // `groups` weights of [out, in] (out = W.out / groups); x float [groups, rows, W.in] (group-major);
 // y float [rows, W.out], group g's outputs at columns [g out, (g + 1) out). Each group's values are

@@ -366,6 +366,11 @@ cudaError_t bf16_linear(const float* x, int64_t rows, const Bf16View& W, float* 
   return launch<true>(x, rows, W.w, W.out, W.in, 1, y, W.out, s);
 }
 
+cudaError_t bf16_linear_f32(const float* x, int64_t rows, const Bf16View& W, float* y, cudaStream_t s) {
+  if (W.exl3) return cudaErrorInvalidValue;
+  return launch<false>(x, rows, W.w, W.out, W.in, 1, y, W.out, s);
+}
+
 cudaError_t bf16_grouped_linear(const float* x, int64_t rows, const Bf16View& W, int64_t groups, float* y,
                                 cudaStream_t s) {
   if (W.exl3 || groups < 1 || W.out % groups) return cudaErrorInvalidValue;
