@@ -125,6 +125,9 @@ ScratchEstimate estimate_scratch(const family::Config& c, int32_t tp, int64_t ro
   // piece 4 B, input row 8 B, top-k row 8 B, candidate row 4 B) and the tapped and logit rows' places (8 B).
   s.other = align256(rows * x.layers * (x.v4 ? kPieceV4 + kPieceDev : kPieceDev)) + rows * x.layers * 32 +
             (x.taps + 1) * rows * 8 + (exl3 ? 2 * 64 * kMiB : 0);
+  // The many-row GEMM of the FP8 / FP4 linears (calls of more than 16 rows): a launch's quantized rows, at most
+  // 192 MiB, from the device's stream-ordered pool, which keeps up to 256 MiB between launches (lowp_gemm.cu).
+  if (!exl3 && rows > 16) s.other += 256 * kMiB;
   return s;
 }
 

@@ -14,7 +14,9 @@
 // - tensor parallel: Forward::create's gathers at tp > 1 (the head's rows x vocab logits, every (row, expert)
 //   output from every rank, the output groups, the residual rows), plus 4 MiB;
 // - call metadata (call_meta.cc: one piece record per layer and row) and, for EXL3 packs, the EXL3
-//   linears' scratch (exl3_view.h: at least 64 MiB per CUDA stream, the forward's and its side stream).
+//   linears' scratch (exl3_view.h: at least 64 MiB per CUDA stream, the forward's and its side stream), or, for
+//   FP8 / FP4 weights and calls of more than 16 rows, the many-row GEMM's pooled quantized rows (lowp_gemm.cu:
+//   256 MiB kept; outside the arena).
 // Rows x context is the term that grows fastest: 4,096 rows at 1M positions is 16 GiB of index scores.
 #pragma once
 
