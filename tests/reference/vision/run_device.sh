@@ -50,6 +50,6 @@ for preset in tiny small; do
   python3 "$here/vision_ref.py" golden "$w/patches" "$w/ref_cpu" "$work/golden/$preset" \
     --preset "$preset" --seed "$seed" || status=1
 done
-echo "golden files: $work/golden (copy its tiny/ and small/ to tests/data/vision/ to commit them with a test reading them)"
+echo "golden files: $work/golden (copy its tiny/ and small/ to tests/data/vision_reference/, read by cpu_test VisionReference.*)"
 du -sh "$work/golden" 2>/dev/null || true
 exit $status
