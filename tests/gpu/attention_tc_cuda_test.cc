@@ -284,9 +284,10 @@ TEST_F(TcAttention, MatchesOracleWithinTolerance) {
 
 // Batch invariance, byte for byte: a row alone, at position 0 and at position 237 of a 300-row
 // launch (the same q, position, piece and list at both places) give the same bytes; every row of
-// the 300-row launch equals the same row launched alone, and the rows of a 20-row launch (the
-// one-m-tile CTAs of short launches) equal theirs in the 300-row launch (two m-tiles per CTA at 64
-// heads).
+// the 300-row launch equals the same row launched alone, and the rows of 20-row launches equal
+// theirs in the 300-row launch. The three row counts take the kernel's three grids (attn_sparse_tc.cu:
+// one row: CTAs of 16 heads and a quarter of the channels at d >= 256; 20 rows: 16 heads, every
+// channel; 300 rows: 32 heads per CTA at 64 heads), which must agree bit for bit.
 TEST_F(TcAttention, BatchInvariantByBytes) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(s.name);

@@ -1,7 +1,7 @@
 // Sparse attention with sinks over [window part ; selected compressed rows] (model-spec.md §3.6,
-// K41 sparse_attn) on tensor cores. One CTA serves one row and 16 * MT of its heads (the MMA's M
-// side, padded with zero queries past H); it walks the row's 64-entry blocks that hold a valid
-// entry, in list order, and per block:
+// K41 sparse_attn) on tensor cores. One CTA serves one row, 16 * MT of its heads (the MMA's M
+// side, padded with zero queries past H) and 1 / CS of the output channels; it walks the row's
+// 64-entry blocks that hold a valid entry, in list order, and per block:
 //   S = Q K^T by mma.m16n8k16 (bf16 q and keys, fp32 accumulation, k steps in ascending order),
 //     times scale, invalid entries -inf;
 //   per head the block max, m_new = max(m, block max) (m from -1e30), alpha = exp(m - m_new),
@@ -14,8 +14,8 @@
 // CUDA-core kernels stage), in phases that each overlap a part of the block's MMAs.
 // Batch invariance: the output of a (row, head) is a function of the row's q, list and keys alone;
 // every head sits at the same MMA row (h % 16), every entry and channel at the same MMA column,
-// and the per-head softmax runs in the same lanes whatever MT is, so CTAs of one or two m-tiles
-// give the same bits and the row count only picks the grid.
+// and the per-head softmax runs in the same lanes whatever the CTA's share of heads (MT m-tiles)
+// and of channels (1 / CS) is, so every grid gives the same bits and the row count only picks it.
 #include <type_traits>
 
 #include "backends/cuda/kernels/attention/attn_mma.cuh"
@@ -81,22 +81,28 @@ __device__ __forceinline__ void static_for(F&& f) {
   }
 }
 
-// Grid (rows, ceil(H / (16 MT))); 4 MT warps, warp w = (m-tile mt = w / 4, quarter qw = w % 4):
-// scores of heads 16 mt.. x entries 16 qw..; softmax of heads 16 mt + 4 qw + lane / 8, 8 lanes
-// per head, 8 entries each; accumulation of heads 16 mt.. x channels qw D / 4...
-template <int D, int MT>
+// Grid (rows, ceil(H / (16 MT)), CS): CTA z accumulates channel slice z of D / CS (every CTA
+// computes the scores and softmax of its heads in full). 4 MT warps, warp w = (m-tile mt = w / 4,
+// quarter qw = w % 4): scores of heads 16 mt.. x entries 16 qw..; softmax of heads
+// 16 mt + 4 qw + lane / 8, 8 lanes per head, 8 entries each; accumulation of heads 16 mt.. x
+// channels z D / CS + qw D / (4 CS)...
+template <int D, int MT, int CS>
 __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   using L_t = TcLayout<D, MT>;
   constexpr int kThreads = 128 * MT, kHeads = 16 * MT, kRowB = L_t::kRowB;
   constexpr int kRuns = D / 8;                                      // runs per key row
-  constexpr int kNT = D / 32;                                       // n-tiles of 8 channels per warp
+  constexpr int kCw = D / CS / 4;                                   // channels per warp
+  constexpr int kNT = kCw / 8;                                      // n-tiles of 8 channels per warp
   constexpr int kPairs = kNT / 2;
+  static_assert(kPairs >= 1, "at least 16 channels per warp");
   // Staging phases: the scores' k steps and the accumulation's n-tile pairs each in kParts parts,
-  // one phase per part; a thread keeps kKB runs in flight, the phase's other runs (if any) loaded
-  // and stored before the part.
+  // one phase per part; a thread keeps kKB runs in flight (more where the accumulators are few),
+  // the phase's other runs (if any) loaded and stored before the part.
   constexpr int kParts = kPairs < 4 ? kPairs : 4;
+  static_assert((D / 16 / kParts) % 2 == 0 && kPairs % kParts == 0, "whole k-step pairs and n-tile pairs per part");
   constexpr int kPhase = kBlock * kRuns / (2 * kParts);             // runs per staging phase
-  constexpr int kKB = 2;
+  constexpr int kKBmax = kNT <= 4 ? 4 : 2, kPer = (kPhase + kThreads - 1) / kThreads;
+  constexpr int kKB = kPer < 2 ? 2 : kPer < kKBmax ? kPer : kKBmax;
   constexpr int kChunks = (kPhase + kKB * kThreads - 1) / (kKB * kThreads);
   extern __shared__ __align__(16) unsigned char sm[];
   const int64_t n = a.W + a.n_sel, nb = (n + kBlock - 1) / kBlock;
@@ -117,6 +123,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   const int t = threadIdx.x, lane = t & 31, w = t >> 5, mt = w >> 2, qw = w & 3;
   const int g = lane >> 2, c4 = lane & 3;
   const int64_t r = blockIdx.x, h0 = int64_t{blockIdx.y} * kHeads;
+  const int c0 = static_cast<int>(blockIdx.z) * (D / CS) + qw * kCw;  // the warp's first channel
   const int64_t p = a.pos[r];
   const PieceDev& pc = a.pieces[a.row_piece[r]];
 
@@ -228,16 +235,20 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     const bool next = i + 1 < nvb;
     const uint32_t kb = k_base + (i & 1) * kBlock * kRowB;
     if (i + 2 < nvb) fill(i + 2);  // slot i & 1: block i is staged already
-    // Scores, k steps in ascending order, in kParts parts (staging phases 0..kParts-1).
-    float sacc[2][4] = {};
-    auto scores = [&](int k0, int k1) {
-#pragma unroll 2
-      for (int ks = k0; ks < k1; ++ks) {
-        uint32_t fa[4], fb[4];
-        ldsm_x4(fa, q_base + (mt * 16 + (lane & 15)) * kRowB + 2 * (ks * 16 + 8 * (lane >> 4)));
-        ldsm_x4(fb, kb + (qw * 16 + (lane & 7) + 8 * (lane >> 4)) * kRowB + 2 * (ks * 16 + 8 * ((lane >> 3) & 1)));
-        mma_bf16(sacc[0], fa, fb[0], fb[1]);
-        mma_bf16(sacc[1], fa, fb[2], fb[3]);
+    // Scores in kParts parts (staging phases 0..kParts-1): per n-tile two accumulators, the even
+    // and the odd k steps each in ascending order (two independent MMA chains), added at the end.
+    float sacc[2][2][4] = {};
+    auto scores = [&](int k0, int k1) {  // k0, k1 even
+      for (int k2 = k0; k2 < k1; k2 += 2) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int ks = k2 + c;
+          uint32_t fa[4], fb[4];
+          ldsm_x4(fa, q_base + (mt * 16 + (lane & 15)) * kRowB + 2 * (ks * 16 + 8 * (lane >> 4)));
+          ldsm_x4(fb, kb + (qw * 16 + (lane & 7) + 8 * (lane >> 4)) * kRowB + 2 * (ks * 16 + 8 * ((lane >> 3) & 1)));
+          mma_bf16(sacc[c][0], fa, fb[0], fb[1]);
+          mma_bf16(sacc[c][1], fa, fb[2], fb[3]);
+        }
       }
     };
 #pragma unroll
@@ -249,14 +260,17 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
       const uint8_t* vl = valid + (i & 1) * kBlock;
       float* s0 = S + (mt * 16 + g) * kSRow + e;
       float* s1 = s0 + 8 * kSRow;
-      s0[0] = vl[e] ? __fmul_rn(sacc[jn][0], a.scale) : neg_inf;
-      s0[1] = vl[e + 1] ? __fmul_rn(sacc[jn][1], a.scale) : neg_inf;
-      s1[0] = vl[e] ? __fmul_rn(sacc[jn][2], a.scale) : neg_inf;
-      s1[1] = vl[e + 1] ? __fmul_rn(sacc[jn][3], a.scale) : neg_inf;
+      float dot[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) dot[u] = __fadd_rn(sacc[0][jn][u], sacc[1][jn][u]);
+      s0[0] = vl[e] ? __fmul_rn(dot[0], a.scale) : neg_inf;
+      s0[1] = vl[e + 1] ? __fmul_rn(dot[1], a.scale) : neg_inf;
+      s1[0] = vl[e] ? __fmul_rn(dot[2], a.scale) : neg_inf;
+      s1[1] = vl[e + 1] ? __fmul_rn(dot[3], a.scale) : neg_inf;
     }
     named_sync(1 + mt, 128);
-    // Online softmax of head hs: entries 8 j8..8 j8+7 in this lane (one exp at a time: exp_f
-    // works in double precision and is register-hungry).
+    // Online softmax of head hs: entries 8 j8..8 j8+7 in this lane (exp_f works in double
+    // precision: two at a time keep its latency partly hidden without holding many registers).
     {
       const float* srow = S + hs * kSRow + 8 * j8;
       const float4 x0 = *reinterpret_cast<const float4*>(srow), x1 = *reinterpret_cast<const float4*>(srow + 4);
@@ -268,7 +282,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
       const float al = exp_f(__fsub_rn(m, mb));
       uint16_t* prow = Pb + hs * kPRow + 8 * j8;
       float ps = 0.0f;
-#pragma unroll 1
+#pragma unroll 2
       for (int u = 0; u < 8; ++u) {
         const float pe = exp_f(__fsub_rn(srow[u], mb));
         ps = __fadd_rn(ps, pe);
@@ -302,7 +316,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
           for (int jp = decltype(lo)::value; jp < decltype(hi)::value; ++jp) {
             uint32_t fb[4];
             ldsm_x4_t(fb, kb + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowB +
-                              2 * (qw * (D / 4) + jp * 16 + 8 * (lane >> 4)));
+                              2 * (c0 + jp * 16 + 8 * (lane >> 4)));
             mma_bf16(acc[2 * jp], fp, fb[0], fb[1]);
             mma_bf16(acc[2 * jp + 1], fp, fb[2], fb[3]);
           }
@@ -330,7 +344,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     float* out = a.o + ((h / hpg) * a.rows + r) * hpg * D + (h % hpg) * D;
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
-      const int64_t ch = qw * (D / 4) + 8 * j + 2 * c4;
+      const int64_t ch = c0 + 8 * j + 2 * c4;
       float o0 = rb(acc[j][2 * half] / den), o1 = rb(acc[j][2 * half + 1] / den);
       if (ch >= tail) {
         const float* cs = rope_s + (ch - tail);  // pair (ch - tail) / 2: cos, sin
@@ -341,31 +355,37 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   }
 }
 
-template <int D, int MT>
+template <int D, int MT, int CS>
 cudaError_t launch_tc(const SparseArgs& a, cudaStream_t s) {
   const int64_t nb = (a.W + a.n_sel + kBlock - 1) / kBlock;
   const size_t shm = static_cast<size_t>(TcLayout<D, MT>(nb).total);
   if (shm > kMaxSmem) return cudaErrorInvalidValue;
-  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT, CS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(shm));
   if (e != cudaSuccess) return e;
   const unsigned groups = static_cast<unsigned>((a.H + 16 * MT - 1) / (16 * MT));
-  sparse_tc_kernel<D, MT><<<dim3(static_cast<unsigned>(a.rows), groups), 128 * MT, shm, s>>>(a);
+  sparse_tc_kernel<D, MT, CS><<<dim3(static_cast<unsigned>(a.rows), groups, CS), 128 * MT, shm, s>>>(a);
   return cudaGetLastError();
 }
 
-// Rows per launch below which a row's heads are spread over CTAs of 16 (more CTAs for few rows);
-// from it on, CTAs of 32 heads (each block's keys staged by half as many CTAs). Four m-tiles per
-// CTA would need 512 threads, whose 128 registers do not hold the 64 accumulators per thread and
-// the staging without spills.
+// The grid by row count (the bits are the same for every choice: see the top of the file):
+//   - from kWideRows rows (prefill), CTAs of 32 heads when H allows, each block's keys staged by
+//     half as many CTAs as with 16 (four m-tiles per CTA would need 512 threads, whose 128
+//     registers do not hold the 64 accumulators per thread and the staging without spills);
+//   - below kSplitRows rows (decode, verify windows), CTAs of 16 heads and a quarter of the
+//     channels each (scores recomputed per quarter), for more CTAs than rows x heads / 16;
+//   - else CTAs of 16 heads and every channel.
 constexpr int64_t kWideRows = 32;
+constexpr int64_t kSplitRows = 8;
 
 template <int D>
 cudaError_t launch_d(const SparseArgs& a, cudaStream_t s) {
-  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2>(a, s);
-  return launch_tc<D, 1>(a, s);
+  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2, 1>(a, s);
+  if constexpr (D >= 256) {
+    if (a.rows < kSplitRows) return launch_tc<D, 1, 4>(a, s);
+  }
+  return launch_tc<D, 1, 1>(a, s);
 }
-
 }  // namespace
 
 cudaError_t sparse::tensor_core(const SparseArgs& a, cudaStream_t s) {
