@@ -2,6 +2,7 @@
 // kernel (attn_sparse_tc.cu), so that decode and prefill rows give the same bits; the CUDA-core
 // kernels that follow the oracle's sequential fp32 order (two-pass for up to one 64-row chunk with
 // selected entries, fused cluster kernel otherwise) stay selectable for comparison.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,8 +12,9 @@ namespace dsv4::cuda {
 
 namespace {
 
-// -1: not yet read from DSV4_ATTN_TC; else a SparseAttentionImpl value.
-int g_impl = -1;
+// -1: not yet read from DSV4_ATTN_TC; else a SparseAttentionImpl value (atomic: the forward of
+// several threads may ask first at once, each then writing the same value).
+std::atomic<int> g_impl{-1};
 
 // Two-pass kernels of the CUDA-core implementation: measured faster at one row than the fused
 // kernel (whose serial per-block steps cost more than two waves of independent blocks).
@@ -21,15 +23,16 @@ bool use_two_pass(int64_t rows, int64_t n_sel) { return rows <= 64 && n_sel > 0;
 }  // namespace
 
 SparseAttentionImpl sparse_attention_impl() {
-  if (g_impl < 0) {
-    const char* v = std::getenv("DSV4_ATTN_TC");
-    g_impl = static_cast<int>(v && std::strcmp(v, "0") == 0 ? SparseAttentionImpl::cuda_core
-                                                             : SparseAttentionImpl::tensor_core);
+  int v = g_impl.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("DSV4_ATTN_TC");
+    v = static_cast<int>(e && std::strcmp(e, "0") == 0 ? SparseAttentionImpl::cuda_core : SparseAttentionImpl::tensor_core);
+    g_impl.store(v, std::memory_order_relaxed);
   }
-  return static_cast<SparseAttentionImpl>(g_impl);
+  return static_cast<SparseAttentionImpl>(v);
 }
 
-void set_sparse_attention_impl(SparseAttentionImpl impl) { g_impl = static_cast<int>(impl); }
+void set_sparse_attention_impl(SparseAttentionImpl impl) { g_impl.store(static_cast<int>(impl), std::memory_order_relaxed); }
 
 // The CUDA-core requirement whatever the implementation (the tensor-core kernel takes none), so that
 // scratch sized once serves both.
