@@ -2,8 +2,10 @@
 // heads): batch-1 decode time per layer role at a given context, against the layer's memory floor
 // (weight bytes + KV bytes read, at the device's peak bandwidth). Caches are filled with random
 // valid packed rows, so no prefill is needed. Usage: attention_bench [--kernels] [context ...]
-// (--kernels: only the attention-specific kernels, no weights and no layer steps; DSV4_BENCH_ITERS:
-// timed steps per layer, default 50, 1 under a per-kernel profiler).
+// (--kernels: only the attention-specific kernels, no weights and no layer steps, the sparse
+// attention timed with both implementations, tensor-core and CUDA-core; DSV4_BENCH_ITERS: timed
+// steps per layer, default 50, 1 under a per-kernel profiler; DSV4_ATTN_TC=0: the layer steps and the
+// one-graph figure with the CUDA-core sparse attention).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -178,41 +180,60 @@ void kernel_breakdown(const family::ModelPlan& cfg, StreamCaches& sc, int l, int
   auto* cand = ar.alloc_n<uint8_t>(lc);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int nf = cfg.rope_dim / 2;
-  const double t_win = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
-  const double t_sp = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
-  const double t_sc = graph_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
-  const double t_ca = graph_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, cw, s); });
-  const double t_tk = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s); });
-  const double t_tm = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, cand, lc, K, dtop2, tw, s); });
-  // Sparse attention of a prefill chunk: R rows ending at position ctx (this call's keys for the
-  // window part where they are new, the ring before), every row with the same K selected rows.
-  double t_pre = -1;
-  {
-    const int64_t R = std::min<int64_t>(2048, ctx);
-    const size_t pm = ar.mark();
+  // Sparse attention, each implementation in turn (same run, same inputs): one decode row, then a
+  // prefill chunk of R rows ending at position ctx (this call's keys for the window part where they
+  // are new, the ring before), every row with the same K selected rows.
+  const SparseAttentionImpl impl0 = sparse_attention_impl();
+  double t_win = 0, t_sp = 0;
+  for (SparseAttentionImpl impl : {SparseAttentionImpl::tensor_core, SparseAttentionImpl::cuda_core}) {
+    set_sparse_attention_impl(impl);
+    const char* name = impl == SparseAttentionImpl::tensor_core ? "tensor-core" : "CUDA-core (DSV4_ATTN_TC=0)";
+    const double tw1 = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, 0, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
+    const double ts1 = graph_us(s, [&] { sparse_attention(dq, dk, dpd, drp, dpos, 1, H, d, cfg.window, cfg.window + 16, dtop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, o, sw, s); });
+    if (impl == impl0) t_win = tw1, t_sp = ts1;
+    const int64_t R = std::min<int64_t>(4096, ctx);
     PieceDev pp = pd;
     pp.start = ctx - R + 1; pp.T = R;
     std::vector<int64_t> hp(R);
     std::vector<int32_t> hr(R, 0), ht(R * K);
     for (int64_t r = 0; r < R; ++r) hp[r] = pp.start + r;
     for (int64_t r = 0; r < R; ++r) std::copy(top.begin(), top.end(), ht.begin() + r * K);
-    auto* ppd = static_cast<PieceDev*>(up(&pp, sizeof pp));
-    auto* prp = static_cast<int32_t*>(up(hr.data(), 4 * R));
-    auto* ppos = static_cast<int64_t*>(up(hp.data(), 8 * R));
-    auto* ptop = static_cast<int32_t*>(up(ht.data(), 4 * R * K));
-    auto* pq = ar.alloc_n<float>(R * H * d);
-    auto* pk = ar.alloc_n<float>(R * d);
-    auto* po = ar.alloc_n<float>(R * H * d);
-    if (pq && pk && po) {
+    // Device buffers of their own (the q and o of 4096 rows pass the scratch arena's size).
+    PieceDev* ppd = nullptr;
+    int32_t *prp = nullptr, *ptop = nullptr;
+    int64_t* ppos = nullptr;
+    float *pq = nullptr, *pk = nullptr, *po = nullptr, *pw = nullptr;
+    const int64_t nw = std::max<int64_t>(1, sparse_attention_work_floats(R, H, cfg.window, K));
+    double t_pre = -1, t_pre_win = -1;
+    if (cudaMalloc(&ppd, sizeof pp) == cudaSuccess && cudaMalloc(&prp, 4 * R) == cudaSuccess &&
+        cudaMalloc(&ptop, 4 * R * K) == cudaSuccess && cudaMalloc(&ppos, 8 * R) == cudaSuccess &&
+        cudaMalloc(&pq, 4 * R * H * d) == cudaSuccess && cudaMalloc(&pk, 4 * R * d) == cudaSuccess &&
+        cudaMalloc(&po, 4 * R * H * d) == cudaSuccess && cudaMalloc(&pw, 4 * nw) == cudaSuccess) {
+      cudaMemcpy(ppd, &pp, sizeof pp, cudaMemcpyHostToDevice);
+      cudaMemcpy(prp, hr.data(), 4 * R, cudaMemcpyHostToDevice);
+      cudaMemcpy(ptop, ht.data(), 4 * R * K, cudaMemcpyHostToDevice);
+      cudaMemcpy(ppos, hp.data(), 8 * R, cudaMemcpyHostToDevice);
       cudaMemset(pq, 0x3c, 4 * R * H * d);  // 0x3c3c3c3c: 0.0115 everywhere (timing only)
       cudaMemset(pk, 0x3c, 4 * R * d);
-      auto run = [&] { sparse_attention(pq, pk, ppd, prp, ppos, R, H, d, cfg.window, cfg.window + 16, ptop, K, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, po, nullptr, s); };
-      run();
-      t_pre = time_us(s, run, 3) / 1e3;
+      auto run = [&](int64_t k) { sparse_attention(pq, pk, ppd, prp, ppos, R, H, d, cfg.window, cfg.window + 16, ptop, k, CompFormat::fp4_e4m3_16, dsink, scale, df, nf, cfg.o_groups, po, pw, s); };
+      run(K);
+      t_pre = time_us(s, [&] { run(K); }, 3) / 1e3;
+      t_pre_win = time_us(s, [&] { run(0); }, 3) / 1e3;
+    } else {
+      cudaGetLastError();
     }
-    ar.reset(pm);
+    for (void* b : {static_cast<void*>(ppd), static_cast<void*>(prp), static_cast<void*>(ptop), static_cast<void*>(ppos),
+                    static_cast<void*>(pq), static_cast<void*>(pk), static_cast<void*>(po), static_cast<void*>(pw)})
+      if (b) cudaFree(b);
+    std::printf("sparse attention, %s: decode row window-only %.1f us, window+%ld selected %.1f us; %ld-row prefill "
+                "chunk window-only %.2f ms, window+%ld selected %.2f ms\n",
+                name, tw1, long(K), ts1, long(R), t_pre_win, long(K), t_pre);
   }
-  std::printf("sparse attention of a 2048-row prefill chunk (window+%ld selected): %.2f ms\n", long(K), t_pre);
+  set_sparse_attention_impl(impl0);
+  const double t_sc = graph_us(s, [&] { index_scores(dqi, dw, 1.0f / 64, dpd, drp, dpos, 1, IH, ihd, 1, score, lc, lc, s); });
+  const double t_ca = graph_us(s, [&] { candidate_rows(score, lc, dpos, 1, 1, cfg.candidate_topk_blocks, cfg.candidate_block_size, cand, lc, cw, s); });
+  const double t_tk = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, nullptr, lc, K, dtop2, tw, s); });
+  const double t_tm = graph_us(s, [&] { topk_rows(score, lc, dpos, 1, 1, cand, lc, K, dtop2, tw, s); });
   std::printf("kernels at L_c %ld (GPU time per call, 10 calls per graph): sparse attention window-only %.1f us, window+%ld selected %.1f us; index scores %.1f us "
               "(%.1f MB keys); candidate blocks %.1f us; top-%ld %.1f us (%.1f us under a candidate mask)\n", long(lc),
               t_win, long(K), t_sp, t_sc, lc * (ihd / 2 + ihd / 32) / 1e6, t_ca, long(K), t_tk, t_tm);

@@ -234,9 +234,18 @@ const std::vector<Model>& models() {
 // GPU vs ref64 within the ref32 floor, per layer (each layer role), over a prompt in pieces and
 // decode steps; the published top-k lists agree with ref32's where the row's selection is the same.
 TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
+  // The tensor-core sparse attention (the default) sums q.k and P.V in the MMA's order, not the
+  // oracle's: its V4.1 layers are one more fp32 evaluation of the same operations, as far from ref64
+  // as ref32 is up to which bf16 roundings flip, so they get V4's 1.25 and no bit equality with
+  // ref32; the CUDA-core kernels (DSV4_ATTN_TC=0) repeat ref32's order and are held to both.
+  const bool tc = sparse_attention_impl() == SparseAttentionImpl::tensor_core;
+  std::printf("sparse attention: %s\n", tc ? "tensor-core (V4.1 layers within 1.25 x the ref32 floor)"
+                                            : "CUDA-core (V4.1 layers equal to ref32 bit for bit)");
   for (const Model& m : models()) {
     SCOPED_TRACE(m.name);
     CpuRunner<float> c32(*m.w, 16);
+    const bool v41 = c32.cfg.window_format != KvRowFormat::model1;
+    const double tol = v41 && tc ? 1.25 : m.tol;
     CpuRunner<double> c64(*m.w, 16);
     GpuRunner gpu(*m.w, 512, 16);
     c32.open(0, 1); c64.open(0, 1); gpu.open(0, 1);
@@ -269,19 +278,21 @@ TEST(AttentionCuda, MatchesOracleWithinRef32Floor) {
       // a layer whose ref32 happens to equal ref64 has floor 0, and one bf16 flip from a libm
       // difference (cos/sin/exp rounded once from double vs the C library's float functions) is
       // not an accuracy loss.
-      EXPECT_LE(err, std::max(m.tol * floor, 1.0 / 512)) << "layer " << l;
-      // V4.1: the device follows the oracle's float operations in order (scores, online softmax
-      // blocks, accumulators, selection ties): equal to ref32 bit for bit.
-      if (c32.cfg.window_format != KvRowFormat::model1) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
+      EXPECT_LE(err, std::max(tol * floor, 1.0 / 512)) << "layer " << l;
+      // V4.1 with the CUDA-core attention: the device follows the oracle's float operations in order
+      // (scores, online softmax blocks, accumulators, selection ties): equal to ref32 bit for bit.
+      if (v41 && !tc) EXPECT_TRUE(ag[l] == a32[l]) << "layer " << l << " differs from ref32";
       p32.insert(p32.end(), a32[l].begin(), a32[l].end());
       p64.insert(p64.end(), a64[l].begin(), a64[l].end());
       pg.insert(pg.end(), ag[l].begin(), ag[l].end());
     }
     // Pooled over every layer and row (as the whole-model gate pools the logits): the device follows
-    // ref32's rounding points and summation orders, so its distance to ref64 is ref32's floor.
+    // ref32's rounding points (and, CUDA-core, its summation orders), so its distance to ref64 is
+    // about ref32's floor.
     const double floor = nrms(p32, p64), err = nrms(pg, p64);
-    std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e\n", m.name, err, floor);
-    EXPECT_LE(err, m.tol * floor);
+    std::printf("[%s] pooled: NRMS(gpu, ref64) %.3e  NRMS(ref32, ref64) %.3e  ratio %.3f\n", m.name, err, floor,
+                err / std::max(floor, 1e-300));
+    EXPECT_LE(err, tol * floor);
     std::printf("[%s] top-k rows equal to ref32's: %ld of %ld\n", m.name, long(topk_same), long(topk_rows));
     if (c32.cfg.window_format != KvRowFormat::model1) EXPECT_EQ(topk_same, topk_rows);
   }

@@ -1,5 +1,7 @@
-// CUDA sparse attention at the V4.1 head shape (d 512, window 128, top-512) against the CPU oracle
-// bit for bit, in one launch over many rows (the fused cluster kernel) and row by row (two-pass).
+// The CUDA-core sparse attention (DSV4_ATTN_TC=0; the default tensor-core kernel is held to a
+// tolerance by attention_tc_cuda_test) at the V4.1 head shape (d 512, window 128, top-512) against
+// the CPU oracle bit for bit, in one launch over many rows (the fused cluster kernel) and row by row
+// (two-pass): those kernels repeat the oracle's fp32 operations in its order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +29,13 @@ using gpu_testing::bits_of;
 // (a one-row launch) and must give the same bits (batch invariance): the 160-row launch runs the
 // fused cluster kernel, the one-row launches the two-pass kernels.
 TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
+  // The CUDA-core implementation whatever the environment asks for (restored at the end).
+  const SparseAttentionImpl saved = sparse_attention_impl();
+  set_sparse_attention_impl(SparseAttentionImpl::cuda_core);
+  struct Restore {
+    SparseAttentionImpl impl;
+    ~Restore() { set_sparse_attention_impl(impl); }
+  } restore{saved};
   const int64_t H = 8, d = 512, rd = 64, nf = rd / 2, W = 128, K = 512, G = 2, cap = W + 16, nc = 700;
   const int64_t wrow = d + d / 32;
   // Two pieces: 20 rows from position 0 (fresh keys only, short windows), 140 rows from 1000.

@@ -40,7 +40,17 @@ for variant in v41 v4-0731; do
   done
 done
 # The four gate digests before bounded replay (docs/perf.md, 2026-12-06): every kernel keeps its sum orders.
+# The V4.1 ones (the first two) hold with the CUDA-core sparse attention (DSV4_ATTN_TC=0), whose sums follow
+# the oracle's order; the tensor-core attention (the default) sums q.k and P.V in the MMA's order, so its
+# V4.1 digests are printed, not compared (the gate's NRMS bound in forward_cuda_test still applies).
+# V4-0731 runs its own attention kernels: its digests are compared either way.
+i=0
 for d in $digests; do
+  i=$((i + 1))
+  if [ "$i" -le 2 ] && [ "${DSV4_ATTN_TC:-1}" != 0 ]; then
+    echo "gate digest $d (V4.1, tensor-core sparse attention): not compared"
+    continue
+  fi
   case "$d" in
     3bc8a671138f4add|e89ccda2b6344847|69a2a1b7e91c4f93|34af239e15bf2922) ;;
     *) echo "gate digest $d is not one recorded in docs/perf.md"; status=1 ;;

@@ -97,15 +97,24 @@ int64_t topk_work_ints(int64_t rows, int64_t max_lc, int64_t k);
 // Sparse attention with sinks of every (row, head): key list = [window part of width W: positions
 // max(0,p-W+1)..p from entry 0 (this call's keys kvn [rows, d] or the ring), -1 after ;
 // n_sel compressed rows topk[r] (-1 = none)], online softmax in blocks of 64 as
-// cpu::sparse_attend_head (same operations in the same order), then the inverse RoPE of o's tail
-// at p. q [rows, H, d]; o written grouped: o[g][r][hh*d + i] for head h = g*(H/G) + hh.
-// work: sparse_attention_work_floats(rows, H, W, n_sel) floats (none for window-only calls and
-// calls of more than 64 rows). H a multiple of 4, d in {64, 128, 256, 512}.
+// cpu::sparse_attend_head, then the inverse RoPE of o's tail at p. q [rows, H, d]; o written
+// grouped: o[g][r][hh*d + i] for head h = g*(H/G) + hh. The tensor-core implementation (default)
+// computes q.k and P.V by bf16 MMAs with fp32 accumulation (the reference kernel's GEMMs; the
+// oracle's sequential fp32 sums differ in order: agreement to a tolerance, not bits); the CUDA-core
+// implementation (DSV4_ATTN_TC=0) repeats the oracle's operations in its order, bit for bit. Both
+// give each row bits that depend on that row alone. work: sparse_attention_work_floats(rows, H, W,
+// n_sel) floats (the CUDA-core need: none for window-only calls and calls of more than 64 rows).
+// H a multiple of 4, d in {64, 128, 256, 512}.
 cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
                              const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
                              const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
                              const float* freqs, int n_freq, int64_t G, float* o, float* work, cudaStream_t s);
 int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel);
+// Which implementation sparse_attention runs: tensor_core unless the environment variable
+// DSV4_ATTN_TC is "0" when first asked; the setter overrides it (benches and tests compare the two).
+enum class SparseAttentionImpl : int { tensor_core = 0, cuda_core = 1 };
+SparseAttentionImpl sparse_attention_impl();
+void set_sparse_attention_impl(SparseAttentionImpl impl);
 
 // z [rows, G*O] from zt [G, rows, O].
 cudaError_t ungroup_rows(const float* zt, int64_t rows, int64_t G, int64_t O, float* z, cudaStream_t s);

@@ -6,7 +6,7 @@
 // P, and accumulates its own eighth of the channels over the entries in list order. Every
 // floating-point operation and its order are those of cpu::sparse_attend_head, so the output is a
 // function of the row alone (any row count, any row chunking), equal to the two-pass kernels of
-// attn_sparse.cu bit for bit. sparse_attention (below) picks between the two.
+// attn_sparse.cu bit for bit. sparse_attention (attn_sparse_entry.cu) picks the kernel.
 #include <cooperative_groups.h>
 
 #include "backends/cuda/kernels/attention/attn_sparse_rows.cuh"
@@ -301,25 +301,6 @@ cudaError_t sparse::fused(const SparseArgs& a, cudaStream_t s) {
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   return cudaSuccess;
-}
-
-// Up to one 64-row chunk with selected entries: the two-pass kernels (measured faster at one row:
-// the fused kernel's serial per-block steps cost more than two waves of independent blocks);
-// window-only calls and longer calls (prefill): the fused kernel, one launch.
-static bool use_two_pass(int64_t rows, int64_t n_sel) { return rows <= 64 && n_sel > 0; }
-
-int64_t sparse_attention_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel) {
-  return use_two_pass(rows, n_sel) ? sparse::two_pass_work_floats(rows, H, W, n_sel) : 0;
-}
-
-cudaError_t sparse_attention(const float* q, const float* kvn, const PieceDev* pieces, const int32_t* row_piece,
-                             const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t W, int64_t cap,
-                             const int32_t* topk, int64_t n_sel, CompFormat fmt, const float* sink, float scale,
-                             const float* freqs, int n_freq, int64_t G, float* o, float* work, cudaStream_t s) {
-  if (rows == 0) return cudaSuccess;
-  if ((d != 64 && d != 128 && d != 256 && d != 512) || H % kHeads || H % G || W + n_sel == 0) return cudaErrorInvalidValue;
-  const SparseArgs a{q, kvn, pieces, row_piece, pos, topk, sink, freqs, o, rows, H, d, W, cap, n_sel, G, scale, n_freq, fmt};
-  return use_two_pass(rows, n_sel) ? sparse::two_pass(a, work, s) : sparse::fused(a, s);
 }
 
 }  // namespace dsv4::cuda

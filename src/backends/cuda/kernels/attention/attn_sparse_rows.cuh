@@ -1,4 +1,4 @@
-// Key lists of the sparse attention kernels (attn_sparse.cu, attn_sparse_fused.cu): the launch
+// Key lists of the sparse attention kernels (attn_sparse.cu, attn_sparse_fused.cu, attn_sparse_tc.cu): the launch
 // arguments, entry idx of a row's list (window part, then the selected compressed rows), the raw
 // loads / exact decoding of eight consecutive key elements in every row format, and the loop that
 // stages such runs of keys into shared memory.
@@ -143,11 +143,13 @@ __device__ __forceinline__ void stage_keys8(int t0, int nt, int total, int64_t d
   }
 }
 
-// The two implementations behind sparse_attention (the same arithmetic, bit for bit): scores then
-// accumulation in two kernels over chunks of 64 rows (work: two_pass_work_floats), and the fused
-// cluster kernel (one launch, no scratch).
+// The CUDA-core implementations behind sparse_attention (the oracle's arithmetic, bit for bit):
+// scores then accumulation in two kernels over chunks of 64 rows (work: two_pass_work_floats), and
+// the fused cluster kernel (one launch, no scratch).
 int64_t two_pass_work_floats(int64_t rows, int64_t H, int64_t W, int64_t n_sel);
 cudaError_t two_pass(const SparseArgs& a, float* work, cudaStream_t s);
 cudaError_t fused(const SparseArgs& a, cudaStream_t s);
+// The tensor-core kernel (attn_sparse_tc.cu): no scratch, any H, d in {64, 128, 256, 512}.
+cudaError_t tensor_core(const SparseArgs& a, cudaStream_t s);
 
 }  // namespace dsv4::cuda::sparse
