@@ -50,7 +50,9 @@ LaneHost::LaneHost(Backend& backend, LaneHostOptions options)
   budget_.prefill_rows = options_.prefill_rows;
   budget_.step_rows = options_.step_rows;
   budget_.step_ns = std::max<int64_t>(0, options_.step_ns);
+  // A row budget lowers the floor to half of it, so a step holds at most 1.5 times a small budget.
   budget_.floor_rows = std::clamp<int64_t>(options_.min_step_prefill_rows, 1, options_.prefill_rows);
+  if (options_.step_rows > 0) budget_.floor_rows = std::min<int64_t>(budget_.floor_rows, options_.step_rows / 2);
   verify_rows_ = options_.step_rows > 0 ? std::min(info_.max_verify_rows, options_.step_rows) : info_.max_verify_rows;
   if (options_.cache != nullptr) {
     // The cache must split snapshots exactly as the backend does (options.row_tables from info().row_tables).

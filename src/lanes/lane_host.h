@@ -36,7 +36,7 @@ struct LaneHostOptions {
   int32_t step_rows = 0;              // rows per step, windows and pieces together; 0 = no row budget
   int64_t step_ns = 0;                // predicted time per step (the clock's nanoseconds); 0 = no time budget
   int32_t min_step_prefill_rows = 64;  // the floor: one 64-row tile of the prefill GEMMs, the default cache page;
-                                       // at most prefill_rows
+                                       // at most prefill_rows, and at most step_rows / 2 when that is set
   int32_t max_queue = 4096;           // queued requests before submit refuses
   TokenBytesFn token_bytes;           // token -> output bytes; required for requests with stop strings
   cache::PromptCache* cache = nullptr;  // prompt cache (not owned); null = none; its options.row_tables must be

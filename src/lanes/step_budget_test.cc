@@ -129,8 +129,8 @@ TEST(StepBudget, ConcurrentEqualsSolo) {
 TEST(StepBudget, RowBudgetHoldsEveryStepAndThePromptAdvances) {
   for (int32_t step_rows : {16, 6}) {
     FakeBackend fake({});
-    constexpr int64_t kFloor = 4;
-    LaneHost host(fake, LaneHostOptions{.prefill_rows = 64, .step_rows = step_rows, .min_step_prefill_rows = kFloor});
+    const int64_t floor = std::min(4, step_rows / 2);  // a row budget lowers the floor to half of it
+    LaneHost host(fake, LaneHostOptions{.prefill_rows = 64, .step_rows = step_rows, .min_step_prefill_rows = 4});
     auto sink = std::make_shared<Collector>();
     std::vector<std::pair<RequestId, Request>> runs;
     for (uint64_t i = 0; i < 6; ++i) {
@@ -145,13 +145,13 @@ TEST(StepBudget, RowBudgetHoldsEveryStepAndThePromptAdvances) {
     int rounds = 0, floor_rounds = 0;
     while (filled < 499) {
       const StepRows rows = step_once(host, fake);
-      const int64_t rest = std::max<int64_t>(step_rows - rows.verify, kFloor);
+      const int64_t rest = std::max<int64_t>(step_rows - rows.verify, floor);
       EXPECT_GT(rows.verify, 0);  // the decoding streams still run
       EXPECT_LE(rows.verify, step_rows);
       EXPECT_EQ(rows.prefill, std::min(rest, 499 - filled)) << "step_rows " << step_rows << " round " << rounds;
-      EXPECT_LE(rows.verify + rows.prefill, std::max<int64_t>(step_rows, rows.verify + kFloor));
+      EXPECT_LE(rows.verify + rows.prefill, std::max<int64_t>(step_rows, rows.verify + floor));
       EXPECT_EQ(host.status().prefill_chunk_rows, rest);
-      if (step_rows - rows.verify < kFloor) ++floor_rounds;
+      if (step_rows - rows.verify < floor) ++floor_rounds;
       filled += rows.prefill;
       ASSERT_EQ(sink->get(bid).prefill_rows.back(), filled);
       ASSERT_LT(++rounds, 1000);
@@ -160,6 +160,34 @@ TEST(StepBudget, RowBudgetHoldsEveryStepAndThePromptAdvances) {
     host.run_until_idle();
     for (const auto& [id, r] : runs) EXPECT_EQ(sink->get(id).tokens, serial_reference(fake, r)) << id;
   }
+}
+
+// A row budget lowers the floor to half of it: with 8 rows a step (the default floor is 64) a prompt takes 7 rows
+// beside one one-row window, and 4 beside a forced window that fills the budget.
+TEST(StepBudget, RowBudgetHalvesTheFloor) {
+  FakeBackend fake({});
+  LaneHost host(fake, LaneHostOptions{.prefill_rows = 64, .step_rows = 8});
+  auto sink = std::make_shared<Collector>();
+  Request a = request_of(1, 1, 40, false, false);
+  Request b = request_of(30, 2, 2, false, false);
+  Request forced = request_of(1, 3, 20, false, false);
+  forced.forced_tokens.assign(12, 5);
+  const RequestId aid = *host.submit(a, sink);
+  host.step();
+  const RequestId bid = *host.submit(b, sink);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(step_once(host, fake).prefill, 7);
+  const RequestId fid = *host.submit(forced, sink);
+  StepRows rows = step_once(host, fake);  // the new stream is served first: 8 rows (the budget caps windows)
+  EXPECT_EQ(rows.verify, 8);
+  EXPECT_EQ(rows.prefill, 4);  // the floor
+  rows = step_once(host, fake);  // a's row, then the pending row and the 5 forced tokens left
+  EXPECT_EQ(rows.verify, 7);
+  EXPECT_EQ(rows.prefill, 4);  // the floor: the prompt's last 4 rows
+  EXPECT_EQ(sink->get(bid).prefill_rows, (std::vector<int64_t>{7, 14, 21, 25, 29}));
+  host.run_until_idle();
+  EXPECT_EQ(sink->get(aid).tokens, serial_reference(fake, a));
+  EXPECT_EQ(sink->get(bid).tokens, serial_reference(fake, b));
+  EXPECT_EQ(sink->get(fid).tokens, serial_reference(fake, forced));
 }
 
 // Chunks cut by the budget still end on the prompt cache's pages where one lies inside them, so a snapshot is kept
