@@ -34,7 +34,8 @@ struct LaneHostOptions {
   // count as 2: a forced token needs its row and the pending row); a step then holds at most step_rows rows, or
   // its windows plus the floor when they leave less than the floor.
   int32_t step_rows = 0;              // rows per step, windows and pieces together; 0 = no row budget
-  int64_t step_ns = 0;                // predicted time per step (the clock's nanoseconds); 0 = no time budget
+  int64_t step_ns = 0;                // predicted time of a step's backend call (the clock's nanoseconds; drafts and
+                                      // snapshots are not counted); 0 = no time budget
   int32_t min_step_prefill_rows = 64;  // the floor: one 64-row tile of the prefill GEMMs, the default cache page;
                                        // at most prefill_rows, and at most step_rows / 2 when that is set
   int32_t max_queue = 4096;           // queued requests before submit refuses
