@@ -127,6 +127,36 @@ TEST(LanesOnCpuOracle, ConcurrentAndCancelledEqualSerial) {
   EXPECT_EQ(run.sink->get(ids[2]).finish.reason, lanes::FinishReason::cancelled);
 }
 
+TEST(LanesOnCpuOracle, StepBudgetChunksEqualSerial) {
+  // Three streams decode (drafted) when a long prompt arrives; a row budget gives the prompt what the windows leave
+  // (at least 3 rows), a time budget on the steady clock whatever the timed steps predict. Either way every stream
+  // equals its serial decode.
+  std::vector<Request> requests = {request_of(5, 31, true, 14), request_of(3, 32, false, 16),
+                                   request_of(9, 33, true, 12), request_of(61, 34, false, 6)};
+  requests[1].seed = 0;
+  requests[3].seed = 0;
+  std::vector<std::vector<TokenId>> expected;
+  for (const Request& r : requests) expected.push_back(serial_decode(r));
+  for (bool timed : {false, true}) {
+    CpuRig run(lanes::LaneHostOptions{.prefill_rows = 32, .step_rows = timed ? 0 : 10,
+                                      .step_ns = timed ? 2'000'000 : 0, .min_step_prefill_rows = 3});
+    std::vector<lanes::RequestId> ids;
+    for (size_t i = 0; i < 3; ++i) ids.push_back(*run.host->submit(requests[i], run.sink));
+    for (int i = 0; i < 3; ++i) run.host->step();
+    ids.push_back(*run.host->submit(requests[3], run.sink));
+    run.host->run_until_idle();
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(run.sink->get(ids[i]).tokens, expected[i]) << timed << " " << i;
+    if (!timed) {
+      // Three drafted windows take 3 to 10 rows of the 10: the 60 prompt rows went in pieces of the 3-row floor to
+      // 9 rows, the first at the floor.
+      const std::vector<int64_t> rows = run.sink->get(ids[3]).prefill_rows;
+      ASSERT_GE(rows.size(), 7u);
+      EXPECT_EQ(rows[0], 3);
+      for (size_t i = 0; i < rows.size(); ++i) EXPECT_LE(rows[i] - (i == 0 ? 0 : rows[i - 1]), 9) << i;
+    }
+  }
+}
+
 TEST(LanesOnCpuOracle, ResumedFromRamAndDiskEqualsFresh) {
   const fs::path dir = fs::path(DSV4_BINARY_DIR) / "test-tmp" / "lanes_cpu_cache";
   fs::remove_all(dir);

@@ -40,6 +40,8 @@ struct ServeFlags {
   int32_t parallel = 4;
   int64_t prompt_cache_mib = 256;
   int32_t prompt_cache_page = 64;
+  int32_t step_rows = 0;   // 0: no row budget
+  double step_ms = 0;      // 0: no time budget
   bool fake_engine = false;
   bool lanes_fake_backend = false;
   std::string backend = "cpu";
@@ -73,6 +75,18 @@ void add_flags(CLI::App& app, ServeFlags& f) {
                  "prompt-cache page in tokens: prefixes are cached at multiples of it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--step-rows", f.step_rows,
+                 "rows per engine step, decoding rows and prompt chunk together: the decoding streams' rows go "
+                 "first and a prompt being filled takes what they leave (at least 64 rows a step, or half of "
+                 "--step-rows when that is smaller), so a long prompt "
+                 "does not hold every decoding stream's next token for a whole prefill chunk; 0 = off (a prompt "
+                 "takes its full chunk every step); otherwise at least --parallel")
+      ->capture_default_str();
+  app.add_option("--step-ms", f.step_ms,
+                 "target time of one engine step: the prompt chunk is sized from the measured cost of a prompt row "
+                 "and of a decoding row so that the step's predicted time stays within it (at least 64 prompt rows "
+                 "a step); 0 = off; combines with --step-rows (the smaller chunk wins)")
+      ->capture_default_str();
   app.add_option("--host", o.host, "address to bind; 0.0.0.0 exposes the server to the network")
       ->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 picks a free one (printed on stderr)")
@@ -153,6 +167,30 @@ void add_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   add_fabric_flags(app, f.fabric);
   add_memory_flags(app, f.memory);
+}
+
+// The step budget's flags: off (0) or sane, with a message naming the flag otherwise.
+Status check_step_budget(const ServeFlags& f, int32_t parallel, const char* parallel_flag) {
+  constexpr int32_t kMaxStepRows = 1 << 20;
+  constexpr double kMaxStepMs = 60'000;
+  if (f.step_rows < 0 || f.step_rows > kMaxStepRows)
+    return error(StatusCode::invalid_argument, "--step-rows {} is outside [0, {}] (0 turns the row budget off)",
+                 f.step_rows, kMaxStepRows);
+  if (f.step_rows > 0 && f.step_rows < std::max(2, parallel))
+    return error(StatusCode::invalid_argument,
+                 "--step-rows {} is below {}: every decoding stream takes at least one row a step ({} {}) "
+                 "and a forced token two; use 0 (off) or at least {}",
+                 f.step_rows, std::max(2, parallel), parallel_flag, parallel, std::max(2, parallel));
+  if (!(f.step_ms >= 0 && f.step_ms <= kMaxStepMs))
+    return error(StatusCode::invalid_argument, "--step-ms {} is outside [0, {}] milliseconds (0 turns the time "
+                 "budget off)", f.step_ms, kMaxStepMs);
+  return ok_status();
+}
+
+// The lane host's step budget from the flags (checked by check_step_budget).
+void set_step_budget(const ServeFlags& f, lanes::LaneHostOptions& ho) {
+  ho.step_rows = f.step_rows;
+  ho.step_ns = static_cast<int64_t>(f.step_ms * 1e6 + 0.5);
 }
 
 // Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
@@ -290,6 +328,13 @@ int run_serve(int argc, char** argv) {
   flags.server.images.fetch_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.image_fetch_timeout * 1000.0 + 0.5));
 
+  if (Status st = flags.lanes_fake_backend ? check_step_budget(flags, flags.fake.parallel, "--fake-parallel")
+                                            : check_step_budget(flags, flags.parallel, "--parallel");
+      !st.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", st.message().c_str());
+    return 1;
+  }
+
   // Tensor parallelism: rank processes meet before anything else; followers never serve HTTP.
   std::unique_ptr<fabric::Control> control;
   std::unique_ptr<RankLauncher> launcher;
@@ -358,6 +403,7 @@ int run_serve(int argc, char** argv) {
     ho.max_queue = flags.server.max_queue;
     lanes::Backend& serving = leader ? static_cast<lanes::Backend&>(*leader) : *backend;
     ho.token_bytes = text.output_bytes;  // stop strings are matched in the lane core
+    set_step_budget(flags, ho);
     if (flags.prompt_cache_mib > 0) {
       cache::PromptCacheOptions co;
       co.page_tokens = flags.prompt_cache_page;
@@ -405,6 +451,7 @@ int run_serve(int argc, char** argv) {
     ho.max_batch_streams = flags.fake.parallel;
     ho.max_queue = flags.server.max_queue;
     ho.token_bytes = text.output_bytes;
+    set_step_budget(flags, ho);
     host = std::make_unique<lanes::LaneHost>(*backend, ho);
     host->start();
     lanes::LaneHost* h = host.get();

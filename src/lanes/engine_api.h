@@ -145,6 +145,7 @@ struct EngineStatus {
   int64_t cache_ram_bytes = 0;        // bytes of cached snapshots in RAM
   int64_t cache_disk_bytes = 0;       // bytes of cached snapshots on disk
   int64_t cache_entries = 0;          // entries in RAM and on disk
+  int64_t prefill_chunk_rows = 0;     // the prompt rows the step budget gave the last step that filled a prompt
 };
 
 class Engine {

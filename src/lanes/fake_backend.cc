@@ -62,8 +62,8 @@ StatusOr<FakeBackend::StreamState*> FakeBackend::find(StreamId stream) {
   return &it->second;
 }
 
-void FakeBackend::charge(int64_t rows) {
-  if (options_.clock != nullptr) options_.clock->advance_ns(options_.call_ns + options_.row_ns * rows);
+void FakeBackend::charge(int64_t rows, int64_t row_ns) {
+  if (options_.clock != nullptr) options_.clock->advance_ns(options_.call_ns + row_ns * rows);
 }
 
 Status FakeBackend::open(StreamId stream, const StreamSpec& spec) {
@@ -114,7 +114,7 @@ Status FakeBackend::prefill(std::span<const Piece> pieces) {
     return error(StatusCode::internal, "fake backend: prefill of {} rows exceeds {}", total, options_.max_prefill_rows);
   }
   calls_.push_back(std::move(call));
-  charge(total);
+  charge(total, options_.prefill_row_ns < 0 ? options_.row_ns : options_.prefill_row_ns);
   return ok_status();
 }
 
@@ -150,7 +150,7 @@ Status FakeBackend::verify(std::span<const Window> windows, std::vector<std::vec
     return error(StatusCode::internal, "fake backend: verify of {} rows exceeds {}", total, options_.max_verify_rows);
   }
   calls_.push_back(std::move(call));
-  charge(total);
+  charge(total, options_.row_ns);
   return ok_status();
 }
 
@@ -192,7 +192,7 @@ Status FakeBackend::draft(std::span<const DraftRequest> requests, std::vector<Dr
     call.streams.push_back({request.stream, request.depth});
   }
   calls_.push_back(std::move(call));
-  charge(0);
+  charge(0, options_.row_ns);
   return ok_status();
 }
 

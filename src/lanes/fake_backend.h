@@ -39,6 +39,7 @@ struct FakeBackendOptions {
   ManualClock* clock = nullptr;           // advanced by call costs when set
   int64_t call_ns = 1000;                 // fixed cost of one prefill/verify/draft call
   int64_t row_ns = 100;                   // cost per row fed
+  int64_t prefill_row_ns = -1;            // cost per prompt row fed; < 0: row_ns
 };
 
 // One logged backend call.
@@ -88,7 +89,7 @@ class FakeBackend final : public Backend {
     std::vector<uint64_t> chain;  // chain state after each fed row; size = rows held
   };
   StatusOr<StreamState*> find(StreamId stream);
-  void charge(int64_t rows);
+  void charge(int64_t rows, int64_t row_ns);
 
   FakeBackendOptions options_;
   BackendInfo info_;

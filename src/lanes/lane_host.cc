@@ -46,6 +46,14 @@ LaneHost::LaneHost(Backend& backend, LaneHostOptions options)
   }
   options_.max_batch_streams = std::max(1, options_.max_batch_streams);
   DSV4_CHECK(info_.max_verify_rows >= 2);  // a forced token needs its row and the pending row
+  if (options_.step_rows > 0) options_.step_rows = std::max(2, options_.step_rows);
+  budget_.prefill_rows = options_.prefill_rows;
+  budget_.step_rows = options_.step_rows;
+  budget_.step_ns = std::max<int64_t>(0, options_.step_ns);
+  // A row budget lowers the floor to half of it, so a step holds at most 1.5 times a small budget.
+  budget_.floor_rows = std::clamp<int64_t>(options_.min_step_prefill_rows, 1, options_.prefill_rows);
+  if (options_.step_rows > 0) budget_.floor_rows = std::min<int64_t>(budget_.floor_rows, options_.step_rows / 2);
+  verify_rows_ = options_.step_rows > 0 ? std::min(info_.max_verify_rows, options_.step_rows) : info_.max_verify_rows;
   if (options_.cache != nullptr) {
     // The cache must split snapshots exactly as the backend does (options.row_tables from info().row_tables).
     const std::vector<cache::RowTableShape>& shapes = options_.cache->row_tables();
@@ -320,7 +328,7 @@ void LaneHost::admit() {
       stream->choosing = !r.choices.empty();
       if (r.constraint != nullptr && r.constraint_after < 0) stream->cursor = r.constraint->start();
       if (r.draft && info_.max_draft_depth > 0) {
-        const int32_t depth = std::min(info_.max_draft_depth, info_.max_verify_rows - 1);
+        const int32_t depth = std::min<int32_t>(info_.max_draft_depth, static_cast<int32_t>(verify_rows_) - 1);
         stream->depth.emplace(depth, info_.window_cost);
       }
       const int64_t prompt_rows = static_cast<int64_t>(r.prompt.size()) - 1;
@@ -354,15 +362,24 @@ void LaneHost::admit() {
 }
 
 void LaneHost::run_step() {
-  std::vector<Piece> pieces;
-  std::vector<Stream*> filling;
-  choose_pieces(pieces, filling);
+  // Windows first: decoding streams never wait for a prompt; the pieces take what the step budget leaves.
   std::vector<Window> windows;
   std::vector<Stream*> decoding;
   choose_windows(windows, decoding);
+  int64_t verify_rows = 0;
+  for (const Window& w : windows) verify_rows += static_cast<int64_t>(w.tokens.size());
+  const int64_t chunk = prefill_chunk(budget_, costs_, verify_rows);
+  std::vector<Piece> pieces;
+  std::vector<Stream*> filling;
+  choose_pieces(chunk, pieces, filling);
   if (pieces.empty() && windows.empty()) return;
+  int64_t prefill_rows = 0;
+  for (const Piece& p : pieces) prefill_rows += static_cast<int64_t>(p.tokens.size());
+  if (!pieces.empty()) counters_.prefill_chunk_rows = chunk;
   std::vector<std::vector<RowResult>> results;
+  const int64_t began = clock_.now_ns();
   Status status = backend_.step(pieces, windows, &results);
+  if (status.ok()) costs_.observe(prefill_rows, verify_rows, clock_.now_ns() - began);
   if (status.ok() && results.size() != windows.size())
     status = error(StatusCode::internal, "a step returned {} windows for {}", results.size(), windows.size());
   if (!status.ok()) {
@@ -383,7 +400,7 @@ Window LaneHost::build_window(Stream& s) const {
   w.tokens.push_back(s.pending);
   // Tokens the stream may still commit (it may reach position max_rows - 1); r rows commit up to r tokens.
   const int64_t remaining = s.max_rows - 1 - s.rows;
-  const int64_t cap = info_.max_verify_rows - 1;
+  const int64_t cap = verify_rows_ - 1;
   if (!s.forced.empty()) {
     // n forced rows commit n forced tokens, then the last row's draw (cut when the length is reached).
     const int64_t n = std::min({static_cast<int64_t>(s.forced.size()), remaining, cap});
@@ -416,7 +433,7 @@ void LaneHost::choose_windows(std::vector<Window>& windows, std::vector<Stream*>
   std::sort(ready.begin(), ready.end(), [](const Stream* a, const Stream* b) {
     return a->last_served != b->last_served ? a->last_served < b->last_served : a->seq < b->seq;
   });
-  int64_t rows_left = info_.max_verify_rows;
+  int64_t rows_left = verify_rows_;
   for (Stream* s : ready) {
     if (static_cast<int32_t>(windows.size()) >= options_.max_batch_streams) break;
     Window w = build_window(*s);

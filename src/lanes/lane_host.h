@@ -18,6 +18,7 @@
 #include "lanes/backend.h"
 #include "lanes/clock.h"
 #include "lanes/engine_api.h"
+#include "lanes/step_budget.h"
 #include "lanes/stream.h"
 
 namespace dsv4::lanes {
@@ -28,6 +29,15 @@ std::vector<cache::RowTableShape> cache_row_tables(const BackendInfo& info);
 struct LaneHostOptions {
   int32_t max_batch_streams = 32;     // windows per verify call
   int32_t prefill_rows = 0;           // prompt rows per round (all pieces); 0 = backend max_prefill_rows
+  // The per-step budget (lanes/step_budget.h): windows first, then prompt pieces within what is left, at least
+  // min_step_prefill_rows of them while a prompt fills. A row budget also caps the windows' rows (values below 2
+  // count as 2: a forced token needs its row and the pending row); a step then holds at most step_rows rows, or
+  // its windows plus the floor when they leave less than the floor.
+  int32_t step_rows = 0;              // rows per step, windows and pieces together; 0 = no row budget
+  int64_t step_ns = 0;                // predicted time of a step's backend call (the clock's nanoseconds; drafts and
+                                      // snapshots are not counted); 0 = no time budget
+  int32_t min_step_prefill_rows = 64;  // the floor: one 64-row tile of the prefill GEMMs, the default cache page;
+                                       // at most prefill_rows, and at most step_rows / 2 when that is set
   int32_t max_queue = 4096;           // queued requests before submit refuses
   TokenBytesFn token_bytes;           // token -> output bytes; required for requests with stop strings
   cache::PromptCache* cache = nullptr;  // prompt cache (not owned); null = none; its options.row_tables must be
@@ -67,10 +77,11 @@ class LaneHost final : public Engine {
   void take_inbox();
   void halt_all();
   void admit();
-  // One backend step: prompt pieces of the streams still filling (within the prefill budget) and verify windows
-  // of the decoding streams, then each piece's bookkeeping and each window's conclusion.
+  // One backend step: verify windows of the decoding streams and prompt pieces of the streams still filling (within
+  // the rows the step budget leaves them), then each piece's bookkeeping and each window's conclusion.
   void run_step();
-  void choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& owners);
+  // Pieces of the filling streams in admission order, `rows` rows at most in all.
+  void choose_pieces(int64_t rows, std::vector<Piece>& pieces, std::vector<Stream*>& owners);
   void after_pieces(const std::vector<Piece>& pieces, const std::vector<Stream*>& owners);
   void choose_windows(std::vector<Window>& windows, std::vector<Stream*>& owners);
   void run_drafts();
@@ -101,6 +112,8 @@ class LaneHost final : public Engine {
   LaneHostOptions options_;
   SteadyClock steady_;
   const Clock& clock_;
+  StepBudget budget_;
+  int64_t verify_rows_ = 0;  // most window rows a step takes: the backend's, cut by the row budget
 
   // Shared with submitting threads (mutex_).
   mutable std::mutex mutex_;
@@ -127,6 +140,7 @@ class LaneHost final : public Engine {
   int64_t next_seq_ = 0;
   StreamId next_sid_ = 1;
   EngineStatus counters_;
+  StepCosts costs_;  // timed steps
 };
 
 }  // namespace dsv4::lanes

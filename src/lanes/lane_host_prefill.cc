@@ -7,8 +7,8 @@
 
 namespace dsv4::lanes {
 
-void LaneHost::choose_pieces(std::vector<Piece>& pieces, std::vector<Stream*>& owners) {
-  int64_t budget = options_.prefill_rows;
+void LaneHost::choose_pieces(int64_t rows, std::vector<Piece>& pieces, std::vector<Stream*>& owners) {
+  int64_t budget = rows;
   const int64_t page = options_.cache != nullptr ? options_.cache->page_tokens() : 0;
   for (auto& stream : running_) {
     if (budget == 0) break;

@@ -103,6 +103,7 @@ struct EngineStats {
   int64_t draft_tokens = 0;           // drafted tokens proposed to verify
   int64_t draft_accepted = 0;         // of which were accepted
   int64_t rounds = 0;
+  int64_t prefill_chunk_rows = 0;     // gauge: prompt rows the step budget gave the last step that filled a prompt
 };
 
 using RequestId = uint64_t;

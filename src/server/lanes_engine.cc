@@ -113,6 +113,7 @@ EngineStats LanesEngine::stats() const {
   e.draft_tokens = s.drafted_tokens;
   e.draft_accepted = s.accepted_tokens;
   e.rounds = s.rounds;
+  e.prefill_chunk_rows = s.prefill_chunk_rows;
   return e;
 }
 

@@ -140,6 +140,8 @@ std::string Metrics::render(const MetricsSnapshotInputs& in) const {
   counter("dsv4:spec_decode_num_accepted_tokens_total", "Drafted tokens accepted.",
           static_cast<uint64_t>(in.engine.draft_accepted));
   counter("dsv4:engine_rounds_total", "Engine rounds run.", static_cast<uint64_t>(in.engine.rounds));
+  gauge("dsv4:prefill_chunk_rows", "Prompt rows the step budget gave the last step that filled a prompt.",
+        in.engine.prefill_chunk_rows);
 
   header(out, "dsv4:request_success_total", "counter", "Finished generation requests by reason.");
   for (const auto& [reason, n] : finished_)
