@@ -27,9 +27,13 @@ int bench_main(int argc, char** argv) {
     std::vector<int64_t> contexts, prefill;
     int verify_rows = 6, iters = 5;
     uint64_t seed = 1;
+    std::vector<int> layer_ids;
+    bool roles = false;
+    std::vector<int64_t> prefill_contexts;
   } f;
 #endif
-  app.add_option("--layers", f.layers, "layers of the full plan (its first N, roles unchanged) to build")
+  app.add_option("--layers", f.layers,
+                 "layers of the full plan (its first N, roles unchanged) to build; unused with --layer-ids / --roles")
       ->capture_default_str();
   app.add_option("--decoder-layers", f.decoder_layers,
                  "then the first M layers of the plan's decoder (V4.1: layers 20.., docs/replay.md), renumbered after "
@@ -43,6 +47,22 @@ int bench_main(int argc, char** argv) {
   app.add_option("--context", f.contexts, "positions each stream holds when a step is timed, e.g. 4096,65536")->delimiter(',')->capture_default_str();
   app.add_option("--verify-rows", f.verify_rows, "rows of each verify window")->capture_default_str();
   app.add_option("--prefill", f.prefill, "prefill chunk sizes (rows of one call), e.g. 2048,4096")->delimiter(',')->capture_default_str();
+  app.add_option("--layer-ids", f.layer_ids,
+                 "build these layers of the full plan instead of the first N (plan ids, e.g. 23,25; the layers they read "
+                 "compressed KV rows, top-k, index keys, candidates or Engram primes from are added and printed), "
+                 "renumbered in order; adds the per-layer prefill table")
+      ->delimiter(',');
+  app.add_flag("--roles", f.roles,
+               "build one layer of each role of the plan (V4.1: window, window+engram, full-r2, reuse-r2, "
+               "full-r2+engram, full-r1+cand-src, reuse-r1, reindex-r1+cand; 0731: window+hash, csa-r4+hash, "
+               "hca-r128, csa-r4), with the layers they read from; with --layer-ids, both sets; adds the per-layer "
+               "prefill table. The drafter (dspark) is listed, not built; Engram layers are built without Engram");
+  app.add_option("--prefill-context", f.prefill_contexts,
+                 "rows already cached before each chunk of the per-layer prefill table, e.g. 0,32768,131072 (default "
+                 "0). The stream is declared to hold them (as --context does for decode): its window, compressed-KV and "
+                 "index-key rows are allocated and zero-valued, so the chunk reads and scores as many rows as at that "
+                 "context (timing only, never outputs). Set alone: the table of the first N layers")
+      ->delimiter(',');
   app.add_option("--iters", f.iters, "timed steps per measurement (after one warm-up)")->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the synthetic weights")->capture_default_str();
   try {
@@ -51,7 +71,18 @@ int bench_main(int argc, char** argv) {
     return app.exit(e);
   }
   const int max_layers = variant == "v41" ? 40 : 43;
-  if (f.layers < 1 || f.layers > max_layers) {
+  const bool by_layer = !f.layer_ids.empty() || f.roles;
+  if (by_layer && f.decoder_layers > 0) {
+    std::fprintf(stderr, "dsv4 bench: --decoder-layers cuts the first N layers; with --layer-ids / --roles list the "
+                         "decoder's layers by id instead\n");
+    return 2;
+  }
+  for (int64_t p : f.prefill_contexts)
+    if (p < 0) {
+      std::fprintf(stderr, "dsv4 bench: --prefill-context %lld below 0\n", static_cast<long long>(p));
+      return 2;
+    }
+  if (!by_layer && (f.layers < 1 || f.layers > max_layers)) {
     std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..%d of %s\n", f.layers, max_layers, variant.c_str());
     return 2;
   }

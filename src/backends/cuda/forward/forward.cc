@@ -128,6 +128,10 @@ StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<en
     const Status collected = profile_marks_collect(marks_, profile_);
     if (st.ok()) st = collected;
   }
+  if (!layer_marks_.empty()) {
+    const Status collected = layer_marks_collect(layer_marks_, layer_times_);
+    if (st.ok()) st = collected;
+  }
   if (!st.ok()) {
     for (size_t i = 0; i < pieces.size(); ++i) streams_.at(pieces[i].stream).history.resize(hist_len[i]);
     return st;
@@ -198,6 +202,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
     const LayerDevice& L = M.layers[l];
     const size_t layer_mark = scratch_->mark();
     o.layer = l;
+    if (layer_times_) DSV4_RETURN_IF_ERROR(layer_mark_begin(layer_marks_, l, s));
     // The layer reads h at its input rows and leaves it at its output rows (bounded replay), else every row.
     const int64_t rows_in = bounded ? d.c->layer_rows[l].in.rows : rows;
     const int64_t rows_out = bounded ? d.c->layer_rows[l].out.rows : rows;
@@ -229,6 +234,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
     AttnFn attn = [&](const float* x, float* y) { return attention_layer(*d.c, l, x, y); };
     DSV4_RETURN_IF_ERROR(block_forward_rows(o, L, rows_in, keep, rows_out, attn, d.image, d.h, d.pi));
     scratch_->reset(layer_mark);
+    if (layer_times_) DSV4_RETURN_IF_ERROR(layer_mark_end(layer_marks_, s));
     if (probe_) {  // never captured: the forward runs eagerly while a probe is set
       probe_host.resize(rows * C * D);
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(probe_host.data(), d.h, probe_host.size() * 4,
@@ -387,7 +393,7 @@ Status Forward::run(const engine::StepPlan& plan) {
   // enqueues the same collectives in the same order as the eager run it was captured from.
   // Calls whose rows shrink (bounded replay) run eagerly: their launch sizes and tables vary with the cones; so do
   // calls with given rows or image flags (prompt pieces of an image span): their metadata has other parts.
-  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ &&
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ && !layer_times_ &&
                      rows <= options_.graph_max_rows && !plan.bounded() && plan.taps == plan.all && n_given == 0 &&
                      plan.image.empty();
   int64_t max_pos = 0;

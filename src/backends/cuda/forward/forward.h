@@ -102,6 +102,10 @@ class Forward {
     profile_ = profile;
     profile_sync_ = synchronized;
   }
+  // Benchmarks only: while set, each backbone layer's device time in a call (events on the forward's stream around
+  // its Engram, DSpark tap and block; no synchronization) adds into (*ms)[layer]; calls run eagerly. Unset: the
+  // layer loop only tests the pointer.
+  void set_layer_times(std::vector<double>* ms) { layer_times_ = ms; }
   cudaStream_t stream() const { return stream_; }
   // Graph replays, captures and eager runs of the forward's calls so far (tests, benchmarks).
   const GraphCache::Stats& graph_stats() const { return graphs_->stats(); }
@@ -147,6 +151,8 @@ class Forward {
   std::map<std::string, double>* profile_ = nullptr;
   bool profile_sync_ = true;
   std::vector<ProfileMark> marks_;  // event-mode sections of the call in flight
+  std::vector<double>* layer_times_ = nullptr;
+  std::vector<LayerMark> layer_marks_;  // set_layer_times: the layers of the call in flight
   mutable std::mutex mu_;
 };
 

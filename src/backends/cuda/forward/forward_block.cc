@@ -59,6 +59,39 @@ Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::stri
   return st;
 }
 
+Status layer_mark_begin(std::vector<LayerMark>& marks, int layer, cudaStream_t s) {
+  LayerMark m{layer};
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&m.start), "layer event"));
+  if (const Status e = cuda_status(cudaEventCreate(&m.end), "layer event"); !e.ok()) {
+    cudaEventDestroy(m.start);
+    return e;
+  }
+  marks.push_back(m);
+  return cuda_status(cudaEventRecord(m.start, s), "layer start event");
+}
+
+Status layer_mark_end(std::vector<LayerMark>& marks, cudaStream_t s) {
+  if (marks.empty()) return error(StatusCode::internal, "layer end event without a start");
+  return cuda_status(cudaEventRecord(marks.back().end, s), "layer end event");
+}
+
+Status layer_marks_collect(std::vector<LayerMark>& marks, std::vector<double>* ms) {
+  Status st = ok_status();
+  for (LayerMark& m : marks) {
+    float t = 0;
+    const Status e = cuda_status(cudaEventElapsedTime(&t, m.start, m.end), "layer time");
+    if (e.ok() && ms) {
+      if (ms->size() <= static_cast<size_t>(m.layer)) ms->resize(m.layer + 1, 0.0);
+      (*ms)[m.layer] += t;
+    }
+    if (!e.ok() && st.ok()) st = e;
+    cudaEventDestroy(m.start);
+    cudaEventDestroy(m.end);
+  }
+  marks.clear();
+  return st;
+}
+
 Status op_probe(OpCtx& c, const char* op, const float* dev, int64_t n) {
   if (!c.op_probe) return ok_status();
   std::vector<float> v(n);

@@ -31,6 +31,19 @@ struct ProfileMark {
 
 // Adds every mark's elapsed milliseconds to *profile under its name and destroys the events.
 Status profile_marks_collect(std::vector<ProfileMark>& marks, std::map<std::string, double>* profile);
+
+// A timed backbone layer (Forward::set_layer_times): its index and start/end events (owned by the list's owner).
+struct LayerMark {
+  int layer = -1;
+  cudaEvent_t start = nullptr, end = nullptr;
+};
+
+// Appends a mark for `layer` and records its start on `s` (no synchronization).
+Status layer_mark_begin(std::vector<LayerMark>& marks, int layer, cudaStream_t s);
+// Records the end of the last mark on `s`.
+Status layer_mark_end(std::vector<LayerMark>& marks, cudaStream_t s);
+// Adds every mark's elapsed milliseconds to (*ms)[layer] (grown as needed; ms may be null) and destroys the events.
+Status layer_marks_collect(std::vector<LayerMark>& marks, std::vector<double>* ms);
 class Collective;  // collective.h
 
 // What every sub-layer needs: sizes, the stream, scratch (released by the caller).

@@ -13,6 +13,7 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cuda/forward/forward.h"
 #include "backends/cuda/forward/forward_v4.h"
+#include "backends/cuda/forward/forward_perf_layers.h"
 #include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/replay.h"
@@ -27,6 +28,10 @@ family::ModelPlan bench_config(int layers, family::Variant variant, int decoder_
   StatusOr<family::Config> cut =
       decoder_layers > 0 ? family::with_decoder_layers(cfg, layers, decoder_layers) : family::with_layers(cfg, layers);
   if (cut.ok()) cfg = *std::move(cut);
+  return bench_plan(std::move(cfg));
+}
+
+family::ModelPlan bench_plan(family::Config cfg) {
   cfg.engram_layer_ids.clear();
   cfg.engram_num_embeddings.clear();
   family::ModelPlan c = family::build_plan(cfg);
@@ -185,15 +190,19 @@ double flops_per_token(const family::ModelPlan& c) {
 }  // namespace
 
 Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
+  DSV4_ASSIGN_OR_RETURN(const BenchCut cut, bench_cut(f));
+  const family::ModelPlan& cfg = cut.plan;
+  std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
+              cfg.n_layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
+  std::string built;
+  for (size_t k = 0; k < cut.ids.size(); ++k) built += fmt::format("{}{} {}", k ? ", " : "", cut.ids[k], cut.roles[k]);
+  std::fprintf(out, "plan layers built (id role): %s\n", built.c_str());
+  for (const std::string& n : cut.notes) std::fprintf(out, "  %s\n", n.c_str());
+  std::fflush(out);
+  // The cut is chosen and printed first: a bad selection is refused, and a good one shown, without a device.
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
-  if (f.decoder_layers > 0)  // refused by name (a model without a decoder, more layers than it has)
-    DSV4_RETURN_IF_ERROR(family::with_decoder_layers(family::preset_config(family::Preset::full, f.variant), f.layers,
-                                                     f.decoder_layers).status());
-  const family::ModelPlan cfg = bench_config(f.layers, f.variant, f.decoder_layers);
-  std::fprintf(out, "dsv4 bench: %d full-width %s layers (dim %lld, %d experts, top-%d), synthetic weights on the device\n",
-              cfg.n_layers, cfg.variant == family::Variant::v4 ? "V4-Flash-0731" : "V4.1", static_cast<long long>(cfg.dim), cfg.n_experts, cfg.n_active);
   const double bw = copy_bandwidth();
   std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
   const auto t0 = std::chrono::steady_clock::now();
@@ -342,6 +351,9 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     }
     std::fflush(out);
   }
+  if (cut.by_layer || !f.prefill_contexts.empty()) DSV4_RETURN_IF_ERROR(run_layer_prefill(model, cut, f, out));
+  // A set of roles is no sample of the model's layers: no projection from it.
+  if (cut.by_layer) return ok_status();
   // The whole model's chunks projected from the measured cost of a layer-row (the cut's chunk time without
   // replay over its layers and rows): every layer on every row, or each layer on the rows of its cone
   // (family::cone_first_rows for the full plan, rings of window + 128 rows, the chunk's last row's logits).

@@ -23,12 +23,24 @@ struct ForwardBenchOptions {
   std::vector<int64_t> prefill = {2048, 4096, 8192};
   int iters = 5;
   uint64_t seed = 1;
+  // By layer (forward_perf_layers.h): plan layer ids to build instead of the first `layers` (the layers they
+  // read from are added), and/or one layer per role of the plan (family::plan_roles); either adds the per-layer
+  // prefill table and drops the whole-model projection.
+  std::vector<int> layer_ids;
+  bool roles = false;
+  // Rows already cached before each chunk of the per-layer table (empty: 0); set alone, the per-layer table runs
+  // on the first `layers` layers.
+  std::vector<int64_t> prefill_contexts;
 };
 
 // The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers and, with decoder_layers > 0,
 // the first decoder_layers layers of its decoder after them (family/deepseek_v41/with_layers.h; roles unchanged),
 // without Engram and drafter (the device synthesizer generates neither).
 family::ModelPlan bench_config(int layers, family::Variant variant = family::Variant::v41, int decoder_layers = 0);
+
+// The plan of a cut config as the bench builds it: Engram and the drafter removed (the device synthesizer
+// generates neither).
+family::ModelPlan bench_plan(family::Config cfg);
 
 // Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head). V4 / 0731:
 // 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its
