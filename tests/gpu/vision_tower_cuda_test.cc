@@ -39,22 +39,11 @@ constexpr double kNrmsBound = 0x1p-6;
 // Max-abs: a few ulps at the largest element (an ulp is 2^-7 of a value in the binade of the maximum): 2^-4 of it.
 constexpr double kMaxAbsFraction = 0x1p-4;
 
-struct Tower {
-  family::Config config;
-  std::shared_ptr<MemoryTensors> store;
-  family::VisionWeights weights;
-};
-
+using Tower = family::vision_testing::SyntheticVision;
 Tower tower(Preset p, uint64_t seed) {
-  Tower t;
-  t.config = family::preset_config(p, family::Variant::v41);
-  t.store = family::vision_testing::synthetic_vision_store(t.config, seed);
-  EXPECT_TRUE(t.store) << "synthetic vision store";
-  if (!t.store) return t;
-  auto w = family::bind_vision_weights(t.config, *t.store);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  if (w.ok()) t.weights = std::move(*w);
-  return t;
+  auto t = family::vision_testing::synthetic_vision(p, seed);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? std::move(*t) : Tower{};
 }
 
 std::unique_ptr<VisionTowerDevice> device_tower(const Tower& t) {

@@ -49,19 +49,11 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-struct Tower {
-  family::Config config;
-  std::shared_ptr<MemoryTensors> store;
-  family::VisionWeights weights;
-};
+using Tower = family::vision_testing::SyntheticVision;
 Tower tower(Preset p, uint64_t seed) {
-  Tower t;
-  t.config = family::preset_config(p, family::Variant::v41);
-  t.store = family::vision_testing::synthetic_vision_store(t.config, seed);
-  auto w = family::bind_vision_weights(t.config, *t.store);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  if (w.ok()) t.weights = std::move(*w);
-  return t;
+  auto t = family::vision_testing::synthetic_vision(p, seed);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? std::move(*t) : Tower{};
 }
 
 // ---- 2-D RoPE (model-spec.md §3.10) ----

@@ -1,5 +1,6 @@
-// Test helper: the vision tensors of a config (tower, aligner, image delimiters) with the bytes `dsv4 synth`
-// writes for them (synth_rows of the same seed), held in memory, optionally with one left out.
+// Test helpers: the vision tensors of a config (tower, aligner, image delimiters) with the bytes `dsv4 synth`
+// writes for them (synth_rows of the same seed), held in memory, optionally with one left out; and a preset's
+// V4.1 config with those tensors bound as the tower's weights.
 #pragma once
 
 #include <memory>
@@ -7,8 +8,10 @@
 #include <string_view>
 
 #include "core/tensor_store.h"
+#include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth_values.h"
 #include "family/deepseek_v41/tensors.h"
+#include "family/deepseek_v41/vision_weights.h"
 
 namespace dsv4::family::vision_testing {
 
@@ -22,6 +25,20 @@ inline std::shared_ptr<MemoryTensors> synthetic_vision_store(const Config& c, ui
     if (!s.ok()) return nullptr;
   }
   return store;
+}
+
+struct SyntheticVision {
+  Config config;
+  std::shared_ptr<MemoryTensors> store;  // holds the bytes `weights` views
+  VisionWeights weights;
+};
+inline StatusOr<SyntheticVision> synthetic_vision(Preset p, uint64_t seed) {
+  SyntheticVision v;
+  v.config = preset_config(p, Variant::v41);
+  v.store = synthetic_vision_store(v.config, seed);
+  if (!v.store) return error(StatusCode::internal, "synthetic vision tensors of seed {}", seed);
+  DSV4_ASSIGN_OR_RETURN(v.weights, bind_vision_weights(v.config, *v.store));
+  return v;
 }
 
 }  // namespace dsv4::family::vision_testing

@@ -1,5 +1,6 @@
-// Tensor-core building blocks of the sparse attention kernel (attn_sparse_tc.cu): bf16
-// mma.m16n8k16 with fp32 accumulation and the ldmatrix loads of its fragments from shared memory.
+// Tensor-core building blocks of the attention kernels (the sparse attention, attn_sparse_tc.cu; the ViT's,
+// vision/vision_attention.cu): bf16 mma.m16n8k16 with fp32 accumulation and the ldmatrix loads of its fragments
+// from shared memory.
 // Fragment layout (PTX ISA, m16n8k16 .bf16): lane l, g = l / 4, c = l % 4;
 //   A (16 x 16, row-major): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..);
 //   B (16 x 8, "col": column n contiguous in k): b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g);

@@ -22,15 +22,6 @@ constexpr int kSlice = 32;
 constexpr int64_t kRowChunk = 64;  // rows per kernel pair (bounds the score buffer)
 constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_90 / sm_100)
 
-__device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
-  uint4 r;
-  r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
-  r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
-  r.z = (f32_bits(v[4]) >> 16) | (f32_bits(v[5]) & 0xffff0000u);
-  r.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
-  return r;
-}
-
 constexpr int kBatch = 8;  // loads a thread keeps in flight while staging
 
 __device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }

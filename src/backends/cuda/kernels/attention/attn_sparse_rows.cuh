@@ -15,6 +15,16 @@ namespace dsv4::cuda::sparse {
 
 using namespace attn;
 
+// Eight fp32 values holding bf16 values -> their eight bf16 bit patterns (truncation: exact for such values).
+__device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
+  uint4 r;
+  r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
+  r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
+  r.z = (f32_bits(v[4]) >> 16) | (f32_bits(v[5]) & 0xffff0000u);
+  r.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
+  return r;
+}
+
 enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
 
 struct SparseArgs {

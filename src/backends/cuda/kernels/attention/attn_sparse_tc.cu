@@ -56,15 +56,6 @@ struct TcLayout {
   }
 };
 
-__device__ __forceinline__ uint4 bf16x8(const float* v) {
-  uint4 r;
-  r.x = (f32_bits(v[0]) >> 16) | (f32_bits(v[1]) & 0xffff0000u);
-  r.y = (f32_bits(v[2]) >> 16) | (f32_bits(v[3]) & 0xffff0000u);
-  r.z = (f32_bits(v[4]) >> 16) | (f32_bits(v[5]) & 0xffff0000u);
-  r.w = (f32_bits(v[6]) >> 16) | (f32_bits(v[7]) & 0xffff0000u);
-  return r;
-}
-
 // Runs of 8 key elements of one staging phase held by a thread between issue and commit.
 template <int KB>
 struct Inflight {
@@ -191,7 +182,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
         const int ii = ph * kPhase + i, e = ii / kRuns, k = (ii % kRuns) * 8;
         float v[8];
         decode8(f.kd[u], f.raw[u], v);  // zeros for an invalid entry
-        *reinterpret_cast<uint4*>(keys + ((j & 1) * kBlock + e) * kRowB + 2 * k) = bf16x8(v);
+        *reinterpret_cast<uint4*>(keys + ((j & 1) * kBlock + e) * kRowB + 2 * k) = pack_bf16x8(v);
         if (k == 0) valid[(j & 1) * kBlock + e] = f.kd[u] != kInvalid;
       }
     }
