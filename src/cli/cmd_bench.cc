@@ -29,7 +29,7 @@ int bench_main(int argc, char** argv) {
     uint64_t seed = 1;
     std::vector<int> layer_ids;
     bool roles = false;
-    std::vector<int64_t> prefill_contexts;
+    std::vector<int64_t> prefill_contexts, ttft_prompts;
   } f;
 #endif
   app.add_option("--layers", f.layers,
@@ -63,6 +63,12 @@ int bench_main(int argc, char** argv) {
                  "index-key rows are allocated and zero-valued, so the chunk reads and scores as many rows as at that "
                  "context (timing only, never outputs). Set alone: the table of the first N layers")
       ->delimiter(',');
+  app.add_option("--ttft-prompts", f.ttft_prompts,
+                 "with --roles: prompt lengths (tokens) whose time to first token is projected besides 8192, 32768 and "
+                 "131072, e.g. 4096,65536. The projection sums the per-role times of the per-layer table over every "
+                 "layer of the full plan, chunk by chunk at each --prefill size (linear in the cached rows between the "
+                 "--prefill-context points), without and with bounded replay (docs/bench.md)")
+      ->delimiter(',');
   app.add_option("--iters", f.iters, "timed steps per measurement (after one warm-up)")->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the synthetic weights")->capture_default_str();
   try {
@@ -82,6 +88,15 @@ int bench_main(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 bench: --prefill-context %lld below 0\n", static_cast<long long>(p));
       return 2;
     }
+  for (int64_t p : f.ttft_prompts)
+    if (p < 1) {
+      std::fprintf(stderr, "dsv4 bench: --ttft-prompts %lld below 1\n", static_cast<long long>(p));
+      return 2;
+    }
+  if (!f.ttft_prompts.empty() && !f.roles) {
+    std::fprintf(stderr, "dsv4 bench: --ttft-prompts projects from the per-role times: add --roles\n");
+    return 2;
+  }
   if (!by_layer && (f.layers < 1 || f.layers > max_layers)) {
     std::fprintf(stderr, "dsv4 bench: --layers %d outside 1..%d of %s\n", f.layers, max_layers, variant.c_str());
     return 2;

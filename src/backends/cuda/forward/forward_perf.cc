@@ -351,8 +351,12 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     }
     std::fflush(out);
   }
-  if (cut.by_layer || !f.prefill_contexts.empty()) DSV4_RETURN_IF_ERROR(run_layer_prefill(model, cut, f, out));
-  // A set of roles is no sample of the model's layers: no projection from it.
+  std::vector<family::RoleTime> role_times;
+  if (cut.by_layer || !f.prefill_contexts.empty())
+    DSV4_RETURN_IF_ERROR(run_layer_prefill(model, cut, f, out, &role_times));
+  // One layer per role: the whole plan's time to first token from the roles' times.
+  if (f.roles) print_ttft_projection(role_times, f, out);
+  // A set of roles is no sample of the model's layers: no projection from the cut's layer-rows.
   if (cut.by_layer) return ok_status();
   // The whole model's chunks projected from the measured cost of a layer-row (the cut's chunk time without
   // replay over its layers and rows): every layer on every row, or each layer on the rows of its cone

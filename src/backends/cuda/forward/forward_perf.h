@@ -31,6 +31,8 @@ struct ForwardBenchOptions {
   // Rows already cached before each chunk of the per-layer table (empty: 0); set alone, the per-layer table runs
   // on the first `layers` layers.
   std::vector<int64_t> prefill_contexts;
+  // With `roles`: prompt lengths whose time to first token is projected besides 8K, 32K and 128K tokens.
+  std::vector<int64_t> ttft_prompts;
 };
 
 // The full config of `variant` (V4.1 or V4 / 0731) cut to its first `layers` layers and, with decoder_layers > 0,

@@ -5,11 +5,12 @@
 #include <chrono>
 
 #include "backends/cuda/forward/forward.h"
+#include "family/deepseek_v41/layer_roles.h"
 
 namespace dsv4::cuda {
 
 Status run_layer_prefill(const std::shared_ptr<const ModelDevice>& model, const BenchCut& cut,
-                         const ForwardBenchOptions& f, std::FILE* out) {
+                         const ForwardBenchOptions& f, std::FILE* out, std::vector<family::RoleTime>* times) {
   const family::ModelPlan& cfg = model->config;
   const std::vector<int64_t> contexts = f.prefill_contexts.empty() ? std::vector<int64_t>{0} : f.prefill_contexts;
   const int n = std::max(1, f.iters / 2);
@@ -52,6 +53,8 @@ Status run_layer_prefill(const std::shared_ptr<const ModelDevice>& model, const 
       double sum = 0;
       for (double& v : ms) sum += (v /= n);
       const std::vector<int64_t>& rows = F.layer_rows();
+      if (times)
+        for (int l = 0; l < cfg.n_layers; ++l) times->push_back({family::layer_role(cfg.layers[l]), T, P, ms[l]});
       for (int l = 0; l < cfg.n_layers; ++l)
         std::fprintf(out, "| %lld | %lld | %d | %s | %lld | %.2f | %.0f | %.1f%% |\n", static_cast<long long>(P),
                      static_cast<long long>(T), cut.ids[l], cut.roles[l].c_str(),

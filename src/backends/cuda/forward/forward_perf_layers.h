@@ -13,6 +13,7 @@
 #include "backends/cuda/model/model.h"
 #include "core/status.h"
 #include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/ttft_projection.h"
 
 namespace dsv4::cuda {
 
@@ -32,8 +33,15 @@ StatusOr<BenchCut> bench_cut(const ForwardBenchOptions& f);
 // The per-layer prefill table: for each cached length in f.prefill_contexts (empty: 0) and each chunk in
 // f.prefill, one fresh stream declared to hold the cached rows (Forward::assume_length), one chunk of rows
 // after them, every layer on every row (no bounded replay), each layer's device time from events around its
-// work (Forward::set_layer_times), averaged over the timed chunks after one warm-up.
+// work (Forward::set_layer_times), averaged over the timed chunks after one warm-up. Each measured point is
+// appended to `times` (when given) under the role of the layer as built (an Engram layer built without its
+// Engram counts as its plain twin).
 Status run_layer_prefill(const std::shared_ptr<const ModelDevice>& model, const BenchCut& cut,
-                         const ForwardBenchOptions& f, std::FILE* out);
+                         const ForwardBenchOptions& f, std::FILE* out, std::vector<family::RoleTime>* times = nullptr);
+
+// The whole plan's time to first token (family::project_ttft) for prompts of 8K, 32K and 128K tokens and
+// f.ttft_prompts, at each chunk of f.prefill, without and with bounded replay, from the per-role times of
+// run_layer_prefill; the full plan of f.variant supplies the layers.
+void print_ttft_projection(const std::vector<family::RoleTime>& times, const ForwardBenchOptions& f, std::FILE* out);
 
 }  // namespace dsv4::cuda
