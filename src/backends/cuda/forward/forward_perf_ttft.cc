@@ -24,7 +24,7 @@ std::string flags(const family::TtftProjection& r) {
   if (r.extrapolated) add(fmt::format("extrapolated (chunks up to {} cached rows)", r.max_context));
   if (r.short_last_chunk()) add(fmt::format("last chunk {} rows, scaled", r.last_chunk_rows));
   for (const family::RoleContribution& c : r.roles)
-    if (c.timing == family::RoleTiming::missing) add(fmt::format("missing {} ({} layers)", c.role, c.layers));
+    if (c.timing == family::RoleTiming::missing) add(fmt::format("missing {} ({} layer{})", c.role, c.layers, c.layers == 1 ? "" : "s"));
   if (!r.complete()) add(fmt::format("{} of {} layers not in the sum", r.missing_layers, r.layers));
   return s;
 }
@@ -63,8 +63,8 @@ void print_ttft_projection(const std::vector<family::RoleTime>& times, const For
   std::string rule = "|---|---|---|---|---|---|---|";
   for (const family::RoleContribution& c : first.roles) {
     if (c.timing == family::RoleTiming::stand_in)
-      std::fprintf(out, "  %s (%d layers): %s (the device synthesizer makes no Engram)\n", c.role.c_str(), c.layers,
-                   c.why.c_str());
+      std::fprintf(out, "  %s (%d layer%s): %s (the device synthesizer makes no Engram)\n", c.role.c_str(), c.layers,
+                   c.layers == 1 ? "" : "s", c.why.c_str());
     if (c.timing == family::RoleTiming::not_counted) {
       std::fprintf(out, "  %s (%d stages): not counted, %s\n", c.role.c_str(), c.layers, c.why.c_str());
       continue;
