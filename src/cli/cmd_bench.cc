@@ -21,10 +21,10 @@ int bench_main(int argc, char** argv) {
 #ifdef DSV4_WITH_CUDA
   cuda::ForwardBenchOptions f;
 #else
-  struct {
+  struct {  // cuda::ForwardBenchOptions' fields and defaults, so that --help reads the same in every build
     int layers = 4, decoder_layers = 0;
-    std::vector<int> batches;
-    std::vector<int64_t> contexts, prefill;
+    std::vector<int> batches = {1, 8, 32};
+    std::vector<int64_t> contexts = {4096, 65536, 262144}, prefill = {2048, 4096, 8192};
     int verify_rows = 6, iters = 5;
     uint64_t seed = 1;
     std::vector<int> layer_ids;
