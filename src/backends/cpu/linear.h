@@ -26,7 +26,7 @@ inline Acc dot(const float* a, const float* b, int64_t n) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8)
     for (int j = 0; j < 8; ++j) l[j] += static_cast<Acc>(a[k + j]) * static_cast<Acc>(b[k + j]);
-  for (int j = 0; k < n; ++k, ++j) l[j & 7] += static_cast<Acc>(a[k]) * static_cast<Acc>(b[k]);
+  for (int j = 0; j < 8 && k < n; ++k, ++j) l[j] += static_cast<Acc>(a[k]) * static_cast<Acc>(b[k]);  // n - k < 8 here
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
