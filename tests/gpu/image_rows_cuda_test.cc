@@ -59,22 +59,52 @@ Span span(uint32_t seed, bool image = true) {
   return Span{kStart, kCount, cpu::image_testing::lcg_rows(kCount, weights()->plan.dim, seed), image};
 }
 
-// The prompt in pieces of `sizes` on a fresh stream; every row's logits. `at`: the stream.
-std::vector<float> run(Forward& f, const std::vector<int32_t>& t, const Span& s, const std::vector<int64_t>& sizes,
-                       int32_t* at = nullptr) {
-  auto stream = f.open_stream();
-  EXPECT_TRUE(stream.ok());
-  if (at) *at = *stream;
+// The prompt in pieces of `sizes` on a fresh stream of `f` (the CUDA forward or the oracle), carrying `spans`; every
+// row's logits. `at`: the stream.
+template <typename F>
+std::vector<float> run_spans(F& f, const std::vector<int32_t>& t, const std::vector<const Span*>& spans,
+                             const std::vector<int64_t>& sizes, int64_t dim, int32_t* at = nullptr) {
+  auto opened = f.open_stream();
+  int32_t stream;
+  if constexpr (requires { opened.value(); }) {
+    EXPECT_TRUE(opened.ok());
+    stream = opened.value();
+  } else {
+    stream = opened;
+  }
+  if (at) *at = stream;
   std::vector<float> all;
   int64_t pos = 0;
   for (int64_t n : sizes) {
-    auto r = f.forward({cpu::image_testing::span_piece(*stream, t, pos, n, s, f.config().dim)});
+    auto r = f.forward({cpu::image_testing::spans_piece(stream, t, pos, n, spans, dim)});
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return {};
     all.insert(all.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
     pos += n;
   }
   return all;
+}
+std::vector<float> run(Forward& f, const std::vector<int32_t>& t, const Span& s, const std::vector<int64_t>& sizes,
+                       int32_t* at = nullptr) {
+  return run_spans(f, t, {&s}, sizes, f.config().dim, at);
+}
+
+// The whole-model gate of `backend` (every row's logits of the prompt fed whole) against the oracle's ref32 and ref64
+// on the same prompt: NRMS(backend, ref64) <= 1.05 NRMS(ref32, ref64) and top-1 on every row.
+void expect_gate(const std::shared_ptr<const family::Model>& w, const std::vector<int32_t>& t,
+                 const std::vector<const Span*>& spans, const std::vector<float>& backend, const char* what) {
+  auto oracle_logits = [&](cpu::Precision p) {
+    cpu::OracleOptions o;
+    o.precision = p;
+    auto oracle = std::move(cpu::Oracle::create(w, o)).value();
+    return run_spans(*oracle, t, spans, {static_cast<int64_t>(t.size())}, w->plan.dim);
+  };
+  const auto r32 = oracle_logits(cpu::Precision::ref32), r64 = oracle_logits(cpu::Precision::ref64);
+  cpu::gate::Verdict v;
+  v.floor.add(r32, r64, w->config.vocab_size);
+  v.backend.add(backend, r64, w->config.vocab_size);
+  std::printf("%s: %s\n", what, v.summary().c_str());
+  EXPECT_TRUE(v.pass()) << v.summary();
 }
 
 std::vector<float> rows_from(const std::vector<float>& logits, int64_t row) {
@@ -213,27 +243,11 @@ TEST(CudaImageRows, SpanRowsRouteWithBiasVlAndTextRowsNeverReadIt) {
 // distribution), image flags on: NRMS(CUDA, ref64) <= 1.05 NRMS(ref32, ref64) and top-1 on every row.
 TEST(CudaImageRows, GateAgainstTheOracle) {
   const auto w = weights(cpu::WeightProfile::gate);
-  const int64_t V = w->config.vocab_size;
   const auto t = image_prompt(6);
   const Span s{kStart, kCount, cpu::image_testing::embedding_rows(*w, kCount, 17), true};
   auto f = cuda_forward(w);
   ASSERT_TRUE(f);
-  const auto cuda = run(*f, t, s, {kLength});
-  auto oracle_logits = [&](cpu::Precision p) {
-    cpu::OracleOptions o;
-    o.precision = p;
-    auto oracle = std::move(cpu::Oracle::create(w, o)).value();
-    const int32_t stream = oracle->open_stream();
-    auto r = oracle->forward({cpu::image_testing::span_piece(stream, t, 0, kLength, s, w->plan.dim)});
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? (*r)[0].logits : std::vector<float>{};
-  };
-  const auto r32 = oracle_logits(cpu::Precision::ref32), r64 = oracle_logits(cpu::Precision::ref64);
-  cpu::gate::Verdict v;
-  v.floor.add(r32, r64, V);
-  v.backend.add(cuda, r64, V);
-  std::printf("image prompt gate: %s\n", v.summary().c_str());
-  EXPECT_TRUE(v.pass()) << v.summary();
+  expect_gate(w, t, {&s}, run(*f, t, s, {kLength}), "image prompt gate");
 }
 
 // Several images in one prompt: three spans of different lengths (one crossing the window, one ending where the
@@ -249,39 +263,12 @@ TEST(CudaImageRows, SeveralImagesPiecesEqualWholeAndGate) {
   const std::vector<const Span*> all = {&spans[0], &spans[1], &spans[2]};
   for (const Span& s : spans)
     for (int64_t i = s.start; i < s.start + s.count; ++i) t[i] = 129264;
-  auto logits_of = [&](auto& f, const std::vector<int64_t>& sizes) {
-    auto opened = f.open_stream();
-    int32_t stream;
-    if constexpr (requires { opened.value(); }) stream = opened.value();
-    else stream = opened;
-    std::vector<float> out;
-    int64_t pos = 0;
-    for (int64_t n : sizes) {
-      auto r = f.forward({cpu::image_testing::spans_piece(stream, t, pos, n, all, D)});
-      EXPECT_TRUE(r.ok()) << r.status().to_string();
-      if (!r.ok()) return std::vector<float>{};
-      out.insert(out.end(), (*r)[0].logits.begin(), (*r)[0].logits.end());
-      pos += n;
-    }
-    return out;
-  };
   auto f = cuda_forward(w);
   ASSERT_TRUE(f);
-  const auto whole = logits_of(*f, {length});
+  const auto whole = run_spans(*f, t, all, {length}, D);
   ASSERT_EQ(static_cast<int64_t>(whole.size()), length * V);
-  EXPECT_TRUE(logits_of(*f, {30, 70, 101, 64, 65}) == whole) << "several images: pieces != whole";
-  auto oracle_logits = [&](cpu::Precision p) {
-    cpu::OracleOptions o;
-    o.precision = p;
-    auto oracle = std::move(cpu::Oracle::create(w, o)).value();
-    return logits_of(*oracle, {length});
-  };
-  const auto r32 = oracle_logits(cpu::Precision::ref32), r64 = oracle_logits(cpu::Precision::ref64);
-  cpu::gate::Verdict v;
-  v.floor.add(r32, r64, V);
-  v.backend.add(whole, r64, V);
-  std::printf("several-image prompt gate (spans of 47, 150, 94 rows): %s\n", v.summary().c_str());
-  EXPECT_TRUE(v.pass()) << v.summary();
+  EXPECT_TRUE(run_spans(*f, t, all, {30, 70, 101, 64, 65}, D) == whole) << "several images: pieces != whole";
+  expect_gate(w, t, all, whole, "several-image prompt gate (spans of 47, 150, 94 rows)");
 }
 
 }  // namespace
