@@ -7,9 +7,8 @@
 
 #include "cli/command.h"
 
-#ifdef DSV4_WITH_CUDA
+// The options struct is device-free: every build parses the same flags, only a CUDA build runs them.
 #include "backends/cuda/forward/forward_perf.h"
-#endif
 
 namespace dsv4::cli {
 namespace {
@@ -18,20 +17,7 @@ int bench_main(int argc, char** argv) {
   CLI::App app{"dsv4 bench - the CUDA forward on full-width V4.1 or V4-Flash-0731 layers generated on the GPU (no files): decode "
                "steps vs the memory floor, verify windows, prefill chunks with and without bounded replay",
                "dsv4 bench"};
-#ifdef DSV4_WITH_CUDA
   cuda::ForwardBenchOptions f;
-#else
-  struct {  // cuda::ForwardBenchOptions' fields and defaults, so that --help reads the same in every build
-    int layers = 4, decoder_layers = 0;
-    std::vector<int> batches = {1, 8, 32};
-    std::vector<int64_t> contexts = {4096, 65536, 262144}, prefill = {2048, 4096, 8192};
-    int verify_rows = 6, iters = 5;
-    uint64_t seed = 1;
-    std::vector<int> layer_ids;
-    bool roles = false;
-    std::vector<int64_t> prefill_contexts, ttft_prompts;
-  } f;
-#endif
   app.add_option("--layers", f.layers,
                  "layers of the full plan (its first N, roles unchanged) to build; unused with --layer-ids / --roles")
       ->capture_default_str();
