@@ -1,6 +1,6 @@
 // Tensor-core building blocks of the attention kernels (the sparse attention, attn_sparse_tc.cu; the ViT's,
-// vision/vision_attention.cu): bf16 mma.m16n8k16 with fp32 accumulation and the ldmatrix loads of its fragments
-// from shared memory.
+// vision/vision_attention.cu): bf16 mma.m16n8k16 with fp32 accumulation, the ldmatrix loads of its fragments
+// from shared memory and the cp.async copies that fill it.
 // Fragment layout (PTX ISA, m16n8k16 .bf16): lane l, g = l / 4, c = l % 4;
 //   A (16 x 16, row-major): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..);
 //   B (16 x 8, "col": column n contiguous in k): b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g);
@@ -43,6 +43,17 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// 16 bytes global -> shared, asynchronous (cp.async.cg: through L2 only); both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Barrier of `count` threads on named barrier `id` (1..15; 0 is __syncthreads).

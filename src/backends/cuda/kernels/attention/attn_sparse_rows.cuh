@@ -102,6 +102,21 @@ __device__ __forceinline__ Raw8 raw8(int kind, const void* p, int64_t d, int64_t
   return r;
 }
 
+// raw8 of an FP8 or FP4 key row already copied into shared memory (row: its first byte, 8-byte aligned): the
+// same fields from the same bytes, so decode8 gives the same values.
+__device__ __forceinline__ Raw8 raw8_copied(int kind, const uint8_t* row, int64_t d, int64_t k) {
+  Raw8 r{};
+  if (kind == kFp8) {
+    const uint2 c = *reinterpret_cast<const uint2*>(row + k);
+    r.a.x = c.x; r.a.y = c.y;
+    r.a.z = row[d + (k >> 5)];
+  } else if (kind == kFp4) {
+    r.a.x = *reinterpret_cast<const uint32_t*>(row + (k >> 1));
+    r.a.z = row[d / 2 + (k >> 4)];
+  }
+  return r;
+}
+
 // Decoded values of raw8 (zeros for an invalid entry).
 __device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
   if (kind == kFresh) {

@@ -11,7 +11,11 @@
 // Skipped blocks (no valid entry) would change nothing: alpha = 1, P = 0. exp is exp_f, the
 // oracle's expf. The keys of the next block are staged into the other of two bf16 buffers while
 // the current block computes, through registers (list_entry / raw8 / decode8: the bits the
-// CUDA-core kernels stage), in phases that each overlap a part of the block's MMAs.
+// CUDA-core kernels stage), in phases that each overlap a part of the block's MMAs. With few rows
+// (one CTA's staging is a chain of load latencies then, with little work to hide them behind) the
+// stored FP8 / FP4 key rows of the block after next are instead copied raw into shared memory by
+// cp.async while the current block computes, and decoded from there (raw8_copied: the same bytes,
+// the same values) once it is done; fresh rows still load through registers.
 // Batch invariance: the output of a (row, head) is a function of the row's q, list and keys alone;
 // every head sits at the same MMA row (h % 16), every entry and channel at the same MMA column,
 // and the per-head softmax runs in the same lanes whatever the CTA's share of heads (MT m-tiles)
@@ -33,14 +37,17 @@ constexpr int kSRow = kBlock + 4;         // floats per score row (272 B: an odd
 constexpr int kPRow = kBlock + 8;         // bf16 per P row (144 B: an odd number of 16-byte units)
 constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_90 / sm_100)
 
-// Shared memory (byte offsets) for head dim D, MT m-tiles and nb list blocks. bf16 rows of q and
-// keys are 2D + 16 bytes (an odd number of 16-byte units: conflict-free ldmatrix).
-template <int D, int MT>
+// Shared memory (byte offsets) for head dim D, MT m-tiles, n list entries in nb blocks and, with
+// AS, the raw copies of two blocks' stored key rows (an FP8 row's D + D / 32 bytes each, which holds
+// an FP4 row too) and the row's selected entries. bf16 rows of q and keys are 2D + 16 bytes (an odd
+// number of 16-byte units: conflict-free ldmatrix).
+template <int D, int MT, bool AS>
 struct TcLayout {
   static constexpr int kRowB = 2 * D + 16;
+  static constexpr int kRawB = D + D / 32;
   static constexpr int kHeads = 16 * MT;
-  int64_t q, keys, s, pb, alpha, den, rope, ptr, kind, valid, vb, total;
-  __host__ __device__ explicit TcLayout(int64_t nb) {
+  int64_t q, keys, s, pb, alpha, den, rope, ptr, kind, valid, vb, sel, raw, total;
+  __host__ __device__ TcLayout(int64_t n, int64_t nb) {
     q = 0;                                     // [kHeads] query rows, bf16
     keys = q + int64_t{kHeads} * kRowB;        // [2][64] key rows, bf16 (double buffer)
     s = keys + 2 * int64_t{kBlock} * kRowB;    // [kHeads][kSRow] scores
@@ -52,7 +59,9 @@ struct TcLayout {
     kind = ptr + 8 * 2 * kBlock;               // [2][64] entry kinds
     valid = kind + 2 * kBlock;                 // [2][64] validity of the staged blocks' entries
     vb = valid + 2 * kBlock;                   // [nb] blocks holding a valid entry, in order
-    total = vb + 4 * nb;
+    sel = vb + 4 * nb;                         // AS: [n] topk of the list's entries (-1 in the window part)
+    raw = (sel + (AS ? 4 * n : 0) + 15) / 16 * 16;  // AS: [2][64] raw key rows, kRawB bytes each
+    total = raw + (AS ? 2 * int64_t{kBlock} * kRawB : 0);
   }
 };
 
@@ -77,9 +86,10 @@ __device__ __forceinline__ void static_for(F&& f) {
 // quarter qw = w % 4): scores of heads 16 mt.. x entries 16 qw..; softmax of heads
 // 16 mt + 4 qw + lane / 8, 8 lanes per head, 8 entries each; accumulation of heads 16 mt.. x
 // channels z D / CS + qw D / (4 CS)...
-template <int D, int MT, int CS>
+template <int D, int MT, int CS, bool AS>
 __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
-  using L_t = TcLayout<D, MT>;
+  using L_t = TcLayout<D, MT, AS>;
+  static_assert(!AS || L_t::kRawB % 16 == 0, "raw rows copied in 16-byte units");
   constexpr int kThreads = 128 * MT, kHeads = 16 * MT, kRowB = L_t::kRowB;
   constexpr int kRuns = D / 8;                                      // runs per key row
   constexpr int kCw = D / CS / 4;                                   // channels per warp
@@ -97,7 +107,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   constexpr int kChunks = (kPhase + kKB * kThreads - 1) / (kKB * kThreads);
   extern __shared__ __align__(16) unsigned char sm[];
   const int64_t n = a.W + a.n_sel, nb = (n + kBlock - 1) / kBlock;
-  const L_t L(nb);
+  const L_t L(n, nb);
   unsigned char* qs = sm + L.q;
   unsigned char* keys = sm + L.keys;
   float* S = reinterpret_cast<float*>(sm + L.s);
@@ -109,6 +119,8 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   uint8_t* tkind = sm + L.kind;
   uint8_t* valid = sm + L.valid;
   int* vb = reinterpret_cast<int*>(sm + L.vb);
+  int32_t* sel_s = reinterpret_cast<int32_t*>(sm + L.sel);
+  unsigned char* raw = sm + L.raw;
   __shared__ int nvb_s;
 
   const int t = threadIdx.x, lane = t & 31, w = t >> 5, mt = w >> 2, qw = w & 3;
@@ -132,6 +144,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   __syncthreads();
   for (int64_t e = t; e < n; e += kThreads) {
     const int32_t sel = e >= a.W ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
+    if constexpr (AS) sel_s[e] = sel;
     const void* ptr = nullptr;
     if (list_entry(a, pc, p, e, sel, ptr) != kInvalid) vb[e / kBlock] = 1;
   }
@@ -152,7 +165,9 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
       const void* ptr = nullptr;
       int kd = kInvalid;
       if (e < n) {
-        const int32_t sel = e >= a.W ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
+        int32_t sel;
+        if constexpr (AS) sel = sel_s[e];
+        else sel = e >= a.W ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
         kd = list_entry(a, pc, p, e, sel, ptr);
       }
       tkind[(j & 1) * kBlock + t] = static_cast<uint8_t>(kd);
@@ -206,12 +221,60 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     if (on) commit(f, j, ph, kChunks - 1);
   };
 
+  // AS: the stored key rows (FP8, FP4) of valid block j, raw, into raw slot j & 1 by cp.async (one
+  // group per block; rows whose address is not 16-byte aligned are left to copied_decode's loads).
+  auto copied = [&](int kd, const void* ptr) {
+    return (kd == kFp8 || kd == kFp4) && (reinterpret_cast<uintptr_t>(ptr) & 15) == 0;
+  };
+  auto copy_raw = [&](int j) {
+    constexpr int kChunks16 = L_t::kRawB / 16;
+    const int slot = (j & 1) * kBlock;
+    const uint32_t raw_base = smem_addr(raw);
+    for (int i = t; i < kBlock * kChunks16; i += kThreads) {
+      const int e = i / kChunks16, c = i % kChunks16;
+      const int kd = tkind[slot + e];
+      const void* ptr = tptr[slot + e];
+      const int bytes = kd == kFp8 ? D + D / 32 : D / 2 + D / 16;
+      if (copied(kd, ptr) && 16 * c < bytes)
+        cp_async16(raw_base + (slot + e) * L_t::kRawB + 16 * c, static_cast<const uint8_t*>(ptr) + 16 * c);
+    }
+    cp_async_commit();
+  };
+  // AS: block j's keys into buffer j & 1 from its raw copies (fresh and unaligned rows from memory).
+  auto copied_decode = [&](int j) {
+    const int slot = (j & 1) * kBlock;
+    for (int i = t; i < kBlock * kRuns; i += kThreads) {
+      const int e = i / kRuns, k = (i % kRuns) * 8;
+      const int kd = tkind[slot + e];
+      const void* ptr = tptr[slot + e];
+      const Raw8 rw = copied(kd, ptr) ? raw8_copied(kd, raw + (slot + e) * L_t::kRawB, D, k)
+                                      : kd != kInvalid ? raw8(kd, ptr, D, k) : Raw8{};
+      float v[8];
+      decode8(kd, rw, v);
+      *reinterpret_cast<uint4*>(keys + (slot + e) * kRowB + 2 * k) = pack_bf16x8(v);
+      if (k == 0) valid[slot + e] = kd != kInvalid;
+    }
+  };
+
   if (nvb > 0) {
-    fill(0);
-    __syncthreads();
-    for (int ph = 0; ph < 2 * kParts; ++ph) phase(true, 0, ph, [] {});
-    if (nvb > 1) fill(1);
-    __syncthreads();
+    if constexpr (AS) {
+      fill(0);
+      if (nvb > 1) fill(1);
+      __syncthreads();
+      copy_raw(0);
+      if (nvb > 1) copy_raw(1);
+      else cp_async_commit();  // one group per block slot keeps wait_group's count uniform
+      cp_async_wait<1>();
+      __syncthreads();
+      copied_decode(0);
+      __syncthreads();
+    } else {
+      fill(0);
+      __syncthreads();
+      for (int ph = 0; ph < 2 * kParts; ++ph) phase(true, 0, ph, [] {});
+      if (nvb > 1) fill(1);
+      __syncthreads();
+    }
   }
 
   float acc[kNT][4];
@@ -226,7 +289,12 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     const bool next = i + 1 < nvb;
     const uint32_t kb = k_base + (i & 1) * kBlock * kRowB;
     if (i + 2 < nvb) fill(i + 2);  // slot i & 1: block i is staged already
-    // Scores in kParts parts (staging phases 0..kParts-1): per n-tile two accumulators, the even
+    if constexpr (AS) {  // block i + 2's raw rows in flight while block i computes
+      __syncthreads();
+      if (i + 2 < nvb) copy_raw(i + 2);
+      else cp_async_commit();
+    }
+    const bool stage = !AS && next;  // register staging of block i + 1 in the phases below    // Scores in kParts parts (staging phases 0..kParts-1): per n-tile two accumulators, the even
     // and the odd k steps each in ascending order (two independent MMA chains), added at the end.
     float sacc[2][2][4] = {};
     auto scores = [&](int k0, int k1) {  // k0, k1 even
@@ -244,7 +312,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     };
 #pragma unroll
     for (int part = 0; part < kParts; ++part)
-      phase(next, i + 1, part, [&] { scores(part * (D / 16 / kParts), (part + 1) * (D / 16 / kParts)); });
+      phase(stage, i + 1, part, [&] { scores(part * (D / 16 / kParts), (part + 1) * (D / 16 / kParts)); });
 #pragma unroll
     for (int jn = 0; jn < 2; ++jn) {
       const int e = qw * 16 + 8 * jn + 2 * c4;
@@ -315,9 +383,16 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
       };
       static_for<kParts>([&](auto part) {
         constexpr int lo = decltype(part)::value * (kPairs / kParts), hi = lo + kPairs / kParts;
-        phase(next, i + 1, kParts + decltype(part)::value,
+        phase(stage, i + 1, kParts + decltype(part)::value,
               [&] { pv(std::integral_constant<int, lo>{}, std::integral_constant<int, hi>{}); });
       });
+    }
+    if constexpr (AS) {
+      if (next) {  // block i + 1's raw rows have landed (only block i + 2's group may still fly)
+        cp_async_wait<1>();
+        __syncthreads();
+        copied_decode(i + 1);
+      }
     }
     __syncthreads();  // buffer i & 1, the scores and the table slots are free again
   }
@@ -346,17 +421,29 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   }
 }
 
-template <int D, int MT, int CS>
+template <int D, int MT, int CS, bool AS>
 cudaError_t launch_tc(const SparseArgs& a, cudaStream_t s) {
-  const int64_t nb = (a.W + a.n_sel + kBlock - 1) / kBlock;
-  const size_t shm = static_cast<size_t>(TcLayout<D, MT>(nb).total);
+  const int64_t n = a.W + a.n_sel, nb = (n + kBlock - 1) / kBlock;
+  const size_t shm = static_cast<size_t>(TcLayout<D, MT, AS>(n, nb).total);
   if (shm > kMaxSmem) return cudaErrorInvalidValue;
-  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT, CS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(shm));
+  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT, CS, AS>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
   if (e != cudaSuccess) return e;
   const unsigned groups = static_cast<unsigned>((a.H + 16 * MT - 1) / (16 * MT));
-  sparse_tc_kernel<D, MT, CS><<<dim3(static_cast<unsigned>(a.rows), groups, CS), 128 * MT, shm, s>>>(a);
+  sparse_tc_kernel<D, MT, CS, AS><<<dim3(static_cast<unsigned>(a.rows), groups, CS), 128 * MT, shm, s>>>(a);
   return cudaGetLastError();
+}
+
+// CTAs of 16 heads at D = 512 (the release's head dim) copy stored key rows by cp.async where the
+// raw slots fit in shared memory; other shapes stage through registers.
+template <int D, int CS>
+cudaError_t launch_narrow(const SparseArgs& a, cudaStream_t s) {
+  if constexpr (D == 512) {
+    const int64_t n = a.W + a.n_sel;
+    if (TcLayout<D, 1, true>(n, (n + kBlock - 1) / kBlock).total + 1024 <= kMaxSmem)  // 1 KiB for static shared memory
+      return launch_tc<D, 1, CS, true>(a, s);
+  }
+  return launch_tc<D, 1, CS, false>(a, s);
 }
 
 // The grid by row count (the bits are the same for every choice: see the top of the file):
@@ -365,17 +452,18 @@ cudaError_t launch_tc(const SparseArgs& a, cudaStream_t s) {
 //     registers do not hold the 64 accumulators per thread and the staging without spills);
 //   - below kSplitRows rows (decode, verify windows), CTAs of 16 heads and a quarter of the
 //     channels each (scores recomputed per quarter), for more CTAs than rows x heads / 16;
-//   - else CTAs of 16 heads and every channel.
+//   - else CTAs of 16 heads and every channel;
+//   - CTAs of 16 heads at D = 512 copy the stored key rows by cp.async (launch_narrow).
 constexpr int64_t kWideRows = 32;
 constexpr int64_t kSplitRows = 8;
 
 template <int D>
 cudaError_t launch_d(const SparseArgs& a, cudaStream_t s) {
-  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2, 1>(a, s);
+  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2, 1, false>(a, s);
   if constexpr (D >= 256) {
-    if (a.rows < kSplitRows) return launch_tc<D, 1, 4>(a, s);
+    if (a.rows < kSplitRows) return launch_narrow<D, 4>(a, s);
   }
-  return launch_tc<D, 1, 1>(a, s);
+  return launch_narrow<D, 1>(a, s);
 }
 }  // namespace
 
