@@ -29,6 +29,8 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
     o.max_rollback = choice.max_rollback;
     if (choice.layer_probe) o.layer_probe = choice.layer_probe;
     if (choice.op_probe) o.op_probe = choice.op_probe;
+    if (choice.pre_round_probe) o.pre_round_probe = choice.pre_round_probe;
+    o.pre_round_layers = choice.pre_round_layers;
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cpu::Oracle> f, cpu::Oracle::create(std::move(model), o));
     return cpu::oracle_stream_forward(std::move(f));
   }

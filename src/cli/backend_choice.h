@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/image_encoder.h"
 #include "engine/stream_forward.h"
@@ -31,6 +32,9 @@ struct BackendChoice {
   // oracle's op_probe ("final_norm" as layer n_layers) on either backend; empty: none.
   std::function<void(int layer, const std::vector<float>& h)> layer_probe;
   std::function<void(int layer, const char* op, const std::vector<float>& v)> op_probe;
+  // Tests (`run --dump-pre-round`, CPU oracle only): OracleOptions::pre_round_probe at pre_round_layers (all: empty).
+  std::function<void(int layer, const char* name, int64_t rows, const std::vector<double>& v)> pre_round_probe;
+  std::vector<int> pre_round_layers;
   std::string log_prefix;    // CUDA: load progress and its rate go to stderr with this prefix; empty: silent
   // The CPU oracle's settings: double accumulation (ref64), worker threads (0: hardware concurrency), and the
   // reference's call shapes (comparisons with the reference only).

@@ -96,6 +96,12 @@ int run_main(int argc, char** argv) {
                  "ffn_out_NN [T, hidden]), on the CPU oracle each index source's picked compressed rows "
                  "(topk_NN [T, index_topk] i32, -1 past the picks) and the prompt (tokens [T] i32) to this .npz, "
                  "to find the first layer and position where dsv4 and another implementation part");
+  // Test-only, not in --help (tests/reference/v41/straddle.py): the CPU oracle's values before its bf16 roundings at
+  // the layers given (OracleOptions::pre_round_probe names them), NAME_LL [T, n / T], f32 in ref32 (exact), f64 in
+  // ref64, and the prompt (tokens [T] i32).
+  std::string dump_pre_round, pre_round_layers_text;
+  app.add_option("--dump-pre-round", dump_pre_round, "values before rounding, to this .npz")->group("");
+  app.add_option("--pre-round-layers", pre_round_layers_text, "layers for --dump-pre-round (default: all)")->group("");
   std::string backend = "cpu";
   app.add_option("--backend", backend, "cpu (the oracle) or cuda (NVIDIA GPU; builds with CUDA only)")->capture_default_str();
   app.add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
@@ -167,6 +173,16 @@ int run_main(int argc, char** argv) {
     }
     weights = *w;
   }
+  std::vector<int32_t> pre_round_layers;
+  if (!pre_round_layers_text.empty() && !parse_ids(pre_round_layers_text, pre_round_layers)) {
+    std::fprintf(stderr, "dsv4 run: --pre-round-layers '%s' is not a comma-separated list of integers\n",
+                 pre_round_layers_text.c_str());
+    return 2;
+  }
+  if (!dump_pre_round.empty() && backend != "cpu") {
+    std::fprintf(stderr, "dsv4 run: --dump-pre-round is the CPU oracle's\n");
+    return 2;
+  }
   if (reference_shapes && backend != "cpu") {
     std::fprintf(stderr, "dsv4 run: --reference-shapes is the CPU oracle's\n");
     return 2;
@@ -218,6 +234,27 @@ int run_main(int argc, char** argv) {
       }
     };
   }
+  // --dump-pre-round: the prompt call's tapped layers, written as they arrive.
+  NpzWriter pre_round;
+  Status pre_round_status;
+  if (!dump_pre_round.empty()) {
+    if (Status st = pre_round.open(dump_pre_round); !st.ok()) {
+      std::fprintf(stderr, "dsv4 run: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    bc.pre_round_layers.assign(pre_round_layers.begin(), pre_round_layers.end());
+    bc.pre_round_probe = [&](int layer, const char* name, int64_t rows, const std::vector<double>& v) {
+      if (!in_prompt || !pre_round_status.ok() || rows <= 0) return;
+      const std::string key = fmt::format("{}_{:02d}", name, layer);
+      const std::vector<int64_t> shape{rows, static_cast<int64_t>(v.size()) / rows};
+      if (ref64) {
+        pre_round_status = pre_round.add_f64(key, shape, v);
+      } else {
+        const std::vector<float> f(v.begin(), v.end());  // float values widened to double: exact
+        pre_round_status = pre_round.add_f32(key, shape, f);
+      }
+    };
+  }
   auto fwd = make_stream_forward(bc, weights);
   if (!fwd.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", fwd.status().to_string().c_str());
@@ -233,7 +270,7 @@ int run_main(int argc, char** argv) {
   const int32_t s = *opened;
   std::vector<float> all;
   engine::Piece piece{s, ids, {}};
-  const bool every_row = !dump.empty() || !dump_hidden.empty();
+  const bool every_row = !dump.empty() || !dump_hidden.empty() || !dump_pre_round.empty();
   for (size_t i = every_row ? 0 : ids.size() - 1; i < ids.size(); ++i) piece.logit_rows.push_back(static_cast<int32_t>(i));
   const auto t0 = std::chrono::steady_clock::now();
   in_prompt = true;
@@ -248,6 +285,14 @@ int run_main(int argc, char** argv) {
     if (hidden_status.ok()) hidden_status = hidden.finish();
     if (!hidden_status.ok()) {
       std::fprintf(stderr, "dsv4 run: --dump-hidden: %s\n", hidden_status.to_string().c_str());
+      return 1;
+    }
+  }
+  if (!dump_pre_round.empty()) {
+    if (pre_round_status.ok()) pre_round_status = pre_round.add_i32("tokens", {T}, ids);
+    if (pre_round_status.ok()) pre_round_status = pre_round.finish();
+    if (!pre_round_status.ok()) {
+      std::fprintf(stderr, "dsv4 run: --dump-pre-round: %s\n", pre_round_status.to_string().c_str());
       return 1;
     }
   }

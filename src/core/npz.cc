@@ -62,6 +62,9 @@ uint32_t crc32_ieee(std::span<const uint8_t> bytes, uint32_t crc) {
 }
 
 std::vector<uint8_t> npy_f32(std::span<const int64_t> shape, std::span<const float> data) { return npy("<f4", shape, data); }
+std::vector<uint8_t> npy_f64(std::span<const int64_t> shape, std::span<const double> data) {
+  return npy("<f8", shape, data);
+}
 std::vector<uint8_t> npy_i32(std::span<const int64_t> shape, std::span<const int32_t> data) {
   return npy("<i4", shape, data);
 }
@@ -81,6 +84,12 @@ Status NpzWriter::add_f32(const std::string& name, std::vector<int64_t> shape, s
   if (count(shape) != static_cast<int64_t>(data.size()))
     return error(StatusCode::invalid_argument, "{}: {} values for its shape", name, data.size());
   return add(name, npy_f32(shape, data));
+}
+
+Status NpzWriter::add_f64(const std::string& name, std::vector<int64_t> shape, std::span<const double> data) {
+  if (count(shape) != static_cast<int64_t>(data.size()))
+    return error(StatusCode::invalid_argument, "{}: {} values for its shape", name, data.size());
+  return add(name, npy_f64(shape, data));
 }
 
 Status NpzWriter::add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data) {

@@ -15,8 +15,9 @@ namespace dsv4 {
 // CRC-32 (IEEE 802.3, reflected, as zip stores it) of `bytes`, continuing from `crc` (0 to start).
 uint32_t crc32_ieee(std::span<const uint8_t> bytes, uint32_t crc = 0);
 
-// One .npy file (format 1.0, little-endian, C order) of a float32 or int32 array.
+// One .npy file (format 1.0, little-endian, C order) of a float32, float64 or int32 array.
 std::vector<uint8_t> npy_f32(std::span<const int64_t> shape, std::span<const float> data);
+std::vector<uint8_t> npy_f64(std::span<const int64_t> shape, std::span<const double> data);
 std::vector<uint8_t> npy_i32(std::span<const int64_t> shape, std::span<const int32_t> data);
 
 class NpzWriter {
@@ -30,6 +31,7 @@ class NpzWriter {
   Status open(const std::string& path);
   // Appends `name`.npy; element counts must match the shape.
   Status add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
+  Status add_f64(const std::string& name, std::vector<int64_t> shape, std::span<const double> data);
   Status add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
   // Writes the zip's central directory and closes the file. An archive past 4 GiB (classic zip's limit) is
   // refused by add, naming the array.

@@ -16,7 +16,7 @@ namespace dsv4::cpu {
 
 template <typename Acc>
 void sparse_attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, Acc scale,
-                        float sink, float* o) {
+                        float sink, float* o, Acc* p_pre, Acc* o_pre) {
   const Acc neg_inf = -std::numeric_limits<Acc>::infinity();
   Acc m = static_cast<Acc>(-1e30), sum = 0;
   std::vector<Acc> acc(d, 0);
@@ -36,6 +36,7 @@ void sparse_attend_head(const float* q, const std::vector<const float*>& keys, i
     for (int64_t t = 0; t < len; ++t) {
       const Acc p = std::exp(s[t] - mb);
       psum += p;
+      if (p_pre) p_pre[b0 + t] = p;
       const float* k = keys[b0 + t];
       if (!k) continue;
       const Acc pb = round_bf16(p);
@@ -45,7 +46,11 @@ void sparse_attend_head(const float* q, const std::vector<const float*>& keys, i
     m = mb;
   }
   sum += std::exp(static_cast<Acc>(sink) - m);
-  for (int64_t i = 0; i < d; ++i) o[i] = round_bf16(acc[i] / sum);
+  for (int64_t i = 0; i < d; ++i) {
+    const Acc v = acc[i] / sum;
+    if (o_pre) o_pre[i] = v;
+    o[i] = round_bf16(v);
+  }
 }
 
 std::vector<int32_t> select_topk_desc(const std::vector<float>& score, int64_t k) {
@@ -99,7 +104,7 @@ std::vector<uint8_t> select_candidate_rows(const std::vector<float>& score, int6
 
 template <typename Acc>
 void attention_output(ThreadPool& pool, const family::LayerWeights& A, const family::ModelPlan& cfg,
-                      const float* o, int64_t rows, float* y) {
+                      const float* o, int64_t rows, float* y, Acc* z_pre, Acc* y_pre) {
   const int64_t G = cfg.o_groups, O = cfg.o_lora;
   const int64_t gin = static_cast<int64_t>(cfg.n_heads) * cfg.head_dim / G;
   Vec z(rows * G * O);
@@ -110,11 +115,14 @@ void attention_output(ThreadPool& pool, const family::LayerWeights& A, const fam
       const int64_t g = n / O;
       fp8_weight_row(A.wo_a, n, w.data(), ws.data());  // e4m3 x 2^k is exact in bf16 (convert.py's wo_a)
       for (int64_t k = 0; k < gin; ++k) w[k] = round_bf16(w[k] * ws[k / A.wo_a.block]);
-      for (int64_t r = 0; r < rows; ++r)
-        z[r * G * O + n] = round_bf16(dot<Acc>(o + r * G * gin + g * gin, w.data(), gin));
+      for (int64_t r = 0; r < rows; ++r) {
+        const Acc v = dot<Acc>(o + r * G * gin + g * gin, w.data(), gin);
+        if (z_pre) z_pre[r * G * O + n] = v;
+        z[r * G * O + n] = round_bf16(v);
+      }
     }
   }, 4);
-  fp8_linear<Acc>(pool, z.data(), rows, A.wo_b, y, cfg.act_block);
+  fp8_linear<Acc>(pool, z.data(), rows, A.wo_b, y, cfg.act_block, y_pre);
 }
 
 namespace {
@@ -152,25 +160,37 @@ void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, co
   const std::vector<float>& freqs = role.compress_ratio > 0 ? *in.freqs_yarn : *in.freqs_plain;
   const StateGeometry& geo = *in.geo;
 
+  // Tests: the values before the bf16 roundings of this layer (pre_round.h), when it is tapped.
+  const PreRoundSink* tap = out.pre_round;
+  const int64_t kmax = cfg.window + cfg.index_topk;  // the probabilities' width: window part, then the picks
+  auto slots = [&](int64_t n) { return pre_round_slots<Acc>(tap, n); };
+  std::vector<Acc> t_wq_a = slots(rows * cfg.q_lora), t_q_norm = slots(rows * cfg.q_lora), t_wq_b = slots(rows * H * d),
+                   t_q_rope = slots(rows * H * rd), t_wkv = slots(krows * d), t_kv_norm = slots(krows * d),
+                   t_kv_rope = slots(krows * rd), t_probs = slots(rows * H * kmax), t_o = slots(rows * H * d),
+                   t_o_rope = slots(rows * H * rd), t_wo_a = slots(rows * cfg.o_groups * cfg.o_lora),
+                   t_wo_b = slots(rows * cfg.dim);
+  if (tap) std::fill(t_probs.begin(), t_probs.end(), static_cast<Acc>(0));  // past a row's list: probability 0
+
   // a. query of the output rows: qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail.
   Vec qa(rows * cfg.q_lora), qr(rows * cfg.q_lora), q(rows * H * d);
-  fp8_linear<Acc>(pool, x_out, rows, A.wq_a, qa.data(), cfg.act_block);
-  rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, floats(A.q_norm).data(), cfg.norm_eps, qr.data());
-  fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block);
+  fp8_linear<Acc>(pool, x_out, rows, A.wq_a, qa.data(), cfg.act_block, slots_of(t_wq_a));
+  rmsnorm_rows<Acc>(qa.data(), rows, cfg.q_lora, floats(A.q_norm).data(), cfg.norm_eps, qr.data(), slots_of(t_q_norm));
+  fp8_linear<Acc>(pool, qr.data(), rows, A.wq_b, q.data(), cfg.act_block, slots_of(t_wq_b));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < H; ++h) {
       if (cfg.q_head_norm) head_rms_bf16<Acc>(&q[(r * H + h) * d], d, cfg.norm_eps);  // per-head q norm (V4)
-      rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, out.pos[r], false);
+      rope_apply<Acc>(&q[(r * H + h) * d + d - rd], freqs, out.pos[r], false,
+                      tap ? &t_q_rope[(r * H + h) * rd] : nullptr);
     }
 
   // b. window key of the input rows: kv_norm(wkv x), RoPE, QDQ into the window row format (V4.1: FP8 over
   // all d dims per 32; V4: FP8 over the d - rd NoPE dims per 64, RoPE dims bf16); packed row kept.
   Vec kv(krows * d), kvn(krows * d);
   std::vector<uint8_t> kv_packed(krows * geo.window_row);
-  fp8_linear<Acc>(pool, x_in, krows, A.wkv, kv.data(), cfg.act_block);
-  rmsnorm_rows<Acc>(kv.data(), krows, d, floats(A.kv_norm).data(), cfg.norm_eps, kvn.data());
+  fp8_linear<Acc>(pool, x_in, krows, A.wkv, kv.data(), cfg.act_block, slots_of(t_wkv));
+  rmsnorm_rows<Acc>(kv.data(), krows, d, floats(A.kv_norm).data(), cfg.norm_eps, kvn.data(), slots_of(t_kv_norm));
   for (int64_t r = 0; r < krows; ++r) {
-    rope_apply<Acc>(&kvn[r * d + d - rd], freqs, in.pos[r], false);
+    rope_apply<Acc>(&kvn[r * d + d - rd], freqs, in.pos[r], false, tap ? &t_kv_rope[r * rd] : nullptr);
     pack_row(cfg.window_format, &kvn[r * d], d, &kv_packed[r * geo.window_row], rd);
     unpack_row(cfg.window_format, &kv_packed[r * geo.window_row], d, &kvn[r * d], rd);
   }
@@ -221,8 +241,14 @@ void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, co
         } else if (role.compress_ratio > 0) {
           for (int32_t t : out.pub->topk[out.call_row[r]]) keys.push_back(&comp[static_cast<int64_t>(t) * d]);
         }
-        sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, sink[h], &o[(r * H + h) * d]);
-        rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true);
+        std::vector<Acc> p_row;
+        if (tap) p_row.assign(keys.size(), static_cast<Acc>(0));
+        sparse_attend_head<Acc>(&q[(r * H + h) * d], keys, d, scale, sink[h], &o[(r * H + h) * d], slots_of(p_row),
+                                tap ? &t_o[(r * H + h) * d] : nullptr);
+        if (tap)
+          std::copy(p_row.begin(), p_row.begin() + std::min<int64_t>(kmax, static_cast<int64_t>(p_row.size())),
+                    &t_probs[(r * H + h) * kmax]);
+        rope_apply<Acc>(&o[(r * H + h) * d + d - rd], freqs, p, true, tap ? &t_o_rope[(r * H + h) * rd] : nullptr);
       }
     }, 1);
     // The ring receives this piece's keys after every row has read it (its last ring rows are key rows).
@@ -233,15 +259,33 @@ void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, co
                 &cache.window[slot * geo.window_row]);
     }
   }
-  attention_output<Acc>(pool, A, cfg, o.data(), rows, y_out);
+  attention_output<Acc>(pool, A, cfg, o.data(), rows, y_out, slots_of(t_wo_a), slots_of(t_wo_b));
+  if (tap) {
+    give_pre_round(tap, "wq_a", rows, t_wq_a);
+    give_pre_round(tap, "q_norm", rows, t_q_norm);
+    give_pre_round(tap, "wq_b", rows, t_wq_b);
+    give_pre_round(tap, "q_rope", rows, t_q_rope);
+    give_pre_round(tap, "wkv", krows, t_wkv);
+    give_pre_round(tap, "kv_norm", krows, t_kv_norm);
+    give_pre_round(tap, "kv_rope", krows, t_kv_rope);
+    give_pre_round(tap, "probs", rows, t_probs);
+    give_pre_round(tap, "attn_o", rows, t_o);
+    give_pre_round(tap, "o_rope", rows, t_o_rope);
+    give_pre_round(tap, "wo_a", rows, t_wo_a);
+    give_pre_round(tap, "wo_b", rows, t_wo_b);
+  }
 }
 
-template void sparse_attend_head<float>(const float*, const std::vector<const float*>&, int64_t, float, float, float*);
-template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*);
+template void sparse_attend_head<float>(const float*, const std::vector<const float*>&, int64_t, float, float, float*,
+                                        float*, float*);
+template void sparse_attend_head<double>(const float*, const std::vector<const float*>&, int64_t, double, float, float*,
+                                         double*, double*);
 template void attention_layer<float>(CallCtx&, CallCtx&, int, const float*, const float*, float*);
 template void attention_layer<double>(CallCtx&, CallCtx&, int, const float*, const float*, float*);
-template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
-template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*);
+template void attention_output<float>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*,
+                                      float*, float*);
+template void attention_output<double>(ThreadPool&, const family::LayerWeights&, const family::ModelPlan&, const float*, int64_t, float*,
+                                       double*, double*);
 template void head_rms_bf16<float>(float*, int64_t, float);
 template void head_rms_bf16<double>(float*, int64_t, float);
 

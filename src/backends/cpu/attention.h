@@ -11,10 +11,11 @@ namespace dsv4::cpu {
 
 // One query head against a key list (nullptr = invalid entry) in blocks of 64 with the online
 // softmax of the reference kernel: bf16 P relative to the running max, fp32/Acc denominator,
-// the sink added to the denominator at the end; o = bf16(acc / sum).
+// the sink added to the denominator at the end; o = bf16(acc / sum). Tests: p_pre, the probabilities before their
+// bf16 rounding [keys.size()] (0 at invalid entries), o_pre, acc / sum before its rounding [d].
 template <typename Acc>
 void sparse_attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, Acc scale,
-                        float sink, float* o);
+                        float sink, float* o, Acc* p_pre = nullptr, Acc* o_pre = nullptr);
 
 // V4: top-k with ties to the lower row index, in descending score order (torch.topk's order).
 std::vector<int32_t> select_topk_desc(const std::vector<float>& score, int64_t k);
@@ -47,9 +48,10 @@ void attention_layer(CallCtx& c, int layer, const float* x, float* y) {
 }
 
 // The grouped wo_a (its FP8 values dequantized to bf16, as the reference holds it) and FP8 wo_b of the rows'
-// attention outputs o bf16 [rows, H, d].
+// attention outputs o bf16 [rows, H, d]. Tests: z_pre, wo_a's sums before their bf16 rounding [rows, G * o_lora],
+// y_pre, wo_b's [rows, D].
 template <typename Acc>
 void attention_output(ThreadPool& pool, const family::LayerWeights& A, const family::ModelPlan& cfg,
-                      const float* o, int64_t rows, float* y);
+                      const float* o, int64_t rows, float* y, Acc* z_pre = nullptr, Acc* y_pre = nullptr);
 
 }  // namespace dsv4::cpu

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/mhc.h"
 #include "backends/cpu/moe.h"
+#include "backends/cpu/pre_round.h"
 #include "backends/cpu/rmsnorm.h"
 #include "family/deepseek_v41/layer_plan.h"
 
@@ -25,12 +27,13 @@ using RowsAttn = std::function<void(const float* x_in, const float* x_out, float
 // indices into the input rows; null: every row): h and pi leave holding those rows, in order. The attention
 // sub-layer's input is normed at every row (its window keys), everything after it at the kept rows; a kept
 // row's values do not depend on which other rows are kept. image, ids: per kept row (the MoE's); K experts
-// per row.
+// per row. pre_round (tests, every row kept): the mixing coefficients and the values the collapses, norms and
+// expands round, before rounding (pre_round.h).
 template <typename Acc>
 void block_forward_rows(ThreadPool& pool, const family::ModelPlan& cfg, const family::LayerWeights& B, int K,
                         int64_t rows, const std::vector<int64_t>* keep, const RowsAttn& attn, const uint8_t* image,
                         const int32_t* ids, std::vector<float>& h, std::vector<std::vector<Acc>>& pi,
-                        const BlockProbe& probe = nullptr) {
+                        const BlockProbe& probe = nullptr, const PreRoundSink* pre_round = nullptr) {
   auto show = [&](const char* op, const float* v, int64_t n) { if (probe) probe(op, v, n); };
   const bool same = cfg.premix == family::HcPremix::own;
   const int C = cfg.hc_mult;
@@ -38,9 +41,32 @@ void block_forward_rows(ThreadPool& pool, const family::ModelPlan& cfg, const fa
   Vec x(rows * D), xn(rows * D);
   // attention sub-layer
   const Vec attn_norm = floats(B.attn_norm), ffn_norm = floats(B.ffn_norm);
+  // The taps: a sub-layer's coefficients (unrounded), and its collapse, norm and expand before their roundings.
+  const PreRoundSink* tap = pre_round;
+  auto give_mix = [&](const char* pre_name, const char* post_name, const char* comb_name,
+                      const std::vector<HcMix<Acc>>& mix) {
+    if (!tap) return;
+    std::vector<Acc> pre, post, comb;
+    for (const HcMix<Acc>& m : mix) {
+      pre.insert(pre.end(), m.pre.begin(), m.pre.end());
+      post.insert(post.end(), m.post.begin(), m.post.end());
+      comb.insert(comb.end(), m.A.begin(), m.A.end());
+    }
+    give_pre_round(tap, pre_name, static_cast<int64_t>(mix.size()), pre);
+    give_pre_round(tap, post_name, static_cast<int64_t>(mix.size()), post);
+    give_pre_round(tap, comb_name, static_cast<int64_t>(mix.size()), comb);
+  };
+  if (tap) give_pre_round(tap, "h_in", rows, std::vector<Acc>(h.begin(), h.end()));  // bf16 already (after Engram)
+  std::vector<Acc> t_collapse = pre_round_slots<Acc>(tap, rows * D), t_norm = pre_round_slots<Acc>(tap, rows * D),
+                   t_post = pre_round_slots<Acc>(tap, rows * C * D);
+  auto at = [](std::vector<Acc>& v, int64_t i) { return v.empty() ? nullptr : &v[i]; };
   auto amix = hc_mixes<Acc>(pool, h.data(), rows, C, D, hc_attn_params(B), cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
-  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D]);
-  rmsnorm_rows<Acc>(x.data(), rows, D, attn_norm.data(), cfg.norm_eps, xn.data());
+  give_mix("attn_mix_pre", "attn_mix_post", "attn_mix_comb", amix);
+  for (int64_t r = 0; r < rows; ++r)
+    hc_collapse<Acc>(&h[r * C * D], C, D, same ? amix[r].pre : pi[r], &x[r * D], at(t_collapse, r * D));
+  rmsnorm_rows<Acc>(x.data(), rows, D, attn_norm.data(), cfg.norm_eps, xn.data(), slots_of(t_norm));
+  give_pre_round(tap, "attn_collapse", rows, t_collapse);
+  give_pre_round(tap, "attn_norm", rows, t_norm);
   show("attn.in", xn.data(), rows * D);
   // The kept rows, moved to the front in order (keep is ascending and keep[r] >= r: a row is moved before
   // its place is overwritten).
@@ -66,16 +92,27 @@ void block_forward_rows(ThreadPool& pool, const family::ModelPlan& cfg, const fa
   Vec y(rows * D);
   attn(xn.data(), x_out, y.data());
   show("attn.out", y.data(), rows * D);
-  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r]);
+  if (tap) {  // the kept rows from here on
+    t_collapse.assign(rows * D, std::numeric_limits<Acc>::quiet_NaN());
+    t_norm.assign(rows * D, std::numeric_limits<Acc>::quiet_NaN());
+    t_post.assign(rows * C * D, std::numeric_limits<Acc>::quiet_NaN());
+  }
+  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, amix[r], at(t_post, r * C * D));
+  give_pre_round(tap, "attn_post", rows, t_post);
   show("attn.h", h.data(), rows * C * D);
   // FFN sub-layer, collapsed with the attention pre-mix
   auto fmix = hc_mixes<Acc>(pool, h.data(), rows, C, D, hc_ffn_params(B), cfg.norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
-  for (int64_t r = 0; r < rows; ++r) hc_collapse<Acc>(&h[r * C * D], C, D, same ? fmix[r].pre : amix[r].pre, &x[r * D]);
-  rmsnorm_rows<Acc>(x.data(), rows, D, ffn_norm.data(), cfg.norm_eps, xn.data());
+  give_mix("ffn_mix_pre", "ffn_mix_post", "ffn_mix_comb", fmix);
+  for (int64_t r = 0; r < rows; ++r)
+    hc_collapse<Acc>(&h[r * C * D], C, D, same ? fmix[r].pre : amix[r].pre, &x[r * D], at(t_collapse, r * D));
+  rmsnorm_rows<Acc>(x.data(), rows, D, ffn_norm.data(), cfg.norm_eps, xn.data(), slots_of(t_norm));
+  give_pre_round(tap, "ffn_collapse", rows, t_collapse);
+  give_pre_round(tap, "ffn_norm", rows, t_norm);
   show("ffn.in", xn.data(), rows * D);
   moe_forward<Acc>(pool, B, K, cfg, xn.data(), image, ids, rows, y.data());
   show("ffn.out", y.data(), rows * D);
-  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r]);
+  for (int64_t r = 0; r < rows; ++r) hc_expand<Acc>(&y[r * D], &h[r * C * D], C, D, fmix[r], at(t_post, r * C * D));
+  give_pre_round(tap, "ffn_post", rows, t_post);
   for (int64_t r = 0; r < rows; ++r) pi[r] = fmix[r].pre;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/pre_round.h"
 #include "backends/cpu/stream_state.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/model.h"
@@ -46,6 +47,9 @@ struct CallCtx {
   std::vector<int64_t> call_row;  // [rows] the row's call row (the published slots are kept per call row)
   std::vector<uint8_t> image;     // [rows] image-span token flags
   Published* pub = nullptr;       // the call's published slots
+  // Tests (`dsv4 run --dump-pre-round`): set while a tapped layer runs; its attention hands this its values before
+  // their bf16 roundings (pre_round.h). Null: no tap.
+  const PreRoundSink* pre_round = nullptr;
 };
 
 }  // namespace dsv4::cpu

@@ -1,6 +1,7 @@
 // The oracle's forward over a call's pieces, stream bookkeeping, rollback and snapshots.
 #include "backends/cpu/forward.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -178,7 +179,7 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     return it->second.length;
   };
   const bool replay = options_.bounded_replay && !options_.layer_probe && !options_.op_probe &&
-                      !options_.reference_shapes;
+                      !options_.pre_round_probe && !options_.reference_shapes;
   engine::StepLimits limits{V, 0, 0};
   if (replay) limits.replay = &replay_;
   limits.dim = D;
@@ -249,6 +250,13 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
     BlockProbe probe;
     if (options_.op_probe)
       probe = [&](const char* op, const float* v, int64_t n) { options_.op_probe(l, op, std::vector<float>(v, v + n)); };
+    PreRoundSink pre_round;
+    const std::vector<int>& tapped = options_.pre_round_layers;
+    if (options_.pre_round_probe && (tapped.empty() || std::find(tapped.begin(), tapped.end(), l) != tapped.end()))
+      pre_round = [&](const char* name, int64_t n_rows, std::vector<double> v) {
+        options_.pre_round_probe(l, name, n_rows, v);
+      };
+    in.pre_round = out.pre_round = pre_round ? &pre_round : nullptr;
     if (role.engram) {  // below every bounded layer's input (family::replay_shape): every row
       engram_apply<Acc>(*pool_, B, M.engram.cols, engram_rows[role.engram_index].data(), c.image.data(), c.rows, C, D,
                         cfg.norm_eps, cfg.act_block, h.data());
@@ -271,7 +279,9 @@ StatusOr<std::vector<PieceResult>> Oracle::forward_impl(const std::vector<Piece>
       attention_layer<Acc>(in, out, l, x_in, x_out, y);
     };
     block_forward_rows<Acc>(*pool_, cfg, B, M.plan.layers[l].num_experts_per_tok, in.rows,
-                            plan.shrinks(l) ? &keep : nullptr, attn, out.image.data(), out_ids.data(), h, pi, probe);
+                            plan.shrinks(l) ? &keep : nullptr, attn, out.image.data(), out_ids.data(), h, pi, probe,
+                            pre_round ? &pre_round : nullptr);
+    in.pre_round = out.pre_round = nullptr;
     layer_rows_[l] = static_cast<int64_t>(pi.size());
     if (options_.layer_probe) options_.layer_probe(l, h);
     if (probe && role.index_source) {

@@ -37,12 +37,24 @@ struct OracleOptions {
   // "attn.out", "attn.h", "ffn.in", "ffn.out"; see block.h) and, as layer n_layers, "final_norm" (the head's
   // normed input [logit rows, D], per piece); tests and `dsv4 run --dump-hidden`. Empty: no copies.
   std::function<void(int layer, const char* op, const std::vector<float>& v)> op_probe;
+  // Test-only (`dsv4 run --dump-pre-round`; docs/numerics.md, row by row): at each backbone layer in
+  // pre_round_layers (every layer when empty), the values its bf16 roundings round, before rounding, in the
+  // accumulator's width, [rows, n / rows]: the layer's input streams ("h_in" [C, D], bf16 values, after Engram),
+  // the attention and FFN sub-layers' unrounded mixing coefficients
+  // ("attn_mix_pre", "attn_mix_post" [C], "attn_mix_comb" [C, C] source-major; "ffn_mix_*"), collapses
+  // ("attn_collapse", "ffn_collapse" [D]), norms ("attn_norm", "ffn_norm" [D]) and expands ("attn_post",
+  // "ffn_post" [C, D]); in attention the linears and norms ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm", "wo_a",
+  // "wo_b"), RoPE ("q_rope" [H, rope], "kv_rope" [rope], "o_rope" [H, rope], inverse), the probabilities
+  // ("probs" [H, window + index_topk]: the window part then the picks, 0 past a row's list) and the output before
+  // wo_a ("attn_o" [H, head_dim]). Not on EXL3 linears. Empty: nothing recorded.
+  std::function<void(int layer, const char* name, int64_t rows, const std::vector<double>& v)> pre_round_probe;
+  std::vector<int> pre_round_layers;
   // Test-only: every quantization step off (activation quant, window / compressed KV and index
   // QDQ), as Hugging Face transformers' DeepSeek-V4 port computes; see tests/hf/README.md.
   bool unquantized = false;
   // Bounded decoder replay (docs/replay.md): the layers above the last one every row must reach compute
   // only the rows the logits asked for and the stream's caches need — the same bits as every row. Off:
-  // every layer computes every row. Also off while a probe is set (probes see every row) and with
+  // every layer computes every row. Also off while a probe or pre_round_probe is set (they see every row) and with
   // reference_shapes (its window lists depend on the piece's start).
   bool bounded_replay = true;
 };

@@ -64,9 +64,11 @@ inline void fp8_weight_row(const Fp8Linear& W, int64_t n, float* w, float* ws) {
 inline void matrix_row(const Matrix& W, int64_t n, float* w) { floats_at(W.weight, n * W.in(), W.in(), w); }
 
 // y[rows, out] = FP8-linear(x[rows, in]): per K block, the exact e4m3 products summed, scaled by
-// the activation and weight block scales, accumulated block by block in K order; -> bf16.
+// the activation and weight block scales, accumulated block by block in K order; -> bf16. pre (tests; not on
+// EXL3 linears): the sums before that rounding [rows, out].
 template <typename Acc>
-void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Linear& W, float* y, int act_block) {
+void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Linear& W, float* y, int act_block,
+                Acc* pre = nullptr) {
   if (W.exl3) return exl3_linear_bf16<Acc>(pool, x, rows, *W.exl3, y);
   const int64_t in = W.in(), out = W.out(), B = W.block;
   const bool quant = act_block > 0;
@@ -85,6 +87,7 @@ void fp8_linear(ThreadPool& pool, const float* x, int64_t rows, const Fp8Linear&
           const Acc s = dot<Acc>(&xq[m * in + k0], wr.data() + k0, len);
           acc += s * static_cast<Acc>(xs[m * nb + kb]) * static_cast<Acc>(ws[k0 / B]);
         }
+        if (pre) pre[m * out + n] = acc;
         y[m * out + n] = round_bf16(acc);
       }
     }

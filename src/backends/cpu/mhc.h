@@ -90,25 +90,29 @@ std::vector<HcMix<Acc>> hc_mixes(ThreadPool& pool, const float* h, int64_t rows,
   return out;
 }
 
-// Collapse: y = bf16( sum_c pi_c * h_c ), h bf16 [C, D] of one row.
+// Collapse: y = bf16( sum_c pi_c * h_c ), h bf16 [C, D] of one row; pre (tests): the sums before the rounding [D].
 template <typename Acc>
-void hc_collapse(const float* h, int C, int64_t D, const std::vector<Acc>& pi, float* y) {
+void hc_collapse(const float* h, int C, int64_t D, const std::vector<Acc>& pi, float* y, Acc* pre = nullptr) {
   for (int64_t i = 0; i < D; ++i) {
     Acc s = 0;
     for (int c = 0; c < C; ++c) s += pi[c] * static_cast<Acc>(h[c * D + i]);
+    if (pre) pre[i] = s;
     y[i] = round_bf16(s);
   }
 }
 
-// Expand: h'_k = bf16( post_k * y + sum_j A[j][k] * h_j ) for one row, in place on h [C, D].
+// Expand: h'_k = bf16( post_k * y + sum_j A[j][k] * h_j ) for one row, in place on h [C, D]; pre (tests): the
+// values before the rounding [C, D].
 template <typename Acc>
-void hc_expand(const float* y, float* h, int C, int64_t D, const HcMix<Acc>& mix) {
+void hc_expand(const float* y, float* h, int C, int64_t D, const HcMix<Acc>& mix, Acc* pre = nullptr) {
   std::vector<float> out(C * D);
   for (int k = 0; k < C; ++k)
     for (int64_t i = 0; i < D; ++i) {
       Acc s = 0;
       for (int j = 0; j < C; ++j) s += mix.A[j * C + k] * static_cast<Acc>(h[j * D + i]);
-      out[k * D + i] = round_bf16(mix.post[k] * static_cast<Acc>(y[i]) + s);
+      const Acc v = mix.post[k] * static_cast<Acc>(y[i]) + s;
+      if (pre) pre[k * D + i] = v;
+      out[k * D + i] = round_bf16(v);
     }
   std::copy(out.begin(), out.end(), h);
 }

@@ -17,8 +17,9 @@ using family::rope_frequencies;
 void rope_cos_sin(const std::vector<float>& freqs, int64_t pos, float* cos_out, float* sin_out);
 
 // Rotates x[0..dim) in place (x points at the rotated tail): pairs (2j, 2j+1) times
-// (cos + i sin), or the conjugate when inverse; complex product in Acc, -> bf16.
+// (cos + i sin), or the conjugate when inverse; complex product in Acc, -> bf16. pre (tests): the products
+// before the rounding [dim].
 template <typename Acc>
-void rope_apply(float* x, const std::vector<float>& freqs, int64_t pos, bool inverse);
+void rope_apply(float* x, const std::vector<float>& freqs, int64_t pos, bool inverse, Acc* pre = nullptr);
 
 }  // namespace dsv4::cpu

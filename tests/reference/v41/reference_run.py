@@ -6,8 +6,12 @@ logits, each layer's residual streams and each index source's selected rows to a
 The reference's top-k is replaced by a stable lowest-index-first selection (the tie rule PyTorch's CUDA top-k
 follows and dsv4 uses), so ties are decided the same way on every machine.
 
-usage: reference_run.py CHECKPOINT_DIR IDS_CSV OUT.npz
+usage: reference_run.py CHECKPOINT_DIR IDS_CSV OUT.npz [--pre-round PRE.npz [--pre-round-layers 1,2]]
+
+--pre-round also writes, at the layers given (all by default), the values the reference rounds to bf16 before
+rounding (pre_round_taps.py; read by straddle.py).
 """
+import argparse
 import json
 import os
 import struct
@@ -155,7 +159,14 @@ def load_weights(model, ckpt):
 
 
 def main():
-    ckpt, ids_csv, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ckpt")
+    ap.add_argument("ids")
+    ap.add_argument("out")
+    ap.add_argument("--pre-round", default="", help="also write the values before bf16 rounding to this .npz")
+    ap.add_argument("--pre-round-layers", default="", help="comma-separated layers for --pre-round (default: all)")
+    opts = ap.parse_args()
+    ckpt, ids_csv, out = opts.ckpt, opts.ids, opts.out
     ids = [int(x) for x in ids_csv.split(",")]
     cfg = json.load(open(os.path.join(ckpt, "config.json")))
     args = model_args(cfg, len(ids))
@@ -181,6 +192,12 @@ def main():
             if ix is not None:
                 ix.register_forward_hook(lambda m, a, o, i=i: captured.__setitem__(f"topk_{i:02d}", o[0].detach().numpy().astype(np.int32)))
         model.norm.register_forward_hook(lambda m, a, o: captured.__setitem__("final_norm_bf16", o[0].detach().clone()))
+        taps = None
+        if opts.pre_round:
+            from pre_round_taps import PreRoundTaps
+
+            layers = [int(v) for v in opts.pre_round_layers.split(",") if v.strip()]
+            taps = PreRoundTaps(ref, model, args, layers, len(ids))
         x = torch.tensor([ids], dtype=torch.long)
         model(x, 0)
         normed = captured.pop("final_norm_bf16")
@@ -190,6 +207,11 @@ def main():
     captured["tokens"] = np.array(ids, dtype=np.int32)
     np.savez(out, **captured)
     print(f"reference: {len(ids)} rows, {len(model.layers)} layers -> {out}")
+    if taps is not None:
+        pre = taps.arrays()
+        pre["tokens"] = np.array(ids, dtype=np.int32)
+        np.savez(opts.pre_round, **pre)
+        print(f"reference: values before rounding at layers {taps.layers} -> {opts.pre_round}")
 
 
 if __name__ == "__main__":
