@@ -2,7 +2,7 @@
 // the per-head bf16 query norm (cpu::head_rms_bf16), the 584-byte KV rows (cpu::pack_row of
 // KvRowFormat::model1, byte for byte), the indexer's Hadamard + FP4 QDQ
 // (cpu::hadamard_row, cpu::qdq_row), the descending top-k (cpu::select_topk_desc), hash routing
-// and hc_head's pre-mix (cpu::hc_head_pre), sparse attention over V4 rows
+// and hc_head's pre-mix (cpu::hc_head_pre), sparse attention over V4 rows on CUDA cores
 // (cpu::sparse_attend_head); and rows independent of the launch's row count, bit for bit.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
+#include "backends/cuda/kernels/attention/attention_kernels.cuh"
 #include "backends/cuda/kernels/attention/attn_v4.cuh"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
@@ -184,8 +185,16 @@ TEST(V4Ops, HcHeadPreMatchesOracle) {
 }
 
 // Sparse attention of one piece at positions 0..T-1 (keys: this call's rows) plus selected
-// compressed V4 rows, against cpu::sparse_attend_head<float> and the inverse RoPE.
+// compressed V4 rows, against cpu::sparse_attend_head<float> and the inverse RoPE: the CUDA-core
+// kernel (DSV4_ATTN_TC=0), which repeats the oracle's order (the default tensor-core kernel is held to
+// a tolerance in attention_v4_tc_cuda_test).
 TEST(V4Ops, SparseAttentionMatchesOracle) {
+  const SparseAttentionImpl saved = sparse_attention_impl();
+  set_sparse_attention_impl(SparseAttentionImpl::cuda_core);
+  struct Restore {
+    SparseAttentionImpl impl;
+    ~Restore() { set_sparse_attention_impl(impl); }
+  } restore{saved};
   const int64_t T = 70, H = 4, G = 2, d = 128, rd = 64, W = 8, n_sel = 5, n_comp = 6, rb = kv_model1_row_bytes(d, rd);
   const auto q = random_bf16(T * H * d, 9, 0.3f);
   auto kvn = random_bf16(T * d, 10);

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/kernels/attention/attention_kernels.cuh"
 #include "backends/cuda/kernels/attention/attn_device.cuh"
+#include "backends/cuda/kernels/attention/attn_v4.cuh"
 
 namespace dsv4::cuda::sparse {
 
@@ -25,7 +26,7 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float* v) {
   return r;
 }
 
-enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3 };
+enum : int { kInvalid = 0, kFresh = 1, kFp8 = 2, kFp4 = 3, kModel1 = 4 };
 
 struct SparseArgs {
   const float* q;
@@ -41,6 +42,10 @@ struct SparseArgs {
   float scale;
   int n_freq;
   CompFormat fmt;
+  // V4 / 0731 lists (the tensor-core kernel only): the pieces as the V4 kernels see them, window and
+  // compressed rows in the device's V4 row layout (kv_model1_row_bytes(d, rd); pieces unused).
+  const PieceV4* pieces_v4 = nullptr;
+  int64_t rd = 0;
 };
 
 // Entry idx of row r's key list: its kind and the address of its key row. sel: topk[r, idx - W]
@@ -67,6 +72,27 @@ __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& p
   }
   ptr = pc.comp + static_cast<int64_t>(t) * (a.d / 2 + a.d / 16);
   return kFp4;
+}
+
+// list_entry for V4 lists: ring rows before the piece and every selected compressed row are V4 rows.
+__device__ __forceinline__ int list_entry_v4(const SparseArgs& a, const PieceV4& pc, int64_t p, int64_t idx,
+                                             int32_t sel, const void*& ptr) {
+  ptr = nullptr;
+  const int64_t rowb = kv_model1_row_bytes(a.d, a.rd);
+  if (idx < a.W) {
+    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+    const int64_t qp = first + idx;
+    if (qp > p) return kInvalid;
+    if (qp >= pc.start) {
+      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
+      return kFresh;
+    }
+    ptr = pc.window + (qp % a.cap) * rowb;
+    return kModel1;
+  }
+  if (sel < 0) return kInvalid;
+  ptr = pc.comp + static_cast<int64_t>(sel) * rowb;
+  return kModel1;
 }
 
 // The raw bytes of eight consecutive elements k..k+7 (k a multiple of 8) of an entry's key, loaded
@@ -102,10 +128,70 @@ __device__ __forceinline__ Raw8 raw8(int kind, const void* p, int64_t d, int64_t
   return r;
 }
 
-// raw8 of an FP8 or FP4 key row already copied into shared memory (row: its first byte, 8-byte aligned): the
-// same fields from the same bytes, so decode8 gives the same values.
+// Elements k..k+7 of a V4 row (the device layout of attn_v4.cu: nn = d - rd e4m3 codes, nn / 64 UE8M0
+// scales, rd bf16, a pad byte): NoPE runs as FP8's fields (a.w = 0); RoPE runs as their 16 bytes in b
+// (a.w = 1). In 8-byte aligned rows (d = 512: 584 bytes) the codes load as one 8-byte unit and the
+// bf16 tail (at an odd offset) as aligned words shifted into place, never past the row's pad byte;
+// other rows byte by byte. Any other kind: raw8.
+__device__ __forceinline__ Raw8 raw8_v4(int kind, const void* p, int64_t d, int64_t nn, int64_t k) {
+  if (kind != kModel1) return raw8(kind, p, d, k);
+  Raw8 r{};
+  const uint8_t* row = static_cast<const uint8_t*>(p);
+  if (reinterpret_cast<uintptr_t>(row) & 7) {  // a row stride that is no multiple of 8 (d = 128: 194 bytes): bytes
+    if (k < nn) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        r.a.x |= uint32_t{__ldg(row + k + i)} << (8 * i);
+        r.a.y |= uint32_t{__ldg(row + k + 4 + i)} << (8 * i);
+      }
+      r.a.z = __ldg(row + nn + (k >> 6));
+    } else {
+      const uint8_t* t = row + nn + nn / 64 + 2 * (k - nn);
+      uint32_t w[4] = {};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) w[i / 4] |= uint32_t{__ldg(t + i)} << (8 * (i % 4));
+      r.b = uint4{w[0], w[1], w[2], w[3]};
+      r.a.w = 1;
+    }
+    return r;
+  }
+  if (k < nn) {
+    const uint2 c = __ldg(reinterpret_cast<const uint2*>(row + k));
+    r.a.x = c.x; r.a.y = c.y;
+    r.a.z = __ldg(row + nn + (k >> 6));
+    return r;
+  }
+  const uintptr_t at = reinterpret_cast<uintptr_t>(row + nn + nn / 64 + 2 * (k - nn));
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
+  const uint32_t sh = static_cast<uint32_t>(at & 3) * 8, w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2),
+                 w3 = __ldg(w + 3), w4 = sh ? __ldg(w + 4) : 0u;
+  r.b.x = __funnelshift_r(w0, w1, sh); r.b.y = __funnelshift_r(w1, w2, sh);
+  r.b.z = __funnelshift_r(w2, w3, sh); r.b.w = __funnelshift_r(w3, w4, sh);
+  r.a.w = 1;
+  return r;
+}
+
+// raw8 (raw8_v4 for a V4 row, with d its nn) of a key row already copied into shared memory (row: its first
+// byte, 8-byte aligned; only 8-byte aligned V4 rows are copied): the same fields from the same bytes, so
+// decode8 gives the same values.
 __device__ __forceinline__ Raw8 raw8_copied(int kind, const uint8_t* row, int64_t d, int64_t k) {
   Raw8 r{};
+  if (kind == kModel1) {  // d is nn here; row 8-byte aligned, as in memory
+    const int64_t nn = d;
+    if (k < nn) {
+      const uint2 c = *reinterpret_cast<const uint2*>(row + k);
+      r.a.x = c.x; r.a.y = c.y;
+      r.a.z = row[nn + (k >> 6)];
+      return r;
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(row + nn + nn / 64 + 2 * (k - nn));
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
+    const uint32_t sh = static_cast<uint32_t>(at & 3) * 8, w4 = sh ? w[4] : 0u;
+    r.b.x = __funnelshift_r(w[0], w[1], sh); r.b.y = __funnelshift_r(w[1], w[2], sh);
+    r.b.z = __funnelshift_r(w[2], w[3], sh); r.b.w = __funnelshift_r(w[3], w4, sh);
+    r.a.w = 1;
+    return r;
+  }
   if (kind == kFp8) {
     const uint2 c = *reinterpret_cast<const uint2*>(row + k);
     r.a.x = c.x; r.a.y = c.y;
@@ -133,6 +219,21 @@ __device__ __forceinline__ void decode8(int kind, const Raw8& r, float* v) {
     const float s = e4m3_f(r.a.z);
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = e2m1_f((r.a.x >> (4 * i)) & 15u) * s;
+  } else if (kind == kModel1) {  // raw8_v4: e4m3 x UE8M0 (scale per 64), or bf16
+    if (r.a.w) {
+      const uint32_t w[4] = {r.b.x, r.b.y, r.b.z, r.b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+    } else {
+      const float s = ue8m0_f(r.a.z);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = e4m3_f((r.a.x >> (8 * i)) & 255u) * s;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[4 + i] = e4m3_f((r.a.y >> (8 * i)) & 255u) * s;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
@@ -176,5 +277,7 @@ cudaError_t two_pass(const SparseArgs& a, float* work, cudaStream_t s);
 cudaError_t fused(const SparseArgs& a, cudaStream_t s);
 // The tensor-core kernel (attn_sparse_tc.cu): no scratch, any H, d in {64, 128, 256, 512}.
 cudaError_t tensor_core(const SparseArgs& a, cudaStream_t s);
+// The same over V4 lists (a.pieces_v4, V4 rows; attn_v4.cuh's v4_sparse_attention): d in {128, 512}, rd = 64.
+cudaError_t tensor_core_v4(const SparseArgs& a, cudaStream_t s);
 
 }  // namespace dsv4::cuda::sparse

@@ -15,7 +15,9 @@
 // (one CTA's staging is a chain of load latencies then, with little work to hide them behind) the
 // stored FP8 / FP4 key rows of the block after next are instead copied raw into shared memory by
 // cp.async while the current block computes, and decoded from there (raw8_copied: the same bytes,
-// the same values) once it is done; fresh rows still load through registers.
+// the same values) once it is done, into a single key buffer; fresh rows still load through registers.
+// V4 / 0731 lists (tensor_core_v4) run the same kernel: ring and compressed rows in the V4 row
+// layout (list_entry_v4 / raw8_v4; copied 8 bytes at a time), the rest unchanged.
 // Batch invariance: the output of a (row, head) is a function of the row's q, list and keys alone;
 // every head sits at the same MMA row (h % 16), every entry and channel at the same MMA column,
 // and the per-head softmax runs in the same lanes whatever the CTA's share of heads (MT m-tiles)
@@ -39,18 +41,22 @@ constexpr int64_t kMaxSmem = 227 * 1024;  // opt-in shared memory per block (sm_
 
 // Shared memory (byte offsets) for head dim D, MT m-tiles, n list entries in nb blocks and, with
 // AS, the raw copies of two blocks' stored key rows (an FP8 row's D + D / 32 bytes each, which holds
-// an FP4 row too) and the row's selected entries. bf16 rows of q and keys are 2D + 16 bytes (an odd
-// number of 16-byte units: conflict-free ldmatrix).
-template <int D, int MT, bool AS>
+// an FP4 row too; V4: a V4 row, 8-byte rounded) and the row's selected entries, and one key buffer
+// instead of two. bf16 rows of q and keys are 2D + 16 bytes (an odd number of 16-byte units:
+// conflict-free ldmatrix).
+constexpr int kV4Rope = 64;  // rd of every V4 preset (tensor_core_v4 refuses others)
+template <int D, int MT, bool AS, bool V4>
 struct TcLayout {
   static constexpr int kRowB = 2 * D + 16;
-  static constexpr int kRawB = D + D / 32;
+  // V4 rows: kv_model1_row_bytes(D, kV4Rope), 8-byte rounded.
+  static constexpr int kRawB = V4 ? ((D - kV4Rope) + (D - kV4Rope) / 64 + 2 * kV4Rope + 1 + 7) / 8 * 8 : D + D / 32;
+  static constexpr int kKeyBufs = AS ? 1 : 2;
   static constexpr int kHeads = 16 * MT;
   int64_t q, keys, s, pb, alpha, den, rope, ptr, kind, valid, vb, sel, raw, total;
   __host__ __device__ TcLayout(int64_t n, int64_t nb) {
     q = 0;                                     // [kHeads] query rows, bf16
-    keys = q + int64_t{kHeads} * kRowB;        // [2][64] key rows, bf16 (double buffer)
-    s = keys + 2 * int64_t{kBlock} * kRowB;    // [kHeads][kSRow] scores
+    keys = q + int64_t{kHeads} * kRowB;        // [kKeyBufs][64] key rows, bf16
+    s = keys + kKeyBufs * int64_t{kBlock} * kRowB;  // [kHeads][kSRow] scores
     pb = s + 4 * int64_t{kHeads} * kSRow;      // [kHeads][kPRow] bf16(P)
     alpha = pb + 2 * int64_t{kHeads} * kPRow;  // [kHeads] exp(m_prev - m) of the current block
     den = alpha + 4 * kHeads;                  // [kHeads] final denominators
@@ -86,10 +92,11 @@ __device__ __forceinline__ void static_for(F&& f) {
 // quarter qw = w % 4): scores of heads 16 mt.. x entries 16 qw..; softmax of heads
 // 16 mt + 4 qw + lane / 8, 8 lanes per head, 8 entries each; accumulation of heads 16 mt.. x
 // channels z D / CS + qw D / (4 CS)...
-template <int D, int MT, int CS, bool AS>
+template <int D, int MT, int CS, bool AS, bool V4>
 __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
-  using L_t = TcLayout<D, MT, AS>;
-  static_assert(!AS || L_t::kRawB % 16 == 0, "raw rows copied in 16-byte units");
+  using L_t = TcLayout<D, MT, AS, V4>;
+  static_assert(!AS || L_t::kRawB % (V4 ? 8 : 16) == 0, "raw rows copied in 16-byte (V4: 8-byte) units");
+  constexpr int kNN = D - kV4Rope;  // V4 rows: NoPE dims
   constexpr int kThreads = 128 * MT, kHeads = 16 * MT, kRowB = L_t::kRowB;
   constexpr int kRuns = D / 8;                                      // runs per key row
   constexpr int kCw = D / CS / 4;                                   // channels per warp
@@ -128,7 +135,13 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   const int64_t r = blockIdx.x, h0 = int64_t{blockIdx.y} * kHeads;
   const int c0 = static_cast<int>(blockIdx.z) * (D / CS) + qw * kCw;  // the warp's first channel
   const int64_t p = a.pos[r];
-  const PieceDev& pc = a.pieces[a.row_piece[r]];
+  const int32_t piece = a.row_piece[r];
+  // Entry e of the row's list (sel: its topk, -1 in the window part): kind and key row address.
+  auto entry = [&](int64_t e, int32_t sel, const void*& ptr) {
+    if constexpr (V4) return list_entry_v4(a, a.pieces_v4[piece], p, e, sel, ptr);
+    else return list_entry(a, a.pieces[piece], p, e, sel, ptr);
+  };
+  auto kslot = [](int j) { return AS ? 0 : (j & 1); };  // key buffer of block j
 
   // Prologue: queries (bf16, zero rows past H), the tail's rotation, the valid blocks.
   for (int i = t; i < kHeads * D / 4; i += kThreads) {
@@ -146,7 +159,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
     const int32_t sel = e >= a.W ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
     if constexpr (AS) sel_s[e] = sel;
     const void* ptr = nullptr;
-    if (list_entry(a, pc, p, e, sel, ptr) != kInvalid) vb[e / kBlock] = 1;
+    if (entry(e, sel, ptr) != kInvalid) vb[e / kBlock] = 1;
   }
   __syncthreads();
   if (t == 0) {  // in place: the count never passes the block index
@@ -168,7 +181,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
         int32_t sel;
         if constexpr (AS) sel = sel_s[e];
         else sel = e >= a.W ? __ldg(a.topk + r * a.n_sel + (e - a.W)) : -1;
-        kd = list_entry(a, pc, p, e, sel, ptr);
+        kd = entry(e, sel, ptr);
       }
       tkind[(j & 1) * kBlock + t] = static_cast<uint8_t>(kd);
       tptr[(j & 1) * kBlock + t] = ptr;
@@ -185,7 +198,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
       if (i < kPhase) {
         const int ii = ph * kPhase + i, e = ii / kRuns;
         f.kd[u] = tkind[(j & 1) * kBlock + e];
-        if (f.kd[u] != kInvalid) f.raw[u] = raw8(f.kd[u], tptr[(j & 1) * kBlock + e], D, int64_t{ii % kRuns} * 8);
+        if (f.kd[u] != kInvalid) f.raw[u] = raw8_v4(f.kd[u], tptr[(j & 1) * kBlock + e], D, kNN, int64_t{ii % kRuns} * 8);
       }
     }
   };
@@ -224,35 +237,39 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   // AS: the stored key rows (FP8, FP4) of valid block j, raw, into raw slot j & 1 by cp.async (one
   // group per block; rows whose address is not 16-byte aligned are left to copied_decode's loads).
   auto copied = [&](int kd, const void* ptr) {
-    return (kd == kFp8 || kd == kFp4) && (reinterpret_cast<uintptr_t>(ptr) & 15) == 0;
+    if constexpr (V4) return kd == kModel1 && (reinterpret_cast<uintptr_t>(ptr) & 7) == 0;
+    else return (kd == kFp8 || kd == kFp4) && (reinterpret_cast<uintptr_t>(ptr) & 15) == 0;
   };
   auto copy_raw = [&](int j) {
-    constexpr int kChunks16 = L_t::kRawB / 16;
+    constexpr int kUnit = V4 ? 8 : 16, kUnits = L_t::kRawB / kUnit;
     const int slot = (j & 1) * kBlock;
     const uint32_t raw_base = smem_addr(raw);
-    for (int i = t; i < kBlock * kChunks16; i += kThreads) {
-      const int e = i / kChunks16, c = i % kChunks16;
+    for (int i = t; i < kBlock * kUnits; i += kThreads) {
+      const int e = i / kUnits, c = i % kUnits;
       const int kd = tkind[slot + e];
       const void* ptr = tptr[slot + e];
-      const int bytes = kd == kFp8 ? D + D / 32 : D / 2 + D / 16;
-      if (copied(kd, ptr) && 16 * c < bytes)
-        cp_async16(raw_base + (slot + e) * L_t::kRawB + 16 * c, static_cast<const uint8_t*>(ptr) + 16 * c);
+      const int bytes = V4 ? L_t::kRawB : kd == kFp8 ? D + D / 32 : D / 2 + D / 16;
+      if (copied(kd, ptr) && kUnit * c < bytes) {
+        const uint32_t dst = raw_base + (slot + e) * L_t::kRawB + kUnit * c;
+        if constexpr (V4) cp_async8(dst, static_cast<const uint8_t*>(ptr) + 8 * c);
+        else cp_async16(dst, static_cast<const uint8_t*>(ptr) + 16 * c);
+      }
     }
     cp_async_commit();
   };
-  // AS: block j's keys into buffer j & 1 from its raw copies (fresh and unaligned rows from memory).
+  // AS: block j's keys into the key buffer from its raw copies (fresh and unaligned rows from memory).
   auto copied_decode = [&](int j) {
-    const int slot = (j & 1) * kBlock;
+    const int slot = (j & 1) * kBlock, ks = kslot(j) * kBlock;
     for (int i = t; i < kBlock * kRuns; i += kThreads) {
       const int e = i / kRuns, k = (i % kRuns) * 8;
       const int kd = tkind[slot + e];
       const void* ptr = tptr[slot + e];
-      const Raw8 rw = copied(kd, ptr) ? raw8_copied(kd, raw + (slot + e) * L_t::kRawB, D, k)
-                                      : kd != kInvalid ? raw8(kd, ptr, D, k) : Raw8{};
+      const Raw8 rw = copied(kd, ptr) ? raw8_copied(kd, raw + (slot + e) * L_t::kRawB, V4 ? kNN : D, k)
+                                      : kd != kInvalid ? raw8_v4(kd, ptr, D, kNN, k) : Raw8{};
       float v[8];
       decode8(kd, rw, v);
-      *reinterpret_cast<uint4*>(keys + (slot + e) * kRowB + 2 * k) = pack_bf16x8(v);
-      if (k == 0) valid[slot + e] = kd != kInvalid;
+      *reinterpret_cast<uint4*>(keys + (ks + e) * kRowB + 2 * k) = pack_bf16x8(v);
+      if (k == 0) valid[ks + e] = kd != kInvalid;
     }
   };
 
@@ -287,7 +304,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
 
   for (int i = 0; i < nvb; ++i) {
     const bool next = i + 1 < nvb;
-    const uint32_t kb = k_base + (i & 1) * kBlock * kRowB;
+    const uint32_t kb = k_base + kslot(i) * kBlock * kRowB;
     if (i + 2 < nvb) fill(i + 2);  // slot i & 1: block i is staged already
     if constexpr (AS) {  // block i + 2's raw rows in flight while block i computes
       __syncthreads();
@@ -316,7 +333,7 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
 #pragma unroll
     for (int jn = 0; jn < 2; ++jn) {
       const int e = qw * 16 + 8 * jn + 2 * c4;
-      const uint8_t* vl = valid + (i & 1) * kBlock;
+      const uint8_t* vl = valid + kslot(i) * kBlock;
       float* s0 = S + (mt * 16 + g) * kSRow + e;
       float* s1 = s0 + 8 * kSRow;
       float dot[4];
@@ -421,29 +438,29 @@ __global__ void __launch_bounds__(128 * MT, 1) sparse_tc_kernel(SparseArgs a) {
   }
 }
 
-template <int D, int MT, int CS, bool AS>
+template <int D, int MT, int CS, bool AS, bool V4>
 cudaError_t launch_tc(const SparseArgs& a, cudaStream_t s) {
   const int64_t n = a.W + a.n_sel, nb = (n + kBlock - 1) / kBlock;
-  const size_t shm = static_cast<size_t>(TcLayout<D, MT, AS>(n, nb).total);
+  const size_t shm = static_cast<size_t>(TcLayout<D, MT, AS, V4>(n, nb).total);
   if (shm > kMaxSmem) return cudaErrorInvalidValue;
-  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT, CS, AS>,
+  const cudaError_t e = cudaFuncSetAttribute(sparse_tc_kernel<D, MT, CS, AS, V4>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm));
   if (e != cudaSuccess) return e;
   const unsigned groups = static_cast<unsigned>((a.H + 16 * MT - 1) / (16 * MT));
-  sparse_tc_kernel<D, MT, CS, AS><<<dim3(static_cast<unsigned>(a.rows), groups, CS), 128 * MT, shm, s>>>(a);
+  sparse_tc_kernel<D, MT, CS, AS, V4><<<dim3(static_cast<unsigned>(a.rows), groups, CS), 128 * MT, shm, s>>>(a);
   return cudaGetLastError();
 }
 
 // CTAs of 16 heads at D = 512 (the release's head dim) copy stored key rows by cp.async where the
 // raw slots fit in shared memory; other shapes stage through registers.
-template <int D, int CS>
+template <int D, int CS, bool V4>
 cudaError_t launch_narrow(const SparseArgs& a, cudaStream_t s) {
   if constexpr (D == 512) {
     const int64_t n = a.W + a.n_sel;
-    if (TcLayout<D, 1, true>(n, (n + kBlock - 1) / kBlock).total + 1024 <= kMaxSmem)  // 1 KiB for static shared memory
-      return launch_tc<D, 1, CS, true>(a, s);
+    if (TcLayout<D, 1, true, V4>(n, (n + kBlock - 1) / kBlock).total + 1024 <= kMaxSmem)  // 1 KiB: static shared memory
+      return launch_tc<D, 1, CS, true, V4>(a, s);
   }
-  return launch_tc<D, 1, CS, false>(a, s);
+  return launch_tc<D, 1, CS, false, V4>(a, s);
 }
 
 // The grid by row count (the bits are the same for every choice: see the top of the file):
@@ -457,13 +474,13 @@ cudaError_t launch_narrow(const SparseArgs& a, cudaStream_t s) {
 constexpr int64_t kWideRows = 32;
 constexpr int64_t kSplitRows = 8;
 
-template <int D>
+template <int D, bool V4 = false>
 cudaError_t launch_d(const SparseArgs& a, cudaStream_t s) {
-  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2, 1, false>(a, s);
+  if (a.H % 32 == 0 && a.rows >= kWideRows) return launch_tc<D, 2, 1, false, V4>(a, s);
   if constexpr (D >= 256) {
-    if (a.rows < kSplitRows) return launch_narrow<D, 4>(a, s);
+    if (a.rows < kSplitRows) return launch_narrow<D, 4, V4>(a, s);
   }
-  return launch_narrow<D, 1>(a, s);
+  return launch_narrow<D, 1, V4>(a, s);
 }
 }  // namespace
 
@@ -474,6 +491,15 @@ cudaError_t sparse::tensor_core(const SparseArgs& a, cudaStream_t s) {
     case 128: return launch_d<128>(a, s);
     case 256: return launch_d<256>(a, s);
     case 512: return launch_d<512>(a, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t sparse::tensor_core_v4(const SparseArgs& a, cudaStream_t s) {
+  if (a.rows > 0x7fffffff || a.W + a.n_sel == 0 || a.rd != kV4Rope || a.pieces_v4 == nullptr) return cudaErrorInvalidValue;
+  switch (a.d) {
+    case 128: return launch_d<128, true>(a, s);
+    case 512: return launch_d<512, true>(a, s);
     default: return cudaErrorInvalidValue;
   }
 }

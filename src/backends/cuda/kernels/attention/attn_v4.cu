@@ -3,6 +3,7 @@
 // attention over V4 rows. Arithmetic as the oracle's float path (no contraction, fixed orders).
 #include "backends/cuda/kernels/attention/attn_device.cuh"
 #include "backends/cuda/kernels/attention/attn_v4.cuh"
+#include "backends/cuda/kernels/attention/attn_sparse_rows.cuh"
 
 namespace dsv4::cuda {
 
@@ -509,6 +510,15 @@ cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4*
                                 const float* freqs, int n_freq, int64_t G, float* o, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (d > kSparseThreads || d % 8 || H % G || (d - rd) % 64) return cudaErrorInvalidValue;
+  // The tensor-core kernel of V4.1 over V4 lists where it has the shape (every preset's); with
+  // DSV4_ATTN_TC=0 the kernel below, cpu::sparse_attend_head's arithmetic.
+  if (sparse_attention_impl() == SparseAttentionImpl::tensor_core && (d == 128 || d == 512) && rd == 64 && W + n_sel > 0) {
+    sparse::SparseArgs a{q, kvn, nullptr, row_piece, pos, sel, sink, freqs, o, rows, H, d, W, cap, n_sel, G, scale,
+                         n_freq, CompFormat::fp8_ue8m0_32};
+    a.pieces_v4 = pieces;
+    a.rd = rd;
+    return sparse::tensor_core_v4(a, s);
+  }
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(rows));
   const size_t shm = (kSparseChunk * sparse_key_stride(d) + d) * sizeof(float) +
                     kSparseChunk * sparse_raw_stride(kv_model1_row_bytes(d, rd));  // d = 512: 169 KiB

@@ -79,9 +79,11 @@ cudaError_t v4_all_rows(const int64_t* pos, int64_t rows, int ratio, int64_t wid
 
 // Sparse attention with sinks over [window part of width W (this call's kvn or the V4 ring) ; n_sel
 // compressed V4 rows sel[r] (-1 none)], blocks of 64 as cpu::sparse_attend_head, inverse RoPE of
-// o's tail at p; o written grouped as sparse_attention's. d <= 512 (each 64-entry block of keys
-// is copied into shared memory as packed rows and decoded there once per (head, row): 169 KiB at
-// d = 512).
+// o's tail at p; o written grouped as sparse_attention's. At d = 128 or 512 with rd = 64 (every
+// preset) the V4.1 tensor-core kernel runs it (attn_sparse_tc.cu: bf16 MMAs, batch-invariant);
+// with DSV4_ATTN_TC=0, or other shapes, a CUDA-core kernel with the oracle's arithmetic (each
+// 64-entry block of keys copied into shared memory as packed rows and decoded there once per
+// (head, row): 169 KiB at d = 512). d <= 512.
 cudaError_t v4_sparse_attention(const float* q, const float* kvn, const PieceV4* pieces, const int32_t* row_piece,
                                 const int64_t* pos, int64_t rows, int64_t H, int64_t d, int64_t rd, int64_t W,
                                 int64_t cap, const int32_t* sel, int64_t n_sel, const float* sink, float scale,
