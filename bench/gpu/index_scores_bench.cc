@@ -3,10 +3,11 @@
 // the dp4a kernel and the tensor-core kernel (same inputs, same bits: checked on three rows), as
 // GPU time per call (CUDA graph), and as TOPS of the dots (2 * sum_r L_c(r) * 32 * 128 operations)
 // against the device's dense int8 tensor-core rate (SMs x clock x 8192 operations per SM and clock
-// on sm_90, 4096 on sm_80). Then a few-row sweep at L_c 32,768 for the automatic choice between
-// the kernels. Usage: index_scores_bench [--quick] [--wide-scales] (--quick: 2,048 rows and L_c
-// 32,768 only; --wide-scales: key group scales spread over 10 binades instead of 4, so that many
-// (head, key) pairs leave the tensor-core kernel's integer path).
+// on sm_90, 4096 on sm_80). Then, at L_c 32,768, a few-row sweep for the automatic choice between
+// the kernels and decode batches (one row per sequence). Usage: index_scores_bench [--quick]
+// [--wide-scales] (--quick: 2,048 rows and L_c 32,768 only; --wide-scales: key group scales spread
+// over 10 binades instead of 4, so that many (head, key) pairs leave the tensor-core kernel's
+// integer path).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -84,25 +85,28 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&dsc, 4 * static_cast<size_t>(max_rows) * max_lc));
   CHECK_CUDA(cudaMalloc(&dpos, 8 * max_rows));
   CHECK_CUDA(cudaMalloc(&drp, 4 * max_rows));
-  CHECK_CUDA(cudaMalloc(&dpc, sizeof(PieceDev)));
+  CHECK_CUDA(cudaMalloc(&dpc, 256 * sizeof(PieceDev)));
   CHECK_CUDA(cudaMemcpy(dkeys, keys.data(), keys.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(dq, q.data(), 4 * q.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(dwt, wt.data(), 4 * wt.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(drp, 0, 4 * max_rows));
-  PieceDev pc;
-  pc.ikeys = dkeys;
-  CHECK_CUDA(cudaMemcpy(dpc, &pc, sizeof pc, cudaMemcpyHostToDevice));
+  std::vector<PieceDev> pcs(256);  // piece 0 for the chunks; pieces 0..R-1 (the same keys) for a decode batch
+  for (auto& pc : pcs) pc.ikeys = dkeys;
+  CHECK_CUDA(cudaMemcpy(dpc, pcs.data(), sizeof(PieceDev) * pcs.size(), cudaMemcpyHostToDevice));
   const float wscale = 1.0f / 64;
 
-  // Times both kernels on R rows ending at L_c; returns nothing, prints one line.
-  auto run = [&](int64_t R, int64_t lc, int replays) {
+  // Times both kernels on R rows ending at L_c (batch: R rows of R sequences, each at L_c); prints one line.
+  auto run = [&](int64_t R, int64_t lc, int replays, bool batch) {
     std::vector<int64_t> pos(R);
+    std::vector<int32_t> rp(R, 0);
     double work = 0;
     for (int64_t r = 0; r < R; ++r) {
-      pos[r] = lc - R + r;
+      pos[r] = batch ? lc - 1 : lc - R + r;
+      if (batch) rp[r] = static_cast<int32_t>(r);
       work += 2.0 * static_cast<double>(pos[r] + 1) * IH * ihd;
     }
     CHECK_CUDA(cudaMemcpy(dpos, pos.data(), 8 * R, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(drp, rp.data(), 4 * R, cudaMemcpyHostToDevice));
     double us[2];
     std::vector<float> rows_seen[2];
     const IndexScoresImpl impls[2] = {IndexScoresImpl::dp4a, IndexScoresImpl::tensor_core};
@@ -122,15 +126,17 @@ int main(int argc, char** argv) {
     }
     set_index_scores_impl(IndexScoresImpl::automatic);
     const bool same = std::memcmp(rows_seen[0].data(), rows_seen[1].data(), 4 * rows_seen[0].size()) == 0;
-    std::printf("%5ld rows, L_c %6ld: dp4a %9.3f ms (%6.1f TOPS); tensor cores %9.3f ms (%6.1f TOPS, %4.1f%% of the int8 "
+    std::printf("%5ld rows%s, L_c %6ld: dp4a %9.3f ms (%6.1f TOPS); tensor cores %9.3f ms (%6.1f TOPS, %4.1f%% of the int8 "
                 "rate); %.2fx; rows 0, R/2, R-1 %s\n",
-                long(R), long(lc), us[0] / 1e3, work / us[0] / 1e6, us[1] / 1e3, work / us[1] / 1e6,
+                long(R), batch ? " (one per sequence)" : "", long(lc), us[0] / 1e3, work / us[0] / 1e6, us[1] / 1e3, work / us[1] / 1e6,
                 100.0 * work / (us[1] * 1e-6) / peak, us[0] / us[1], same ? "same bits" : "DIFFER");
   };
   std::printf("prefill chunks (%s key scales):\n", wide ? "wide" : "narrow");
   for (int64_t lc : lcs)
-    for (int64_t R : rows_list) run(R, lc, 3);
+    for (int64_t R : rows_list) run(R, lc, 3, false);
   std::printf("few rows at L_c 32768 (the automatic choice takes tensor cores from 8 rows):\n");
-  for (int64_t R : {1, 2, 4, 8, 16, 32, 64, 256}) run(R, 32768, 10);
+  for (int64_t R : {1, 2, 4, 8, 16, 32, 64, 256}) run(R, 32768, 10, false);
+  std::printf("decode batches at L_c 32768, every row its own sequence:\n");
+  for (int64_t R : {8, 32, 128}) run(R, 32768, 10, true);
   return 0;
 }

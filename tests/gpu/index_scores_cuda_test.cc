@@ -225,7 +225,8 @@ TEST(IndexScoresCuda, TensorCoresEqualDp4aAndOracle) {
       {40, 2600, 2, 32, 128, 2, true},   {257, 4096, 1, 32, 128, 1, false}, {100, 900, 1, 64, 128, 1, false},
       {24, 1300, 2, 64, 128, 2, true},   {50, 600, 1, 32, 64, 1, false},   {33, 777, 2, 32, 32, 1, false},
       {70, 500, 1, 64, 64, 3, false},    {12, 260, 1, 64, 32, 1, true},    {1, 1, 1, 32, 128, 1, false},
-      {3, 5, 2, 32, 128, 1, false},
+      {3, 5, 2, 32, 128, 1, false},      {32, 3000, 1, 32, 128, 32, false}, {48, 1200, 2, 32, 128, 5, true},
+      {20, 700, 1, 64, 128, 20, false},
   };
   unsigned seed = 7;
   for (const Case& c : cases) run_case(c, seed++);

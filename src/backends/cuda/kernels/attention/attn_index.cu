@@ -5,7 +5,7 @@
 // exactly where the FP4 group exponents allow, else the oracle's fp32 order): below 8 rows, or for
 // a head count that is not 32 or 64, index_scores_kernel (group dots by dp4a, one (row, key) per
 // thread or per four threads); from 8 rows, index_scores_mma_kernel (int8 tensor-core MMAs: 8 rows
-// per block, one per warp, against tiles of 128 keys staged in shared memory once for all of them).
+// per block against tiles of 128 keys staged in shared memory once for all of them).
 // DSV4_INDEX_MMA / set_index_scores_impl force either kernel.
 #include <cub/block/block_scan.cuh>
 
@@ -214,9 +214,10 @@ __device__ __forceinline__ float index_terms(const uint8_t* row, const float* q,
 
 // ---- Tensor-core kernel: many rows against tiles of keys ----
 //
-// A block takes 8 rows (one per warp) and a chunk of key tiles; each tile of 128 keys is staged in
-// shared memory once (as int8 A fragments) and used by every warp whose row reads that piece. A warp
-// keeps its row's query heads as int8 B fragments and computes, per 16 keys and 8 heads, the
+// A block takes 8 rows and a chunk of key tiles; each tile of 128 keys is staged in shared memory
+// once (as int8 A fragments) for all of the block's rows that read that piece, and the work units
+// (row, 32 keys) go to the 8 warps (with one piece, warp w keeps row w). A warp holds the unit's
+// row's query heads as int8 B fragments and computes, per 16 keys and 8 heads, the
 // integer dots by mma.m16n8k32.s8 (k = 32 = one group), the groups of a head accumulating in one
 // int32: the group scales are folded into the integers. For a head whose nonzero groups' exponents
 // span at most 3 binades, n_i * 2^(Eq_g - qmin) fits int8 (|n| <= 15: <= 120), and for a key whose
@@ -407,12 +408,11 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
   }
   __syncthreads();
 
-  const int my_piece = s_piece[warp];
-  const int64_t my_lc = s_lc[warp], r = r0 + warp;
   const int g4 = lane >> 2, c4 = lane & 3;
   uint32_t bq[G][8];  // B fragments of one head block: n-tile j's (b0, b1) = bq[ks][2j], bq[ks][2j + 1]
-  auto load_b = [&](int hb) {
-    const uint32_t* src = qfrag + warp * QW + hb * G * 256 + lane * 4;
+  int b_row = -1;     // the row whose fragments bq holds (one head block)
+  auto load_b = [&](int w, int hb) {
+    const uint32_t* src = qfrag + w * QW + hb * G * 256 + lane * 4;
 #pragma unroll
     for (int ks = 0; ks < G; ++ks) {
       const uint4 x = *reinterpret_cast<const uint4*>(src + ks * 256);
@@ -421,9 +421,6 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
       bq[ks][4] = y.x; bq[ks][5] = y.y; bq[ks][6] = y.z; bq[ks][7] = y.w;
     }
   };
-  if constexpr (NHB == 1) {
-    if (my_piece >= 0) load_b(0);
-  }
   float* my_scr = scr + warp * 32 * kScrStride;
 
   // Every piece of the block's rows in turn (one for a prefill chunk), its key tiles of this chunk.
@@ -433,8 +430,12 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
     for (int u = 0; u < lead; ++u) seen = seen || s_piece[u] == p;
     if (seen) continue;
     int64_t kmax = 0;
+    int np = 0;  // rows of the piece
     for (int u = 0; u < kMmaRows; ++u)
-      if (s_piece[u] == p && s_lc[u] > kmax) kmax = s_lc[u];
+      if (s_piece[u] == p) {
+        ++np;
+        if (s_lc[u] > kmax) kmax = s_lc[u];
+      }
     const uint8_t* keys = pieces[p].ikeys;
     for (int64_t t0 = k_begin; t0 < k_end && t0 < kmax; t0 += kMmaKeys) {
       const int nk = static_cast<int>(kmax - t0 < kMmaKeys ? kmax - t0 : kMmaKeys);
@@ -499,17 +500,28 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
         *reinterpret_cast<uint4*>(kfrag + task * 4) = make_uint4(v[0], v[1], v[2], v[3]);
       }
       __syncthreads();
-      if (my_piece != p || t0 >= my_lc) continue;
-      // 32 keys at a time: per 16-key tile and head block the MMAs, the terms to the scratch, then
-      // lane l adds key l's terms in head order.
-      for (int pt = 0; pt < kMmaKeys / 32; ++pt) {
-        const int64_t tb = t0 + 32 * pt;
-        if (tb >= my_lc) break;
+      // Work units (row of the piece, 32 keys of the tile), unit pt * np + ri for the piece's row ri,
+      // spread over the warps: a warp keeps its row when np divides 8 (one piece: row = warp), and a
+      // block with fewer rows of the piece than warps still uses them. Per unit, per 16-key tile and
+      // head block the MMAs, the terms to the warp's scratch, then lane l adds key l's terms in head order.
+      for (int unit = warp; unit < np * (kMmaKeys / 32); unit += kMmaRows) {
+        const int ri = unit % np, pt = unit / np;
+        int w = 0;
+        for (int u = 0, k = 0; u < kMmaRows; ++u)
+          if (s_piece[u] == p) {
+            if (k == ri) w = u;
+            ++k;
+          }
+        const int64_t my_lc = s_lc[w], r = r0 + w, tb = t0 + 32 * pt;
+        if (tb >= my_lc) continue;
         float s = 0.0f;
         for (int hb = 0; hb < NHB; ++hb) {
-          if constexpr (NHB > 1) load_b(hb);
-          const int hoff = warp * IH + hb * 32 + 8 * c4;
-          const bool heads_ok = ((hgood[warp * NHB + hb] >> (8 * c4)) & 255u) == 255u;
+          if (NHB > 1 || b_row != w) {
+            load_b(w, hb);
+            b_row = w;
+          }
+          const int hoff = w * IH + hb * 32 + 8 * c4;
+          const bool heads_ok = ((hgood[w * NHB + hb] >> (8 * c4)) & 255u) == 255u;
           bool all_fast = heads_ok;
 #pragma unroll
           for (int mh = 0; mh < 2; ++mh) {
@@ -558,7 +570,7 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
                 my_scr[kl * kScrStride + 8 * c4 + i] =
                     general_term<IHD>(qi + (r * IH + hb * 32 + 8 * c4 + i) * IHD, keys + t * RB, hw[hoff + i]);
             }
-            if constexpr (NHB == 1) load_b(0);  // again from shared memory: nothing of it live across the calls
+            load_b(w, hb);  // again from shared memory: nothing of it live across the calls
           }
           __syncwarp();
           const float* mine = my_scr + lane * kScrStride;
