@@ -226,7 +226,10 @@ __device__ __forceinline__ float index_terms(const uint8_t* row, const float* q,
 // S * 2^qmin * 2^kmin, exact (qmin, kmin in [-64, 40]). Those bounds put every such (head, key) under
 // the dp4a kernel's exactness condition (span <= 6, exponents in [-128, 86]), so both give the exact
 // sum, the same float. Other pairs (heads or keys off those bounds, a group of qi not of integer
-// form, a non-finite weight) take the dp4a kernel's code for that (head, key), the same bits again.
+// form, a non-finite weight) take the dp4a kernel's operations, the same bits again: the warp
+// redoes a key off the path for its 32 heads (a lane per head) and a head off the path for the 32
+// keys (a lane per key), the group dots by dp4a from the staged integers (shifted back: every
+// product carries the shifts), the fp32 path from qi and the key row where the exponents need it.
 // The accumulator starts at the bits of 1.5 * 2^23: as a float it then holds 1.5 * 2^23 + S, and one
 // fma with -1.5 * 2^23 * 2^qmin gives S * 2^qmin. The terms then go through shared memory so that
 // one lane adds a key's terms in head order, as the dp4a kernel does.
@@ -298,16 +301,15 @@ __device__ __noinline__ float general_term(const float* qh, const uint8_t* row, 
 }
 
 // Dynamic shared memory of the tensor-core kernel, in bytes.
-__host__ __device__ constexpr int64_t mma_scratch_bytes(int64_t IH, int64_t ihd) {
+__host__ __device__ constexpr int64_t mma_scratch_bytes(int64_t ihd) {
   const int64_t terms = int64_t{kMmaRows} * 32 * kScrStride * 4;
-  const int64_t prep = int64_t{kMmaRows} * IH * (ihd / 32) * 4 + int64_t{kMmaRows} * IH * 4;
   const int64_t raw = int64_t{kMmaKeys} * (ihd / 2 + ihd / 32);
-  const int64_t m = terms > prep ? terms : prep;
-  return ((m > raw ? m : raw) + 15) / 16 * 16;
+  return ((terms > raw ? terms : raw) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr int64_t mma_shared_bytes(int64_t IH, int64_t ihd) {
-  return int64_t{kMmaRows} * IH * ihd + 3 * int64_t{kMmaRows} * IH * 4 + (int64_t{kMmaRows} * (IH / 32) * 4 + 15) / 16 * 16 +
-         int64_t{kMmaKeys} * ihd + int64_t{kMmaKeys} * 8 + mma_scratch_bytes(IH, ihd);
+  return int64_t{kMmaRows} * IH * ihd + 4 * int64_t{kMmaRows} * IH * 4 + int64_t{kMmaRows} * IH * (ihd / 32) * 4 +
+         (int64_t{kMmaRows} * (IH / 32) * 4 + 15) / 16 * 16 + int64_t{kMmaKeys} * ihd + int64_t{kMmaKeys} * 12 +
+         mma_scratch_bytes(ihd);
 }
 
 template <int IHD, int NHB>
@@ -321,13 +323,14 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
   float* hsq = reinterpret_cast<float*>(qfrag + kMmaRows * QW);             // [rows][IH] 2^qmin, 0 off the integer path
   float* hnq = hsq + kMmaRows * IH;                                         // [rows][IH] -kMagic * 2^qmin
   float* hw = hnq + kMmaRows * IH;                                          // [rows][IH] bf16(wt * wscale)
-  uint32_t* hgood = reinterpret_cast<uint32_t*>(hw + kMmaRows * IH);        // [rows][NHB] integer-path heads, a bit each
+  uint32_t* qa = reinterpret_cast<uint32_t*>(hw + kMmaRows * IH);           // [rows][IH] group shifts, a byte each
+  int* qe = reinterpret_cast<int*>(qa + kMmaRows * IH);                     // [rows][IH][G] group exponents / sentinels
+  uint32_t* hgood = reinterpret_cast<uint32_t*>(qe + kMmaRows * IH * G);    // [rows][NHB] integer-path heads, a bit each
   uint32_t* kfrag = hgood + (kMmaRows * NHB + 3) / 4 * 4;                   // [kMmaKeys * IHD / 4] A fragments
   float* kpk = reinterpret_cast<float*>(kfrag + kMmaKeys * IHD / 4);        // [kMmaKeys] 2^kmin, 0 off the integer path
   uint32_t* kb = reinterpret_cast<uint32_t*>(kpk + kMmaKeys);               // [kMmaKeys] group shifts, a byte each
-  float* scr = reinterpret_cast<float*>(kb + kMmaKeys);                     // [rows][32][kScrStride] terms, or:
-  int* qe = reinterpret_cast<int*>(scr);                                    //   query preparation [rows][IH][G]
-  uint32_t* qa = reinterpret_cast<uint32_t*>(qe + kMmaRows * IH * G);       //   and [rows][IH] group shifts
+  uint32_t* kek = kb + kMmaKeys;                                            // [kMmaKeys] group scale bytes
+  float* scr = reinterpret_cast<float*>(kek + kMmaKeys);                    // [rows][32][kScrStride] terms, or:
   uint8_t* raw = reinterpret_cast<uint8_t*>(scr);                           //   key staging [kMmaKeys][RB]
   __shared__ int64_t s_lc[kMmaRows];
   __shared__ int s_piece[kMmaRows];
@@ -422,6 +425,43 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
     }
   };
   float* my_scr = scr + warp * 32 * kScrStride;
+  // The term of head h of row w and key tl of the tile (key t of the piece) as the dp4a kernel
+  // computes it: its group dots from the staged integers, unscaled by their shifts (exactly: every
+  // product carries them), combined as sum_g D_g 2^E_g under its exponent condition; otherwise its
+  // fp32 path from qi and the key row.
+  auto exact_term = [&](int w, int h, int tl, int64_t t) -> float {
+    const int* e = qe + (w * IH + h) * G;
+    const uint32_t sb = kek[tl], a_sh = qa[w * IH + h], b_sh = kb[tl];
+    int emin = 1 << 20, emax = -(1 << 20);
+    bool fp4 = true;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      fp4 = fp4 && e[g] != kNotFp4;
+      if (e[g] == kExcluded) continue;
+      const int E = e[g] + static_cast<int>((sb >> (8 * g)) & 255u) - 128;
+      emin = min(emin, E);
+      emax = max(emax, E);
+    }
+    const float wv = hw[w * IH + h];
+    if (!(fp4 && (emax < emin || (emax - emin <= 9 && emin >= -149 && emax <= 100))))
+      return general_term<IHD>(qi + ((r0 + w) * IH + h) * IHD, pieces[s_piece[w]].ikeys + t * RB, wv);
+    const int mt = tl >> 4, kr = tl & 15;
+    float dot = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      int acc = 0;
+#pragma unroll
+      for (int wd = 0; wd < 8; ++wd)
+        acc = __dp4a(static_cast<int>(kfrag[((mt * G + g) * 32 + (kr & 7) * 4 + (wd & 3)) * 4 + (kr >> 3) + 2 * (wd >> 2)]),
+                     static_cast<int>(bfrag_word(w, h, g, wd)), acc);
+      acc >>= static_cast<int>(((a_sh >> (8 * g)) & 255u) + ((b_sh >> (8 * g)) & 255u));
+      if (e[g] != kExcluded)
+        dot = __fadd_rn(dot, __fmul_rn(static_cast<float>(acc), pow2_exact(e[g] + static_cast<int>((sb >> (8 * g)) & 255u) - 128)));
+    }
+    float v = rb(dot);
+    v = v < 0.0f ? 0.0f : v;
+    return rb(__fmul_rn(v, wv));
+  };
 
   // Every piece of the block's rows in turn (one for a prefill chunk), its key tiles of this chunk.
   for (int lead = 0; lead < kMmaRows; ++lead) {
@@ -459,11 +499,12 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
       if (threadIdx.x < kMmaKeys) {  // per key: on the integer path or not, its scale, the groups' shifts
         const int t = threadIdx.x;
         float pk = 1.0f;  // keys past the tile: zeros on the integer path
-        uint32_t sh = 0;
+        uint32_t sh = 0, sb = 0;
         if (t < nk) {
           int e[G], lo = 1 << 20, hi = -(1 << 20);
 #pragma unroll
           for (int g = 0; g < G; ++g) {
+            sb |= static_cast<uint32_t>(raw[t * RB + IHD / 2 + g]) << (8 * g);
             e[g] = static_cast<int>(raw[t * RB + IHD / 2 + g]) - 128;
             lo = min(lo, e[g]);
             hi = max(hi, e[g]);
@@ -476,6 +517,7 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
         }
         kpk[t] = pk;
         kb[t] = sh;
+        kek[t] = sb;
       }
       __syncthreads();
       // A fragments, one 16-byte entry per (16-key tile, group, lane): keys g, g+8 of the tile,
@@ -521,8 +563,6 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
             b_row = w;
           }
           const int hoff = w * IH + hb * 32 + 8 * c4;
-          const bool heads_ok = ((hgood[w * NHB + hb] >> (8 * c4)) & 255u) == 255u;
-          bool all_fast = heads_ok;
 #pragma unroll
           for (int mh = 0; mh < 2; ++mh) {
             const int mt = 2 * pt + mh;
@@ -552,7 +592,6 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
             for (int hf = 0; hf < 2; ++hf) {
               const int kl = 16 * mh + 8 * hf + g4;
               const float pk = kpk[32 * pt + kl];
-              all_fast = all_fast && pk != 0.0f;
               float term[8];
 #pragma unroll
               for (int i = 0; i < 8; ++i) term[i] = mma_term(acc[i >> 1][2 * hf + (i & 1)], sq[i], nq[i], pk, wv[i]);
@@ -561,15 +600,21 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
               *reinterpret_cast<float4*>(dst + 4) = make_float4(term[4], term[5], term[6], term[7]);
             }
           }
-          if (!all_fast) {  // the lane's (head, key) pairs off the integer path, by the dp4a kernel's code
-#pragma unroll 1
-            for (int u = 0; u < 32; ++u) {
-              const int i = u & 7, kl = 8 * (u >> 3) + g4;
-              const int64_t t = tb + kl;
-              if (t < my_lc && (hsq[hoff + i] == 0.0f || kpk[32 * pt + kl] == 0.0f))
-                my_scr[kl * kScrStride + 8 * c4 + i] =
-                    general_term<IHD>(qi + (r * IH + hb * 32 + 8 * c4 + i) * IHD, keys + t * RB, hw[hoff + i]);
+          // Pairs off the integer path (keys with pk 0: all 32 heads, one per lane; heads off it: all keys,
+          // one per lane), by the dp4a kernel's operations on the staged integers.
+          const unsigned bad_keys = __ballot_sync(0xffffffffu, tb + lane < my_lc && kpk[32 * pt + lane] == 0.0f);
+          const unsigned bad_heads = ~hgood[w * NHB + hb];
+          if (bad_keys | bad_heads) {
+            __syncwarp();  // the integer-path terms are written
+            for (unsigned m = bad_keys; m; m &= m - 1) {
+              const int kl = __ffs(m) - 1;
+              my_scr[kl * kScrStride + lane] = exact_term(w, hb * 32 + lane, 32 * pt + kl, tb + kl);
             }
+            if (tb + lane < my_lc && !((bad_keys >> lane) & 1u))
+              for (unsigned m = bad_heads; m; m &= m - 1) {
+                const int hh = __ffs(m) - 1;
+                my_scr[lane * kScrStride + hh] = exact_term(w, hb * 32 + hh, 32 * pt + lane, tb + lane);
+              }
             load_b(w, hb);  // again from shared memory: nothing of it live across the calls
           }
           __syncwarp();
