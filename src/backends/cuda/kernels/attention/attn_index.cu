@@ -240,7 +240,6 @@ constexpr int kScrStride = 36;               // floats per key of a warp's term 
 constexpr int kMagicBits = 0x4B400000;       // 1.5 * 2^23
 constexpr float kMagic = 12582912.0f;
 constexpr int kMmaMinRows = 8;               // automatic choice: the dp4a kernel below this many rows
-constexpr int64_t kMmaBlocks = 1024;         // blocks aimed at when chunking the key tiles
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -920,11 +919,17 @@ cudaError_t launch_index_scores_mma(const float* qi, const float* wt, float wsca
                                     int64_t stride, int64_t max_lc, cudaStream_t s) {
   const int64_t row_tiles = (rows + kMmaRows - 1) / kMmaRows;
   const int64_t tiles = (max_lc + kMmaKeys - 1) / kMmaKeys;
-  // Chunks of key tiles per block: enough blocks to fill the device, up to 32 tiles (4096 keys)
-  // sharing one query preparation.
-  int64_t per_chunk = tiles * row_tiles / kMmaBlocks;
+  // Key tiles per block: each block prepares its rows' queries once (about a tile's work), so as
+  // many tiles as keep every block slot of the device (2 per SM) busy in one wave, up to 32 (4096
+  // keys) when there is more work; the tiles split evenly over the chunks.
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t slots = 2 * static_cast<int64_t>(sms);
+  int64_t per_chunk = (tiles * row_tiles + slots - 1) / slots;
   per_chunk = per_chunk < 1 ? 1 : per_chunk > 32 ? 32 : per_chunk;
   const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;
+  per_chunk = (tiles + chunks - 1) / chunks;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(row_tiles));
   const int64_t shm = mma_shared_bytes(32 * NHB, IHD);
   auto kernel = index_scores_mma_kernel<IHD, NHB>;
