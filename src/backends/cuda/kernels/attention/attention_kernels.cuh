@@ -69,9 +69,17 @@ cudaError_t emit_rows(const EmitDev* emit, int64_t n_emit, const PieceDev* piece
 // Index scores: for row r and t < L_c(r) = (pos[r]+1)/ratio,
 // score = bf16(sum_h bf16(relu(bf16(qi_h . k_t)) * bf16(wt_h * wscale))) against the piece's
 // index-key rows; score [rows, stride]. qi [rows, IH, ihd] (FP4-QDQ'd), wt [rows, IH] (bf16).
+// Two kernels give the same bits (attn_index.cu): group dots by dp4a, one (row, key) per thread
+// (few rows), or by int8 tensor-core MMAs over tiles of keys shared by 8 rows (IH a multiple of 32).
 cudaError_t index_scores(const float* qi, const float* wt, float wscale, const PieceDev* pieces,
                          const int32_t* row_piece, const int64_t* pos, int64_t rows, int64_t IH, int64_t ihd,
                          int ratio, float* score, int64_t stride, int64_t max_lc, cudaStream_t s);
+// Which kernel index_scores runs: automatic (by row count and shape) unless the environment variable
+// DSV4_INDEX_MMA is "0" (dp4a always) or "1" (tensor cores wherever the shape allows) when first
+// asked; the setter overrides it (tests and benches compare the two).
+enum class IndexScoresImpl : int { automatic = 0, dp4a = 1, tensor_core = 2 };
+IndexScoresImpl index_scores_impl();
+void set_index_scores_impl(IndexScoresImpl impl);
 
 // Candidate source: cand[r, t] for t < L_c = rows of the best `topk_blocks` blocks of `block` rows
 // (block value = max score, the block of row L_c-1 forced in, ties to the lower block, blocks at
