@@ -127,6 +127,8 @@ Status LaneBackend::keep(lanes::StreamId stream, int64_t rows) {
 
 Status LaneBackend::draft(std::span<const lanes::DraftRequest> requests, std::vector<lanes::DraftProposal>* out) {
   out->assign(requests.size(), {});
+  std::vector<DraftAsk> asks;
+  std::vector<size_t> asked;  // the request of each ask
   for (size_t i = 0; i < requests.size(); ++i) {
     const lanes::DraftRequest& q = requests[i];
     DSV4_ASSIGN_OR_RETURN(Slot * s, find(q.stream));
@@ -135,10 +137,20 @@ Status LaneBackend::draft(std::span<const lanes::DraftRequest> requests, std::ve
       return error(StatusCode::invalid_argument, "stream {}: draft anchor at {} but the stream holds {} rows",
                    q.stream, q.position, len);
     if (len == 0) continue;  // nothing fed yet: the drafter has no target rows; propose nothing
-    DSV4_ASSIGN_OR_RETURN(DraftResult d, fwd_->draft(s->fwd_stream, q.anchor));
+    asks.push_back(DraftAsk{s->fwd_stream, q.anchor});
+    asked.push_back(i);
+  }
+  if (asks.empty()) return ok_status();
+  // Every stream's draft in one batch (one pass on the CUDA forward); each proposal as drafted alone.
+  DSV4_ASSIGN_OR_RETURN(std::vector<DraftResult> drafts, fwd_->draft_batch(asks, false));
+  if (drafts.size() != asks.size())
+    return error(StatusCode::internal, "{} drafts for {} streams", drafts.size(), asks.size());
+  for (size_t k = 0; k < asks.size(); ++k) {
+    const lanes::DraftRequest& q = requests[asked[k]];
+    const DraftResult& d = drafts[k];
     const size_t n = std::min<size_t>(d.tokens.size(), static_cast<size_t>(std::max(q.depth, 0)));
-    (*out)[i].tokens.assign(d.tokens.begin(), d.tokens.begin() + n);
-    (*out)[i].probabilities.assign(d.probs.begin(), d.probs.begin() + n);
+    (*out)[asked[k]].tokens.assign(d.tokens.begin(), d.tokens.begin() + n);
+    (*out)[asked[k]].probabilities.assign(d.probs.begin(), d.probs.begin() + n);
   }
   return ok_status();
 }

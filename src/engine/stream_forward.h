@@ -41,6 +41,12 @@ struct DraftResult {
   std::vector<float> logits;       // fp32 [block, vocab] (Markov-biased)
 };
 
+// One stream's draft in a batch: the stream and `next`, the token drawn for position length(stream).
+struct DraftAsk {
+  int32_t stream = 0;
+  int32_t next = 0;
+};
+
 // A split snapshot (family::StateGeometry): the bounded part and each row table's rows from a position on.
 struct StateParts {
   std::vector<uint8_t> bounded;
@@ -64,6 +70,20 @@ class StreamForward {
   virtual StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const = 0;
   virtual Status restore(int32_t stream, const std::vector<uint8_t>& bytes) = 0;
   virtual StatusOr<DraftResult> draft(int32_t stream, int32_t next) = 0;
+  // The drafts of several streams (each at most once) at once: result i for asks[i], bit for bit what
+  // draft(asks[i].stream, asks[i].next) gives whichever streams share the call; DraftResult::logits only when
+  // `logits` (else empty). A forward that can batch them does (the CUDA forward: one pass of launches over every
+  // stream's rows, one synchronization); the default drafts one stream at a time (the CPU oracle).
+  virtual StatusOr<std::vector<DraftResult>> draft_batch(std::span<const DraftAsk> asks, bool logits) {
+    std::vector<DraftResult> out;
+    for (const DraftAsk& a : asks) {
+      StatusOr<DraftResult> r = draft(a.stream, a.next);
+      if (!r.ok()) return r.status();
+      out.push_back(std::move(r).value());
+      if (!logits) out.back().logits = {};
+    }
+    return out;
+  }
   // Split snapshots (optional; lanes::Backend::snapshot_parts): the forward's append-only row tables in a fixed order
   // (empty = whole snapshots only, and the two calls below are never made), the bounded part with each table's rows
   // from position `from`, and a state rebuilt from a bounded part and each table's rows [0, n) as chunks.

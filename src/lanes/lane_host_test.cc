@@ -1,4 +1,5 @@
-// Lane core equalities on the fake backend: solo/drafted/pieces/concurrent/cancelled runs equal the serial reference.
+// Lane core equalities on the fake backend: solo/drafted/pieces/concurrent/cancelled runs equal the serial reference;
+// a round's drafts go to the backend in one call, and drafting them one stream per call changes nothing.
 #include "lanes/lane_host.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +119,109 @@ TEST(LaneHost, ConcurrentStreamsEqualEachAlone) {
   size_t widest = 0;
   for (const auto& batch : rig.verify_batches()) widest = std::max(widest, batch.size());
   EXPECT_EQ(widest, 2u);
+}
+
+// The fake backend with its drafts asked one stream per call (as a backend that cannot batch them would run them).
+class OneStreamDrafts final : public Backend {
+ public:
+  explicit OneStreamDrafts(FakeBackend& inner) : inner_(inner) {}
+  const BackendInfo& info() const override { return inner_.info(); }
+  int64_t stream_bytes(int64_t rows) const override { return inner_.stream_bytes(rows); }
+  Status open(StreamId stream, const StreamSpec& spec) override { return inner_.open(stream, spec); }
+  Status prefill(std::span<const Piece> pieces) override { return inner_.prefill(pieces); }
+  Status verify(std::span<const Window> windows, std::vector<std::vector<RowResult>>* out) override {
+    return inner_.verify(windows, out);
+  }
+  Status keep(StreamId stream, int64_t rows) override { return inner_.keep(stream, rows); }
+  Status draft(std::span<const DraftRequest> requests, std::vector<DraftProposal>* out) override {
+    out->clear();
+    for (const DraftRequest& r : requests) {
+      std::vector<DraftProposal> one;
+      Status st = inner_.draft({&r, 1}, &one);
+      if (!st.ok()) return st;
+      out->push_back(std::move(one[0]));
+    }
+    return Status();
+  }
+  StatusOr<std::vector<uint8_t>> snapshot(StreamId stream) override { return inner_.snapshot(stream); }
+  Status restore(StreamId stream, std::span<const uint8_t> bytes, int64_t rows) override {
+    return inner_.restore(stream, bytes, rows);
+  }
+  StatusOr<SnapshotParts> snapshot_parts(StreamId stream, int64_t from) override {
+    return inner_.snapshot_parts(stream, from);
+  }
+  Status restore_parts(StreamId stream, std::span<const uint8_t> bounded, std::span<const RowChunks> tables,
+                       int64_t rows) override {
+    return inner_.restore_parts(stream, bounded, tables, rows);
+  }
+  void release(StreamId stream) override { inner_.release(stream); }
+
+ private:
+  FakeBackend& inner_;
+};
+
+// Concurrent drafting streams: each round's drafts reach the backend in one call (several streams in it), and
+// the same requests with their drafts asked one stream per call give the same tokens, logprobs and draft counts —
+// both equal to each request's serial reference (concurrent == solo).
+TEST(LaneHost, RoundDraftsInOneCallEqualOneStreamPerCall) {
+  FakeBackendOptions fo;
+  fo.max_streams = 4;
+  fo.max_verify_rows = 24;
+  const int64_t lengths[] = {40, 3, 90, 17, 61, 8};
+  auto request = [&](size_t i) {
+    Request r = make_request(lengths[i], 700 + i, i % 2 == 1, 30);
+    r.logprobs = true;
+    return r;
+  };
+  struct Run {
+    std::vector<testing::Outcome> outcomes;
+    std::vector<FakeCall> calls;
+  };
+  auto run = [&](bool one_per_call) {
+    FakeBackend fake(fo);
+    OneStreamDrafts split(fake);
+    Backend& backend = one_per_call ? static_cast<Backend&>(split) : static_cast<Backend&>(fake);
+    LaneHost host(backend, LaneHostOptions{.max_batch_streams = 4, .prefill_rows = 32});
+    auto sink = std::make_shared<Collector>();
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < std::size(lengths); ++i) {
+      StatusOr<RequestId> id = host.submit(request(i), sink);
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      ids.push_back(id.ok() ? *id : 0);
+    }
+    host.run_until_idle();
+    Run out;
+    for (RequestId id : ids) out.outcomes.push_back(sink->get(id));
+    out.calls = fake.calls();
+    EXPECT_EQ(fake.open_streams(), 0);
+    return out;
+  };
+  const Run batched = run(false), split = run(true);
+  FakeBackend reference(fo);
+  int64_t drafted = 0;
+  for (size_t i = 0; i < std::size(lengths); ++i) {
+    const testing::Outcome &a = batched.outcomes[i], &b = split.outcomes[i];
+    EXPECT_EQ(a.tokens, serial_reference(reference, request(i))) << "request " << i;
+    EXPECT_EQ(b.tokens, a.tokens) << "request " << i;
+    EXPECT_EQ(b.logprobs, a.logprobs) << "request " << i;
+    EXPECT_EQ(b.finish.usage.drafted_tokens, a.finish.usage.drafted_tokens) << "request " << i;
+    EXPECT_EQ(b.finish.usage.accepted_tokens, a.finish.usage.accepted_tokens) << "request " << i;
+    EXPECT_EQ(a.finish_count, 1);
+    drafted += a.finish.usage.drafted_tokens;
+  }
+  EXPECT_GT(drafted, 0);
+  // Batched: at most one draft call between two verify calls, and some carried several streams. Split: one stream
+  // per call.
+  size_t widest = 0, since_verify = 0;
+  for (const FakeCall& c : batched.calls) {
+    if (c.kind == FakeCall::Kind::verify) since_verify = 0;
+    if (c.kind != FakeCall::Kind::draft) continue;
+    EXPECT_EQ(++since_verify, 1u) << "a round's drafts split over several calls";
+    widest = std::max(widest, c.streams.size());
+  }
+  EXPECT_GE(widest, 2u);
+  for (const FakeCall& c : split.calls)
+    if (c.kind == FakeCall::Kind::draft) EXPECT_EQ(c.streams.size(), 1u);
 }
 
 TEST(LaneHost, CancelledStreamLeavesOthersUnchanged) {

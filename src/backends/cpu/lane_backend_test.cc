@@ -1,5 +1,5 @@
-// The oracle behind the lane Backend contract: windows == steps with keyed draws, keep, drafts,
-// snapshots into fresh streams, and refusals.
+// The oracle behind the lane Backend contract: windows == steps with keyed draws, keep, drafts (every request of a
+// call in one batched draft of the forward), snapshots into fresh streams, and refusals.
 #include "backends/cpu/oracle_forward.h"
 
 #include <gtest/gtest.h>
@@ -134,6 +134,91 @@ TEST(OracleLaneBackend, DraftsAndSnapshots) {
   EXPECT_TRUE(b->prefill({&fresh, 1}).ok());
   b->release(9);
   EXPECT_FALSE(b->keep(9, 0).ok());
+}
+
+// A StreamForward passing every call to the oracle's, counting the drafts it is asked for.
+class CountingForward final : public engine::StreamForward {
+ public:
+  explicit CountingForward(std::unique_ptr<engine::StreamForward> f) : f_(std::move(f)) {}
+  const family::ModelPlan& config() const override { return f_->config(); }
+  bool has_drafter() const override { return f_->has_drafter(); }
+  uint32_t snapshot_version() const override { return f_->snapshot_version(); }
+  StatusOr<int32_t> open_stream() override { return f_->open_stream(); }
+  Status close_stream(int32_t s) override { return f_->close_stream(s); }
+  StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }
+  StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& p) override {
+    return f_->forward(p);
+  }
+  Status truncate(int32_t s, int64_t n) override { return f_->truncate(s, n); }
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return f_->snapshot(s); }
+  Status restore(int32_t s, const std::vector<uint8_t>& b) override { return f_->restore(s, b); }
+  StatusOr<engine::DraftResult> draft(int32_t s, int32_t next) override {
+    ++single;
+    return f_->draft(s, next);
+  }
+  StatusOr<std::vector<engine::DraftResult>> draft_batch(std::span<const engine::DraftAsk> asks, bool logits) override {
+    batches.push_back(asks.size());
+    EXPECT_FALSE(logits);  // the lane adapter never needs the draft logits
+    return f_->draft_batch(asks, logits);
+  }
+  std::vector<size_t> batches;  // asks per draft_batch call
+  int single = 0;               // draft calls from outside draft_batch
+
+ private:
+  std::unique_ptr<engine::StreamForward> f_;
+};
+
+// Every request of one draft call goes to the forward in one draft_batch (empty streams left out, proposing
+// nothing), and each proposal equals the one the same request gets alone.
+TEST(OracleLaneBackend, DraftRequestsGoInOneBatch) {
+  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
+  OracleOptions o;
+  o.threads = 2;
+  o.max_rollback = 16;
+  auto oracle = Oracle::create(w, o);
+  ASSERT_TRUE(oracle.ok()) << oracle.status().to_string();
+  auto counting = std::make_unique<CountingForward>(oracle_stream_forward(std::move(*oracle)));
+  CountingForward* count = counting.get();
+  engine::LaneBackendOptions options;
+  options.model_id = "test-synthetic";
+  auto made = engine::LaneBackend::create(std::move(counting), o.max_rollback, options);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  engine::LaneBackend& b = **made;
+  ASSERT_GT(b.info().max_draft_depth, 0);
+  const int lengths[] = {6, 0, 19, 11};  // stream 2 holds no rows yet
+  std::vector<std::vector<int32_t>> t;
+  std::vector<lanes::DraftRequest> requests;
+  for (int k = 0; k < 4; ++k) {
+    const lanes::StreamId id = static_cast<lanes::StreamId>(k + 1);
+    t.push_back(toks(lengths[k] + 1, 30 + k));
+    ASSERT_TRUE(b.open(id, sampled()).ok());
+    if (lengths[k] > 0) {
+      lanes::Piece p{id, 0, {t[k].data(), static_cast<size_t>(lengths[k])}};
+      ASSERT_TRUE(b.prefill({&p, 1}).ok());
+    }
+    requests.push_back(lanes::DraftRequest{id, t[k][lengths[k]], lengths[k], 1 + k});
+  }
+  std::vector<lanes::DraftProposal> together;
+  ASSERT_TRUE(b.draft(requests, &together).ok());
+  EXPECT_EQ(count->batches, std::vector<size_t>{3});
+  EXPECT_EQ(count->single, 0);
+  ASSERT_EQ(together.size(), 4u);
+  EXPECT_TRUE(together[1].tokens.empty());
+  for (int k = 0; k < 4; ++k) {
+    std::vector<lanes::DraftProposal> one;
+    ASSERT_TRUE(b.draft({&requests[k], 1}, &one).ok());
+    if (k != 1) EXPECT_EQ(together[k].tokens.size(), static_cast<size_t>(requests[k].depth)) << k;
+    EXPECT_EQ(one[0].tokens, together[k].tokens) << k;
+    EXPECT_EQ(one[0].probabilities, together[k].probabilities) << k;
+  }
+  EXPECT_EQ(count->batches, (std::vector<size_t>{3, 1, 1, 1}));  // the empty stream's lone request asks nothing
+  // A request at the wrong position is refused before anything is drafted.
+  lanes::DraftRequest bad = requests[0];
+  bad.position += 1;
+  const std::vector<lanes::DraftRequest> with_bad = {requests[2], bad};
+  std::vector<lanes::DraftProposal> none;
+  EXPECT_FALSE(b.draft(with_bad, &none).ok());
+  EXPECT_EQ(count->batches.size(), 4u);
 }
 
 TEST(OracleLaneBackend, SplitSnapshotsJoinAcrossEntries) {

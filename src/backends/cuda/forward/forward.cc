@@ -450,21 +450,55 @@ Status Forward::run(const engine::StepPlan& plan) {
 }
 
 StatusOr<engine::DraftResult> Forward::draft(int32_t stream, int32_t next) {
+  const engine::DraftAsk ask{stream, next};
+  DSV4_ASSIGN_OR_RETURN(std::vector<engine::DraftResult> r, draft_batch({&ask, 1}, true));
+  return std::move(r[0]);
+}
+
+StatusOr<std::vector<engine::DraftResult>> Forward::draft_batch(std::span<const engine::DraftAsk> asks, bool logits) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!model_->dspark) return error(StatusCode::unimplemented, "the model has no DSpark weights");
-  auto it = streams_.find(stream);
-  if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
-  if (it->second.caches->length() == 0) return error(StatusCode::invalid_argument, "stream {} is empty", stream);
-  if (next < 0 || next >= config().vocab) return error(StatusCode::invalid_argument, "token {} out of range", next);
-  OpCtx o{&model_->config, stream_, scratch_.get()};
+  const family::ModelPlan& cfg = config();
+  std::vector<DraftStream> all;
+  for (const engine::DraftAsk& a : asks) {
+    auto it = streams_.find(a.stream);
+    if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", a.stream);
+    if (it->second.caches->length() == 0) return error(StatusCode::invalid_argument, "stream {} is empty", a.stream);
+    if (a.next < 0 || a.next >= cfg.vocab) return error(StatusCode::invalid_argument, "token {} out of range", a.next);
+    all.push_back(DraftStream{it->second.caches.get(), a.next});
+  }
+  std::vector<engine::DraftResult> out;
+  if (all.empty()) return out;
+  // Groups as large as the free scratch and the call rows allow (every rank of a tensor-parallel forward computes the
+  // same sizes, so all make the same launches and collectives); their sizes never change a row's bits.
+  const int64_t n = static_cast<int64_t>(all.size()), B = cfg.dspark_block;
+  const int64_t free_bytes = static_cast<int64_t>(scratch_->capacity() - scratch_->mark());
+  const int32_t world = options_.collective ? options_.collective->world() : 1;
+  const int64_t g =
+      std::min({n, std::max<int64_t>(1, options_.max_call_rows / B), dspark_group_streams(cfg, free_bytes, world)});
+  const size_t per_group = dspark_draft_host_bytes(cfg, g, logits);
+  const int64_t groups = (n + g - 1) / g;
+  DSV4_RETURN_IF_ERROR(draft_host_.reserve(per_group * static_cast<size_t>(groups)));
+  auto* host = static_cast<uint8_t*>(draft_host_.data());
+  OpCtx o{&cfg, stream_, scratch_.get()};
   o.collective = options_.collective.get();  // a rank drafts with its heads and experts, gathered as the forward
-  const size_t mark = scratch_->mark();
-  auto r = dspark_draft(o, *model_, *it->second.caches, next);
-  const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the draft");
-  scratch_->reset(mark);
-  if (!r.ok()) return r.status();
+  Status st;
+  for (int64_t k = 0; k < groups && st.ok(); ++k) {
+    const size_t mark = scratch_->mark();
+    const int64_t first = k * g, size = std::min(g, n - first);
+    st = dspark_draft_enqueue(o, *model_, std::span<const DraftStream>(all).subspan(first, size), logits,
+                              host + k * per_group);
+    scratch_->reset(mark);  // the next group's launches follow this group's on the stream
+  }
+  // The one synchronization of the batch (also after a failed enqueue: the pinned tables stay in use until then).
+  const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the drafts");
+  DSV4_RETURN_IF_ERROR(st);
   DSV4_RETURN_IF_ERROR(sync);
-  return r;
+  for (int64_t k = 0; k < groups; ++k) {
+    const int64_t size = std::min(g, n - k * g);
+    dspark_draft_results(cfg, size, logits, host + k * per_group, &out);
+  }
+  return out;
 }
 
 namespace {
@@ -484,6 +518,9 @@ class CudaForward final : public engine::StreamForward {
   StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return f_->snapshot(s); }
   Status restore(int32_t s, const std::vector<uint8_t>& b) override { return f_->restore(s, b); }
   StatusOr<engine::DraftResult> draft(int32_t s, int32_t next) override { return f_->draft(s, next); }
+  StatusOr<std::vector<engine::DraftResult>> draft_batch(std::span<const engine::DraftAsk> asks, bool logits) override {
+    return f_->draft_batch(asks, logits);
+  }
   std::vector<family::RowTableShape> row_tables() const override { return f_->row_tables(); }
   StatusOr<engine::StateParts> snapshot_parts(int32_t s, int64_t from) const override { return f_->snapshot_parts(s, from); }
   Status restore_parts(int32_t s, std::span<const uint8_t> bounded,

@@ -85,8 +85,12 @@ class Forward {
   StatusOr<engine::StateParts> snapshot_parts(int32_t stream, int64_t from) const;
   Status restore_parts(int32_t stream, std::span<const uint8_t> bounded,
                        std::span<const std::vector<std::span<const uint8_t>>> tables);
-  // DSpark: drafts the block after `next` (the token sampled for position length(stream)).
+  // DSpark: drafts the block after `next` (the token sampled for position length(stream)); logits filled.
   StatusOr<engine::DraftResult> draft(int32_t stream, int32_t next);
+  // DSpark drafts of several streams in one pass (StreamForward::draft_batch): each group of streams that fits the
+  // scratch (all of them, short of max_call_rows / dspark_block streams) in one set of launches over its rows, and one
+  // synchronization for the whole batch. Result i, for asks[i], is bit for bit draft(asks[i].stream, asks[i].next).
+  StatusOr<std::vector<engine::DraftResult>> draft_batch(std::span<const engine::DraftAsk> asks, bool logits);
 
   // Benchmarks only: an empty stream declared to hold `length` positions, its caches left zeroed
   // (valid rows of value 0) and its Engram history DEAD, so steps can be timed at a long context
@@ -143,6 +147,7 @@ class Forward {
   std::unique_ptr<CallMeta> meta_;
   std::unique_ptr<GraphCache> graphs_;
   PinnedBuffer logits_host_;  // f32 [logit rows, V] of the last call
+  PinnedBuffer draft_host_;   // the last draft batch's tables and results (dspark_draft_host_bytes per group)
   bool graphs_on_ = true;
   std::map<int32_t, StreamSlot> streams_;
   int32_t next_id_ = 0;

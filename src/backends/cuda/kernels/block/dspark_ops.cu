@@ -57,13 +57,18 @@ __global__ void rope_tails_kernel(float* x, int heads, int64_t d, int rope_dim, 
   for (int j = threadIdx.x; j < rope_dim / 2; j += blockDim.x) rotate_pair(tail, j, freqs[j], p, inverse);
 }
 
-// One block per (row, head); each thread owns dims i = tid + k * kThreads of the accumulator.
-__global__ void attend_kernel(const float* q, const uint8_t* ring, const int64_t* slots, int nring, int64_t row_bytes,
-                              const float* own, int B, int H, int64_t d, float scale, const float* sink, float* o) {
+// One block per (stream, row, head); each thread owns dims i = tid + k * kThreads of the accumulator.
+__global__ void attend_kernel(const float* q, const uint8_t* const* rings, const int64_t* slot_list,
+                              const int32_t* slot_begin, int64_t row_bytes, const float* own_all, int B, int H,
+                              int64_t d, float scale, const float* sink, float* o) {
   __shared__ float red[kThreads / 32];
   __shared__ float sc[64];
-  const int64_t bh = blockIdx.x;
-  const int64_t b = bh / H, hh = bh % H;
+  const int64_t bh = blockIdx.x;  // (stream * B + row) * H + head
+  const int64_t hh = bh % H, sn = bh / (static_cast<int64_t>(B) * H);
+  const uint8_t* ring = rings[sn];
+  const int64_t* slots = slot_list + slot_begin[sn];
+  const int nring = slot_begin[sn + 1] - slot_begin[sn];
+  const float* own = own_all + sn * B * d;
   const float* qv = q + bh * d;
   constexpr int kMaxPer = 8;  // d <= 1024
   float acc[kMaxPer];
@@ -105,7 +110,6 @@ __global__ void attend_kernel(const float* q, const uint8_t* ring, const int64_t
   sum += expf(sink[hh] - m);
   int k = 0;
   for (int64_t i = threadIdx.x; i < d; i += kThreads, ++k) o[bh * d + i] = dsv4::round_bf16(acc[k] / sum);
-  (void)b;
 }
 
 __global__ void wo_a_kernel(const float* o, const uint16_t* w, int G, int64_t O, int64_t gin, float* z) {
@@ -120,15 +124,22 @@ __global__ void wo_a_kernel(const float* o, const uint16_t* w, int G, int64_t O,
   if (threadIdx.x == 0) z[r * G * O + n] = dsv4::round_bf16(s);
 }
 
-__global__ void markov_embed_kernel(const uint16_t* table, const int32_t* tok, int64_t R, float* e) {
-  const int64_t t = *tok;
-  for (int64_t k = threadIdx.x; k < R; k += blockDim.x) e[k] = dsv4::bf16_to_f32(table[t * R + k]);
+// One block per row k.
+__global__ void markov_embed_kernel(const uint16_t* table, const int32_t* tok, int64_t tok_stride, int64_t R, float* e) {
+  const int64_t k = blockIdx.x;
+  const int64_t t = tok[k * tok_stride];
+  for (int64_t j = threadIdx.x; j < R; j += blockDim.x) e[k * R + j] = dsv4::bf16_to_f32(table[t * R + j]);
 }
 
-__global__ void markov_pick_kernel(float* li, const float* bias, int64_t V, int32_t* tok_out, float* prob_out) {
+// One block per row k.
+__global__ void markov_pick_kernel(float* li_all, int64_t li_stride, const float* bias_all, int64_t V, int32_t* tok_all,
+                                   int64_t tok_stride, float* prob_all, int64_t prob_stride) {
   __shared__ float bv[256];
   __shared__ int64_t bi[256];
   __shared__ float red[256 / 32];
+  const int64_t k = blockIdx.x;
+  float* li = li_all + k * li_stride;
+  const float* bias = bias_all + k * V;
   float best = -INFINITY;
   int64_t at = V;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
@@ -141,8 +152,8 @@ __global__ void markov_pick_kernel(float* li, const float* bias, int64_t V, int3
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) part += expf(li[v] - mx);
   const float z = fwd_block_sum<256>(part, red);
   if (threadIdx.x == 0) {
-    *tok_out = static_cast<int32_t>(bi[0]);
-    *prob_out = 1.0f / z;
+    tok_all[k * tok_stride] = static_cast<int32_t>(bi[0]);
+    prob_all[k * prob_stride] = 1.0f / z;
   }
 }
 
@@ -164,11 +175,14 @@ cudaError_t rope_head_tails(float* x, int64_t rows, int heads, int64_t d, int ro
   return cudaGetLastError();
 }
 
-cudaError_t dspark_attend(const float* q, const uint8_t* ring, const int64_t* slots, int nring, int64_t row_bytes,
-                          const float* own, int B, int H, int64_t d, float scale, const float* sink, float* o,
-                          cudaStream_t s) {
+cudaError_t dspark_attend(const float* q, const uint8_t* const* rings, const int64_t* slots, const int32_t* slot_begin,
+                          int64_t row_bytes, const float* own, int N, int B, int H, int64_t d, float scale,
+                          const float* sink, float* o, cudaStream_t s) {
   if (d > 8 * kThreads || d % 32 != 0) return cudaErrorInvalidValue;
-  attend_kernel<<<static_cast<unsigned>(B * H), kThreads, 0, s>>>(q, ring, slots, nring, row_bytes, own, B, H, d,
+  const int64_t blocks = static_cast<int64_t>(N) * B * H;
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  attend_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(q, rings, slots, slot_begin, row_bytes, own, B, H, d,
                                                                   scale, sink, o);
   return cudaGetLastError();
 }
@@ -180,13 +194,20 @@ cudaError_t grouped_wo_a(const float* o, const uint16_t* w, int64_t rows, int G,
   return cudaGetLastError();
 }
 
-cudaError_t markov_embed_row(const uint16_t* table, const int32_t* tok, int64_t R, float* e, cudaStream_t s) {
-  markov_embed_kernel<<<1, 256, 0, s>>>(table, tok, R, e);
+cudaError_t markov_embed_rows(const uint16_t* table, const int32_t* tok, int64_t tok_stride, int64_t n, int64_t R,
+                              float* e, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidValue;
+  markov_embed_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(table, tok, tok_stride, R, e);
   return cudaGetLastError();
 }
 
-cudaError_t markov_pick(float* li, const float* bias, int64_t V, int32_t* tok_out, float* prob_out, cudaStream_t s) {
-  markov_pick_kernel<<<1, 256, 0, s>>>(li, bias, V, tok_out, prob_out);
+cudaError_t markov_pick(float* li, int64_t li_stride, const float* bias, int64_t V, int64_t n, int32_t* tok_out,
+                        int64_t tok_stride, float* prob_out, int64_t prob_stride, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidValue;
+  markov_pick_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(li, li_stride, bias, V, tok_out, tok_stride, prob_out,
+                                                              prob_stride);
   return cudaGetLastError();
 }
 
