@@ -40,15 +40,6 @@ TokenId argmax(std::span<const float> logits, const uint64_t* allowed = nullptr)
   return best;
 }
 
-// max and log(sum(exp(l - max))) in double, summed in id order.
-std::pair<double, double> log_partition(std::span<const float> logits) {
-  double max = -std::numeric_limits<double>::infinity();
-  for (float l : logits) max = std::max(max, logit_value(l));
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(logit_value(l) - max);
-  return {max, std::log(sum)};
-}
-
 // An upper bound of the Gumbel term -log(-log(u)) over each 1/1024 of key_uniform's range, by the top 10 key bits
 // (key_uniform is increasing in the bits): a token whose logit plus the bound of its bucket is below the best score
 // so far can neither win nor tie, so its two logarithms are skipped (the draw is the same).
@@ -87,8 +78,7 @@ TokenId sample_unsorted(std::span<const float> logits, const SamplingParams& par
     if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
     const uint64_t bits = token_key(row, static_cast<TokenId>(i));
     if (best >= 0 && x + bound[bits >> 54] < best_score) continue;
-    const double u = key_uniform(bits);
-    const double score = x - std::log(-std::log(u));
+    const double score = gumbel_score(x, bits);
     if (best < 0 || score > best_score || (score == best_score && x > best_x)) {
       best = static_cast<TokenId>(i);
       best_score = score;
@@ -166,8 +156,7 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   double best_score = -std::numeric_limits<double>::infinity();
   const uint64_t row = row_key(seed, position);
   for (size_t i = 0; i < kept; ++i) {
-    const double u = key_uniform(token_key(row, ids[i]));
-    const double score = scaled[i] - std::log(-std::log(u));
+    const double score = gumbel_score(scaled[i], token_key(row, ids[i]));
     if (score > best_score) {
       best_score = score;
       best = i;
@@ -182,25 +171,41 @@ TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, 
   return draw_masked(logits, params, seed, position, TokenMask::of(static_cast<int32_t>(logits.size()), allowed));
 }
 
-float token_logprob(std::span<const float> logits, TokenId token) {
-  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
-  auto [max, log_sum] = log_partition(logits);
-  return static_cast<float>(logit_value(logits[token]) - max - log_sum);
+LogPartition log_partition(std::span<const float> logits) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, logit_value(l));
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(logit_value(l) - max);
+  return {max, std::log(sum)};
 }
 
-std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n) {
+float token_logprob(std::span<const float> logits, TokenId token, const LogPartition& z) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(logit_value(logits[token]) - z.max - z.log_sum);
+}
+
+float token_logprob(std::span<const float> logits, TokenId token) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
+  return token_logprob(logits, token, log_partition(logits));
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, const LogPartition& z) {
   std::vector<TokenLogprob> out;
   if (n <= 0 || logits.empty()) return out;
   const size_t count = std::min<size_t>(static_cast<size_t>(n), logits.size());
   std::vector<TokenId> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), BetterFirst{logits});
-  auto [max, log_sum] = log_partition(logits);
   out.reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - max - log_sum)});
+    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - z.max - z.log_sum)});
   }
   return out;
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n) {
+  if (n <= 0 || logits.empty()) return {};
+  return top_logprobs(logits, n, log_partition(logits));
 }
 
 }  // namespace dsv4::lanes
