@@ -22,8 +22,8 @@
 // at most 2^-46.7: the two logs differ by at most 2 * (2^-51.9 + 2^-46.7) < 2^-44. The score x - log(a) is rounded
 // once on each side (half an ulp, <= 2^-53 |x - log a| <= 2^-53 (|x| + 37)), so
 //     |s_i - h_i| <= B(x_i) = 2^-44 + 2^-52 (|x_i| + 37)           (h_i: the host's score)
-// and gumbel_slack(x) = 2^-40 + 2^-48 |x| exceeds 16 B(x) - 2^-46, which leaves room for every rounding of the rule's
-// own two sides (each within 2^-53 (|x| + 38)), and for logarithms up to 8 ulps off.
+// and gumbel_slack(x) = 2^-40 + 2^-48 |x| is at least 13 B(x): room for the roundings of the rule's own two sides
+// (each within 2^-53 (|x| + 38), under B(x) / 2) and for logarithms several ulps worse than documented.
 //   - If h_w = +inf: u_w = 1, so s_w = +inf and the left side is +inf: w is a candidate.
 //   - Otherwise every host score is finite (w's is the largest), so no u is 1 and every device score is finite too;
 //     w's (h, x) is the largest, so h_w >= h_b, and s_w + B(x_w) >= h_w >= h_b >= s_b - B(x_b): w is a candidate.
