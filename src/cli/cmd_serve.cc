@@ -42,6 +42,8 @@ struct ServeFlags {
   int32_t prompt_cache_page = 64;
   int32_t step_rows = 0;   // 0: no row budget
   double step_ms = 0;      // 0: no time budget
+  bool host_draws = false;    // every row whole to the host (no row reductions on the device)
+  int32_t draw_threads = 4;   // host threads drawing whole rows
   bool fake_engine = false;
   bool lanes_fake_backend = false;
   std::string backend = "cpu";
@@ -140,6 +142,13 @@ void add_flags(CLI::App& app, ServeFlags& f) {
                  "width x height one image may declare; larger ones are refused before decoding (decompression bombs)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_flag("--host-draws", f.host_draws,
+               "copy every logits row to the host and draw there (default: rows needing only a token - greedy, or "
+               "sampling without top-k/top-p/min-p, logprobs or a token mask - are reduced on the device; the same "
+               "tokens either way)");
+  app.add_option("--draw-threads", f.draw_threads, "host threads drawing the rows that come whole (same tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_flag("--allow-image-urls", o.images.allow_urls,
                "fetch http(s) image URLs (public addresses only, no redirects, limited by --max-image-bytes and "
                "--image-fetch-timeout); without it only data: URLs are accepted");
@@ -232,6 +241,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bo.eos_ids = {eos};
   bo.max_context = flags.context;
   bo.max_streams = flags.parallel;
+  bo.reduce_rows = !flags.host_draws;
+  bo.draw_threads = flags.draw_threads;
   BackendChoice bc;
   bc.name = flags.backend;
   bc.max_context = flags.context;

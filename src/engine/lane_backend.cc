@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/kv_rows.h"
+#include "lanes/gumbel_candidates.h"
 
 namespace dsv4::engine {
 
@@ -45,6 +46,8 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
       if (r.compress_ratio > 1) b->bytes_fixed_ += 2 * ring_capacity * cfg.head_dim * 8;
     }
   b->bytes_per_row_ = static_cast<int64_t>(per_row + 0.999);
+  b->reduce_rows_ = options.reduce_rows;
+  if (options.draw_threads > 1) b->draw_pool_ = std::make_unique<ThreadPool>(options.draw_threads);
   return b;
 }
 
@@ -83,7 +86,7 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
     if (p.start != len)
       return error(StatusCode::invalid_argument, "stream {}: piece starts at {} but the stream holds {} rows",
                    p.stream, p.start, len);
-    call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}, p.embeds});
+    call.push_back(Piece{s->fwd_stream, {p.tokens.begin(), p.tokens.end()}, {}, p.embeds, {}});
   }
   std::vector<Slot*> slots;
   for (const lanes::Window& w : windows) {
@@ -92,32 +95,99 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
     if (w.start != len || w.tokens.empty())
       return error(StatusCode::invalid_argument, "stream {}: window at {} with {} rows, the stream holds {} rows",
                    w.stream, w.start, w.tokens.size(), len);
-    Piece p{s->fwd_stream, w.tokens, {}, {}};  // windows take tokens only
+    Piece p{s->fwd_stream, w.tokens, {}, {}, {}};  // windows take tokens only
     for (size_t i = 0; i < w.tokens.size(); ++i) p.logit_rows.push_back(static_cast<int32_t>(i));
+    bool reduced = false;
+    for (size_t i = 0; i < w.tokens.size(); ++i) {
+      p.draws.push_back(row_draw(w, i, *s));
+      reduced = reduced || p.draws.back().kind != RowDraw::Kind::whole;
+    }
+    if (!reduced) p.draws.clear();  // every row whole
     call.push_back(std::move(p));
     slots.push_back(s);
   }
   out->assign(windows.size(), {});
   if (call.empty()) return ok_status();
-  DSV4_ASSIGN_OR_RETURN(std::vector<PieceResult> res, fwd_->forward(call));
+  DSV4_RETURN_IF_ERROR(fwd_->forward_viewed(call, &results_, &rows_));
+  if (results_.size() != call.size() || rows_.size() != call.size())
+    return error(StatusCode::internal, "the forward returned {} results for {} pieces", results_.size(), call.size());
   const int64_t V = info_.vocab_size;
+  // Reduced rows are decided here; whole rows (each drawn independently, so in any order) go to the draw threads.
+  struct Whole {
+    size_t w, i;
+    std::span<const float> row;
+  };
+  std::vector<Whole> whole;
   for (size_t w = 0; w < windows.size(); ++w) {
     const lanes::Window& win = windows[w];
-    const std::vector<float>& logits = res[pieces.size() + w].logits;
-    for (size_t i = 0; i < win.tokens.size(); ++i) {
-      std::span<const float> row(logits.data() + i * V, static_cast<size_t>(V));
-      lanes::RowResult r;
-      r.token = lanes::draw_row(row, slots[w]->spec.sampling, slots[w]->spec.seed,
-                                win.start + static_cast<int64_t>(i) + 1, win.mask(i));
-      if (win.logprobs) {
-        r.logprob = lanes::token_logprob(row, r.token);
-        if (i + 1 < win.tokens.size()) r.proposed_logprob = lanes::token_logprob(row, win.tokens[i + 1]);
+    const Piece& asked = call[pieces.size() + w];
+    const PieceResult& res = results_[pieces.size() + w];
+    const std::span<const float> rows = rows_[pieces.size() + w];
+    const size_t n = win.tokens.size();
+    if (!res.picks.empty() && res.picks.size() != n)
+      return error(StatusCode::internal, "the forward returned {} picks for {} rows", res.picks.size(), n);
+    (*out)[w].resize(n);
+    size_t at = 0;  // whole rows so far
+    for (size_t i = 0; i < n; ++i) {
+      const RowPick* pick = res.picks.empty() ? nullptr : &res.picks[i];
+      if (pick == nullptr || pick->whole) {
+        if ((at + 1) * static_cast<size_t>(V) > rows.size())
+          return error(StatusCode::internal, "the forward returned {} logits for window {}", rows.size(), w);
+        whole.push_back({w, i, rows.subspan(at * V, static_cast<size_t>(V))});
+        ++at;
+        continue;
       }
-      if (win.top_logprobs > 0) r.top = lanes::top_logprobs(row, win.top_logprobs);
-      (*out)[w].push_back(std::move(r));
+      const RowDraw::Kind kind = asked.draws.empty() ? RowDraw::Kind::whole : asked.draws[i].kind;
+      lanes::RowResult& r = (*out)[w][i];
+      if (kind == RowDraw::Kind::argmax && pick->token >= 0 && pick->token < V) {
+        r.token = pick->token;
+      } else if (kind == RowDraw::Kind::gumbel && !pick->ids.empty() && pick->ids.size() == pick->logits.size() &&
+                 std::is_sorted(pick->ids.begin(), pick->ids.end()) && pick->ids.front() >= 0 && pick->ids.back() < V) {
+        r.token = lanes::sample_gumbel_candidates(pick->ids, pick->logits, slots[w]->spec.sampling,
+                                                  slots[w]->spec.seed, win.start + static_cast<int64_t>(i) + 1);
+      } else {
+        return error(StatusCode::internal, "the forward returned a malformed reduction of window {} row {}", w, i);
+      }
     }
   }
+  auto draw = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const Whole& job = whole[static_cast<size_t>(k)];
+      const lanes::Window& win = windows[job.w];
+      const lanes::StreamSpec& spec = slots[job.w]->spec;
+      lanes::RowResult& r = (*out)[job.w][job.i];
+      r.token = lanes::draw_row(job.row, spec.sampling, spec.seed, win.start + static_cast<int64_t>(job.i) + 1,
+                                win.mask(job.i));
+      if (!win.logprobs && win.top_logprobs <= 0) continue;
+      const lanes::LogPartition z = lanes::log_partition(job.row);  // once for the row's logprobs
+      if (win.logprobs) {
+        r.logprob = lanes::token_logprob(job.row, r.token, z);
+        if (job.i + 1 < win.tokens.size()) r.proposed_logprob = lanes::token_logprob(job.row, win.tokens[job.i + 1], z);
+      }
+      if (win.top_logprobs > 0) r.top = lanes::top_logprobs(job.row, win.top_logprobs, z);
+    }
+  };
+  if (draw_pool_ != nullptr && whole.size() > 1) {
+    draw_pool_->parallel_for(static_cast<int64_t>(whole.size()), draw);
+  } else {
+    draw(0, static_cast<int64_t>(whole.size()));
+  }
   return ok_status();
+}
+
+RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) const {
+  RowDraw d;
+  // Logprobs and token masks read the whole row.
+  if (!reduce_rows_ || w.logprobs || w.top_logprobs > 0 || w.mask(i) != nullptr) return d;
+  const lanes::SamplingParams& p = s.spec.sampling;
+  if (p.greedy()) {
+    d.kind = RowDraw::Kind::argmax;
+  } else if (lanes::plain_gumbel(p)) {
+    d.kind = RowDraw::Kind::gumbel;
+    d.temperature = lanes::keyed_temperature(p);
+    d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
+  }
+  return d;
 }
 
 Status LaneBackend::keep(lanes::StreamId stream, int64_t rows) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/stream_forward.h"
 #include "lanes/backend.h"
 
@@ -24,6 +25,12 @@ struct LaneBackendOptions {
   int32_t max_verify_rows = 64;
   int32_t max_prefill_rows = 4096;
   int64_t memory_budget_bytes = int64_t{8} << 30;
+  // Rows that need only a token (greedy, or keyed sampling without top-k / top-p / min-p; no logprobs, no token mask)
+  // are reduced where the logits are (the forward's RowDraw: argmax, Gumbel candidates) and decided here with the
+  // host sampler's arithmetic: the same tokens. Off: every row comes whole (tests compare both ways).
+  bool reduce_rows = true;
+  // Threads drawing whole rows (each row independently, so the draws do not depend on it); 1: the calling thread only.
+  int32_t draw_threads = 4;
 };
 
 class LaneBackend final : public lanes::Backend {
@@ -57,8 +64,14 @@ class LaneBackend final : public lanes::Backend {
   // The end of a restore of s (st: the forward's verdict): ok when the stream then holds `rows` rows;
   // otherwise the stream is left empty and usable and the error returned.
   Status settle_restore(lanes::StreamId stream, Slot* s, Status st, int64_t rows);
+  // What the window's row i needs of its logits (RowDraw), under the stream's sampling.
+  RowDraw row_draw(const lanes::Window& w, size_t i, const Slot& s) const;
 
   std::unique_ptr<StreamForward> fwd_;
+  bool reduce_rows_ = true;
+  std::unique_ptr<ThreadPool> draw_pool_;  // null: draws on the calling thread
+  std::vector<PieceResult> results_;             // the last step's results, reused
+  std::vector<std::span<const float>> rows_;     // their whole rows
   lanes::BackendInfo info_;
   int64_t bytes_per_row_ = 0, bytes_fixed_ = 0;
   std::map<lanes::StreamId, Slot> slots_;

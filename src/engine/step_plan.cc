@@ -39,6 +39,9 @@ StatusOr<StepPlan> plan_step(const std::vector<Piece>& pieces, const std::functi
     for (int32_t r : pc.logit_rows)
       if (r < 0 || r >= static_cast<int32_t>(pc.tokens.size()))
         return error(StatusCode::invalid_argument, "logit row {} outside a piece of {} tokens", r, pc.tokens.size());
+    if (!pc.draws.empty() && pc.draws.size() != pc.logit_rows.size())
+      return error(StatusCode::invalid_argument, "stream {}: {} row draws for {} logit rows", pc.stream, pc.draws.size(),
+                   pc.logit_rows.size());
     const int64_t n = static_cast<int64_t>(pc.tokens.size());
     if (limits.max_context > 0 && have + n > limits.max_context)
       return error(StatusCode::out_of_range, "stream {}: {} + {} rows exceed the context of {}", pc.stream, have, n,

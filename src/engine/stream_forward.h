@@ -19,6 +19,30 @@ namespace dsv4::engine {
 // [count, D] valid for the call, and whether they are image positions (MoE bias_vl, Engram DEAD).
 using EmbedRows = lanes::EmbedRows;
 
+// What the caller needs of one logits row: the row itself, or a reduction a forward may compute where the logits are
+// (the device) so that only a few values come back. Reductions are exact by construction: the caller decides the
+// token from them with the host sampler's own arithmetic (lanes/gumbel_candidates.h, docs/server.md).
+struct RowDraw {
+  enum class Kind : uint8_t {
+    whole,   // the row's logits
+    argmax,  // the first id of largest logit, NaN read as -inf: sample_keyed's greedy draw
+    gumbel,  // the Gumbel candidates of lanes::gumbel_candidates at (temperature, key), at most
+             // lanes::kMaxGumbelCandidates of them; a row with a non-finite logit or more candidates comes whole
+  };
+  Kind kind = Kind::whole;
+  double temperature = 1.0;  // gumbel: lanes::keyed_temperature of the stream's sampling
+  uint64_t key = 0;          // gumbel: lanes::row_key(seed, position drawn)
+};
+
+// A logits row as a forward returned it.
+struct RowPick {
+  bool whole = true;            // the row is among the piece's whole rows (asked whole, a forward that does not
+                                // reduce, or a reduction that came back whole)
+  int32_t token = -1;           // argmax: the id
+  std::vector<int32_t> ids;     // gumbel: the candidates, ascending
+  std::vector<float> logits;    // gumbel: their logits
+};
+
 // Tokens appended to one stream at its current length.
 struct Piece {
   int32_t stream = 0;
@@ -28,10 +52,15 @@ struct Piece {
   // Rows whose input is a given embedding instead of their token's (sorted, disjoint, inside the piece). A backend
   // uses the values in place of the embedding lookup; the token still names the row (the image token).
   std::vector<EmbedRows> embeds;
+  // Empty (every row whole) or one per logit row: what is wanted of it (forwards that do not reduce rows return every
+  // row whole and leave PieceResult::picks empty).
+  std::vector<RowDraw> draws;
 };
 
 struct PieceResult {
-  std::vector<float> logits;  // fp32 [logit_rows.size(), vocab]
+  std::vector<float> logits;   // fp32 [whole rows, vocab]: the logit rows that came whole, in order (every logit row
+                               // when picks is empty)
+  std::vector<RowPick> picks;  // empty, or one per logit row (Piece::draws asked): how each came back
 };
 
 struct DraftResult {
@@ -66,6 +95,17 @@ class StreamForward {
   virtual StatusOr<int64_t> length(int32_t stream) const = 0;
   // One step over every piece (each stream at most once; see step_plan.h for what is refused).
   virtual StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& pieces) = 0;
+  // forward() for a caller that reads the whole rows before its next call on this forward (the lane adapter): piece
+  // i's whole rows are (*rows)[i], fp32 [whole rows, vocab]; a forward may leave PieceResult::logits empty and point
+  // them into its own buffer (valid until its next call), saving the copy. Default: forward(), each piece's rows
+  // viewing its logits in *out.
+  virtual Status forward_viewed(const std::vector<Piece>& pieces, std::vector<PieceResult>* out,
+                                std::vector<std::span<const float>>* rows) {
+    DSV4_ASSIGN_OR_RETURN(*out, forward(pieces));
+    rows->clear();
+    for (const PieceResult& r : *out) rows->emplace_back(r.logits);
+    return ok_status();
+  }
   virtual Status truncate(int32_t stream, int64_t length) = 0;
   virtual StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const = 0;
   virtual Status restore(int32_t stream, const std::vector<uint8_t>& bytes) = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -17,14 +18,50 @@ double logit_value(float x) {
   return std::isnan(x) ? -std::numeric_limits<double>::infinity() : static_cast<double>(x);
 }
 
-// Orders ids best first: larger logit, then lower id.
-struct BetterFirst {
-  std::span<const float> logits;
-  bool operator()(TokenId a, TokenId b) const {
-    double la = logit_value(logits[a]), lb = logit_value(logits[b]);
-    return la != lb ? la > lb : a < b;
+// Best first: larger logit_value, then lower id (a strict total order, so every sort by it gives one sequence). A key
+// whose ascending order is that one: the logit's order (NaN read as -inf, -0 as +0, as their doubles compare), then
+// the id.
+uint64_t better_first_key(float x, TokenId id) {
+  if (std::isnan(x)) x = -std::numeric_limits<float>::infinity();
+  if (x == 0.0f) x = 0.0f;
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  const uint32_t ascending = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);  // orders floats as their values
+  return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
+}
+
+// The `count` best ids of the row, best first: a partial sort of packed keys, or for the whole row
+// a stable radix sort of the value keys over ids in ascending order (4 passes of 8 bits), which is the same sequence.
+std::vector<TokenId> best_first(std::span<const float> logits, size_t count) {
+  const size_t n = logits.size();
+  count = std::min(count, n);
+  if (count < n) {
+    std::vector<uint64_t> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = better_first_key(logits[i], static_cast<TokenId>(i));
+    std::partial_sort(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(count), keys.end());
+    std::vector<TokenId> ids(count);
+    for (size_t i = 0; i < count; ++i) ids[i] = static_cast<TokenId>(static_cast<uint32_t>(keys[i]));
+    return ids;
   }
-};
+  std::vector<uint32_t> key(n), key2(n);
+  std::vector<TokenId> ids(n), ids2(n);
+  for (size_t i = 0; i < n; ++i) {
+    key[i] = static_cast<uint32_t>(better_first_key(logits[i], 0) >> 32);
+    ids[i] = static_cast<TokenId>(i);
+  }
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::array<size_t, 257> at{};
+    for (size_t i = 0; i < n; ++i) ++at[((key[i] >> shift) & 255u) + 1];
+    for (size_t b = 0; b < 256; ++b) at[b + 1] += at[b];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t to = at[(key[i] >> shift) & 255u]++;
+      key2[to] = key[i];
+      ids2[to] = ids[i];
+    }
+    key.swap(key2);
+    ids.swap(ids2);
+  }
+  return ids;
+}
 
 bool in(const uint64_t* allowed, size_t i) { return allowed == nullptr || ((allowed[i >> 6] >> (i & 63)) & 1u) != 0; }
 
@@ -38,15 +75,6 @@ TokenId argmax(std::span<const float> logits, const uint64_t* allowed = nullptr)
     }
   }
   return best;
-}
-
-// max and log(sum(exp(l - max))) in double, summed in id order.
-std::pair<double, double> log_partition(std::span<const float> logits) {
-  double max = -std::numeric_limits<double>::infinity();
-  for (float l : logits) max = std::max(max, logit_value(l));
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(logit_value(l) - max);
-  return {max, std::log(sum)};
 }
 
 // An upper bound of the Gumbel term -log(-log(u)) over each 1/1024 of key_uniform's range, by the top 10 key bits
@@ -87,8 +115,7 @@ TokenId sample_unsorted(std::span<const float> logits, const SamplingParams& par
     if (x < floor || (best >= 0 && x == -std::numeric_limits<double>::infinity())) continue;
     const uint64_t bits = token_key(row, static_cast<TokenId>(i));
     if (best >= 0 && x + bound[bits >> 54] < best_score) continue;
-    const double u = key_uniform(bits);
-    const double score = x - std::log(-std::log(u));
+    const double score = gumbel_score(x, bits);
     if (best < 0 || score > best_score || (score == best_score && x > best_x)) {
       best = static_cast<TokenId>(i);
       best_score = score;
@@ -125,15 +152,10 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   if (params.top_p >= 1.0f && params.top_k <= 0) return sample_unsorted(logits, params, temperature, seed, position);
 
   // Candidates best first; top-k needs only the k best sorted.
-  std::vector<TokenId> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
+  const size_t n = logits.size();
+  const std::vector<TokenId> ids =
+      best_first(logits, params.top_k > 0 && static_cast<size_t>(params.top_k) < n ? static_cast<size_t>(params.top_k) : n);
   size_t kept = ids.size();
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept) {
-    kept = static_cast<size_t>(params.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + kept, ids.end(), BetterFirst{logits});
-  } else {
-    std::sort(ids.begin(), ids.end(), BetterFirst{logits});
-  }
   std::vector<double> scaled(kept);  // f64 [kept]: logit / T, best first
   for (size_t i = 0; i < kept; ++i) scaled[i] = logit_value(logits[ids[i]]) / temperature;
   const double top = scaled[0];
@@ -166,8 +188,7 @@ TokenId sample_keyed(std::span<const float> logits, const SamplingParams& params
   double best_score = -std::numeric_limits<double>::infinity();
   const uint64_t row = row_key(seed, position);
   for (size_t i = 0; i < kept; ++i) {
-    const double u = key_uniform(token_key(row, ids[i]));
-    const double score = scaled[i] - std::log(-std::log(u));
+    const double score = gumbel_score(scaled[i], token_key(row, ids[i]));
     if (score > best_score) {
       best_score = score;
       best = i;
@@ -182,25 +203,39 @@ TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, 
   return draw_masked(logits, params, seed, position, TokenMask::of(static_cast<int32_t>(logits.size()), allowed));
 }
 
-float token_logprob(std::span<const float> logits, TokenId token) {
-  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
-  auto [max, log_sum] = log_partition(logits);
-  return static_cast<float>(logit_value(logits[token]) - max - log_sum);
+LogPartition log_partition(std::span<const float> logits) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, logit_value(l));
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(logit_value(l) - max);
+  return {max, std::log(sum)};
 }
 
-std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n) {
+float token_logprob(std::span<const float> logits, TokenId token, const LogPartition& z) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(logit_value(logits[token]) - z.max - z.log_sum);
+}
+
+float token_logprob(std::span<const float> logits, TokenId token) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
+  return token_logprob(logits, token, log_partition(logits));
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, const LogPartition& z) {
   std::vector<TokenLogprob> out;
   if (n <= 0 || logits.empty()) return out;
   const size_t count = std::min<size_t>(static_cast<size_t>(n), logits.size());
-  std::vector<TokenId> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), BetterFirst{logits});
-  auto [max, log_sum] = log_partition(logits);
+  const std::vector<TokenId> ids = best_first(logits, count);
   out.reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - max - log_sum)});
+    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - z.max - z.log_sum)});
   }
   return out;
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n) {
+  if (n <= 0 || logits.empty()) return {};
+  return top_logprobs(logits, n, log_partition(logits));
 }
 
 }  // namespace dsv4::lanes

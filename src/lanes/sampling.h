@@ -1,6 +1,7 @@
 // The keyed sampler: a token draw depends only on (seed, absolute position, logits row) — never on the batch.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -54,10 +55,16 @@ constexpr uint64_t key_bits(uint64_t seed, int64_t position, TokenId token) {
   return token_key(row_key(seed, position), token);
 }
 
-// A uniform double in (0, 1] from 64 bits: top 53 bits * 2^-53 + 2^-54 (never 0, so log(u) is finite).
-inline double key_uniform(uint64_t bits) {
+// A uniform double in (0, 1] from 64 bits: top 53 bits * 2^-53 + 2^-54 (never 0, so log(u) is finite; all-ones top
+// bits round to exactly 1). constexpr so a device sampler computes the same u (the product is exact, so a fused
+// multiply-add gives the same bits).
+constexpr double key_uniform(uint64_t bits) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53 + 0x1.0p-54;
 }
+
+// The Gumbel-max score of a token: x - log(-log(u)) for x = logit / T and u = key_uniform(bits). Every keyed draw
+// computes its scores with this one expression.
+inline double gumbel_score(double x, uint64_t bits) { return x - std::log(-std::log(key_uniform(bits))); }
 
 // The seed of a request that gave none: a SplitMix64 fold over its prompt ids, 63 bits.
 uint64_t seed_from_prompt(std::span<const TokenId> prompt);
@@ -79,10 +86,21 @@ TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, 
 TokenId sample_keyed_among(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                            int64_t position, const uint64_t* allowed);
 
+// log_softmax's normalizer of a row: its largest logit and log(sum(exp(l - max))), in double, summed in id order
+// (NaN logits read as -inf). A row's logprobs may share one.
+struct LogPartition {
+  double max = 0.0;
+  double log_sum = 0.0;
+};
+LogPartition log_partition(std::span<const float> logits);
+
 // log_softmax(logits)[token] in double, rounded to float (the raw distribution, temperature 1).
 float token_logprob(std::span<const float> logits, TokenId token);
+// The same with the row's partition already computed (z = log_partition(logits)): the same bits.
+float token_logprob(std::span<const float> logits, TokenId token, const LogPartition& z);
 
 // The n best tokens of the raw distribution with their logprobs, best first, lowest id on ties.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n);
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, const LogPartition& z);
 
 }  // namespace dsv4::lanes

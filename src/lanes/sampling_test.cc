@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -154,6 +156,98 @@ TEST(KeyedSampler, SkippingTokensThatCannotWinDrawsTheSame) {
     }
   }
   EXPECT_EQ(checked, 1200);
+}
+
+// The sorted draw (top-k / top-p / min-p) as its definition reads: every id sorted best first by comparisons (larger
+// logit, NaN as -inf, then lower id), then the cuts and the Gumbel-max over the kept prefix. The sampler sorts packed
+// keys instead (a radix sort for whole rows) and must give the same sequence, so the same draws and logprobs.
+std::vector<TokenId> sorted_by_definition(const std::vector<float>& row) {
+  auto value = [](float x) { return std::isnan(x) ? -std::numeric_limits<double>::infinity() : static_cast<double>(x); };
+  std::vector<TokenId> ids(row.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<TokenId>(i);
+  std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) {
+    const double la = value(row[a]), lb = value(row[b]);
+    return la != lb ? la > lb : a < b;
+  });
+  return ids;
+}
+
+TokenId truncated_by_definition(const std::vector<float>& row, const SamplingParams& p, uint64_t seed, int64_t pos) {
+  auto value = [](float x) { return std::isnan(x) ? -std::numeric_limits<double>::infinity() : static_cast<double>(x); };
+  const std::vector<TokenId> ids = sorted_by_definition(row);
+  const double t = std::max(static_cast<double>(p.temperature), 1e-6);
+  size_t kept = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), ids.size()) : ids.size();
+  std::vector<double> scaled(kept);
+  for (size_t i = 0; i < kept; ++i) scaled[i] = value(row[ids[i]]) / t;
+  if (p.top_p < 1.0f) {
+    double total = 0.0;
+    for (size_t i = 0; i < kept; ++i) total += std::exp(scaled[i] - scaled[0]);
+    const double need = static_cast<double>(p.top_p) * total;
+    double cumulative = 0.0;
+    size_t cut = kept;
+    for (size_t i = 0; i < kept; ++i) {
+      cumulative += std::exp(scaled[i] - scaled[0]);
+      if (cumulative >= need) {
+        cut = i + 1;
+        break;
+      }
+    }
+    kept = std::max<size_t>(cut, 1);
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = scaled[0] + std::log(static_cast<double>(p.min_p));
+    size_t cut = 1;
+    while (cut < kept && scaled[cut] >= floor) ++cut;
+    kept = cut;
+  }
+  size_t best = 0;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < kept; ++i) {
+    const double score = scaled[i] - std::log(-std::log(key_uniform(key_bits(seed, pos, ids[i]))));
+    if (score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  return ids[best];
+}
+
+TEST(KeyedSampler, SortedDrawsAndTopLogprobsFollowTheComparisonOrder) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t V = trial < 50 ? 1 + rng() % 4000 : 129280;
+    std::vector<float> row(V);
+    std::normal_distribution<float> normal(0.f, trial % 3 == 0 ? 0.01f : 4.0f);
+    for (float& x : row) {
+      const uint32_t k = rng() % 40;
+      x = k == 0   ? std::nanf("")
+          : k == 1 ? -std::numeric_limits<float>::infinity()
+          : k == 2 ? std::numeric_limits<float>::infinity()
+          : k == 3 ? 0.0f
+          : k == 4 ? -0.0f
+          : k == 5 ? -std::nanf("")
+                   : normal(rng);
+      if (trial % 4 == 0) x = std::round(x);  // many ties
+    }
+    if (trial % 9 == 0) std::fill(row.begin(), row.end(), 1.0f);
+    // The whole order, through top_logprobs of every id.
+    const std::vector<TokenId> want = sorted_by_definition(row);
+    const std::vector<TokenLogprob> all = top_logprobs(row, static_cast<int32_t>(V));
+    ASSERT_EQ(all.size(), V);
+    for (size_t i = 0; i < V; ++i) ASSERT_EQ(all[i].token, want[i]) << "trial " << trial << " rank " << i;
+    const std::vector<TokenLogprob> some = top_logprobs(row, 20);
+    for (size_t i = 0; i < some.size(); ++i) {
+      EXPECT_EQ(some[i].token, want[i]);
+      EXPECT_EQ(std::bit_cast<uint32_t>(some[i].logprob), std::bit_cast<uint32_t>(all[i].logprob));  // NaN too
+    }
+    for (const SamplingParams& p : {SamplingParams{0.8f, 0, 0.9f, 0.0f}, SamplingParams{1.3f, 40, 1.0f, 0.0f},
+                                    SamplingParams{0.7f, 5, 0.95f, 0.05f}, SamplingParams{2.0f, 0, 0.5f, 0.1f}}) {
+      const uint64_t seed = (static_cast<uint64_t>(rng()) << 32) | rng();
+      const int64_t pos = static_cast<int64_t>(rng() % 100000);
+      EXPECT_EQ(sample_keyed(row, p, seed, pos), truncated_by_definition(row, p, seed, pos))
+          << "trial " << trial << " top_k " << p.top_k << " top_p " << p.top_p;
+    }
+  }
 }
 
 }  // namespace

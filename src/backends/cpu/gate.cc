@@ -75,7 +75,7 @@ StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> 
 StatusOr<std::vector<float>> oracle_logits(std::shared_ptr<const family::Model> w, const OracleOptions& o, int k) {
   const int64_t V = w->config.vocab_size;
   DSV4_ASSIGN_OR_RETURN(auto oracle, Oracle::create(std::move(w), o));
-  Piece piece{oracle->open_stream(), prompt(k, V), {}, {}};
+  Piece piece{oracle->open_stream(), prompt(k, V), {}, {}, {}};
   for (int i = 0; i < kPromptLength; ++i) piece.logit_rows.push_back(i);
   DSV4_ASSIGN_OR_RETURN(auto r, oracle->forward({piece}));
   return std::move(r[0].logits);

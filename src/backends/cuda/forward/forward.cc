@@ -100,6 +100,21 @@ Forward::~Forward() {
 
 StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<engine::Piece>& pieces) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<engine::PieceResult> out;
+  std::vector<std::span<const float>> rows;
+  DSV4_RETURN_IF_ERROR(forward_locked(pieces, &out, &rows));
+  for (size_t i = 0; i < out.size(); ++i) out[i].logits.assign(rows[i].begin(), rows[i].end());
+  return out;
+}
+
+Status Forward::forward_viewed(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
+                               std::vector<std::span<const float>>* rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forward_locked(pieces, out, rows);
+}
+
+Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
+                               std::vector<std::span<const float>>* rows) {
   const family::ModelPlan& cfg = model_->config;
   // The step's plan checks every piece before any state is touched; with bounded replay it holds each layer's
   // rows (probes see every row; the V4 attention runs every row).
@@ -116,14 +131,35 @@ StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<en
   if (options_.bounded_replay && !probe_ && !op_probe_ && !given && cfg.window_format != KvRowFormat::model1)
     limits.replay = &replay_;
   DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
+  // One draw per logit row in call order (the plan's logit rows follow the pieces); none when every row is whole.
+  std::vector<RowDrawDev> draws;
+  bool reduced = false;
+  for (const engine::Piece& pc : pieces) {
+    for (size_t i = 0; i < pc.logit_rows.size(); ++i) {
+      RowDrawDev d;
+      if (!pc.draws.empty()) {
+        const engine::RowDraw& r = pc.draws[i];
+        d.kind = r.kind == engine::RowDraw::Kind::argmax   ? kDrawArgmax
+                 : r.kind == engine::RowDraw::Kind::gumbel ? kDrawGumbel
+                                                           : kDrawWhole;
+        d.temperature = r.temperature;
+        d.key = r.key;
+      }
+      reduced = reduced || d.kind != kDrawWhole;
+      draws.push_back(d);
+    }
+  }
+  if (!reduced) draws.clear();
   std::vector<size_t> hist_len;
   for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(plan);
-  // The one synchronization of a call: the logits rows are in logits_host_ after it.
+  Status st = run(plan, draws);
+  // The one synchronization of a call: the logits rows are in logits_host_ after it (and the picks in picks_host_).
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
-  scratch_->reset(mark);
   if (st.ok()) st = sync;
+  if (st.ok() && !draws.empty()) st = collect_draws(pieces, draws, out, rows);  // reads logits_dev_: before the reset
+  scratch_->reset(mark);
+  logits_dev_ = nullptr;
   if (!marks_.empty()) {
     const Status collected = profile_marks_collect(marks_, profile_);
     if (st.ok()) st = collected;
@@ -136,16 +172,18 @@ StatusOr<std::vector<engine::PieceResult>> Forward::forward(const std::vector<en
     for (size_t i = 0; i < pieces.size(); ++i) streams_.at(pieces[i].stream).history.resize(hist_len[i]);
     return st;
   }
-  std::vector<engine::PieceResult> out(pieces.size());
+  if (!draws.empty()) return ok_status();
+  out->assign(pieces.size(), {});
+  rows->clear();
   const int64_t V = cfg.vocab;
   const float* host = static_cast<const float*>(logits_host_.data());
   int64_t at = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const int64_t k = static_cast<int64_t>(pieces[i].logit_rows.size());
-    if (k) out[i].logits.assign(host + at * V, host + (at + k) * V);
+    rows->emplace_back(k ? host + at * V : nullptr, static_cast<size_t>(k * V));
     at += k;
   }
-  return out;
+  return ok_status();
 }
 
 OpCtx Forward::op_ctx(cudaStream_t s) {
@@ -254,7 +292,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   return ok_status();
 }
 
-Status Forward::run(const engine::StepPlan& plan) {
+Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws) {
   const int64_t n_logits = plan.logit_rows();
   const ModelDevice& M = *model_;
   const family::ModelPlan& cfg = M.config;
@@ -309,6 +347,7 @@ Status Forward::run(const engine::StepPlan& plan) {
   size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
+  meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4);  // row draws
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
   // Given rows (an image span) and the image flags.
   const int64_t n_given = static_cast<int64_t>(plan.given.size());
@@ -366,6 +405,18 @@ Status Forward::run(const engine::StepPlan& plan) {
     }
   }
   DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(head_rows.data(), head_rows.size(), "logit rows"));
+  // Row draws: each logit row's reduction, and the rows that go whole (gathered for one copy).
+  const RowDrawDev* d_draws = nullptr;
+  const int32_t* d_whole = nullptr;
+  std::vector<int32_t> whole;
+  for (size_t j = 0; j < draws.size(); ++j)
+    if (draws[j].kind == kDrawWhole) whole.push_back(static_cast<int32_t>(j));
+  if (!draws.empty()) {
+    DSV4_ASSIGN_OR_RETURN(d_draws, meta_->put_n(draws.data(), draws.size(), "row draws"));
+    if (!whole.empty()) {
+      DSV4_ASSIGN_OR_RETURN(d_whole, meta_->put_n(whole.data(), whole.size(), "whole logit rows"));
+    }
+  }
   // The tapped rows (each piece's last ring rows, or every row): their places among each tap layer's input rows.
   d.tap_at.assign(cfg.n_layers, nullptr);
   if (M.dspark)
@@ -440,10 +491,37 @@ Status Forward::run(const engine::StepPlan& plan) {
       return dspark_write_rings(o, M, c.pieces, d_pos, rows, d.taps);
     }));
   }
-  if (n_logits > 0) {
-    DSV4_RETURN_IF_ERROR(logits_host_.reserve(static_cast<size_t>(n_logits * V) * 4));
+  logits_dev_ = d.logits;
+  if (n_logits > 0) DSV4_RETURN_IF_ERROR(logits_host_.reserve(static_cast<size_t>(n_logits * V) * 4));
+  if (n_logits > 0 && draws.empty()) {
     DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(logits_host_.data(), d.logits, n_logits * V * 4,
                                                      cudaMemcpyDeviceToHost, stream_), "copying logits"));
+  } else if (n_logits > 0) {
+    // Reduced rows leave the device as a few values each; the whole rows are gathered and copied in one piece.
+    DSV4_RETURN_IF_ERROR(timed(o, "row draws", [&]() -> Status {
+      const int64_t slices = row_draw_slices(V);
+      DSV4_ASSIGN_OR_RETURN(DrawPartDev * parts, o.alloc<DrawPartDev>(n_logits * slices, "row draw slices"));
+      DSV4_ASSIGN_OR_RETURN(RowPickDev * picks, o.alloc<RowPickDev>(n_logits, "row picks"));
+      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, parts, picks, stream_), "row_draws",
+                       shape_text({{"rows", n_logits}, {"V", V}}));
+      DSV4_RETURN_IF_ERROR(picks_host_.reserve(static_cast<size_t>(n_logits) * sizeof(RowPickDev)));
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(picks_host_.data(), picks, n_logits * sizeof(RowPickDev),
+                                                       cudaMemcpyDeviceToHost, stream_), "copying row picks"));
+      if (whole.empty()) return ok_status();
+      const int64_t n_whole = static_cast<int64_t>(whole.size());
+      auto packed = o.alloc<float>(n_whole * V, "whole logit rows");
+      if (!packed.ok()) {  // no room to gather: one copy per whole row instead (the same bytes)
+        for (int64_t k = 0; k < n_whole; ++k)
+          DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(static_cast<float*>(logits_host_.data()) + k * V,
+                                                           d.logits + whole[k] * V, V * 4, cudaMemcpyDeviceToHost,
+                                                           stream_), "copying a logits row"));
+        return ok_status();
+      }
+      DSV4_CUDA_LAUNCH(gather_logit_rows(d.logits, V, d_whole, n_whole, *packed, stream_), "gather_logit_rows",
+                       shape_text({{"rows", n_whole}, {"V", V}}));
+      return cuda_status(cudaMemcpyAsync(logits_host_.data(), *packed, n_whole * V * 4, cudaMemcpyDeviceToHost, stream_),
+                         "copying whole logits rows");
+    }));
   }
   for (const DevicePiece& p : c.pieces) DSV4_RETURN_IF_ERROR(p.caches->commit(p.start + p.T));
   return ok_status();
@@ -514,6 +592,10 @@ class CudaForward final : public engine::StreamForward {
   Status close_stream(int32_t s) override { return f_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }
   StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& p) override { return f_->forward(p); }
+  Status forward_viewed(const std::vector<engine::Piece>& p, std::vector<engine::PieceResult>* out,
+                        std::vector<std::span<const float>>* rows) override {
+    return f_->forward_viewed(p, out, rows);
+  }
   Status truncate(int32_t s, int64_t n) override { return f_->truncate(s, n); }
   StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return f_->snapshot(s); }
   Status restore(int32_t s, const std::vector<uint8_t>& b) override { return f_->restore(s, b); }

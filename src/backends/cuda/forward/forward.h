@@ -20,6 +20,7 @@
 #include "backends/cuda/runtime/call_meta.h"
 #include "backends/cuda/forward/forward_block.h"
 #include "backends/cuda/runtime/graph_cache.h"
+#include "backends/cuda/kernels/sample/row_draws.cuh"
 #include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/state_geometry.h"
 #include "core/status.h"
@@ -74,8 +75,13 @@ class Forward {
   Status close_stream(int32_t stream);
   StatusOr<int64_t> length(int32_t stream) const;
 
-  // One forward over every piece (each stream at most once per call); logits fp32 per piece.
+  // One forward over every piece (each stream at most once per call); logits fp32 per piece. Rows a piece's draws ask
+  // reduced (engine::RowDraw) are reduced on the device (kernels/sample/row_draws.cuh) and come back as picks.
   StatusOr<std::vector<engine::PieceResult>> forward(const std::vector<engine::Piece>& pieces);
+  // The same with each piece's whole rows left in the forward's pinned buffer: (*rows)[i], valid until the next call
+  // (engine::StreamForward::forward_viewed). The whole rows of a call come back in one copy.
+  Status forward_viewed(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
+                        std::vector<std::span<const float>>* rows);
   Status truncate(int32_t stream, int64_t length);
   StatusOr<std::vector<uint8_t>> snapshot(int32_t stream) const;
   Status restore(int32_t stream, const std::vector<uint8_t>& bytes);
@@ -128,9 +134,17 @@ class Forward {
     std::vector<int64_t> history;  // Engram compressed ids per position (-1 = DEAD)
   };
   Forward() = default;
-  // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings
-  // and the copy of the requested logits rows into logits_host_; the caller synchronizes.
-  Status run(const engine::StepPlan& plan);
+  // forward_viewed with mu_ held.
+  Status forward_locked(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
+                        std::vector<std::span<const float>>* rows);
+  // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings, the row draws
+  // (`draws`: one per logit row, or empty: every row whole) and the copies of the picks into picks_host_ and of the
+  // whole rows (in order) into logits_host_; the caller synchronizes. logits_dev_ holds the call's device logits.
+  Status run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws);
+  // After the call's synchronization (forward_draws.cc): each piece's picks from picks_host_ and its whole rows,
+  // reductions that came back whole (a non-finite logit, too many candidates) copied from logits_dev_ first.
+  Status collect_draws(const std::vector<engine::Piece>& pieces, std::span<const RowDrawDev> draws,
+                       std::vector<engine::PieceResult>* out, std::vector<std::span<const float>>* rows);
   // Embedding, every layer and the head on `s` from metadata already staged (see run()).
   struct DeviceCall;
   OpCtx op_ctx(cudaStream_t s);  // with the profile mode set
@@ -146,8 +160,11 @@ class Forward {
   std::unique_ptr<Arena> scratch_;
   std::unique_ptr<CallMeta> meta_;
   std::unique_ptr<GraphCache> graphs_;
-  PinnedBuffer logits_host_;  // f32 [logit rows, V] of the last call
+  PinnedBuffer logits_host_;  // f32 [logit rows, V] of the last call: its whole rows first, in order
   PinnedBuffer draft_host_;   // the last draft batch's tables and results (dspark_draft_host_bytes per group)
+  PinnedBuffer picks_host_;   // RowPickDev [logit rows] of the last call with row draws
+  std::vector<float> assembled_;  // f32 [whole rows, V] in order, when some reduction of the last call came back whole
+  const float* logits_dev_ = nullptr;  // the call's device logits f32 [logit rows, V] (scratch; until the call ends)
   bool graphs_on_ = true;
   std::map<int32_t, StreamSlot> streams_;
   int32_t next_id_ = 0;

@@ -1,0 +1,83 @@
+// The CUDA forward's row draws after a call: picks read back from the device, whole rows viewed in place (see forward.h
+// and kernels/sample/row_draws.cuh).
+#include <algorithm>
+#include <numeric>
+
+#include "backends/cuda/forward/forward.h"
+#include "backends/cuda/runtime/check.h"
+#include "lanes/gumbel_candidates.h"
+
+namespace dsv4::cuda {
+
+Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::span<const RowDrawDev> draws,
+                              std::vector<engine::PieceResult>* out, std::vector<std::span<const float>>* rows) {
+  const int64_t V = model_->config.vocab;
+  const auto* got = static_cast<const RowPickDev*>(picks_host_.data());
+  float* host = static_cast<float*>(logits_host_.data());
+  out->resize(pieces.size());
+  // Whole rows: those asked whole are in logits_host_ in order; a reduction that came back whole (a non-finite logit,
+  // more candidates than a pick holds) is copied after them.
+  std::vector<int64_t> place(draws.size(), -1);  // each whole row's row in logits_host_
+  int64_t asked = 0;
+  for (size_t j = 0; j < draws.size(); ++j)
+    if (draws[j].kind == kDrawWhole) place[j] = asked++;
+  int64_t next = asked;
+  size_t j = 0;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    engine::PieceResult& res = (*out)[p];
+    res.logits.clear();
+    res.picks.resize(pieces[p].logit_rows.size());
+    for (engine::RowPick& pick : res.picks) {
+      pick = engine::RowPick{};
+      const RowDrawDev& d = draws[j];
+      const RowPickDev& g = got[j];
+      if (d.kind == kDrawArgmax) {
+        if (g.token < 0 || g.token >= V) return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
+        pick.whole = false;
+        pick.token = g.token;
+      } else if (d.kind == kDrawGumbel && !g.irregular && g.count > 0 && g.count <= kDrawCandidates) {
+        std::vector<int32_t> order(static_cast<size_t>(g.count));
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g.ids[a] < g.ids[b]; });
+        pick.whole = false;
+        for (int32_t k : order) {
+          if (g.ids[k] < 0 || g.ids[k] >= V) return error(StatusCode::internal, "row draw {}: candidate {} outside the vocabulary", j, g.ids[k]);
+          pick.ids.push_back(g.ids[k]);
+          pick.logits.push_back(g.logits[k]);
+        }
+      } else if (d.kind == kDrawGumbel) {
+        place[j] = next;
+        DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + next * V, logits_dev_ + static_cast<int64_t>(j) * V,
+                                                         V * 4, cudaMemcpyDeviceToHost, stream_),
+                                         "copying a logits row drawn whole"));
+        ++next;
+      }
+      ++j;
+    }
+  }
+  // Views: in place when no reduction came back whole (the asked rows are in order); else assembled in order.
+  const float* base = host;
+  if (next > asked) {
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "synchronizing the rows drawn whole"));
+    assembled_.resize(static_cast<size_t>(next * V));
+    int64_t at = 0;
+    for (size_t k = 0; k < draws.size(); ++k) {
+      if (place[k] < 0) continue;
+      std::copy_n(host + place[k] * V, V, assembled_.data() + at * V);
+      ++at;
+    }
+    base = assembled_.data();
+  }
+  rows->clear();
+  j = 0;
+  int64_t at = 0;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    int64_t n = 0;
+    for (size_t i = 0; i < pieces[p].logit_rows.size(); ++i, ++j) n += place[j] >= 0;
+    rows->emplace_back(n ? base + at * V : nullptr, static_cast<size_t>(n * V));
+    at += n;
+  }
+  return ok_status();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,55 @@
+// Row draws on the device (engine::RowDraw): each logits row reduced to what the host needs to decide its token
+// exactly — the argmax id, or the Gumbel candidates of lanes/gumbel_candidates.h with their logits — and whole rows
+// gathered into one contiguous block for one copy. Plain pointers and sizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+enum : int32_t { kDrawWhole = 0, kDrawArgmax = 1, kDrawGumbel = 2 };
+
+// One row's reduction, as the host asks for it (engine::RowDraw).
+struct RowDrawDev {
+  int32_t kind = kDrawWhole;  // kDraw*; whole rows are skipped
+  int32_t pad = 0;
+  double temperature = 1.0;   // gumbel: lanes::keyed_temperature
+  uint64_t key = 0;           // gumbel: lanes::row_key(seed, position)
+};
+
+constexpr int kDrawCandidates = 32;  // lanes::kMaxGumbelCandidates (checked where both are seen)
+
+// One row's result.
+struct RowPickDev {
+  int32_t token;      // argmax: the first id of largest logit (NaN as -inf)
+  int32_t count;      // gumbel: ids that met the rule; more than kDrawCandidates: only the first slots are written
+  int32_t irregular;  // gumbel: the row has a NaN or infinite logit (no candidates: it goes whole)
+  int32_t pad;
+  int32_t ids[kDrawCandidates];       // gumbel: the candidates, in no particular order
+  float logits[kDrawCandidates];      // their logits
+};
+
+// A row slice's best (scratch between the two passes).
+struct DrawPartDev {
+  double score;
+  double x;
+  int64_t id;  // -1: none
+  int32_t irregular;
+  int32_t pad;
+};
+
+// Slices each row is cut into (the rows' work spreads over many blocks even for one row).
+int64_t row_draw_slices(int64_t V);
+
+// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; parts: scratch [n, row_draw_slices(V)].
+// Every row computes the same values whatever n is.
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, DrawPartDev* parts,
+                      RowPickDev* picks, cudaStream_t s);
+
+// out f32 [n_rows, V] = logits rows rows[0..n_rows) (f32 [*, V]).
+cudaError_t gather_logit_rows(const float* logits, int64_t V, const int32_t* rows, int64_t n_rows, float* out,
+                              cudaStream_t s);
+
+}  // namespace dsv4::cuda

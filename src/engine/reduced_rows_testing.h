@@ -1,0 +1,90 @@
+// Tests only: a StreamForward that reduces logits rows on the host as a device sampler does (Piece::draws: argmax,
+// the Gumbel candidates of lanes::gumbel_candidates with a chosen logarithm, rows that come back whole), around any
+// forward, so the lane adapter's reduced-row path is checked without a device.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "engine/stream_forward.h"
+#include "lanes/gumbel_candidates.h"
+
+namespace dsv4::engine {
+
+class HostReducedForward final : public StreamForward {
+ public:
+  struct Counts {
+    int64_t argmax = 0, gumbel = 0, whole = 0;  // rows reduced each way; asked reductions that came back whole
+  };
+  // `log`: the candidate rule's logarithm (null: std::log); every `whole_every`-th asked reduction (0: none) comes back
+  // whole, as a row with a non-finite logit or too many candidates does.
+  HostReducedForward(std::unique_ptr<StreamForward> inner, double (*log)(double) = nullptr, int whole_every = 0)
+      : inner_(std::move(inner)), log_(log), whole_every_(whole_every) {}
+  const Counts& counts() const { return counts_; }
+
+  const family::ModelPlan& config() const override { return inner_->config(); }
+  bool has_drafter() const override { return inner_->has_drafter(); }
+  uint32_t snapshot_version() const override { return inner_->snapshot_version(); }
+  int64_t embed_dim() const override { return inner_->embed_dim(); }
+  StatusOr<int32_t> open_stream() override { return inner_->open_stream(); }
+  Status close_stream(int32_t s) override { return inner_->close_stream(s); }
+  StatusOr<int64_t> length(int32_t s) const override { return inner_->length(s); }
+  Status truncate(int32_t s, int64_t n) override { return inner_->truncate(s, n); }
+  StatusOr<std::vector<uint8_t>> snapshot(int32_t s) const override { return inner_->snapshot(s); }
+  Status restore(int32_t s, const std::vector<uint8_t>& b) override { return inner_->restore(s, b); }
+  StatusOr<DraftResult> draft(int32_t s, int32_t next) override { return inner_->draft(s, next); }
+  std::vector<family::RowTableShape> row_tables() const override { return inner_->row_tables(); }
+  StatusOr<StateParts> snapshot_parts(int32_t s, int64_t from) const override { return inner_->snapshot_parts(s, from); }
+  Status restore_parts(int32_t s, std::span<const uint8_t> bounded,
+                       std::span<const std::vector<std::span<const uint8_t>>> tables) override {
+    return inner_->restore_parts(s, bounded, tables);
+  }
+
+  StatusOr<std::vector<PieceResult>> forward(const std::vector<Piece>& pieces) override {
+    DSV4_ASSIGN_OR_RETURN(std::vector<PieceResult> out, inner_->forward(pieces));
+    const size_t V = static_cast<size_t>(config().vocab);
+    for (size_t p = 0; p < pieces.size() && p < out.size(); ++p) {
+      const std::vector<RowDraw>& draws = pieces[p].draws;
+      if (draws.empty()) continue;
+      std::vector<float> all = std::move(out[p].logits), kept;
+      std::vector<RowPick>& picks = out[p].picks;
+      picks.assign(draws.size(), RowPick{});
+      for (size_t i = 0; i < draws.size(); ++i) {
+        const std::span<const float> row(all.data() + i * V, V);
+        RowPick& pick = picks[i];
+        if (draws[i].kind != RowDraw::Kind::whole && whole_every_ > 0 && ++asked_ % whole_every_ == 0) {
+          ++counts_.whole;
+        } else if (draws[i].kind == RowDraw::Kind::argmax) {
+          pick.whole = false;
+          pick.token = 0;
+          for (size_t v = 1; v < V; ++v) {
+            if (value(row[v]) > value(row[static_cast<size_t>(pick.token)])) pick.token = static_cast<int32_t>(v);
+          }
+          ++counts_.argmax;
+        } else if (draws[i].kind == RowDraw::Kind::gumbel &&
+                   lanes::gumbel_candidates(row, draws[i].temperature, draws[i].key, lanes::kMaxGumbelCandidates,
+                                            &pick.ids, log_) == lanes::CandidateVerdict::ok) {
+          pick.whole = false;
+          for (int32_t id : pick.ids) pick.logits.push_back(row[static_cast<size_t>(id)]);
+          ++counts_.gumbel;
+        } else if (draws[i].kind == RowDraw::Kind::gumbel) {
+          ++counts_.whole;
+        }
+        if (pick.whole) kept.insert(kept.end(), row.begin(), row.end());
+      }
+      out[p].logits = std::move(kept);
+    }
+    return out;
+  }
+
+ private:
+  static double value(float x) { return std::isnan(x) ? -INFINITY : static_cast<double>(x); }
+  std::unique_ptr<StreamForward> inner_;
+  double (*log_)(double) = nullptr;
+  int whole_every_ = 0;
+  int64_t asked_ = 0;
+  Counts counts_;
+};
+
+}  // namespace dsv4::engine

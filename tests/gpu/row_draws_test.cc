@@ -1,0 +1,276 @@
+// Row draws on the device against the host sampler, by equality: the device argmax is sample_keyed's greedy token,
+// and the host's decision over the device's Gumbel candidates is sample_keyed's token, on many rows of the real
+// vocabulary (random, flat, peaky, tied, NaN, -inf, +inf, near-tied scores; several seeds, positions, temperatures);
+// a row's pick does not depend on the rows launched beside it; and the lane adapter over the CUDA forward draws the
+// same tokens with row reductions on as with every row whole.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backends/cuda/forward/forward.h"
+#include "backends/cuda/kernels/sample/row_draws.cuh"
+#include "backends/cuda/runtime/device_buffer.h"
+#include "engine/lane_backend.h"
+#include "forward_testing.h"
+#include "lanes/gumbel_candidates.h"
+#include "preset_weights_testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int64_t kVocab = 129280;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Row {
+  std::vector<float> logits;
+  lanes::SamplingParams params;
+  uint64_t seed = 0;
+  int64_t position = 0;
+};
+
+// Rows of every shape at V ids each; greedy rows get NaN, -inf and +inf sprinkled, keyed rows some of them too (those
+// must come back whole).
+std::vector<Row> make_rows(int64_t V, int count, uint32_t salt) {
+  std::mt19937 rng(salt);
+  const float temperatures[] = {0.0f, 1.0f, 0.7f, 3.0f, 1e-7f, 0.0f};
+  std::vector<Row> rows;
+  for (int k = 0; k < count; ++k) {
+    Row r;
+    r.params.temperature = temperatures[k % 6];
+    r.seed = (static_cast<uint64_t>(rng()) << 32) | rng();
+    r.position = static_cast<int64_t>(rng() % 2000000);
+    r.logits.resize(static_cast<size_t>(V));
+    const int shape = (k / 6) % 7;
+    const float spread = shape == 0 ? 0.01f : shape == 1 ? 2.0f : 12.0f;
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (float& x : r.logits) x = normal(rng);
+    if (shape == 3) std::fill(r.logits.begin(), r.logits.end(), 0.5f);                      // every id tied
+    if (shape == 4) std::fill(r.logits.begin(), r.logits.begin() + V / 2, 7.0f);            // many ties at the top
+    if (shape == 5) {                                                                         // quantized: ties
+      for (float& x : r.logits) x = std::round(x * 2.0f) / 2.0f;
+    }
+    if (shape == 6) {  // near-tied Gumbel scores (T = 1): logit float(-g) for g in [0.5, 1), the rest far below
+      r.params.temperature = 1.0f;
+      const uint64_t key = lanes::row_key(r.seed, r.position);
+      for (int64_t i = 0; i < V; ++i) {
+        const double g = -std::log(-std::log(lanes::key_uniform(lanes::token_key(key, static_cast<int32_t>(i)))));
+        r.logits[static_cast<size_t>(i)] = g >= 0.5 && g < 1.0 ? static_cast<float>(-g) : -1000.0f;
+      }
+    }
+    const bool odd = (k % 5 == 0) || (r.params.greedy() && k % 2 == 0);
+    if (odd) {
+      for (int j = 0; j < 20; ++j) {
+        const size_t at = rng() % static_cast<size_t>(V);
+        r.logits[at] = j % 3 == 0 ? std::nanf("") : j % 3 == 1 ? -kInf : kInf;
+      }
+      if (k % 7 == 0) r.logits[0] = std::nanf("");
+    }
+    if (k % 29 == 0 && r.params.greedy()) std::fill(r.logits.begin(), r.logits.end(), -kInf);  // all -inf: id 0
+    if (k % 31 == 0 && r.params.greedy()) std::fill(r.logits.begin(), r.logits.end(), std::nanf(""));
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+RowDrawDev draw_of(const Row& r) {
+  RowDrawDev d;
+  if (r.params.greedy()) {
+    d.kind = kDrawArgmax;
+  } else {
+    d.kind = kDrawGumbel;
+    d.temperature = lanes::keyed_temperature(r.params);
+    d.key = lanes::row_key(r.seed, r.position);
+  }
+  return d;
+}
+
+// The device's picks for `rows` launched together.
+std::vector<RowPickDev> device_picks(const std::vector<Row>& rows, int64_t V) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<float> logits;
+  std::vector<RowDrawDev> draws;
+  for (const Row& r : rows) {
+    logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+    draws.push_back(draw_of(r));
+  }
+  DeviceBuffer d_logits(logits.size() * 4), d_draws(draws.size() * sizeof(RowDrawDev)),
+      d_parts(static_cast<size_t>(n * row_draw_slices(V)) * sizeof(DrawPartDev)), d_picks(n * sizeof(RowPickDev));
+  EXPECT_TRUE(d_logits && d_draws && d_parts && d_picks);
+  EXPECT_EQ(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_draws.get(), draws.data(), draws.size() * sizeof(RowDrawDev), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), d_parts.as<DrawPartDev>(),
+                      d_picks.as<RowPickDev>(), nullptr),
+            cudaSuccess);
+  std::vector<RowPickDev> picks(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpy(picks.data(), d_picks.get(), n * sizeof(RowPickDev), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return picks;
+}
+
+bool has_non_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return true;
+  return false;
+}
+
+struct Tally {
+  int argmax = 0, decided = 0, several = 0, irregular = 0, too_many = 0;
+};
+
+// Every pick against sample_keyed on its whole row.
+void check_picks(const std::vector<Row>& rows, const std::vector<RowPickDev>& picks, Tally& t) {
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Row& r = rows[k];
+    const RowPickDev& p = picks[k];
+    const lanes::TokenId want = lanes::sample_keyed(r.logits, r.params, r.seed, r.position);
+    if (r.params.greedy()) {
+      EXPECT_EQ(p.token, want) << "row " << k;
+      ++t.argmax;
+      continue;
+    }
+    if (p.irregular) {
+      EXPECT_TRUE(has_non_finite(r.logits)) << "row " << k;  // it goes whole
+      ++t.irregular;
+      continue;
+    }
+    EXPECT_FALSE(has_non_finite(r.logits)) << "row " << k;
+    if (p.count > kDrawCandidates) {
+      ++t.too_many;  // it goes whole
+      continue;
+    }
+    ASSERT_GT(p.count, 0) << "row " << k;
+    std::vector<std::pair<int32_t, float>> c;
+    for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
+    std::sort(c.begin(), c.end());
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    for (auto& [id, v] : c) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, static_cast<int32_t>(r.logits.size()));
+      EXPECT_EQ(v, r.logits[static_cast<size_t>(id)]);  // the row's own logit, bit for bit
+      ids.push_back(id);
+      values.push_back(v);
+    }
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), ids.size()) << "row " << k;
+    EXPECT_EQ(lanes::sample_gumbel_candidates(ids, values, r.params, r.seed, r.position), want)
+        << "row " << k << " T " << r.params.temperature << " with " << ids.size() << " candidates";
+    ++t.decided;
+    t.several += ids.size() > 1;
+  }
+}
+
+TEST(RowDraws, DeviceMatchesHostSamplerOnTheFullVocabulary) {
+  Tally t;
+  for (uint32_t batch = 0; batch < 6; ++batch) {
+    const std::vector<Row> rows = make_rows(kVocab, 84, 100 + batch);
+    check_picks(rows, device_picks(rows, kVocab), t);
+  }
+  std::printf("argmax rows %d, Gumbel rows decided from candidates %d (%d with several), irregular %d, too many %d\n",
+              t.argmax, t.decided, t.several, t.irregular, t.too_many);
+  EXPECT_GT(t.argmax, 100);
+  EXPECT_GT(t.decided, 200);
+  EXPECT_GT(t.several, 0);  // the near-tie rows reach the rule's margin
+  EXPECT_GT(t.irregular, 0);
+}
+
+TEST(RowDraws, SmallAndOddVocabularies) {
+  Tally t;
+  for (int64_t V : {1, 2, 3, 31, 255, 4096, 4097, 10001}) {
+    const std::vector<Row> rows = make_rows(V, 48, static_cast<uint32_t>(V));
+    check_picks(rows, device_picks(rows, V), t);
+  }
+  EXPECT_GT(t.decided, 0);
+}
+
+// A row's pick is the same launched alone as among others (the exact equality concurrent == solo).
+TEST(RowDraws, PickDoesNotDependOnTheBatch) {
+  const std::vector<Row> rows = make_rows(kVocab, 30, 7);
+  const std::vector<RowPickDev> together = device_picks(rows, kVocab);
+  for (size_t k = 0; k < rows.size(); k += 3) {
+    const std::vector<RowPickDev> alone = device_picks({rows[k]}, kVocab);
+    EXPECT_EQ(alone[0].token, together[k].token) << k;
+    EXPECT_EQ(alone[0].irregular, together[k].irregular) << k;
+    ASSERT_EQ(alone[0].count, together[k].count) << k;
+    std::set<int32_t> a, b;
+    for (int i = 0; i < std::min(alone[0].count, kDrawCandidates); ++i) a.insert(alone[0].ids[i]);
+    for (int i = 0; i < std::min(together[k].count, kDrawCandidates); ++i) b.insert(together[k].ids[i]);
+    EXPECT_EQ(a, b) << k;
+  }
+}
+
+// The lane adapter over the CUDA forward: reductions on (with whole rows on several threads) == every row whole.
+TEST(RowDraws, LaneBackendSameTokensAsWholeRows) {
+  static std::shared_ptr<const ModelDevice> model = [] {
+    auto m = ModelDevice::upload(gpu_testing::chosen_preset_weights(1), ModelDeviceOptions{});
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? std::shared_ptr<const ModelDevice>(std::move(*m)) : nullptr;
+  }();
+  ASSERT_TRUE(model);
+  auto make = [&](bool reduce) {
+    ForwardOptions o;
+    o.max_context = 1024;
+    o.max_rollback = 16;
+    o.max_call_rows = 256;
+    auto f = Forward::create(model, o);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    engine::LaneBackendOptions lo;
+    lo.model_id = "gpu-test";
+    lo.reduce_rows = reduce;
+    lo.draw_threads = reduce ? 4 : 1;
+    auto b = engine::LaneBackend::create(cuda_stream_forward(std::move(*f)), 16, lo);
+    EXPECT_TRUE(b.ok()) << b.status().to_string();
+    return std::move(*b);
+  };
+  auto whole = make(false), reduced = make(true);
+  const lanes::SamplingParams kinds[] = {{0.0f, 0, 1.0f, 0.0f}, {0.8f, 0, 1.0f, 0.0f}, {1.5f, 0, 1.0f, 0.0f},
+                                         {1e-7f, 0, 1.0f, 0.0f}, {0.8f, 0, 0.9f, 0.0f}, {0.8f, 40, 1.0f, 0.0f},
+                                         {0.0f, 0, 1.0f, 0.0f}};  // the last one asks logprobs
+  const size_t n = std::size(kinds);
+  std::vector<int64_t> rows(n);
+  std::vector<int32_t> pending(n);
+  for (size_t k = 0; k < n; ++k) {
+    lanes::StreamSpec spec{kinds[k], 77 + k, 400};
+    const std::vector<int32_t> p = gpu_testing::prompt(20 + static_cast<int>(k), static_cast<int>(k));
+    for (engine::LaneBackend* b : {whole.get(), reduced.get()}) {
+      ASSERT_TRUE(b->open(k + 1, spec).ok());
+      lanes::Piece piece{k + 1, 0, {p.data(), p.size() - 1}};
+      ASSERT_TRUE(b->prefill({&piece, 1}).ok());
+    }
+    rows[k] = static_cast<int64_t>(p.size()) - 1;
+    pending[k] = p.back();
+  }
+  for (int round = 0; round < 12; ++round) {
+    std::vector<lanes::Window> windows;
+    for (size_t k = 0; k < n; ++k) {
+      lanes::Window w{k + 1, rows[k], {pending[k]}, k + 1 == n, 0};
+      if (round % 3 == 1) {
+        for (int32_t t : gpu_testing::prompt(2, round * 7 + static_cast<int>(k))) w.tokens.push_back(t);
+      }
+      windows.push_back(std::move(w));
+    }
+    std::vector<std::vector<lanes::RowResult>> a, b;
+    ASSERT_TRUE(whole->verify(windows, &a).ok());
+    ASSERT_TRUE(reduced->verify(windows, &b).ok());
+    for (size_t k = 0; k < n; ++k) {
+      ASSERT_EQ(b[k].size(), a[k].size());
+      for (size_t i = 0; i < a[k].size(); ++i) {
+        EXPECT_EQ(b[k][i].token, a[k][i].token) << "round " << round << " stream " << k << " row " << i;
+        EXPECT_EQ(b[k][i].logprob, a[k][i].logprob);
+      }
+      rows[k] += 1;
+      pending[k] = a[k][0].token;
+      ASSERT_TRUE(whole->keep(k + 1, rows[k]).ok());
+      ASSERT_TRUE(reduced->keep(k + 1, rows[k]).ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
