@@ -221,7 +221,7 @@ __device__ __forceinline__ float index_terms(const uint8_t* row, const float* q,
 // integer dots by mma.m16n8k32.s8 (k = 32 = one group), the groups of a head accumulating in one
 // int32: the group scales are folded into the integers. For a head whose nonzero groups' exponents
 // span at most 3 binades, n_i * 2^(Eq_g - qmin) fits int8 (|n| <= 15: <= 120), and for a key whose
-// groups span at most 3, m_i * 2^(Ek_g - kmin) does (|m| <= 12: <= 96); the int32 sum is then the
+// nonzero groups span at most 3, m_i * 2^(Ek_g - kmin) does (|m| <= 12: <= 96); the int32 sum is then the
 // exact S = sum_g D_g * 2^(E_g - qmin - kmin) (|S| <= 128 * 120 * 96 < 2^21) and the dot is
 // S * 2^qmin * 2^kmin, exact (qmin, kmin in [-64, 40]). Those bounds put every such (head, key) under
 // the dp4a kernel's exactness condition (span <= 6, exponents in [-128, 86]), so both give the exact
@@ -500,19 +500,27 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
         float pk = 1.0f;  // keys past the tile: zeros on the integer path
         uint32_t sh = 0, sb = 0;
         if (t < nk) {
+          // A group whose 32 codes are all (+-)0 adds exactly 0 at any scale: its exponent is left out of the
+          // span and its shift is 0 (zero-valued rows, scale byte 0, stay on the integer path).
           int e[G], lo = 1 << 20, hi = -(1 << 20);
+          bool zero[G];
 #pragma unroll
           for (int g = 0; g < G; ++g) {
             sb |= static_cast<uint32_t>(raw[t * RB + IHD / 2 + g]) << (8 * g);
             e[g] = static_cast<int>(raw[t * RB + IHD / 2 + g]) - 128;
+            uint32_t mag = 0;
+            for (int i = 0; i < 16; ++i) mag |= raw[t * RB + 16 * g + i] & 0x77u;
+            zero[g] = mag == 0;
+            if (zero[g]) continue;
             lo = min(lo, e[g]);
             hi = max(hi, e[g]);
           }
+          if (lo > hi) lo = hi = 0;  // every group zero: the dot is 0
           const bool good = hi - lo <= 3 && lo >= -64 && lo <= 40;
           pk = good ? pow2_exact(lo) : 0.0f;
 #pragma unroll
           for (int g = 0; g < G; ++g)
-            if (good) sh |= static_cast<uint32_t>(e[g] - lo) << (8 * g);
+            if (good && !zero[g]) sh |= static_cast<uint32_t>(e[g] - lo) << (8 * g);
         }
         kpk[t] = pk;
         kb[t] = sh;
