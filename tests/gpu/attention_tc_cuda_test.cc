@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention_testing.h"
+#include "op_testing.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
@@ -242,12 +243,7 @@ void check_against_oracle(Case& c, const char* what) {
 
 class TcAttention : public ::testing::Test {
  protected:
-  void SetUp() override {
-    saved_ = sparse_attention_impl();
-    set_sparse_attention_impl(SparseAttentionImpl::tensor_core);
-  }
-  void TearDown() override { set_sparse_attention_impl(saved_); }
-  SparseAttentionImpl saved_ = SparseAttentionImpl::tensor_core;
+  gpu_testing::ScopedSparseAttention impl_{SparseAttentionImpl::tensor_core};
 };
 
 // Rows with every kind of list: full selections, none, a few, in between; window only (K = 0);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention_testing.h"
+#include "op_testing.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
@@ -30,12 +31,7 @@ using gpu_testing::bits_of;
 // fused cluster kernel, the one-row launches the two-pass kernels.
 TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
   // The CUDA-core implementation whatever the environment asks for (restored at the end).
-  const SparseAttentionImpl saved = sparse_attention_impl();
-  set_sparse_attention_impl(SparseAttentionImpl::cuda_core);
-  struct Restore {
-    SparseAttentionImpl impl;
-    ~Restore() { set_sparse_attention_impl(impl); }
-  } restore{saved};
+  const gpu_testing::ScopedSparseAttention impl(SparseAttentionImpl::cuda_core);
   const int64_t H = 8, d = 512, rd = 64, nf = rd / 2, W = 128, K = 512, G = 2, cap = W + 16, nc = 700;
   const int64_t wrow = d + d / 32;
   // Two pieces: 20 rows from position 0 (fresh keys only, short windows), 140 rows from 1000.

@@ -25,13 +25,7 @@ namespace {
 
 using gpu_testing::random_bf16;
 using gpu_testing::to_device;
-
-template <typename T>
-std::vector<T> to_host(const void* p, size_t n) {
-  std::vector<T> v(n);
-  cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return v;
-}
+using gpu_testing::to_host;
 
 struct Shape {
   const char* name;
@@ -137,12 +131,7 @@ struct Case {
 
 class V4TcAttention : public ::testing::Test {
  protected:
-  void SetUp() override {
-    saved_ = sparse_attention_impl();
-    set_sparse_attention_impl(SparseAttentionImpl::tensor_core);
-  }
-  void TearDown() override { set_sparse_attention_impl(saved_); }
-  SparseAttentionImpl saved_{};
+  gpu_testing::ScopedSparseAttention impl_{SparseAttentionImpl::tensor_core};
 };
 
 const Shape kShapes[] = {

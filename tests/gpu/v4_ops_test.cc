@@ -17,7 +17,6 @@
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
-#include "backends/cuda/kernels/attention/attention_kernels.cuh"
 #include "backends/cuda/kernels/attention/attn_v4.cuh"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
@@ -29,12 +28,7 @@ namespace {
 using gpu_testing::random_bf16;
 using gpu_testing::to_device;
 
-template <typename T>
-std::vector<T> to_host(const void* p, size_t n) {
-  std::vector<T> v(n);
-  cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return v;
-}
+using gpu_testing::to_host;
 
 // |a - b| within `ulps` bf16 units of b.
 int bf16_mismatches(const std::vector<float>& a, const std::vector<float>& b, int ulps) {
@@ -189,12 +183,7 @@ TEST(V4Ops, HcHeadPreMatchesOracle) {
 // kernel (DSV4_ATTN_TC=0), which repeats the oracle's order (the default tensor-core kernel is held to
 // a tolerance in attention_v4_tc_cuda_test).
 TEST(V4Ops, SparseAttentionMatchesOracle) {
-  const SparseAttentionImpl saved = sparse_attention_impl();
-  set_sparse_attention_impl(SparseAttentionImpl::cuda_core);
-  struct Restore {
-    SparseAttentionImpl impl;
-    ~Restore() { set_sparse_attention_impl(impl); }
-  } restore{saved};
+  const gpu_testing::ScopedSparseAttention impl(SparseAttentionImpl::cuda_core);
   const int64_t T = 70, H = 4, G = 2, d = 128, rd = 64, W = 8, n_sel = 5, n_comp = 6, rb = kv_model1_row_bytes(d, rd);
   const auto q = random_bf16(T * H * d, 9, 0.3f);
   auto kvn = random_bf16(T * d, 10);

@@ -48,29 +48,34 @@ struct SparseArgs {
   int64_t rd = 0;
 };
 
+// Window entry idx (< W) of the list of the row at position p in a piece (start, row0, ring): the call's fresh
+// row (kvn) at or after the piece's start, else the ring row of `ring_row` bytes, of kind `stored`.
+template <typename Piece>
+__device__ __forceinline__ int window_entry(const SparseArgs& a, const Piece& pc, int64_t p, int64_t idx,
+                                            int64_t ring_row, int stored, const void*& ptr) {
+  const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+  const int64_t qp = first + idx;
+  if (qp > p) return kInvalid;
+  if (qp >= pc.start) {
+    ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
+    return kFresh;
+  }
+  ptr = pc.window + (qp % a.cap) * ring_row;
+  return stored;
+}
+
 // Entry idx of row r's key list: its kind and the address of its key row. sel: topk[r, idx - W]
 // for a compressed entry (loaded by the caller).
 __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& pc, int64_t p, int64_t idx,
                                           int32_t sel, const void*& ptr) {
   ptr = nullptr;
-  if (idx < a.W) {
-    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    const int64_t qp = first + idx;
-    if (qp > p) return kInvalid;
-    if (qp >= pc.start) {
-      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
-      return kFresh;
-    }
-    ptr = pc.window + (qp % a.cap) * (a.d + a.d / 32);
-    return kFp8;
-  }
-  const int32_t t = sel;
-  if (t < 0) return kInvalid;
+  if (idx < a.W) return window_entry(a, pc, p, idx, a.d + a.d / 32, kFp8, ptr);
+  if (sel < 0) return kInvalid;
   if (a.fmt == CompFormat::fp8_ue8m0_32) {
-    ptr = pc.comp + static_cast<int64_t>(t) * (a.d + a.d / 32);
+    ptr = pc.comp + static_cast<int64_t>(sel) * (a.d + a.d / 32);
     return kFp8;
   }
-  ptr = pc.comp + static_cast<int64_t>(t) * (a.d / 2 + a.d / 16);
+  ptr = pc.comp + static_cast<int64_t>(sel) * (a.d / 2 + a.d / 16);
   return kFp4;
 }
 
@@ -79,17 +84,7 @@ __device__ __forceinline__ int list_entry_v4(const SparseArgs& a, const PieceV4&
                                              int32_t sel, const void*& ptr) {
   ptr = nullptr;
   const int64_t rowb = kv_model1_row_bytes(a.d, a.rd);
-  if (idx < a.W) {
-    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    const int64_t qp = first + idx;
-    if (qp > p) return kInvalid;
-    if (qp >= pc.start) {
-      ptr = a.kvn + (pc.row0 + qp - pc.start) * a.d;
-      return kFresh;
-    }
-    ptr = pc.window + (qp % a.cap) * rowb;
-    return kModel1;
-  }
+  if (idx < a.W) return window_entry(a, pc, p, idx, rowb, kModel1, ptr);
   if (sel < 0) return kInvalid;
   ptr = pc.comp + static_cast<int64_t>(sel) * rowb;
   return kModel1;
