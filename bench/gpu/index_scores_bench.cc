@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/numerics.h"
+#include "core/bf16.h"
 #include "backends/cuda/kernels/attention/attention_kernels.cuh"
 #include "bench_device.h"
 #include "core/fp4.h"
@@ -65,14 +65,14 @@ int main(int argc, char** argv) {
       float* x = &q[rh * ihd + 32 * j];
       float amax = 0;
       for (int i = 0; i < 32; ++i) {
-        x[i] = cpu::round_bf16(nd(g) * mult);
+        x[i] = round_bf16(nd(g) * mult);
         amax = std::max(amax, std::fabs(x[i]));
       }
       const float sv = ue8m0_to_f32(fp4_ue8m0_scale(amax));
       for (int i = 0; i < 32; ++i) x[i] = e2m1_to_f32(fp4_ue8m0_code(x[i], 1.0f / sv)) * sv;
     }
   }
-  for (auto& v : wt) v = cpu::round_bf16(nd(g));
+  for (auto& v : wt) v = round_bf16(nd(g));
 
   uint8_t* dkeys = nullptr;
   float *dq = nullptr, *dwt = nullptr, *dsc = nullptr;

@@ -280,22 +280,17 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 run: %s\n", r.status().to_string().c_str());
     return 1;
   }
-  if (!dump_hidden.empty()) {
-    if (hidden_status.ok()) hidden_status = hidden.add_i32("tokens", {T}, ids);
-    if (hidden_status.ok()) hidden_status = hidden.finish();
-    if (!hidden_status.ok()) {
-      std::fprintf(stderr, "dsv4 run: --dump-hidden: %s\n", hidden_status.to_string().c_str());
-      return 1;
-    }
-  }
-  if (!dump_pre_round.empty()) {
-    if (pre_round_status.ok()) pre_round_status = pre_round.add_i32("tokens", {T}, ids);
-    if (pre_round_status.ok()) pre_round_status = pre_round.finish();
-    if (!pre_round_status.ok()) {
-      std::fprintf(stderr, "dsv4 run: --dump-pre-round: %s\n", pre_round_status.to_string().c_str());
-      return 1;
-    }
-  }
+  // A dump file gets the prompt's ids and is closed; a failure at any point names its flag.
+  auto finish_dump = [&](const std::string& path, NpzWriter& w, Status st, const char* flag) {
+    if (path.empty()) return true;
+    if (st.ok()) st = w.add_i32("tokens", {T}, ids);
+    if (st.ok()) st = w.finish();
+    if (!st.ok()) std::fprintf(stderr, "dsv4 run: %s: %s\n", flag, st.to_string().c_str());
+    return st.ok();
+  };
+  if (!finish_dump(dump_hidden, hidden, hidden_status, "--dump-hidden") ||
+      !finish_dump(dump_pre_round, pre_round, pre_round_status, "--dump-pre-round"))
+    return 1;
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<float> last((*r)[0].logits.end() - V, (*r)[0].logits.end());
   if (!dump.empty()) all = (*r)[0].logits;

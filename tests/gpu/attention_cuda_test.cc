@@ -490,10 +490,7 @@ TEST(AttentionCuda, IndexScoresEqualOracleFormula) {
             std::fill(x, x + 32, 0.0f);
             continue;
           }
-          float amax = 0;
-          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-          const float sv = ue8m0_to_f32(fp4_ue8m0_scale(amax));
-          for (int i = 0; i < 32; ++i) x[i] = e2m1_to_f32(fp4_ue8m0_code(x[i], 1.0f / sv)) * sv;
+          gpu_testing::qdq_fp4_ue8m0_32(x);
         }
     for (auto& v : wt) v = cpu::round_bf16(nd(g));
     const float wscale = 0.125f;

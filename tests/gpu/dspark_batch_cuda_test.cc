@@ -31,11 +31,7 @@ bool no_drafter() { return weights()->config.variant == family::Variant::v4; }
 
 std::unique_ptr<Forward> cuda_forward(int64_t max_call_rows) {
   static std::shared_ptr<const ModelDevice> model;
-  if (!model) {
-    auto m = ModelDevice::upload(weights(), ModelDeviceOptions{});
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
-  }
+  if (!model) model = gpu_testing::upload(weights());
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 4096;

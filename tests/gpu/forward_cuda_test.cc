@@ -47,11 +47,7 @@ std::shared_ptr<const family::Model> gate_weights() {
 std::unique_ptr<Forward> cuda_forward(bool gate = false) {
   static std::shared_ptr<const ModelDevice> models[2];
   std::shared_ptr<const ModelDevice>& model = models[gate];
-  if (!model) {
-    auto m = ModelDevice::upload(gate ? gate_weights() : weights(), ModelDeviceOptions{});
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
-  }
+  if (!model) model = gpu_testing::upload(gate ? gate_weights() : weights());
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 4096;

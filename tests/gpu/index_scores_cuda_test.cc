@@ -87,10 +87,7 @@ std::vector<float> make_queries(int64_t rows, int64_t IH, int64_t ihd, std::mt19
           std::fill(x, x + 32, 0.0f);
           continue;
         }
-        float amax = 0;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float sv = ue8m0_to_f32(fp4_ue8m0_scale(amax));
-        for (int i = 0; i < 32; ++i) x[i] = e2m1_to_f32(fp4_ue8m0_code(x[i], 1.0f / sv)) * sv;
+        gpu_testing::qdq_fp4_ue8m0_32(x);
       }
     }
   return q;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "backends/cpu/synthetic.h"
+#include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/preset.h"
 #include "forward_testing.h"
 
@@ -20,6 +21,13 @@ inline std::shared_ptr<const family::Model> chosen_preset_weights(uint64_t seed)
   EXPECT_TRUE(variant.ok()) << variant.status().to_string();
   return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), seed,
                                 true);
+}
+
+// w on the device with the default options; null (and a failed expectation) when the upload fails.
+inline std::shared_ptr<const cuda::ModelDevice> upload(std::shared_ptr<const family::Model> w) {
+  auto m = cuda::ModelDevice::upload(std::move(w), cuda::ModelDeviceOptions{});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return m.ok() ? std::shared_ptr<const cuda::ModelDevice>(std::move(*m)) : nullptr;
 }
 
 }  // namespace dsv4::gpu_testing

@@ -30,11 +30,7 @@ std::shared_ptr<const family::Model> weights() {
 
 std::unique_ptr<Forward> cuda_forward(bool replay) {
   static std::shared_ptr<const ModelDevice> model;
-  if (!model) {
-    auto m = ModelDevice::upload(weights(), ModelDeviceOptions{});
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    if (m.ok()) model = std::shared_ptr<const ModelDevice>(std::move(*m));
-  }
+  if (!model) model = gpu_testing::upload(weights());
   if (!model) return nullptr;
   ForwardOptions o;
   o.max_context = 8192;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
+#include <vector>
 
 #include "backends/cpu/compressor.h"
 #include "backends/cpu/indexer.h"
@@ -261,18 +263,12 @@ void attention_layer(CallCtx& in, CallCtx& out, int layer, const float* x_in, co
   }
   attention_output<Acc>(pool, A, cfg, o.data(), rows, y_out, slots_of(t_wo_a), slots_of(t_wo_b));
   if (tap) {
-    give_pre_round(tap, "wq_a", rows, t_wq_a);
-    give_pre_round(tap, "q_norm", rows, t_q_norm);
-    give_pre_round(tap, "wq_b", rows, t_wq_b);
-    give_pre_round(tap, "q_rope", rows, t_q_rope);
-    give_pre_round(tap, "wkv", krows, t_wkv);
-    give_pre_round(tap, "kv_norm", krows, t_kv_norm);
-    give_pre_round(tap, "kv_rope", krows, t_kv_rope);
-    give_pre_round(tap, "probs", rows, t_probs);
-    give_pre_round(tap, "attn_o", rows, t_o);
-    give_pre_round(tap, "o_rope", rows, t_o_rope);
-    give_pre_round(tap, "wo_a", rows, t_wo_a);
-    give_pre_round(tap, "wo_b", rows, t_wo_b);
+    const std::tuple<const char*, int64_t, const std::vector<Acc>*> taps[] = {
+        {"wq_a", rows, &t_wq_a},     {"q_norm", rows, &t_q_norm}, {"wq_b", rows, &t_wq_b},
+        {"q_rope", rows, &t_q_rope}, {"wkv", krows, &t_wkv},      {"kv_norm", krows, &t_kv_norm},
+        {"kv_rope", krows, &t_kv_rope}, {"probs", rows, &t_probs}, {"attn_o", rows, &t_o},
+        {"o_rope", rows, &t_o_rope}, {"wo_a", rows, &t_wo_a},     {"wo_b", rows, &t_wo_b}};
+    for (const auto& [name, n, v] : taps) give_pre_round(tap, name, n, *v);
   }
 }
 
