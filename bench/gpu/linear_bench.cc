@@ -1,8 +1,8 @@
 // Speed of the CUDA linears and grouped routed experts on the V4.1 full-width shapes at 1, 8 and
 // 32 rows, against the memory floor: (weight + scale bytes) / the device-to-device copy bandwidth
 // measured in the same run (weights rotate through copies > 2x the L2 so every call reads HBM);
-// and prefill chunks (2K-8K rows) in TFLOP/s against cuBLAS's dense bf16 rate measured in the run.
-#include <cublas_v2.h>
+// and prefill chunks (2K-8K rows) in TFLOP/s against cuBLAS's dense FP8 rate (bf16 lines: bf16 rate)
+// measured in the run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/runtime/dense_rate.h"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "backends/cuda/kernels/linear/linear.cuh"
 #include "backends/cuda/kernels/block/moe_experts.cuh"
@@ -290,26 +291,8 @@ void bench_experts() {
   }
 }
 
-// cuBLAS bf16 GEMM (fp32 accumulate) at n^3: the dense matrix rate, FLOP/s.
-double dense_rate(int n = 8192) {
-  const size_t bytes = size_t(n) * n * 2;
-  DeviceBuffer a(bytes), b(bytes), c(bytes);
-  CHECK_CUDA(cudaMemset(a.get(), 0, bytes));
-  CHECK_CUDA(cudaMemset(b.get(), 0, bytes));
-  cublasHandle_t h = nullptr;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
-  const float one = 1, zero = 0;
-  const double us = time_us([&](int, cudaStream_t s) {
-    cublasSetStream(h, s);
-    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.get(), CUDA_R_16BF, n, b.get(), CUDA_R_16BF, n, &zero,
-                 c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  }, 5);
-  cublasDestroy(h);
-  return 2.0 * n * double(n) * n / (us * 1e-6);
-}
-
 // One prefill line: the call on the 64 x 64 tiles and on the many-row GEMM in the same run (set_lowp_gemm),
-// flop per call, their TFLOP/s, share of the dense bf16 rate and the GEMM's speedup.
+// flop per call, their TFLOP/s, share of the dense FP8 rate (`rate`) and the GEMM's speedup.
 void prefill_line(const char* kind, const char* name, int rows, double flop, double rate,
                   const std::function<void(int, cudaStream_t)>& fn, int calls = 5) {
   set_lowp_gemm(false);
@@ -342,7 +325,7 @@ void bench_experts_prefill(double rate) {
 
 // Prefill chunks through the same linears: rows x out x in multiply-adds per call, on the 64 x 64
 // tiles and on the many-row GEMM (DSV4_BENCH_ROWS: other row counts).
-void bench_prefill(double rate) {
+void bench_prefill(double rate, double rate16) {
   struct Shape { const char* name; int64_t out, in; bool fp4; };
   for (const Shape& sh : {Shape{"wq_a [1280, 5120]", 1280, 5120, false}, Shape{"wq_b [32768, 1280]", 32768, 1280, false},
                           Shape{"wo_b [5120, 8192]", 5120, 8192, false},
@@ -377,7 +360,7 @@ void bench_prefill(double rate) {
       }, 5);
       const double flop = 2.0 * rows * double(sh.G * sh.O) * sh.in, tf = flop / (us * 1e-6);
       std::printf("%-6s %-26s rows %5d  %10.1f us  %7.1f TFLOP/s  x%.3f of dense bf16\n", "bf16", sh.name, rows, us,
-                  tf / 1e12, tf / rate);
+                  tf / 1e12, tf / rate16);
     }
   }
 }
@@ -451,10 +434,11 @@ int main() {
   bench_bf16_grouped("wo_a grouped 8x[1024, 4096]", 8, 1024, 4096);
   bench_bf16("head [129280, 5120]", 129280, 5120, true);
   if (!std::getenv("DSV4_BENCH_NO_PREFILL")) {
-    const double rate = dense_rate();
-    std::printf("dense bf16 GEMM (cuBLAS, 8192^3): %.0f TFLOP/s\n", rate / 1e12);
-    bench_prefill(rate);
-    bench_experts_prefill(rate);
+    const double rate16 = dense_bf16_rate(), rate8 = dense_fp8_rate();
+    std::printf("dense GEMM (cuBLAS, 8192^3): bf16 %.0f TFLOP/s, FP8 e4m3 %.0f TFLOP/s (FP8/FP4 lines: x of the FP8 rate)\n",
+                rate16 / 1e12, rate8 / 1e12);
+    bench_prefill(rate8, rate16);
+    bench_experts_prefill(rate8);
   }
   return 0;
 }

@@ -1,7 +1,6 @@
 // The CUDA forward's benchmark (see forward_perf.h).
 #include "backends/cuda/forward/forward_perf.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "backends/cuda/forward/forward_v4.h"
 #include "backends/cuda/forward/forward_perf_layers.h"
 #include "backends/cuda/model/model.h"
+#include "backends/cuda/runtime/dense_rate.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/replay.h"
 #include "family/deepseek_v41/with_layers.h"
@@ -136,38 +136,6 @@ double time_ms(int iters, int warmups, F&& step) {
   for (int i = 0; i < iters; ++i)
     if (!step()) return -1;
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
-// Dense bf16 matrix rate of cuBLAS (n x n x n, fp32 accumulate), FLOP/s; 0 when unavailable.
-double dense_rate() {
-  const int n = 8192;
-  void *a = nullptr, *b = nullptr, *c = nullptr;
-  const size_t bytes = static_cast<size_t>(n) * n * 2;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess || cudaMalloc(&c, bytes) != cudaSuccess)
-    return 0;
-  cudaMemset(a, 0, bytes);
-  cudaMemset(b, 0, bytes);
-  cublasHandle_t h = nullptr;
-  double rate = 0;
-  if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
-    const float one = 1, zero = 0;
-    auto gemm = [&] {
-      return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
-                          CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    };
-    gemm();
-    cudaDeviceSynchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 10; ++i) gemm();
-    cudaDeviceSynchronize();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rate = 10.0 * 2.0 * n * static_cast<double>(n) * n / s;
-    cublasDestroy(h);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
-  return rate;
 }
 
 // Matrix FLOPs per prompt token of the layers (linears of attention, compressor and indexer
@@ -301,11 +269,13 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   }
   // Prefill chunks of one stream from position 0 (a fresh stream each run, rings of window + 128 rows as in
   // serving), without and with bounded replay; the chunk's last row's logits.
-  const double dense = dense_rate(), fpt = flops_per_token(cfg);
-  std::fprintf(out, "\ncuBLAS dense bf16 rate (8192^3): %.0f TFLOP/s; matrix FLOPs per token of the %d layers: %.2f GFLOP\n",
-               dense / 1e12, cfg.n_layers, fpt / 1e9);
-  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x dense rate | ms, bounded replay | "
-                    "layer rows, bounded replay |\n|---|---|---|---|---|---|---|---|\n");
+  const double dense = dense_bf16_rate(), dense8 = dense_fp8_rate(), fpt = flops_per_token(cfg);
+  std::fprintf(out,
+               "\ncuBLAS dense rates (8192^3): bf16 %.0f TFLOP/s, FP8 e4m3 %.0f TFLOP/s; matrix FLOPs per token of the %d "
+               "layers: %.2f GFLOP\n",
+               dense / 1e12, dense8 / 1e12, cfg.n_layers, fpt / 1e9);
+  std::fprintf(out, "\n| prefill chunk | ms | tokens/s | tokens/s per layer | TFLOP/s | x bf16 rate | x FP8 rate | ms, bounded "
+                    "replay | layer rows, bounded replay |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::pair<int64_t, double>> per_layer_row_ms;  // chunk, ms per layer-row without replay
   for (int64_t T : f.prefill) {
     ForwardOptions o;
@@ -333,8 +303,9 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     int64_t rows = 0;
     for (int64_t r : F.layer_rows()) rows += r;
     const double tps = T * 1e3 / ms;
-    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f | %.1f | %lld of %lld |\n", static_cast<long long>(T), ms,
-                 tps, tps * cfg.n_layers, tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0, ms_replay,
+    std::fprintf(out, "| %lld | %.1f | %.0f | %.0f | %.1f | %.3f | %.3f | %.1f | %lld of %lld |\n", static_cast<long long>(T),
+                 ms, tps, tps * cfg.n_layers, tps * fpt / 1e12, dense > 0 ? tps * fpt / dense : 0.0,
+                 dense8 > 0 ? tps * fpt / dense8 : 0.0, ms_replay,
                  static_cast<long long>(rows), static_cast<long long>(T * cfg.n_layers));
     std::fflush(out);
     per_layer_row_ms.emplace_back(T, ms / static_cast<double>(T * cfg.n_layers));

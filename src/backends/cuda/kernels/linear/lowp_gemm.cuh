@@ -16,29 +16,29 @@ constexpr int kGCols = 128;                        // weight columns per CTA (tw
 constexpr int kGThreads = 256;                     // 8 warps: 2 along the columns x 4 along the rows
 constexpr int kGStageChunks = 4;                   // chunks per pipeline stage
 constexpr int kGStageK = kGStageChunks * kChunk;   // 128 k per stage, a multiple of every act block
-constexpr int kGXRowBytes = kGStageK * 2;          // one row's codes (f16) of a stage
+constexpr int kGXRowBytes = kGStageK;              // one row's e4m3 codes of a stage
 template <Fmt F> constexpr int kGStages = F == Fmt::fp8 ? 3 : 4;
 template <Fmt F> constexpr int kGColBytes = kGStageChunks * WPtr<F>::kChunkBytes;  // a column's bytes of a stage
 template <int NT> constexpr int kGRows = 32 * NT;  // rows per CTA
 
-// Quantized rows in global memory: row r's e4m3 codes as f16 in pair order (lowp_mma.cuh) at
+// Quantized rows in global memory: row r's e4m3 codes in code_pos order (lowp_mma.cuh) at
 // xq + r kp, k in [in, kp) zero; its scales per 32-wide chunk at xs + r (kp / 32) (the scale of the
 // chunk's act block, repeated for each chunk of the block, 0 past `in`). kp = in rounded up to a
 // stage, so every stage of a row is whole 16-byte pieces.
 struct QuantRows {
-  __half* xq;
+  uint8_t* xq;
   float* xs;
   int64_t kp;
 };
 __host__ __device__ inline int64_t quant_kp(int64_t in) { return (in + kGStageK - 1) / kGStageK * kGStageK; }
 inline size_t quant_row_bytes(int64_t in) {
   const int64_t kp = quant_kp(in);
-  return size_t(kp) * sizeof(__half) + size_t(kp / kChunk) * sizeof(float);
+  return size_t(kp) + size_t(kp / kChunk) * sizeof(float);
 }
 // The buffer of `rows` rows at `base` (256-byte aligned; quant_row_bytes(in) * rows bytes).
 inline QuantRows quant_rows_at(void* base, int64_t rows, int64_t in) {
   const int64_t kp = quant_kp(in);
-  __half* xq = static_cast<__half*>(base);
+  uint8_t* xq = static_cast<uint8_t*>(base);
   return QuantRows{xq, reinterpret_cast<float*>(xq + rows * kp), kp};
 }
 
@@ -70,13 +70,13 @@ __device__ __forceinline__ void quant_rows(RowPtr row_ptr, int64_t nrows, int64_
       const unsigned quad = static_cast<unsigned>((item - r * pieces) * (kGStageK / 4) + lane);  // k / 4 in the row
       float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
       for (int off = group / 2; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      __half* xq = Q.xq + r * Q.kp;
+      uint8_t* xq = Q.xq + r * Q.kp;
       float* xs = Q.xs + r * (Q.kp / kChunk);
       if (r < nrows && 4 * int64_t(quad) < in) {
         // the scale goes to each chunk of the block: written by the first quad of every chunk
         quant_quad<F>(v[j], amax, quad, 3, 8, xq, xs);
       } else {
-        if ((quad & 1) == 0) *reinterpret_cast<uint4*>(xq + (quad / 2) * 8) = make_uint4(0, 0, 0, 0);
+        if ((quad & 1) == 0) *reinterpret_cast<uint2*>(xq + (quad / 2) * 8) = make_uint2(0, 0);
         if ((quad & 7) == 0) xs[quad >> 3] = 0.f;
       }
     }
@@ -100,14 +100,14 @@ struct GemmLayout {
 // Swizzles (speed only: where a 16-byte piece lives in its stage, never what it holds).
 // FP8 column j: chunk cc's 32 bytes at slot cc ^ (j & 3), so the 4 columns a half warp reads fall
 // on distinct banks. FP4 column j (64 bytes, two columns per 128): chunk cc's 16 bytes at slot
-// cc ^ ((j >> 1) & 3). Row r's 16-byte piece u at u ^ 4 (r & 1): rows g and g + 1 of a quarter warp
-// read opposite halves of the banks.
+// cc ^ ((j >> 1) & 3). Row r's chunk cc (two 16-byte pieces) at chunk slot cc ^ (r & 3): the 4 rows
+// a half warp reads (8 bytes per lane) fall on distinct banks.
 template <Fmt F>
 __device__ __forceinline__ int w_chunk_off(int j, int cc) {
   if constexpr (F == Fmt::fp8) return j * kGColBytes<F> + ((cc ^ (j & 3)) << 5);
   else return j * kGColBytes<F> + ((cc ^ ((j >> 1) & 3)) << 4);
 }
-__device__ __forceinline__ int x_piece_off(int r, int u) { return r * kGXRowBytes + ((u ^ ((r & 1) << 2)) << 4); }
+__device__ __forceinline__ int x_piece_off(int r, int u) { return r * kGXRowBytes + ((u ^ ((r & 3) << 1)) << 4); }
 
 // Columns [cta_col, cta_col + 128) of W for rows 0 .. nrows-1 of the tile (nrows <= 32 NT), whose
 // quantized rows are Q's rows row0 .. row0 + 32 NT - 1 (all present in Q: rows past nrows are read,
@@ -160,10 +160,10 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
                      wbase + j * W.row_bytes + int64_t(t) * kGStageChunks * CB + 16 * part);
         }
       }
-      const int xpieces = pc * (kChunk * 2 / 16);  // 4 pieces of 16 bytes per chunk of a row
+      const int xpieces = pc * (kChunk / 16);  // 2 pieces of 16 bytes per chunk of a row
       for (int i = tid; i < R * xpieces; i += kGThreads) {
         const int r = i / xpieces, u = i - r * xpieces;
-        cp_async16(st + L::kW + x_piece_off(r, u), Q.xq + (row0 + r) * Q.kp + int64_t(t) * kGStageK + 8 * u);
+        cp_async16(st + L::kW + x_piece_off(r, u), Q.xq + (row0 + r) * Q.kp + int64_t(t) * kGStageK + 16 * u);
       }
       for (int r = tid; r < R; r += kGThreads)
         cp_async16(st + L::kW + L::kX + 16 * r, Q.xs + (row0 + r) * xs_stride + t * kGStageChunks);
@@ -219,12 +219,12 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
           ++slice;
           next_bound = slice_begin(slice + 1, units, kw) * uc;
         }
-        uint4 bx[NT];
+        uint2 bx[NT];
         float xs0[NT], xs1[NT];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const int rb = 8 * NT * wr + 8 * n;
-          bx[n] = *reinterpret_cast<const uint4*>(sx + x_piece_off(rb + g, 4 * cc + q));
+          bx[n] = *reinterpret_cast<const uint2*>(sx + x_piece_off(rb + g, 2 * cc + (q >> 1)) + 8 * (q & 1));
           xs0[n] = sxs[(rb + 2 * q) * kGStageChunks + cc];
           xs1[n] = sxs[(rb + 2 * q + 1) * kGStageChunks + cc];
         }
@@ -242,14 +242,12 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
             f.c1 = *reinterpret_cast<const uint32_t*>(wp1);
           }
           const float w0 = tab[cc * kGCols + j0], w1 = tab[cc * kGCols + j0 + 8];
-          uint32_t a0[4], a1[4];
-          a_regs<F>(f, a0, a1);  // converted once, used for the warp's NT row tiles
+          uint32_t a[4];
+          a_regs<F>(f, a);  // converted once, used for the warp's NT row tiles
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            const float z[4] = {0.f, 0.f, 0.f, 0.f};
-            float tmp[4], d[4];
-            mma16816(tmp, a0, bx[n].x, bx[n].y, z);  // chunk_mma's two MMAs, in its order
-            mma16816(d, a1, bx[n].z, bx[n].w, tmp);
+            float d[4];
+            mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
             scale_add_w(d, w0, w1, xs0[n], xs1[n], acc[m][n]);
           }
         }
