@@ -69,7 +69,7 @@ cudaError_t emit_rows(const EmitDev* emit, int64_t n_emit, const PieceDev* piece
 // Index scores: for row r and t < L_c(r) = (pos[r]+1)/ratio,
 // score = bf16(sum_h bf16(relu(bf16(qi_h . k_t)) * bf16(wt_h * wscale))) against the piece's
 // index-key rows; score [rows, stride]. qi [rows, IH, ihd] (FP4-QDQ'd), wt [rows, IH] (bf16).
-// Two kernels give the same bits (attn_index.cu): group dots by dp4a, one (row, key) per thread
+// Two kernels give the same bits (attn_index.cu, attn_index_mma.cu): group dots by dp4a, one (row, key) per thread
 // (few rows), or by int8 tensor-core MMAs over tiles of keys shared by 8 rows (IH a multiple of 32).
 cudaError_t index_scores(const float* qi, const float* wt, float wscale, const PieceDev* pieces,
                          const int32_t* row_piece, const int64_t* pos, int64_t rows, int64_t IH, int64_t ihd,
