@@ -317,8 +317,20 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
       F.set_profile(nullptr);
       F.set_bounded_replay(true);
       if (!ran) return last;
-      for (const auto& [k, v] : prof) std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | | | |\n", k.c_str(),
-                                                   static_cast<long long>(T), v);
+      // The experts' GEMMs also as a rate: 2 x 3 I D multiply-adds per row and expert (routed: n_active per row).
+      const double expert_flop = 2.0 * 3.0 * cfg.moe_inter * double(cfg.dim) * double(T) * cfg.n_layers;
+      for (const auto& [k, v] : prof) {
+        const double flop = k == "moe routed experts"  ? expert_flop * cfg.n_active
+                            : k == "moe shared expert" ? expert_flop
+                                                       : 0;
+        if (flop > 0 && v > 0) {
+          const double rate = flop / (v * 1e-3);
+          std::fprintf(out, "|   %s (%lld rows) | %.1f | | | %.1f | %.3f | %.3f | | |\n", k.c_str(), static_cast<long long>(T),
+                       v, rate / 1e12, dense > 0 ? rate / dense : 0.0, dense8 > 0 ? rate / dense8 : 0.0);
+        } else {
+          std::fprintf(out, "|   %s (%lld rows) | %.1f | | | | | | | |\n", k.c_str(), static_cast<long long>(T), v);
+        }
+      }
     }
     std::fflush(out);
   }
