@@ -13,12 +13,10 @@
 #include <cmath>
 #include <vector>
 #include <random>
+
+#include "backends/cuda/kernels/linear/lowp_mma.cuh"
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
 
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
-}
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4]) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1),
@@ -44,7 +42,7 @@ __global__ void k_mma_sync(const uint8_t* A, const uint8_t* B, int N, float* out
   float* o = out + (size_t)blockIdx.x * 64 * N;
   for (int nb = 0; nb < N / 8; ++nb) {
     uint32_t b0 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + 4 * q), b1 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + 16 + 4 * q);
-    float d[4]; mma_e4m3(d, a, b0, b1);
+    float d[4]; dsv4::cuda::lowp::mma_e4m3(d, a, make_uint2(b0, b1));  // the linears' own chunk MMA
     int r = 16 * w + g, c = nb * 8 + 2 * q;
     o[r * N + c] = d[0]; o[r * N + c + 1] = d[1]; o[(r + 8) * N + c] = d[2]; o[(r + 8) * N + c + 1] = d[3];
   }
@@ -58,7 +56,6 @@ __global__ void k_f16pair(const uint8_t* A, const uint8_t* B, int N, float* out)
   const uint8_t* Aw = A + (size_t)blockIdx.x * 64 * 32 + 16 * w * 32;
   const uint8_t* Bb = B + (size_t)blockIdx.x * N * 32;
   float* o = out + (size_t)blockIdx.x * 64 * N;
-  for (int half = 0; half < 1; ++half) {}
   uint32_t a0[4], a1[4];
   for (int h = 0; h < 2; ++h) {
     uint32_t* a = h ? a1 : a0; int k0 = 16 * h;
@@ -83,10 +80,8 @@ __global__ void t_mma_e4m3(int iters, float* sink) {
   for (int i = 0; i < iters; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      float d[4];
       asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
           : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-      (void)d;
     }
   float s = 0; for (int j = 0; j < 8; ++j) s += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
   if (s == 123.f) sink[0] = s;
