@@ -434,6 +434,8 @@ int main() {
   bench_bf16_grouped("wo_a grouped 8x[1024, 4096]", 8, 1024, 4096);
   bench_bf16("head [129280, 5120]", 129280, 5120, true);
   if (!std::getenv("DSV4_BENCH_NO_PREFILL")) {
+    // DSV4_BENCH_GEMM_ROWS=32|64|128: the many-row GEMM's row tile forced for every prefill line
+    if (const char* t = std::getenv("DSV4_BENCH_GEMM_ROWS")) set_lowp_gemm_tile_rows(std::atoi(t));
     const double rate16 = dense_bf16_rate(), rate8 = dense_fp8_rate();
     std::printf("dense GEMM (cuBLAS, 8192^3): bf16 %.0f TFLOP/s, FP8 e4m3 %.0f TFLOP/s (FP8/FP4 lines: x of the FP8 rate)\n",
                 rate16 / 1e12, rate8 / 1e12);

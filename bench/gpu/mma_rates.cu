@@ -3,7 +3,9 @@
 // exponents 2^-3 .. 2^4) summed by mma.sync m16n8k32 e4m3 from zero and by two chained f16 m16n8k16 MMAs, against the
 // exact sum (double) and an fp32 left-to-right sum: equal counts and the largest error over the largest product;
 // (2) FLOP/s of mma.sync f16 m16n8k16, mma.sync e4m3 m16n8k32 and wgmma m64n256k32 e4m3 (A and B from shared
-// memory) issued back to back on every SM (FLOPs = 2 m n k per instruction). sm_90a only.
+// memory) issued back to back on every SM (FLOPs = 2 m n k per instruction); (3) the same chunks summed by
+// mma.sync with the products in the linears' k slots, by wgmma m64n64k32 e4m3 from zero, and by two chained
+// wgmma m64n64k16 f16, each compared bit for bit with its mma.sync form. sm_90a only.
 #include <cuda_fp8.h>
 #include <cuda_fp16.h>
 #include <cstdio>
@@ -32,24 +34,101 @@ __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync
 
 // A: [64][32] e4m3 row-major (k contiguous); B: [N][32] e4m3 (k contiguous per column). Out: [64][N] float.
 // mma.sync: warp w does rows 16w..16w+15, all n-blocks.
+// kLowp: the k of each MMA slot as the linears place them (slots 4q .. 4q+3 <- k 8q .. 8q+3, slots 16+4q ..
+// <- k 8q+4 .. 8q+7) instead of slot s <- k s: the same 32 products in other slots.
+template <bool kLowp = false>
 __global__ void k_mma_sync(const uint8_t* A, const uint8_t* B, int N, float* out) {
   int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const uint8_t* Aw = A + (size_t)blockIdx.x * 64 * 32 + 16 * w * 32;
   const uint8_t* Bb = B + (size_t)blockIdx.x * N * 32;
+  const int lo = kLowp ? 8 * q : 4 * q, hi = kLowp ? 8 * q + 4 : 16 + 4 * q;
   uint32_t a[4];
-  a[0] = *(const uint32_t*)(Aw + g * 32 + 4 * q); a[1] = *(const uint32_t*)(Aw + (g + 8) * 32 + 4 * q);
-  a[2] = *(const uint32_t*)(Aw + g * 32 + 16 + 4 * q); a[3] = *(const uint32_t*)(Aw + (g + 8) * 32 + 16 + 4 * q);
+  a[0] = *(const uint32_t*)(Aw + g * 32 + lo); a[1] = *(const uint32_t*)(Aw + (g + 8) * 32 + lo);
+  a[2] = *(const uint32_t*)(Aw + g * 32 + hi); a[3] = *(const uint32_t*)(Aw + (g + 8) * 32 + hi);
   float* o = out + (size_t)blockIdx.x * 64 * N;
   for (int nb = 0; nb < N / 8; ++nb) {
-    uint32_t b0 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + 4 * q), b1 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + 16 + 4 * q);
+    uint32_t b0 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + lo), b1 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + hi);
     float d[4]; dsv4::cuda::lowp::mma_e4m3(d, a, make_uint2(b0, b1));  // the linears' own chunk MMA
     int r = 16 * w + g, c = nb * 8 + 2 * q;
     o[r * N + c] = d[0]; o[r * N + c + 1] = d[1]; o[(r + 8) * N + c] = d[2]; o[(r + 8) * N + c + 1] = d[3];
   }
 }
+// wgmma m64n64k32 e4m3 from zero (scale-d false), one warpgroup per trial: A [64][32] and B [64][32]
+// (k contiguous) staged in a K-major layout without swizzle, core matrices of 8 rows x 16 bytes: row r,
+// byte k at (r / 8) sbo + (k / 16) lbo + (r % 8) 16 + k % 16; the descriptors carry dlbo / dsbo (the
+// layout's own, or swapped, to show which reading the hardware takes). Out as k_mma_sync's.
+__global__ void k_wgmma_n64(const uint8_t* A, const uint8_t* B, float* out, uint32_t lbo, uint32_t sbo, uint32_t dlbo,
+                            uint32_t dsbo) {
+  __shared__ __align__(128) uint8_t sA[64 * 32], sB[64 * 32];
+  const uint8_t* Ab = A + (size_t)blockIdx.x * 64 * 32;
+  const uint8_t* Bb = B + (size_t)blockIdx.x * 64 * 32;
+  for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) {
+    const int r = i / 32, k = i % 32, off = (r / 8) * sbo + (k / 16) * lbo + (r % 8) * 16 + (k % 16);
+    sA[off] = Ab[i], sB[off] = Bb[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  const uint64_t da = desc(sA, dlbo, dsbo), db = desc(sB, dlbo, dsbo);
+  float d[32];
+  wg_fence();
+#define W8(b) "=f"(d[b]), "=f"(d[b+1]), "=f"(d[b+2]), "=f"(d[b+3]), "=f"(d[b+4]), "=f"(d[b+5]), "=f"(d[b+6]), "=f"(d[b+7])
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
+      " %32, %33, p, 1, 1;\n}\n"
+      : W8(0), W8(8), W8(16), W8(24)
+      : "l"(da), "l"(db), "r"(0));
+#undef W8
+  wg_commit(); wg_wait0();
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float* o = out + (size_t)blockIdx.x * 64 * 64;
+  for (int j = 0; j < 8; ++j) {
+    const int r = 16 * w + g, c = 8 * j + 2 * q;
+    o[r * 64 + c] = d[4 * j], o[r * 64 + c + 1] = d[4 * j + 1];
+    o[(r + 8) * 64 + c] = d[4 * j + 2], o[(r + 8) * 64 + c + 1] = d[4 * j + 3];
+  }
+}
 // f16 pair: MMA0 k 0..15 then MMA1 k 16..31 accumulating (natural k order)
 __device__ __forceinline__ uint32_t cvt2(uint16_t two) {
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3); return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+// The f16 pair on wgmma: m64n64k16 f16 (values of the e4m3 codes, exact) over k 0..15 from zero, then
+// k 16..31 accumulating; operands K-major, no swizzle, lbo 128, sbo 256 (the layout k_wgmma_n64 reads).
+__global__ void k_wgmma_f16pair(const uint8_t* A, const uint8_t* B, float* out) {
+  __shared__ __align__(128) __half sA[2][64 * 16], sB[2][64 * 16];
+  const uint8_t* Ab = A + (size_t)blockIdx.x * 64 * 32;
+  const uint8_t* Bb = B + (size_t)blockIdx.x * 64 * 32;
+  for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) {
+    const int r = i / 32, k = i % 32, h = k / 16, kb = 2 * (k % 16);
+    const int off = ((r / 8) * 256 + (kb / 16) * 128 + (r % 8) * 16 + (kb % 16)) / 2;
+    __half_raw ha, hb;
+    ha.x = __nv_cvt_fp8_to_halfraw(Ab[i], __NV_E4M3).x, hb.x = __nv_cvt_fp8_to_halfraw(Bb[i], __NV_E4M3).x;
+    sA[h][off] = ha, sB[h][off] = hb;
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  wg_fence();
+#define W8(b) "+f"(d[b]), "+f"(d[b+1]), "+f"(d[b+2]), "+f"(d[b+3]), "+f"(d[b+4]), "+f"(d[b+5]), "+f"(d[b+6]), "+f"(d[b+7])
+  for (int h = 0; h < 2; ++h) {
+    const uint64_t da = desc(sA[h], 128, 256), db = desc(sB[h], 128, 256);
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
+        " %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : W8(0), W8(8), W8(16), W8(24)
+        : "l"(da), "l"(db), "r"(h));
+    wg_commit(); wg_wait0();
+  }
+#undef W8
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float* o = out + (size_t)blockIdx.x * 64 * 64;
+  for (int j = 0; j < 8; ++j) {
+    const int r = 16 * w + g, c = 8 * j + 2 * q;
+    o[r * 64 + c] = d[4 * j], o[r * 64 + c + 1] = d[4 * j + 1];
+    o[(r + 8) * 64 + c] = d[4 * j + 2], o[(r + 8) * 64 + c + 1] = d[4 * j + 3];
+  }
 }
 __global__ void k_f16pair(const uint8_t* A, const uint8_t* B, int N, float* out) {
   int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -153,7 +232,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&dA, A.size())); CK(cudaMalloc(&dB, B.size()));
     for (float** p : {&o1, &o2}) CK(cudaMalloc(p, no * 4));
     CK(cudaMemcpy(dA, A.data(), A.size(), cudaMemcpyHostToDevice)); CK(cudaMemcpy(dB, B.data(), B.size(), cudaMemcpyHostToDevice));
-    k_mma_sync<<<T, 128>>>(dA, dB, N, o1);
+    k_mma_sync<false><<<T, 128>>>(dA, dB, N, o1);
     k_f16pair<<<T, 128>>>(dA, dB, N, o2);
     CK(cudaDeviceSynchronize());
     std::vector<float> h1(no), h2(no);
@@ -179,6 +258,61 @@ int main(int argc, char** argv) {
     printf("  mma.sync e4m3 == f16 pair: %zu; == fp32 sequential: %zu; == round(exact): %zu; f16 pair == fp32 seq: %zu\n", eq12, eq1seq, eq1rn, eq2seq);
     printf("  max |err|/max|p|: e4m3 mma %.3g (2^%.1f), f16 pair %.3g, fp32 seq %.3g; e4m3 max err in fp32 ulps of result %.3g\n",
            maxrel1, log2(maxrel1 > 0 ? maxrel1 : 1e-30), maxrel2, maxrelseq, maxulp1);
+    {  // the same chunks with the products in the linears' slots: is the chunk sum independent of the slots?
+      k_mma_sync<true><<<T, 128>>>(dA, dB, N, o2);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> h3(no);
+      CK(cudaMemcpy(h3.data(), o2, no * 4, cudaMemcpyDeviceToHost));
+      size_t eqb = 0;
+      for (size_t i = 0; i < no; ++i) eqb += memcmp(&h3[i], &h1[i], 4) == 0;
+      printf("  mma.sync, k in the linears' slots == k in natural slots, bits: %zu of %zu\n", eqb, no);
+    }
+    // wgmma's chunk sums against mma.sync's, bit for bit, under each layout reading
+    struct V { uint32_t lbo, sbo, dlbo, dsbo; };
+    for (const V v : {V{128, 256, 128, 256}, V{1024, 128, 1024, 128}}) {
+      k_wgmma_n64<<<T, 128>>>(dA, dB, o2, v.lbo, v.sbo, v.dlbo, v.dsbo);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> h3(no);
+      CK(cudaMemcpy(h3.data(), o2, no * 4, cudaMemcpyDeviceToHost));
+      size_t eqb = 0;
+      double maxrel = 0;
+      for (size_t i = 0; i < no; ++i) {
+        eqb += memcmp(&h3[i], &h1[i], 4) == 0;
+        const size_t t = i / (64 * 64), r = (i / 64) % 64, c = i % 64;
+        if (i % 97) continue;  // the error against the exact sum on a sample
+        double ex = 0, pmax = 0;
+        for (int k = 0; k < 32; ++k) {
+          const double p = e4m3d(A[(t * 64 + r) * 32 + k]) * e4m3d(B[(t * N + c) * 32 + k]);
+          ex += p, pmax = fmax(pmax, fabs(p));
+        }
+        if (pmax > 0) maxrel = fmax(maxrel, fabs(h3[i] - ex) / pmax);
+      }
+      printf("  wgmma m64n64k32 (layout lbo %u sbo %u, descriptor lbo %u sbo %u): == mma.sync bits %zu of %zu; "
+             "max |err|/max|p| (sample) %.3g\n", v.lbo, v.sbo, v.dlbo, v.dsbo, eqb, no, maxrel);
+    }
+    {  // the f16 pair on wgmma against the f16 pair on mma.sync (h2), bit for bit
+      k_f16pair<<<T, 128>>>(dA, dB, N, o1);
+      k_wgmma_f16pair<<<T, 128>>>(dA, dB, o2);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> p1(no), p2(no);
+      CK(cudaMemcpy(p1.data(), o1, no * 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(p2.data(), o2, no * 4, cudaMemcpyDeviceToHost));
+      size_t eqb = 0;
+      double maxrel = 0;
+      for (size_t i = 0; i < no; ++i) {
+        eqb += memcmp(&p1[i], &p2[i], 4) == 0;
+        const size_t t = i / (64 * 64), r = (i / 64) % 64, c = i % 64;
+        if (i % 97) continue;
+        double ex = 0, pmax = 0;
+        for (int k = 0; k < 32; ++k) {
+          const double p = e4m3d(A[(t * 64 + r) * 32 + k]) * e4m3d(B[(t * N + c) * 32 + k]);
+          ex += p, pmax = fmax(pmax, fabs(p));
+        }
+        if (pmax > 0) maxrel = fmax(maxrel, fabs(p2[i] - ex) / pmax);
+      }
+      printf("  wgmma m64n64k16 f16 pair == mma.sync f16 pair bits %zu of %zu; max |err|/max|p| (sample) %.3g\n", eqb,
+             no, maxrel);
+    }
     for (float* p : {o1, o2}) cudaFree(p); cudaFree(dA); cudaFree(dB);
   }
   // throughput

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restr
 // ... (tiles), weight w1 (z = 0, into a) or w3 (z = 1, into u) for the gate, w2 (into out) for the down.
 // Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel.
 template <bool kDown, int NT>
-__global__ void __launch_bounds__(lowp::kGThreads, 1) experts_gemm_kernel(
+__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>) experts_gemm_kernel(
     lowp::QuantRows Q, int64_t p_base, const int32_t* __restrict__ pair_expert, const Fp4View* __restrict__ w1,
     const Fp4View* __restrict__ w3, const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, int kw,
     const int32_t* __restrict__ tiles, float* __restrict__ a, float* __restrict__ u, float* __restrict__ out) {

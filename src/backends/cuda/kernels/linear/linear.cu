@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(256) gemm_quant_kernel(const float* __restrict
 // (128-column tile, 32 NT-row tile), in groups of kGroup column tiles whose row tiles run in turn
 // (the group's weights and the rows in flight stay in L2).
 template <Fmt F, int NT>
-__global__ void __launch_bounds__(lowp::kGThreads, 1)
+__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>)
     gemm_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
                        float* __restrict__ y) {
   extern __shared__ float4 smem4[];
@@ -191,7 +191,7 @@ cudaError_t launch_gemm(const float* x, int64_t rows, const LowpWeight& W, int a
 
 template <Fmt F>
 cudaError_t launch_prefill(const float* x, int64_t rows, const LowpWeight& W, int act_block, float* y, cudaStream_t s) {
-  if (lowp::gemm_enabled()) return launch_gemm<F>(x, rows, W, act_block, y, s);
+  if (lowp::gemm_enabled() && lowp::gemm_takes<F>(W)) return launch_gemm<F>(x, rows, W, act_block, y, s);
   if (lowp::prefill_smem<F>() > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   const int kw = lowp::k_slices(W.in, static_cast<int>(W.in / act_block));
   const dim3 grid(static_cast<unsigned>((W.out + lowp::kPCols - 1) / lowp::kPCols), static_cast<unsigned>((rows + lowp::kPRows - 1) / lowp::kPRows));

@@ -86,7 +86,8 @@ __device__ __forceinline__ void quant_rows(RowPtr row_ptr, int64_t nrows, int64_
 // Shared memory of one GEMM CTA: kGStages<F> stages, each the 128 columns' weight bytes
 // [128][kGColBytes], the rows' codes [32 NT][kGXRowBytes], the rows' chunk scales float [32 NT][4] and
 // the columns' scale factors float [4][128] (ws * kFactor of chunk cc of column j at cc * 128 + j, 0
-// for an absent column).
+// for an absent column); FP4 adds one stage of weights as e4m3 codes [128][4 chunks x 32 bytes]
+// (kConv), converted once per stage for all 8 warps.
 template <Fmt F, int NT>
 struct GemmLayout {
   static constexpr int kW = kGCols * kGColBytes<F>;
@@ -94,8 +95,20 @@ struct GemmLayout {
   static constexpr int kXs = kGRows<NT> * kGStageChunks * 4;
   static constexpr int kWs = kGStageChunks * kGCols * 4;
   static constexpr int kStage = kW + kX + kXs + kWs;
-  static constexpr size_t kBytes = size_t(kGStages<F>) * kStage;
+  static constexpr int kConv = F == Fmt::fp4 ? kGCols * kGStageChunks * kChunk : 0;
+  static constexpr size_t kBytes = size_t(kGStages<F>) * kStage + kConv;
 };
+
+// CTAs per SM the GEMM kernels are built for (their __launch_bounds__): two for row tiles of up to 64
+// rows (128 registers a thread), one for 128-row tiles (speed only).
+template <int NT> constexpr int kGMinBlocks = NT <= 2 ? 2 : 1;
+
+// Whether gemm_tile takes W: FP8 scale blocks of at least 32 columns (a warp's 64 columns are two
+// whole halves of blocks, so a chunk's column scale is formed once per half); FP4 always.
+template <Fmt F>
+inline bool gemm_takes(const LowpWeight& W) {
+  return F == Fmt::fp4 || (W.scale_rows >= 32 && (W.scale_rows & (W.scale_rows - 1)) == 0);
+}
 
 // Swizzles (speed only: where a 16-byte piece lives in its stage, never what it holds).
 // FP8 column j: chunk cc's 32 bytes at slot cc ^ (j & 3), so the 4 columns a half warp reads fall
@@ -109,16 +122,30 @@ __device__ __forceinline__ int w_chunk_off(int j, int cc) {
 }
 __device__ __forceinline__ int x_piece_off(int r, int u) { return r * kGXRowBytes + ((u ^ ((r & 3) << 1)) << 4); }
 
+// The FP4 stage at sw as e4m3 codes at conv, in the FP8 stage layout: the word of column j, chunk cc
+// that thread q of a fragment reads (its 8 nibbles) goes to w_chunk_off<fp8>(j, cc) + 8 q as
+// {e2m1_lo, e2m1_hi}, the A registers a_regs<fp4> forms from it, so the warps read FP8's fragments.
+__device__ __forceinline__ void gemm_convert_fp4(const uint8_t* sw, uint8_t* conv, int tid) {
+  constexpr int kWords = kGCols * kGStageChunks * 4;  // 4 words of 8 nibbles per column chunk
+#pragma unroll
+  for (int k = 0; k < kWords / kGThreads; ++k) {
+    const int i = tid + k * kGThreads, j = i >> 4, cc = (i >> 2) & 3, qq = i & 3;
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(sw + w_chunk_off<Fmt::fp4>(j, cc) + 4 * qq);
+    *reinterpret_cast<uint2*>(conv + w_chunk_off<Fmt::fp8>(j, cc) + 8 * qq) = make_uint2(e2m1_lo(u), e2m1_hi(u));
+  }
+}
+
 // Columns [cta_col, cta_col + 128) of W for rows 0 .. nrows-1 of the tile (nrows <= 32 NT), whose
 // quantized rows are Q's rows row0 .. row0 + 32 NT - 1 (all present in Q: rows past nrows are read,
 // never emitted). kGThreads threads, GemmLayout<F, NT>::kBytes of shared memory at smem. emit(r, col,
-// v) once per valid (row, column), v the fp32 sum. kw = k_slices(W.in, W.in / act_block).
-// Contains __syncthreads: every thread of the CTA must call it.
+// v) once per valid (row, column), v the fp32 sum. kw = k_slices(W.in, W.in / act_block); W as
+// gemm_takes<F> requires. Contains __syncthreads: every thread of the CTA must call it.
 template <Fmt F, int NT, typename Emit>
 __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int nrows, const LowpWeight& W,
                                           int act_block, int kw, int64_t cta_col, uint8_t* smem, Emit emit) {
   using L = GemmLayout<F, NT>;
   constexpr int S = kGStages<F>, CB = WPtr<F>::kChunkBytes, R = kGRows<NT>;
+  constexpr bool kBlk = F == Fmt::fp8;  // one column scale per 32 columns (gemm_takes)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int wc = warp & 1, wr = warp >> 1;
   const int units = static_cast<int>(W.in / act_block), uc = act_block / kChunk;
@@ -126,6 +153,7 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
   const int ncols = static_cast<int>(W.out - cta_col < kGCols ? W.out - cta_col : kGCols);
   const uint8_t* wbase = W.w + cta_col * W.row_bytes;
   const int64_t xs_stride = Q.kp / kChunk;
+  uint8_t* const conv = smem + S * L::kStage;  // FP4's e4m3 codes of the stage being read
 
   // This thread's scale-staging column and chunks (StageScales' scheme: bytes loaded with a stage's
   // copies, written to the stage's table one issue later, by when they have landed).
@@ -147,26 +175,27 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
   };
 
   // Stage t (chunks 4t .. 4t + pc - 1) into slot t % S; one commit group per call, empty past the end.
+  // The rows' codes and scales are copied whole (Q's rows are zero from `in` to the stage's end).
   auto issue = [&](int t) {
     if (t < nst) {
       const int slot = t % S, pc = min(kGStageChunks, nchunks - t * kGStageChunks);
       uint8_t* st = smem + slot * L::kStage;
-      const int per_col = pc * CB / 16;
-      for (int i = tid; i < kGCols * per_col; i += kGThreads) {
-        const int j = i / per_col, part = i - j * per_col;
-        if (j < ncols) {
-          const int cc = part / (CB / 16), half = part - cc * (CB / 16);
+      constexpr int kParts = kGStageChunks * CB / 16;  // 16-byte pieces of a column's stage
+#pragma unroll
+      for (int k = 0; k < kGCols * kParts / kGThreads; ++k) {
+        const int i = tid + k * kGThreads, j = i / kParts, part = i - j * kParts;
+        const int cc = part / (CB / 16), half = part - cc * (CB / 16);
+        if (j < ncols && cc < pc)
           cp_async16(st + w_chunk_off<F>(j, cc) + 16 * half,
                      wbase + j * W.row_bytes + int64_t(t) * kGStageChunks * CB + 16 * part);
-        }
       }
-      const int xpieces = pc * (kChunk / 16);  // 2 pieces of 16 bytes per chunk of a row
-      for (int i = tid; i < R * xpieces; i += kGThreads) {
-        const int r = i / xpieces, u = i - r * xpieces;
+      constexpr int kXPieces = kGStageChunks * (kChunk / 16);  // 16-byte pieces of a row's stage
+#pragma unroll
+      for (int k = 0; k < R * kXPieces / kGThreads; ++k) {
+        const int i = tid + k * kGThreads, r = i / kXPieces, u = i - r * kXPieces;
         cp_async16(st + L::kW + x_piece_off(r, u), Q.xq + (row0 + r) * Q.kp + int64_t(t) * kGStageK + 16 * u);
       }
-      for (int r = tid; r < R; r += kGThreads)
-        cp_async16(st + L::kW + L::kX + 16 * r, Q.xs + (row0 + r) * xs_stride + t * kGStageChunks);
+      if (tid < R) cp_async16(st + L::kW + L::kX + 16 * tid, Q.xs + (row0 + tid) * xs_stride + t * kGStageChunks);
       flush_scales();
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -194,10 +223,14 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
   for (int t = 0; t < nst; ++t) {
     cp_async_wait<S - 2>();  // stage t's copies by this thread have landed
     flush_scales();          // the scales of stage t + S - 2 (its slot last read two iterations ago)
-    __syncthreads();         // ... every thread's copies and tables; slot (t - 1) % S is free
+    __syncthreads();         // ... every thread's copies and tables; slot (t - 1) % S and conv are free
     issue(t + S - 1);
     const uint8_t* st = smem + (t % S) * L::kStage;
-    const uint8_t* sw = st;
+    if constexpr (F == Fmt::fp4) {
+      gemm_convert_fp4(st, conv, tid);
+      __syncthreads();
+    }
+    const uint8_t* sw = F == Fmt::fp4 ? conv : st;  // e4m3 codes in the FP8 stage layout
     const uint8_t* sx = st + L::kW;
     const float* sxs = reinterpret_cast<const float*>(st + L::kW + L::kX);
     const float* tab = reinterpret_cast<const float*>(st + L::kW + L::kX + L::kXs);
@@ -228,27 +261,42 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
           xs0[n] = sxs[(rb + 2 * q) * kGStageChunks + cc];
           xs1[n] = sxs[(rb + 2 * q + 1) * kGStageChunks + cc];
         }
+        // kBlk: the scale products xs * ws of the warp's two 32-column halves, once per chunk (the
+        // products scale_add_w forms per column: the columns of a half share ws).
+        float p0[2][NT], p1[2][NT];
+        if constexpr (kBlk) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float wb = tab[cc * kGCols + 64 * wc + 32 * h];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) p0[h][n] = __fmul_rn(xs0[n], wb), p1[h][n] = __fmul_rn(xs1[n], wb);
+          }
+        }
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           const int j0 = 64 * wc + 16 * m + g;
-          const uint8_t* wp0 = sw + w_chunk_off<F>(j0, cc) + (CB / 4) * q;
-          const uint8_t* wp1 = sw + w_chunk_off<F>(j0 + 8, cc) + (CB / 4) * q;
-          WFrag<F> f;
-          if constexpr (F == Fmt::fp8) {
-            f.c0 = *reinterpret_cast<const uint2*>(wp0);
-            f.c1 = *reinterpret_cast<const uint2*>(wp1);
-          } else {
-            f.c0 = *reinterpret_cast<const uint32_t*>(wp0);
-            f.c1 = *reinterpret_cast<const uint32_t*>(wp1);
-          }
-          const float w0 = tab[cc * kGCols + j0], w1 = tab[cc * kGCols + j0 + 8];
-          uint32_t a[4];
-          a_regs<F>(f, a);  // converted once, used for the warp's NT row tiles
+          const uint2 c0 = *reinterpret_cast<const uint2*>(sw + w_chunk_off<Fmt::fp8>(j0, cc) + 8 * q);
+          const uint2 c1 = *reinterpret_cast<const uint2*>(sw + w_chunk_off<Fmt::fp8>(j0 + 8, cc) + 8 * q);
+          const uint32_t a[4] = {c0.x, c1.x, c0.y, c1.y};  // a_regs of the chunk's codes
+          if constexpr (kBlk) {
+            const int h = m >> 1;
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            float d[4];
-            mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
-            scale_add_w(d, w0, w1, xs0[n], xs1[n], acc[m][n]);
+            for (int n = 0; n < NT; ++n) {
+              float d[4];
+              mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
+              acc[m][n][0] = __fmaf_rn(d[0], p0[h][n], acc[m][n][0]);
+              acc[m][n][1] = __fmaf_rn(d[1], p1[h][n], acc[m][n][1]);
+              acc[m][n][2] = __fmaf_rn(d[2], p0[h][n], acc[m][n][2]);
+              acc[m][n][3] = __fmaf_rn(d[3], p1[h][n], acc[m][n][3]);
+            }
+          } else {
+            const float w0 = tab[cc * kGCols + j0], w1 = tab[cc * kGCols + j0 + 8];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              float d[4];
+              mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
+              scale_add_w(d, w0, w1, xs0[n], xs1[n], acc[m][n]);
+            }
           }
         }
       }
