@@ -53,6 +53,17 @@ __global__ void k_mma_sync(const uint8_t* A, const uint8_t* B, int N, float* out
     o[r * N + c] = d[0]; o[r * N + c + 1] = d[1]; o[(r + 8) * N + c] = d[2]; o[(r + 8) * N + c + 1] = d[3];
   }
 }
+// A warpgroup's m64n64 f32 accumulators to o [64][64]: warp w, lane 4 g + q holds d[4 j + e] = D[16 w + g +
+// 8 (e >> 1)][8 j + 2 q + (e & 1)].
+__device__ __forceinline__ void store_wg64(const float (&d)[32], float* o) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  for (int j = 0; j < 8; ++j) {
+    const int r = 16 * w + g, c = 8 * j + 2 * q;
+    o[r * 64 + c] = d[4 * j], o[r * 64 + c + 1] = d[4 * j + 1];
+    o[(r + 8) * 64 + c] = d[4 * j + 2], o[(r + 8) * 64 + c + 1] = d[4 * j + 3];
+  }
+}
+
 // wgmma m64n64k32 e4m3 from zero (scale-d false), one warpgroup per trial: A [64][32] and B [64][32]
 // (k contiguous) staged in a K-major layout without swizzle, core matrices of 8 rows x 16 bytes: row r,
 // byte k at (r / 8) sbo + (k / 16) lbo + (r % 8) 16 + k % 16; the descriptors carry dlbo / dsbo (the
@@ -80,13 +91,7 @@ __global__ void k_wgmma_n64(const uint8_t* A, const uint8_t* B, float* out, uint
       : "l"(da), "l"(db), "r"(0));
 #undef W8
   wg_commit(); wg_wait0();
-  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  float* o = out + (size_t)blockIdx.x * 64 * 64;
-  for (int j = 0; j < 8; ++j) {
-    const int r = 16 * w + g, c = 8 * j + 2 * q;
-    o[r * 64 + c] = d[4 * j], o[r * 64 + c + 1] = d[4 * j + 1];
-    o[(r + 8) * 64 + c] = d[4 * j + 2], o[(r + 8) * 64 + c + 1] = d[4 * j + 3];
-  }
+  store_wg64(d, out + (size_t)blockIdx.x * 64 * 64);
 }
 // f16 pair: MMA0 k 0..15 then MMA1 k 16..31 accumulating (natural k order)
 __device__ __forceinline__ uint32_t cvt2(uint16_t two) {
@@ -122,13 +127,7 @@ __global__ void k_wgmma_f16pair(const uint8_t* A, const uint8_t* B, float* out) 
     wg_commit(); wg_wait0();
   }
 #undef W8
-  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  float* o = out + (size_t)blockIdx.x * 64 * 64;
-  for (int j = 0; j < 8; ++j) {
-    const int r = 16 * w + g, c = 8 * j + 2 * q;
-    o[r * 64 + c] = d[4 * j], o[r * 64 + c + 1] = d[4 * j + 1];
-    o[(r + 8) * 64 + c] = d[4 * j + 2], o[(r + 8) * 64 + c + 1] = d[4 * j + 3];
-  }
+  store_wg64(d, out + (size_t)blockIdx.x * 64 * 64);
 }
 __global__ void k_f16pair(const uint8_t* A, const uint8_t* B, int N, float* out) {
   int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -258,61 +257,46 @@ int main(int argc, char** argv) {
     printf("  mma.sync e4m3 == f16 pair: %zu; == fp32 sequential: %zu; == round(exact): %zu; f16 pair == fp32 seq: %zu\n", eq12, eq1seq, eq1rn, eq2seq);
     printf("  max |err|/max|p|: e4m3 mma %.3g (2^%.1f), f16 pair %.3g, fp32 seq %.3g; e4m3 max err in fp32 ulps of result %.3g\n",
            maxrel1, log2(maxrel1 > 0 ? maxrel1 : 1e-30), maxrel2, maxrelseq, maxulp1);
-    {  // the same chunks with the products in the linears' slots: is the chunk sum independent of the slots?
-      k_mma_sync<true><<<T, 128>>>(dA, dB, N, o2);
+    // A launch's outputs against `want`: equal bit patterns, and the largest error over the largest product
+    // from the exact sum on a sample of 1 in 97.
+    auto fetch = [&](const float* dev) {
       CK(cudaDeviceSynchronize());
-      std::vector<float> h3(no);
-      CK(cudaMemcpy(h3.data(), o2, no * 4, cudaMemcpyDeviceToHost));
-      size_t eqb = 0;
-      for (size_t i = 0; i < no; ++i) eqb += memcmp(&h3[i], &h1[i], 4) == 0;
-      printf("  mma.sync, k in the linears' slots == k in natural slots, bits: %zu of %zu\n", eqb, no);
-    }
+      std::vector<float> h(no);
+      CK(cudaMemcpy(h.data(), dev, no * 4, cudaMemcpyDeviceToHost));
+      return h;
+    };
+    struct Cmp { size_t eq = 0; double maxrel = 0; };
+    auto compare = [&](const std::vector<float>& got, const std::vector<float>& want) {
+      Cmp c;
+      for (size_t i = 0; i < no; ++i) {
+        c.eq += memcmp(&got[i], &want[i], 4) == 0;
+        if (i % 97) continue;
+        const size_t t = i / (64 * N), r = (i / N) % 64, col = i % N;
+        double ex = 0, pmax = 0;
+        for (int k = 0; k < 32; ++k) {
+          const double p = e4m3d(A[(t * 64 + r) * 32 + k]) * e4m3d(B[(t * N + col) * 32 + k]);
+          ex += p, pmax = fmax(pmax, fabs(p));
+        }
+        if (pmax > 0) c.maxrel = fmax(c.maxrel, fabs(got[i] - ex) / pmax);
+      }
+      return c;
+    };
+    k_mma_sync<true><<<T, 128>>>(dA, dB, N, o2);  // the products in the linears' slots
+    const Cmp slots = compare(fetch(o2), h1);
+    printf("  mma.sync, k in the linears' slots == k in natural slots, bits: %zu of %zu\n", slots.eq, no);
     // wgmma's chunk sums against mma.sync's, bit for bit, under each layout reading
     struct V { uint32_t lbo, sbo, dlbo, dsbo; };
     for (const V v : {V{128, 256, 128, 256}, V{1024, 128, 1024, 128}}) {
       k_wgmma_n64<<<T, 128>>>(dA, dB, o2, v.lbo, v.sbo, v.dlbo, v.dsbo);
-      CK(cudaDeviceSynchronize());
-      std::vector<float> h3(no);
-      CK(cudaMemcpy(h3.data(), o2, no * 4, cudaMemcpyDeviceToHost));
-      size_t eqb = 0;
-      double maxrel = 0;
-      for (size_t i = 0; i < no; ++i) {
-        eqb += memcmp(&h3[i], &h1[i], 4) == 0;
-        const size_t t = i / (64 * 64), r = (i / 64) % 64, c = i % 64;
-        if (i % 97) continue;  // the error against the exact sum on a sample
-        double ex = 0, pmax = 0;
-        for (int k = 0; k < 32; ++k) {
-          const double p = e4m3d(A[(t * 64 + r) * 32 + k]) * e4m3d(B[(t * N + c) * 32 + k]);
-          ex += p, pmax = fmax(pmax, fabs(p));
-        }
-        if (pmax > 0) maxrel = fmax(maxrel, fabs(h3[i] - ex) / pmax);
-      }
+      const Cmp c = compare(fetch(o2), h1);
       printf("  wgmma m64n64k32 (layout lbo %u sbo %u, descriptor lbo %u sbo %u): == mma.sync bits %zu of %zu; "
-             "max |err|/max|p| (sample) %.3g\n", v.lbo, v.sbo, v.dlbo, v.dsbo, eqb, no, maxrel);
+             "max |err|/max|p| (sample) %.3g\n", v.lbo, v.sbo, v.dlbo, v.dsbo, c.eq, no, c.maxrel);
     }
-    {  // the f16 pair on wgmma against the f16 pair on mma.sync (h2), bit for bit
-      k_f16pair<<<T, 128>>>(dA, dB, N, o1);
-      k_wgmma_f16pair<<<T, 128>>>(dA, dB, o2);
-      CK(cudaDeviceSynchronize());
-      std::vector<float> p1(no), p2(no);
-      CK(cudaMemcpy(p1.data(), o1, no * 4, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(p2.data(), o2, no * 4, cudaMemcpyDeviceToHost));
-      size_t eqb = 0;
-      double maxrel = 0;
-      for (size_t i = 0; i < no; ++i) {
-        eqb += memcmp(&p1[i], &p2[i], 4) == 0;
-        const size_t t = i / (64 * 64), r = (i / 64) % 64, c = i % 64;
-        if (i % 97) continue;
-        double ex = 0, pmax = 0;
-        for (int k = 0; k < 32; ++k) {
-          const double p = e4m3d(A[(t * 64 + r) * 32 + k]) * e4m3d(B[(t * N + c) * 32 + k]);
-          ex += p, pmax = fmax(pmax, fabs(p));
-        }
-        if (pmax > 0) maxrel = fmax(maxrel, fabs(p2[i] - ex) / pmax);
-      }
-      printf("  wgmma m64n64k16 f16 pair == mma.sync f16 pair bits %zu of %zu; max |err|/max|p| (sample) %.3g\n", eqb,
-             no, maxrel);
-    }
+    // the f16 pair on wgmma against the f16 pair on mma.sync (h2), bit for bit
+    k_wgmma_f16pair<<<T, 128>>>(dA, dB, o1);
+    const Cmp f16 = compare(fetch(o1), h2);
+    printf("  wgmma m64n64k16 f16 pair == mma.sync f16 pair bits %zu of %zu; max |err|/max|p| (sample) %.3g\n", f16.eq,
+           no, f16.maxrel);
     for (float* p : {o1, o2}) cudaFree(p); cudaFree(dA); cudaFree(dB);
   }
   // throughput
