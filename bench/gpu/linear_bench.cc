@@ -291,18 +291,28 @@ void bench_experts() {
   }
 }
 
-// One prefill line: the call on the 64 x 64 tiles and on the many-row GEMM in the same run (set_lowp_gemm),
-// flop per call, their TFLOP/s, share of the dense FP8 rate (`rate`) and the GEMM's speedup.
+// One prefill line: the call on the 64 x 64 tiles, on the many-row GEMM's mma.sync form and on its warpgroup-MMA
+// form (where the device has it) in the same run (set_lowp_gemm, set_lowp_gemm_wgmma): flop per call, TFLOP/s,
+// share of the dense FP8 rate (`rate`) and the speedup of the default GEMM over the tiles.
 void prefill_line(const char* kind, const char* name, int rows, double flop, double rate,
                   const std::function<void(int, cudaStream_t)>& fn, int calls = 5) {
   set_lowp_gemm(false);
   const double us_tiles = time_us(fn, calls);
   set_lowp_gemm(true);
-  const double us_gemm = time_us(fn, calls);
-  const double tf_tiles = flop / (us_tiles * 1e-6), tf_gemm = flop / (us_gemm * 1e-6);
-  std::printf("%-6s %-26s rows %5d  tiles %10.1f us %7.1f TFLOP/s x%.3f | gemm %10.1f us %7.1f TFLOP/s x%.3f | x%.2f\n",
-              kind, name, rows, us_tiles, tf_tiles / 1e12, tf_tiles / rate, us_gemm, tf_gemm / 1e12, tf_gemm / rate,
-              us_tiles / us_gemm);
+  set_lowp_gemm_wgmma(false);
+  const double us_sync = time_us(fn, calls);
+  set_lowp_gemm_wgmma(true);
+  const bool wg = lowp_gemm_wgmma_active();
+  const double us_wg = wg ? time_us(fn, calls) : 0.0;
+  auto col = [&](const char* label, double us) {
+    const double tf = flop / (us * 1e-6);
+    std::printf(" | %s %10.1f us %7.1f TFLOP/s x%.3f", label, us, tf / 1e12, tf / rate);
+  };
+  std::printf("%-6s %-26s rows %5d", kind, name, rows);
+  col("tiles", us_tiles);
+  col("gemm", us_sync);
+  if (wg) col("wgmma", us_wg);
+  std::printf(" | x%.2f\n", us_tiles / (wg ? us_wg : us_sync));
 }
 
 // Prefill chunks of routed experts (6 per row): 3 x pairs x I x D multiply-adds per call.

@@ -16,13 +16,18 @@
 #include <vector>
 #include <random>
 
-#include "backends/cuda/kernels/linear/lowp_mma.cuh"
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4]) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1),
         "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+// d = A B, m16n8k32, e4m3 inputs, f32 from zero.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint2 b) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y),
+        "f"(0.f));
 }
 __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo) {
   uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -48,7 +53,7 @@ __global__ void k_mma_sync(const uint8_t* A, const uint8_t* B, int N, float* out
   float* o = out + (size_t)blockIdx.x * 64 * N;
   for (int nb = 0; nb < N / 8; ++nb) {
     uint32_t b0 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + lo), b1 = *(const uint32_t*)(Bb + (nb * 8 + g) * 32 + hi);
-    float d[4]; dsv4::cuda::lowp::mma_e4m3(d, a, make_uint2(b0, b1));  // the linears' own chunk MMA
+    float d[4]; mma_e4m3(d, a, make_uint2(b0, b1));
     int r = 16 * w + g, c = nb * 8 + 2 * q;
     o[r * N + c] = d[0]; o[r * N + c + 1] = d[1]; o[(r + 8) * N + c] = d[2]; o[(r + 8) * N + c + 1] = d[3];
   }

@@ -82,6 +82,7 @@ uint32_t bits(float f) {
 struct Modes {  // restores the defaults when a test ends, however it ends
   ~Modes() {
     set_lowp_gemm(true);
+    set_lowp_gemm_wgmma(true);
     set_lowp_gemm_tile_rows(0);
     set_lowp_tile_rows(0);
   }
@@ -149,6 +150,7 @@ void check_linear(const Linear& L, const std::vector<int64_t>& row_counts, uint3
                                                           ": 64 x 64 tiles vs row kernels (8-row launches)"));
     set_lowp_tile_rows(-1);
     set_lowp_gemm(true);
+    set_lowp_gemm_wgmma(false);
     for (int tile_rows : {0, 32, 64, 128}) {
       set_lowp_gemm_tile_rows(tile_rows);
       const std::vector<float> gemm = L.run(dx, r0, rows);
@@ -156,7 +158,18 @@ void check_linear(const Linear& L, const std::vector<int64_t>& row_counts, uint3
                                                       std::to_string(tile_rows) + " (0: its choice) vs 64 x 64 tiles"));
     }
     set_lowp_gemm_tile_rows(0);
-    std::printf("[ %s ] rows %lld: GEMM == 64 x 64 tiles == row kernels\n", L.name().c_str(), (long long)rows);
+    set_lowp_gemm_wgmma(true);
+    const bool wg = lowp_gemm_wgmma_active();
+    for (int tile_rows : {0, 64, 128}) {
+      if (!wg) break;
+      set_lowp_gemm_tile_rows(tile_rows);
+      const std::vector<float> gemm = L.run(dx, r0, rows);
+      ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows " + std::to_string(rows) + " GEMM tile rows " +
+                                                      std::to_string(tile_rows) + " on the warpgroup MMA vs 64 x 64 tiles"));
+    }
+    set_lowp_gemm_tile_rows(0);
+    std::printf("[ %s ] rows %lld: GEMM%s == 64 x 64 tiles == row kernels\n", L.name().c_str(), (long long)rows,
+                wg ? " (mma.sync and warpgroup MMA)" : " (mma.sync; no warpgroup MMA on this device)");
   }
 }
 
@@ -193,12 +206,17 @@ TEST(LowpGemmCuda, WideKInPiecesEqualsTiles) {
   set_lowp_gemm(false);
   const std::vector<float> tiles = L.run(dx, 0, rows);
   set_lowp_gemm(true);
-  const std::vector<float> gemm = L.run(dx, 0, rows);
-  ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows 6500: GEMM vs 64 x 64 tiles"));
-  const std::vector<float> part = L.run(dx, 3000, 129);
-  ASSERT_TRUE(same_bytes(part, std::vector<float>(gemm.begin() + 3000 * L.out, gemm.begin() + 3129 * L.out), L.out,
-                         L.name() + " rows [3000, 3129) alone vs in the 6500-row launch"));
-  std::printf("[ %s ] rows 6500 in pieces: GEMM == 64 x 64 tiles\n", L.name().c_str());
+  for (bool wg : {false, true}) {
+    set_lowp_gemm_wgmma(wg);
+    if (wg && !lowp_gemm_wgmma_active()) break;
+    const std::string form = wg ? " (warpgroup MMA)" : " (mma.sync)";
+    const std::vector<float> gemm = L.run(dx, 0, rows);
+    ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows 6500: GEMM" + form + " vs 64 x 64 tiles"));
+    const std::vector<float> part = L.run(dx, 3000, 129);
+    ASSERT_TRUE(same_bytes(part, std::vector<float>(gemm.begin() + 3000 * L.out, gemm.begin() + 3129 * L.out), L.out,
+                           L.name() + " rows [3000, 3129) alone vs in the 6500-row launch" + form));
+    std::printf("[ %s ] rows 6500 in pieces: GEMM%s == 64 x 64 tiles\n", L.name().c_str(), form.c_str());
+  }
 }
 
 // Routed experts with uneven segments: per expert the given pair count (0: no pair), the experts marked
@@ -258,13 +276,24 @@ void check_experts(int64_t D, int64_t I, const std::vector<int>& counts, const s
   const std::vector<float> tiles = run(1);
   ASSERT_TRUE(same_bytes(tiles, row_kernels, D, what + ": 64 x 64 tiles vs row kernels"));
   set_lowp_gemm(true);
+  set_lowp_gemm_wgmma(false);
   for (int tile_rows : {0, 32, 64, 128}) {
     set_lowp_gemm_tile_rows(tile_rows);
     const std::vector<float> gemm = run(1);
     ASSERT_TRUE(same_bytes(gemm, row_kernels, D,
                            what + ": GEMM tile rows " + std::to_string(tile_rows) + " (0: its choice) vs row kernels"));
   }
-  std::printf("[ %s ] GEMM == 64 x 64 tiles == row kernels\n", what.c_str());
+  set_lowp_gemm_tile_rows(0);
+  set_lowp_gemm_wgmma(true);
+  const bool wg = lowp_gemm_wgmma_active();
+  for (int tile_rows : {0, 64, 128}) {
+    if (!wg) break;
+    set_lowp_gemm_tile_rows(tile_rows);
+    ASSERT_TRUE(same_bytes(run(1), row_kernels, D, what + ": GEMM tile rows " + std::to_string(tile_rows) +
+                                                       " on the warpgroup MMA vs row kernels"));
+  }
+  std::printf("[ %s ] GEMM%s == 64 x 64 tiles == row kernels\n", what.c_str(),
+              wg ? " (mma.sync and warpgroup MMA)" : " (mma.sync)");
 }
 
 // Some experts empty, one with most pairs, segments of 1, 7, 33, 129 pairs, two experts of another rank.

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "backends/cuda/kernels/linear/lowp_gemm.cuh"
 #include "backends/cuda/kernels/linear/lowp_prefill.cuh"
 #include "backends/cuda/kernels/linear/lowp_stream.cuh"
+#include "backends/cuda/kernels/linear/lowp_wgmma.cuh"
 #include "backends/cuda/kernels/block/moe_experts.cuh"
 #include "backends/cuda/kernels/block/fwd_reduce.cuh"
 
@@ -224,14 +224,15 @@ __global__ void __launch_bounds__(256, 2) experts_prefill_kernel(
 }
 
 // The many-row GEMM's pre-pass over the pairs [p0, p0 + n): act_quant of each pair's row (kDown = false:
-// x's row pair_row[p]; true: h's row p) into Q's rows 0 .. n-1, rows n .. n_alloc-1 zero.
-template <bool kDown>
+// x's row pair_row[p]; true: h's row p) into Q's rows 0 .. n-1, rows n .. n_alloc-1 zero; in slot order
+// for the warpgroup GEMM (kSlots).
+template <bool kDown, bool kSlots>
 __global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restrict__ x,
                                                             const int32_t* __restrict__ pair_row,
                                                             const float* __restrict__ h, int64_t p0, int64_t n,
                                                             int64_t n_alloc, int64_t in, int act_block,
                                                             lowp::QuantRows Q) {
-  lowp::quant_rows<Fmt::fp4>(
+  lowp::quant_rows<Fmt::fp4, kSlots>(
       [&](int64_t r) { return kDown ? h + (p0 + r) * in : x + int64_t(pair_row[p0 + r]) * in; }, n, n_alloc, in,
       act_block, Q);
 }
@@ -239,9 +240,13 @@ __global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restr
 // The many-row GEMM over the pieces of one run of pairs starting at pair p_base (its rows quantized in Q,
 // pair p at Q's row p - p_base): CTA (x, y, z) takes columns [128 x, 128 x + 128) of pieces y, y + gridDim.y,
 // ... (tiles), weight w1 (z = 0, into a) or w3 (z = 1, into u) for the gate, w2 (into out) for the down.
-// Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel.
-template <bool kDown, int NT>
-__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>) experts_gemm_kernel(
+// Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel. Row tiles of 32 NT rows
+// on gemm_tile, or on gemm_wg_tile (kWg, the warpgroup MMA; NT 2 or 4).
+template <bool kWg, int NT>
+constexpr size_t kExpertSmem = kWg ? lowp::WgLayout<Fmt::fp4, lowp::kGRows<NT>>::kBytes : lowp::GemmLayout<Fmt::fp4, NT>::kBytes;
+static_assert(lowp::kWgThreads == lowp::kGThreads);
+template <bool kDown, bool kWg, int NT>
+__global__ void __launch_bounds__(lowp::kGThreads, kWg ? 1 : lowp::kGMinBlocks<NT>) experts_gemm_kernel(
     lowp::QuantRows Q, int64_t p_base, const int32_t* __restrict__ pair_expert, const Fp4View* __restrict__ w1,
     const Fp4View* __restrict__ w3, const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, int kw,
     const int32_t* __restrict__ tiles, float* __restrict__ a, float* __restrict__ u, float* __restrict__ out) {
@@ -252,16 +257,14 @@ __global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>) expert
     const int32_t p0 = tiles[1 + 2 * j], n = tiles[2 + 2 * j] - p0;
     const int e = pair_expert[p0];
     if (e < 0) continue;  // another rank's expert (uniform over the CTA)
-    if constexpr (kDown) {
-      lowp::gemm_tile<Fmt::fp4, NT>(
-          Q, p0 - p_base, n, as_lowp(w2[e]), act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4),
-          [&](int r, int64_t col, float v) { out[int64_t(p0 + r) * D + col] = round_bf16(v); });
+    const LowpWeight W = as_lowp(kDown ? w2[e] : blockIdx.z ? w3[e] : w1[e]);
+    float* y = kDown ? out : blockIdx.z ? u : a;
+    const int64_t ld = kDown ? D : I;
+    auto emit = [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * ld + col] = round_bf16(v); };
+    if constexpr (kWg) {
+      lowp::gemm_wg_tile<Fmt::fp4, lowp::kGRows<NT>>(Q, p0 - p_base, n, W, act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4), emit);
     } else {
-      float* y = blockIdx.z ? u : a;
-      lowp::gemm_tile<Fmt::fp4, NT>(
-          Q, p0 - p_base, n, as_lowp(blockIdx.z ? w3[e] : w1[e]), act_block, kw, col0,
-          reinterpret_cast<uint8_t*>(smem4),
-          [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * I + col] = round_bf16(v); });
+      lowp::gemm_tile<Fmt::fp4, NT>(Q, p0 - p_base, n, W, act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4), emit);
     }
   }
 }
@@ -291,19 +294,23 @@ const lowp::SmCaps& caps() {  // per-device limits, read once
     auto gemm_optin = [](const void* k, size_t bytes) {
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     };
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 1>), lowp::GemmLayout<Fmt::fp4, 1>::kBytes);
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 2>), lowp::GemmLayout<Fmt::fp4, 2>::kBytes);
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, 4>), lowp::GemmLayout<Fmt::fp4, 4>::kBytes);
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 1>), lowp::GemmLayout<Fmt::fp4, 1>::kBytes);
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 2>), lowp::GemmLayout<Fmt::fp4, 2>::kBytes);
-    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, 4>), lowp::GemmLayout<Fmt::fp4, 4>::kBytes);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, false, 1>), kExpertSmem<false, 1>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, false, 2>), kExpertSmem<false, 2>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, false, 4>), kExpertSmem<false, 4>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, false, 1>), kExpertSmem<false, 1>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, false, 2>), kExpertSmem<false, 2>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, false, 4>), kExpertSmem<false, 4>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, true, 2>), kExpertSmem<true, 2>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<false, true, 4>), kExpertSmem<true, 4>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, true, 2>), kExpertSmem<true, 2>);
+    gemm_optin(reinterpret_cast<const void*>(experts_gemm_kernel<true, true, 4>), kExpertSmem<true, 4>);
     return r;
   }();
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
 
-template <bool kDown, int NT>
+template <bool kDown, bool kWg, int NT>
 void launch_experts_gemm(const lowp::QuantRows& Q, int64_t p_base, int64_t n, const int32_t* pair_expert,
                          const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I, int act_block,
                          int kw, const int32_t* tiles, float* a, float* u, float* out, cudaStream_t s) {
@@ -312,18 +319,19 @@ void launch_experts_gemm(const lowp::QuantRows& Q, int64_t p_base, int64_t n, co
   const unsigned ys = static_cast<unsigned>(std::min<int64_t>((n + R - 1) / R + std::min<int64_t>(n, 384), 65535));
   const int64_t cols = kDown ? D : I;
   const dim3 grid(static_cast<unsigned>((cols + lowp::kGCols - 1) / lowp::kGCols), ys, kDown ? 1 : 2);
-  experts_gemm_kernel<kDown, NT><<<grid, lowp::kGThreads, lowp::GemmLayout<Fmt::fp4, NT>::kBytes, s>>>(
+  experts_gemm_kernel<kDown, kWg, NT><<<grid, lowp::kGThreads, kExpertSmem<kWg, NT>, s>>>(
       Q, p_base, pair_expert, w1, w3, w2, D, I, act_block, kw, tiles, a, u, out);
 }
 
 // The prefill path on the many-row GEMM: a segment table; then per run of up to gemm_chunk_rows pairs
 // (each run's rows act_quant'ed once into a stream-ordered buffer) the gate and up over its pieces;
-// SwiGLU over every pair; then per run the down. 32 NT pairs per row tile (lowp::experts_nt).
-template <int NT>
+// SwiGLU over every pair; then per run the down. 32 NT pairs per row tile (lowp::experts_nt, or
+// lowp::wg_experts_nt on the warpgroup MMA, kWg).
+template <bool kWg, int NT>
 cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
                          int64_t n_pairs, const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I,
                          int act_block, float swiglu_limit, float* scratch, float* out, cudaStream_t s) {
-  if (lowp::GemmLayout<Fmt::fp4, NT>::kBytes > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  if (kExpertSmem<kWg, NT> > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   float* a = scratch;                                                      // [n_pairs, I], then h in place
   float* u = scratch + n_pairs * I;                                        // [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
@@ -348,11 +356,11 @@ cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t*
                                               lowp::kGRows<NT>, tiles);
       const lowp::QuantRows Q = lowp::quant_rows_at(buf, n + pad, kDown ? I : D);
       if (kDown) {
-        experts_quant_kernel<true><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I, act_block, Q);
-        launch_experts_gemm<true, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out, s);
+        experts_quant_kernel<true, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I, act_block, Q);
+        launch_experts_gemm<true, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out, s);
       } else {
-        experts_quant_kernel<false><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D, act_block, Q);
-        launch_experts_gemm<false, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out, s);
+        experts_quant_kernel<false, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D, act_block, Q);
+        launch_experts_gemm<false, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out, s);
       }
       e = cudaGetLastError();
     }
@@ -373,12 +381,19 @@ cudaError_t moe_routed_experts(const float* x, const int32_t* pair_row, const in
   if (n_pairs == 0) return cudaSuccess;
   if (n_pairs >= std::max<int64_t>(1, tile_pairs) && lowp::gemm_enabled()) {  // speed only, as below
     (void)caps();
+    if (lowp::wg_enabled()) {
+      if (lowp::wg_experts_nt(n_pairs) == 4)
+        return experts_gemm<true, 4>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I, act_block,
+                                     swiglu_limit, scratch, out, s);
+      return experts_gemm<true, 2>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I, act_block,
+                                   swiglu_limit, scratch, out, s);
+    }
     const int nt = lowp::experts_nt(n_pairs);
-    if (nt == 4) return experts_gemm<4>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
+    if (nt == 4) return experts_gemm<false, 4>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
                                                      act_block, swiglu_limit, scratch, out, s);
-    if (nt == 2) return experts_gemm<2>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
+    if (nt == 2) return experts_gemm<false, 2>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I,
                                                     act_block, swiglu_limit, scratch, out, s);
-    return experts_gemm<1>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I, act_block, swiglu_limit,
+    return experts_gemm<false, 1>(x, pair_row, pair_expert, pair_weight, n_pairs, w1, w3, w2, D, I, act_block, swiglu_limit,
                            scratch, out, s);
   }
   if (n_pairs >= std::max<int64_t>(1, tile_pairs)) {  // speed only: every pair gets the bits of the row tiles

@@ -5,9 +5,9 @@
 
 #include "backends/cuda/exl3/exl3_view.h"
 #include "backends/cuda/kernels/linear/linear.cuh"
-#include "backends/cuda/kernels/linear/lowp_gemm.cuh"
 #include "backends/cuda/kernels/linear/lowp_prefill.cuh"
 #include "backends/cuda/kernels/linear/lowp_stream.cuh"
+#include "backends/cuda/kernels/linear/lowp_wgmma.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -84,30 +84,54 @@ __global__ void __launch_bounds__(256) tc_prefill_kernel(const float* __restrict
       [&](int r, int64_t col, float v) { y[(row0 + r) * W.out + col] = round_bf16(v); });
 }
 
-// The many-row GEMM's pre-pass: act_quant of x's rows 0 .. n-1 into Q (rows n .. rows_alloc-1 zero).
-template <Fmt F>
+// The many-row GEMM's pre-pass: act_quant of x's rows 0 .. n-1 into Q (rows n .. rows_alloc-1 zero), in
+// pair order for gemm_tile, slot order (kSlots) for gemm_wg_tile.
+template <Fmt F, bool kSlots>
 __global__ void __launch_bounds__(256) gemm_quant_kernel(const float* __restrict__ x, int64_t in, int64_t n,
                                                          int64_t rows_alloc, int act_block, lowp::QuantRows Q) {
-  lowp::quant_rows<F>([&](int64_t r) { return x + r * in; }, n, rows_alloc, in, act_block, Q);
+  lowp::quant_rows<F, kSlots>([&](int64_t r) { return x + r * in; }, n, rows_alloc, in, act_block, Q);
 }
 
-// The many-row GEMM over Q's rows 0 .. rows-1 into y [rows, W.out] (bf16 values). One CTA per
-// (128-column tile, 32 NT-row tile), in groups of kGroup column tiles whose row tiles run in turn
-// (the group's weights and the rows in flight stay in L2).
+// The many-row GEMM's CTA `id` of a launch over `rows` rows and col_tiles 128-column tiles: one CTA per
+// (column tile, R-row tile), in groups of kGroup column tiles whose row tiles run in turn (the group's
+// weights and the rows in flight stay in L2).
+struct GemmCta {
+  int64_t col_tile, row0;
+  int nrows;
+};
+__device__ __forceinline__ GemmCta gemm_cta(int64_t id, int64_t rows, int R, int64_t col_tiles) {
+  constexpr int64_t kGroup = 8;
+  const int64_t row_tiles = (rows + R - 1) / R, per_group = kGroup * row_tiles;
+  const int64_t grp = id / per_group, c0 = grp * kGroup;
+  const int64_t gw = col_tiles - c0 < kGroup ? col_tiles - c0 : kGroup, l = id - grp * per_group;
+  const int64_t row0 = (l / gw) * R;
+  return GemmCta{c0 + l % gw, row0, static_cast<int>(rows - row0 < R ? rows - row0 : R)};
+}
+
+// The many-row GEMM over Q's rows 0 .. rows-1 into y [rows, W.out] (bf16 values), 32 NT-row tiles.
 template <Fmt F, int NT>
 __global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>)
     gemm_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
                        float* __restrict__ y) {
   extern __shared__ float4 smem4[];
   constexpr int R = lowp::kGRows<NT>;
-  constexpr int64_t kGroup = 8;
-  const int64_t row_tiles = (rows + R - 1) / R, per_group = kGroup * row_tiles;
-  const int64_t id = blockIdx.x, grp = id / per_group, c0 = grp * kGroup;
-  const int64_t gw = col_tiles - c0 < kGroup ? col_tiles - c0 : kGroup, l = id - grp * per_group;
-  const int64_t ct = c0 + l % gw, row0 = (l / gw) * R;
-  const int nrows = static_cast<int>(rows - row0 < R ? rows - row0 : R);
-  lowp::gemm_tile<F, NT>(Q, row0, nrows, W, act_block, kw, ct * lowp::kGCols, reinterpret_cast<uint8_t*>(smem4),
-                         [&](int r, int64_t col, float v) { y[(row0 + r) * W.out + col] = round_bf16(v); });
+  const GemmCta c = gemm_cta(blockIdx.x, rows, R, col_tiles);
+  lowp::gemm_tile<F, NT>(Q, c.row0, c.nrows, W, act_block, kw, c.col_tile * lowp::kGCols,
+                         reinterpret_cast<uint8_t*>(smem4),
+                         [&](int r, int64_t col, float v) { y[(c.row0 + r) * W.out + col] = round_bf16(v); });
+}
+
+// The many-row GEMM on the warpgroup MMA: gemm_linear_kernel's scheme with 32 NT-row tiles (NT 2 or 4).
+template <Fmt F, int NT>
+__global__ void __launch_bounds__(lowp::kWgThreads, 1)
+    gemm_wg_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
+                          float* __restrict__ y) {
+  extern __shared__ float4 smem4[];
+  constexpr int R = lowp::kGRows<NT>;
+  const GemmCta c = gemm_cta(blockIdx.x, rows, R, col_tiles);
+  lowp::gemm_wg_tile<F, R>(Q, c.row0, c.nrows, W, act_block, kw, c.col_tile * lowp::kGCols,
+                           reinterpret_cast<uint8_t*>(smem4),
+                           [&](int r, int64_t col, float v) { y[(c.row0 + r) * W.out + col] = round_bf16(v); });
 }
 
 // Per-device limits, read once (the engine runs on one device per process).
@@ -125,7 +149,11 @@ const lowp::SmCaps& caps() {
                                                    reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 4>),
                                                    reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 1>),
                                                    reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 2>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 4>)});
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 4>),
+                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp8, 2>),
+                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp8, 4>),
+                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp4, 2>),
+                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp4, 4>)});
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
@@ -161,6 +189,17 @@ cudaError_t launch_gemm_nt(const lowp::QuantRows& Q, int64_t rows, const LowpWei
   return cudaGetLastError();
 }
 
+template <Fmt F, int NT>
+cudaError_t launch_gemm_wg(const lowp::QuantRows& Q, int64_t rows, const LowpWeight& W, int act_block, int kw,
+                           int64_t col_tiles, float* y, cudaStream_t s) {
+  const int64_t ctas = col_tiles * ((rows + lowp::kGRows<NT> - 1) / lowp::kGRows<NT>);
+  constexpr size_t smem = lowp::WgLayout<F, lowp::kGRows<NT>>::kBytes;
+  if (smem > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  gemm_wg_linear_kernel<F, NT><<<static_cast<unsigned>(ctas), lowp::kWgThreads, smem, s>>>(Q, rows, W, act_block, kw,
+                                                                                          col_tiles, y);
+  return cudaGetLastError();
+}
+
 // The many-row GEMM: in pieces of gemm_chunk_rows rows, each act_quant'ed once into a stream-ordered
 // buffer, then multiplied by every column tile.
 template <Fmt F>
@@ -168,6 +207,7 @@ cudaError_t launch_gemm(const float* x, int64_t rows, const LowpWeight& W, int a
   const int kw = lowp::k_slices(W.in, static_cast<int>(W.in / act_block));
   const int64_t chunk = lowp::gemm_chunk_rows(W.in), col_tiles = (W.out + lowp::kGCols - 1) / lowp::kGCols;
   const int64_t most = (std::min(rows, chunk) + 127) / 128 * 128;  // rows of the largest piece, padded
+  const bool wg = lowp::wg_enabled();
   void* buf = nullptr;
   cudaError_t e = lowp::gemm_alloc(lowp::quant_row_bytes(W.in) * size_t(most), s, &buf);
   if (e != cudaSuccess) return e;
@@ -176,9 +216,18 @@ cudaError_t launch_gemm(const float* x, int64_t rows, const LowpWeight& W, int a
     const lowp::QuantRows Q = lowp::quant_rows_at(buf, n_alloc, W.in);
     const int64_t warps = n_alloc * (Q.kp / lowp::kGStageK);
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((warps + 31) / 32, int64_t(caps().sms) * 16));
-    gemm_quant_kernel<F><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc, act_block, Q);
-    if ((e = cudaGetLastError()) != cudaSuccess) break;
     float* yp = y + r0 * W.out;
+    if (wg) {
+      gemm_quant_kernel<F, true><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc,
+                                                                               act_block, Q);
+      if ((e = cudaGetLastError()) != cudaSuccess) break;
+      e = lowp::wg_nt(n, col_tiles, caps().sms) == 4 ? launch_gemm_wg<F, 4>(Q, n, W, act_block, kw, col_tiles, yp, s)
+                                                      : launch_gemm_wg<F, 2>(Q, n, W, act_block, kw, col_tiles, yp, s);
+      continue;
+    }
+    gemm_quant_kernel<F, false><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc,
+                                                                              act_block, Q);
+    if ((e = cudaGetLastError()) != cudaSuccess) break;
     switch (lowp::gemm_nt(n, col_tiles, caps().sms)) {
       case 4: e = launch_gemm_nt<F, 4>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
       case 2: e = launch_gemm_nt<F, 2>(Q, n, W, act_block, kw, col_tiles, yp, s); break;

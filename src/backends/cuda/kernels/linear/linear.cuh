@@ -43,6 +43,12 @@ void set_lowp_tile_rows(int64_t rows);
 // tiles (lowp_prefill.cuh). DSV4_LOWP_GEMM=0 in the environment makes the prefill tiles the default.
 // Speed only: every output gets the same bits on either path (lowp_gemm_cuda_test).
 void set_lowp_gemm(bool on);
+// Tests and benchmarks only: whether the many-row GEMM runs on the warpgroup MMA (lowp_wgmma.cuh; compute
+// capability 9.0 only) or on mma.sync (lowp_gemm.cuh's gemm_tile; the default: faster today, docs/perf.md).
+// DSV4_LOWP_WGMMA=1 in the environment makes the warpgroup MMA the default. Speed only: the same bits.
+void set_lowp_gemm_wgmma(bool on);
+// Whether the many-row GEMM runs on the warpgroup MMA now (the device has it and it is switched on).
+bool lowp_gemm_wgmma_active();
 // Tests and benchmarks only: the many-row GEMM's rows per CTA (32, 64 or 128) for every launch; 0
 // restores its choice. Speed only.
 void set_lowp_gemm_tile_rows(int rows);

@@ -16,29 +16,29 @@ constexpr int kGCols = 128;                        // weight columns per CTA (tw
 constexpr int kGThreads = 256;                     // 8 warps: 2 along the columns x 4 along the rows
 constexpr int kGStageChunks = 4;                   // chunks per pipeline stage
 constexpr int kGStageK = kGStageChunks * kChunk;   // 128 k per stage, a multiple of every act block
-constexpr int kGXRowBytes = kGStageK;              // one row's e4m3 codes of a stage
+constexpr int kGXRowBytes = kGStageK * 2;          // one row's codes (f16) of a stage
 template <Fmt F> constexpr int kGStages = F == Fmt::fp8 ? 3 : 4;
 template <Fmt F> constexpr int kGColBytes = kGStageChunks * WPtr<F>::kChunkBytes;  // a column's bytes of a stage
 template <int NT> constexpr int kGRows = 32 * NT;  // rows per CTA
 
-// Quantized rows in global memory: row r's e4m3 codes in code_pos order (lowp_mma.cuh) at
+// Quantized rows in global memory: row r's e4m3 codes as f16 in pair order (lowp_mma.cuh) at
 // xq + r kp, k in [in, kp) zero; its scales per 32-wide chunk at xs + r (kp / 32) (the scale of the
 // chunk's act block, repeated for each chunk of the block, 0 past `in`). kp = in rounded up to a
 // stage, so every stage of a row is whole 16-byte pieces.
 struct QuantRows {
-  uint8_t* xq;
+  __half* xq;
   float* xs;
   int64_t kp;
 };
 __host__ __device__ inline int64_t quant_kp(int64_t in) { return (in + kGStageK - 1) / kGStageK * kGStageK; }
 inline size_t quant_row_bytes(int64_t in) {
   const int64_t kp = quant_kp(in);
-  return size_t(kp) + size_t(kp / kChunk) * sizeof(float);
+  return size_t(kp) * sizeof(__half) + size_t(kp / kChunk) * sizeof(float);
 }
 // The buffer of `rows` rows at `base` (256-byte aligned; quant_row_bytes(in) * rows bytes).
 inline QuantRows quant_rows_at(void* base, int64_t rows, int64_t in) {
   const int64_t kp = quant_kp(in);
-  uint8_t* xq = static_cast<uint8_t*>(base);
+  __half* xq = static_cast<__half*>(base);
   return QuantRows{xq, reinterpret_cast<float*>(xq + rows * kp), kp};
 }
 
@@ -46,7 +46,8 @@ inline QuantRows quant_rows_at(void* base, int64_t rows, int64_t in) {
 // rows nrows .. rows_alloc-1 zero. One warp per (row, stage-wide piece of K), lane l the quad
 // 4l .. 4l+3 of the piece; the act_block / 4 lanes of a block take its amax with xor shuffles, and
 // quant_quad gives the codes and scale rows_tile's stage_warp gives (the same quads, the same amax).
-template <Fmt F, typename RowPtr>
+// Codes in pair order for gemm_tile; kSlots: in slot order for gemm_wg_tile (lowp_wgmma.cuh).
+template <Fmt F, bool kSlots = false, typename RowPtr>
 __device__ __forceinline__ void quant_rows(RowPtr row_ptr, int64_t nrows, int64_t rows_alloc, int64_t in,
                                            int act_block, const QuantRows& Q) {
   const int lane = threadIdx.x & 31, group = act_block / 4;
@@ -70,13 +71,13 @@ __device__ __forceinline__ void quant_rows(RowPtr row_ptr, int64_t nrows, int64_
       const unsigned quad = static_cast<unsigned>((item - r * pieces) * (kGStageK / 4) + lane);  // k / 4 in the row
       float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
       for (int off = group / 2; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      uint8_t* xq = Q.xq + r * Q.kp;
+      __half* xq = Q.xq + r * Q.kp;
       float* xs = Q.xs + r * (Q.kp / kChunk);
       if (r < nrows && 4 * int64_t(quad) < in) {
         // the scale goes to each chunk of the block: written by the first quad of every chunk
-        quant_quad<F>(v[j], amax, quad, 3, 8, xq, xs);
+        quant_quad<F, kSlots>(v[j], amax, quad, 3, 8, xq, xs);
       } else {
-        if ((quad & 1) == 0) *reinterpret_cast<uint2*>(xq + (quad / 2) * 8) = make_uint2(0, 0);
+        if ((quad & 1) == 0) *reinterpret_cast<uint4*>(xq + (quad / 2) * 8) = make_uint4(0, 0, 0, 0);
         if ((quad & 7) == 0) xs[quad >> 3] = 0.f;
       }
     }
@@ -86,8 +87,7 @@ __device__ __forceinline__ void quant_rows(RowPtr row_ptr, int64_t nrows, int64_
 // Shared memory of one GEMM CTA: kGStages<F> stages, each the 128 columns' weight bytes
 // [128][kGColBytes], the rows' codes [32 NT][kGXRowBytes], the rows' chunk scales float [32 NT][4] and
 // the columns' scale factors float [4][128] (ws * kFactor of chunk cc of column j at cc * 128 + j, 0
-// for an absent column); FP4 adds one stage of weights as e4m3 codes [128][4 chunks x 32 bytes]
-// (kConv), converted once per stage for all 8 warps.
+// for an absent column).
 template <Fmt F, int NT>
 struct GemmLayout {
   static constexpr int kW = kGCols * kGColBytes<F>;
@@ -95,8 +95,7 @@ struct GemmLayout {
   static constexpr int kXs = kGRows<NT> * kGStageChunks * 4;
   static constexpr int kWs = kGStageChunks * kGCols * 4;
   static constexpr int kStage = kW + kX + kXs + kWs;
-  static constexpr int kConv = F == Fmt::fp4 ? kGCols * kGStageChunks * kChunk : 0;
-  static constexpr size_t kBytes = size_t(kGStages<F>) * kStage + kConv;
+  static constexpr size_t kBytes = size_t(kGStages<F>) * kStage;
 };
 
 // CTAs per SM the GEMM kernels are built for (their __launch_bounds__): two for row tiles of up to 64
@@ -113,26 +112,79 @@ inline bool gemm_takes(const LowpWeight& W) {
 // Swizzles (speed only: where a 16-byte piece lives in its stage, never what it holds).
 // FP8 column j: chunk cc's 32 bytes at slot cc ^ (j & 3), so the 4 columns a half warp reads fall
 // on distinct banks. FP4 column j (64 bytes, two columns per 128): chunk cc's 16 bytes at slot
-// cc ^ ((j >> 1) & 3). Row r's chunk cc (two 16-byte pieces) at chunk slot cc ^ (r & 3): the 4 rows
-// a half warp reads (8 bytes per lane) fall on distinct banks.
+// cc ^ ((j >> 1) & 3). Row r's 16-byte piece u at u ^ 4 (r & 1): rows g and g + 1 of a quarter warp
+// read opposite halves of the banks.
 template <Fmt F>
 __device__ __forceinline__ int w_chunk_off(int j, int cc) {
   if constexpr (F == Fmt::fp8) return j * kGColBytes<F> + ((cc ^ (j & 3)) << 5);
   else return j * kGColBytes<F> + ((cc ^ ((j >> 1) & 3)) << 4);
 }
-__device__ __forceinline__ int x_piece_off(int r, int u) { return r * kGXRowBytes + ((u ^ ((r & 3) << 1)) << 4); }
+__device__ __forceinline__ int x_piece_off(int r, int u) { return r * kGXRowBytes + ((u ^ ((r & 1) << 2)) << 4); }
 
-// The FP4 stage at sw as e4m3 codes at conv, in the FP8 stage layout: the word of column j, chunk cc
-// that thread q of a fragment reads (its 8 nibbles) goes to w_chunk_off<fp8>(j, cc) + 8 q as
-// {e2m1_lo, e2m1_hi}, the A registers a_regs<fp4> forms from it, so the warps read FP8's fragments.
-__device__ __forceinline__ void gemm_convert_fp4(const uint8_t* sw, uint8_t* conv, int tid) {
-  constexpr int kWords = kGCols * kGStageChunks * 4;  // 4 words of 8 nibbles per column chunk
+// A stage's weight copies: the 128 columns' bytes of chunks [4t, 4t + pc) (columns from ncols on are
+// skipped) into st in w_chunk_off's layout, by `threads` threads (this one tid); one cp.async per 16 bytes.
+template <Fmt F, int kThreads>
+__device__ __forceinline__ void gemm_copy_weights(uint8_t* st, const uint8_t* wbase, const LowpWeight& W, int ncols,
+                                                  int t, int pc, int tid) {
+  constexpr int CB = WPtr<F>::kChunkBytes, kParts = kGStageChunks * CB / 16;  // 16-byte pieces of a column's stage
 #pragma unroll
-  for (int k = 0; k < kWords / kGThreads; ++k) {
-    const int i = tid + k * kGThreads, j = i >> 4, cc = (i >> 2) & 3, qq = i & 3;
-    const uint32_t u = *reinterpret_cast<const uint32_t*>(sw + w_chunk_off<Fmt::fp4>(j, cc) + 4 * qq);
-    *reinterpret_cast<uint2*>(conv + w_chunk_off<Fmt::fp8>(j, cc) + 8 * qq) = make_uint2(e2m1_lo(u), e2m1_hi(u));
+  for (int k = 0; k < kGCols * kParts / kThreads; ++k) {
+    const int i = tid + k * kThreads, j = i / kParts, part = i - j * kParts;
+    const int cc = part / (CB / 16), half = part - cc * (CB / 16);
+    if (j < ncols && cc < pc)
+      cp_async16(st + w_chunk_off<F>(j, cc) + 16 * half,
+                 wbase + j * W.row_bytes + int64_t(t) * kGStageChunks * CB + 16 * part);
   }
+}
+
+// The columns' scale factors of a stage (ws * kFactor of chunk cc of column j at tab[cc * 128 + j], 0 for
+// an absent column), staged by 256 threads: each thread's column and two chunks' bytes are loaded with a
+// stage's copies (load) and written to that stage's table one issue later (flush), by when they have landed.
+template <Fmt F>
+struct ColScales {
+  static constexpr uint32_t kNone = 0x100;
+  const uint8_t* srow;
+  int sj, scc0, sh;
+  uint32_t raw[2] = {kNone, kNone};
+  float* pending = nullptr;
+  __device__ __forceinline__ ColScales(const LowpWeight& W, int64_t cta_col, int tid)
+      : srow(scale_row(W, W.scale, cta_col + (tid & (kGCols - 1)))), sj(tid & (kGCols - 1)), scc0(2 * (tid >> 7)),
+        sh(scale_shift(W)) {}
+  __device__ __forceinline__ void load(int t, int pc, float* tab) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int c = t * kGStageChunks + scc0 + k;
+      raw[k] = srow && scc0 + k < pc ? uint32_t{__ldg(srow + (c >> sh))} : kNone;
+    }
+    pending = tab;
+  }
+  __device__ __forceinline__ void flush() {
+    if (!pending) return;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float ws = raw[k] == kNone ? 0.f : ue8m0_to_f32(static_cast<uint8_t>(raw[k]));
+      pending[(scc0 + k) * kGCols + sj] = __fmul_rn(ws, Traits<F>::kFactor);
+    }
+    pending = nullptr;
+  }
+};
+
+// The A registers of both MMAs of chunk cc for columns j0 and j0 + 8 of a stage in w_chunk_off's layout.
+template <Fmt F>
+__device__ __forceinline__ void gemm_a_regs(const uint8_t* sw, int j0, int cc, int q, uint32_t (&a0)[4],
+                                            uint32_t (&a1)[4]) {
+  constexpr int CB = WPtr<F>::kChunkBytes;
+  const uint8_t* wp0 = sw + w_chunk_off<F>(j0, cc) + (CB / 4) * q;
+  const uint8_t* wp1 = sw + w_chunk_off<F>(j0 + 8, cc) + (CB / 4) * q;
+  WFrag<F> f;
+  if constexpr (F == Fmt::fp8) {
+    f.c0 = *reinterpret_cast<const uint2*>(wp0);
+    f.c1 = *reinterpret_cast<const uint2*>(wp1);
+  } else {
+    f.c0 = *reinterpret_cast<const uint32_t*>(wp0);
+    f.c1 = *reinterpret_cast<const uint32_t*>(wp1);
+  }
+  a_regs<F>(f, a0, a1);
 }
 
 // Columns [cta_col, cta_col + 128) of W for rows 0 .. nrows-1 of the tile (nrows <= 32 NT), whose
@@ -144,7 +196,7 @@ template <Fmt F, int NT, typename Emit>
 __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int nrows, const LowpWeight& W,
                                           int act_block, int kw, int64_t cta_col, uint8_t* smem, Emit emit) {
   using L = GemmLayout<F, NT>;
-  constexpr int S = kGStages<F>, CB = WPtr<F>::kChunkBytes, R = kGRows<NT>;
+  constexpr int S = kGStages<F>, R = kGRows<NT>;
   constexpr bool kBlk = F == Fmt::fp8;  // one column scale per 32 columns (gemm_takes)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int wc = warp & 1, wr = warp >> 1;
@@ -153,26 +205,8 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
   const int ncols = static_cast<int>(W.out - cta_col < kGCols ? W.out - cta_col : kGCols);
   const uint8_t* wbase = W.w + cta_col * W.row_bytes;
   const int64_t xs_stride = Q.kp / kChunk;
-  uint8_t* const conv = smem + S * L::kStage;  // FP4's e4m3 codes of the stage being read
 
-  // This thread's scale-staging column and chunks (StageScales' scheme: bytes loaded with a stage's
-  // copies, written to the stage's table one issue later, by when they have landed).
-  const int sj = tid & (kGCols - 1), scc0 = 2 * (tid >> 7);
-  const uint8_t* srow = scale_row(W, W.scale, cta_col + sj);
-  const int sh = scale_shift(W);
-  constexpr uint32_t kNone = 0x100;
-  uint32_t sraw[2] = {kNone, kNone};
-  int sslot = -1;
-  auto flush_scales = [&]() {
-    if (sslot < 0) return;
-    float* tab = reinterpret_cast<float*>(smem + sslot * L::kStage + L::kW + L::kX + L::kXs);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const float ws = sraw[k] == kNone ? 0.f : ue8m0_to_f32(static_cast<uint8_t>(sraw[k]));
-      tab[(scc0 + k) * kGCols + sj] = __fmul_rn(ws, Traits<F>::kFactor);
-    }
-    sslot = -1;
-  };
+  ColScales<F> scales(W, cta_col, tid);
 
   // Stage t (chunks 4t .. 4t + pc - 1) into slot t % S; one commit group per call, empty past the end.
   // The rows' codes and scales are copied whole (Q's rows are zero from `in` to the stage's end).
@@ -180,29 +214,16 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
     if (t < nst) {
       const int slot = t % S, pc = min(kGStageChunks, nchunks - t * kGStageChunks);
       uint8_t* st = smem + slot * L::kStage;
-      constexpr int kParts = kGStageChunks * CB / 16;  // 16-byte pieces of a column's stage
-#pragma unroll
-      for (int k = 0; k < kGCols * kParts / kGThreads; ++k) {
-        const int i = tid + k * kGThreads, j = i / kParts, part = i - j * kParts;
-        const int cc = part / (CB / 16), half = part - cc * (CB / 16);
-        if (j < ncols && cc < pc)
-          cp_async16(st + w_chunk_off<F>(j, cc) + 16 * half,
-                     wbase + j * W.row_bytes + int64_t(t) * kGStageChunks * CB + 16 * part);
-      }
-      constexpr int kXPieces = kGStageChunks * (kChunk / 16);  // 16-byte pieces of a row's stage
+      gemm_copy_weights<F, kGThreads>(st, wbase, W, ncols, t, pc, tid);
+      constexpr int kXPieces = kGStageChunks * (kChunk * 2 / 16);  // 16-byte pieces of a row's stage
 #pragma unroll
       for (int k = 0; k < R * kXPieces / kGThreads; ++k) {
         const int i = tid + k * kGThreads, r = i / kXPieces, u = i - r * kXPieces;
-        cp_async16(st + L::kW + x_piece_off(r, u), Q.xq + (row0 + r) * Q.kp + int64_t(t) * kGStageK + 16 * u);
+        cp_async16(st + L::kW + x_piece_off(r, u), Q.xq + (row0 + r) * Q.kp + int64_t(t) * kGStageK + 8 * u);
       }
       if (tid < R) cp_async16(st + L::kW + L::kX + 16 * tid, Q.xs + (row0 + tid) * xs_stride + t * kGStageChunks);
-      flush_scales();
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int c = t * kGStageChunks + scc0 + k;
-        sraw[k] = srow && scc0 + k < pc ? uint32_t{__ldg(srow + (c >> sh))} : kNone;
-      }
-      sslot = slot;
+      scales.flush();
+      scales.load(t, pc, reinterpret_cast<float*>(st + L::kW + L::kX + L::kXs));
     }
     cp_async_commit();
   };
@@ -215,102 +236,102 @@ __device__ __forceinline__ void gemm_tile(const QuantRows& Q, int64_t row0, int 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f, tot[m][n][e] = 0.f;
   int slice = 0, next_bound = slice_begin(1, units, kw) * uc;
+  // Slice `slice` is complete: tot = acc_0, then tot + acc_s; acc starts the next slice from zero.
+  auto fold = [&]() {
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          tot[m][n][e] = slice == 0 ? acc[m][n][e] : __fadd_rn(tot[m][n][e], acc[m][n][e]);
+          acc[m][n][e] = 0.f;
+        }
+    ++slice;
+    next_bound = slice_begin(slice + 1, units, kw) * uc;
+  };
 
   for (int t = 0; t < S - 1; ++t) {
     issue(t);
-    flush_scales();  // the prologue's scales go in at once
+    scales.flush();  // the prologue's scales go in at once
   }
   for (int t = 0; t < nst; ++t) {
     cp_async_wait<S - 2>();  // stage t's copies by this thread have landed
-    flush_scales();          // the scales of stage t + S - 2 (its slot last read two iterations ago)
-    __syncthreads();         // ... every thread's copies and tables; slot (t - 1) % S and conv are free
+    scales.flush();          // the scales of stage t + S - 2 (its slot last read two iterations ago)
+    __syncthreads();         // ... every thread's copies and tables; slot (t - 1) % S is free
     issue(t + S - 1);
     const uint8_t* st = smem + (t % S) * L::kStage;
-    if constexpr (F == Fmt::fp4) {
-      gemm_convert_fp4(st, conv, tid);
-      __syncthreads();
-    }
-    const uint8_t* sw = F == Fmt::fp4 ? conv : st;  // e4m3 codes in the FP8 stage layout
+    const uint8_t* sw = st;
     const uint8_t* sx = st + L::kW;
     const float* sxs = reinterpret_cast<const float*>(st + L::kW + L::kX);
     const float* tab = reinterpret_cast<const float*>(st + L::kW + L::kX + L::kXs);
     const int pc = min(kGStageChunks, nchunks - t * kGStageChunks);
+    // Chunk cc of the stage into acc.
+    auto chunk = [&](int cc) {
+      uint4 bx[NT];
+      float xs0[NT], xs1[NT];
 #pragma unroll
-    for (int cc = 0; cc < kGStageChunks; ++cc) {
-      if (cc < pc) {
-        const int c = t * kGStageChunks + cc;
-        if (c == next_bound) {  // slice `slice` is complete: tot = acc_0, then tot + acc_s
+      for (int n = 0; n < NT; ++n) {
+        const int rb = 8 * NT * wr + 8 * n;
+        bx[n] = *reinterpret_cast<const uint4*>(sx + x_piece_off(rb + g, 4 * cc + q));
+        xs0[n] = sxs[(rb + 2 * q) * kGStageChunks + cc];
+        xs1[n] = sxs[(rb + 2 * q + 1) * kGStageChunks + cc];
+      }
+      // kBlk: the scale products xs * ws of the warp's two 32-column halves, once per chunk (the
+      // products scale_add_w forms per column: the columns of a half share ws).
+      float p0[2][NT], p1[2][NT];
+      if constexpr (kBlk) {
 #pragma unroll
-          for (int m = 0; m < 4; ++m)
+        for (int h = 0; h < 2; ++h) {
+          const float wb = tab[cc * kGCols + 64 * wc + 32 * h];
 #pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                tot[m][n][e] = slice == 0 ? acc[m][n][e] : __fadd_rn(tot[m][n][e], acc[m][n][e]);
-                acc[m][n][e] = 0.f;
-              }
-          ++slice;
-          next_bound = slice_begin(slice + 1, units, kw) * uc;
+          for (int n = 0; n < NT; ++n) p0[h][n] = __fmul_rn(xs0[n], wb), p1[h][n] = __fmul_rn(xs1[n], wb);
         }
-        uint2 bx[NT];
-        float xs0[NT], xs1[NT];
+      }
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int j0 = 64 * wc + 16 * m + g;
+        uint32_t a0[4], a1[4];
+        gemm_a_regs<F>(sw, j0, cc, q, a0, a1);  // converted once, used for the warp's NT row tiles
+        float w0 = 0.f, w1 = 0.f;
+        if constexpr (!kBlk) w0 = tab[cc * kGCols + j0], w1 = tab[cc * kGCols + j0 + 8];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          const int rb = 8 * NT * wr + 8 * n;
-          bx[n] = *reinterpret_cast<const uint2*>(sx + x_piece_off(rb + g, 2 * cc + (q >> 1)) + 8 * (q & 1));
-          xs0[n] = sxs[(rb + 2 * q) * kGStageChunks + cc];
-          xs1[n] = sxs[(rb + 2 * q + 1) * kGStageChunks + cc];
-        }
-        // kBlk: the scale products xs * ws of the warp's two 32-column halves, once per chunk (the
-        // products scale_add_w forms per column: the columns of a half share ws).
-        float p0[2][NT], p1[2][NT];
-        if constexpr (kBlk) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float wb = tab[cc * kGCols + 64 * wc + 32 * h];
-#pragma unroll
-            for (int n = 0; n < NT; ++n) p0[h][n] = __fmul_rn(xs0[n], wb), p1[h][n] = __fmul_rn(xs1[n], wb);
-          }
-        }
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const int j0 = 64 * wc + 16 * m + g;
-          const uint2 c0 = *reinterpret_cast<const uint2*>(sw + w_chunk_off<Fmt::fp8>(j0, cc) + 8 * q);
-          const uint2 c1 = *reinterpret_cast<const uint2*>(sw + w_chunk_off<Fmt::fp8>(j0 + 8, cc) + 8 * q);
-          const uint32_t a[4] = {c0.x, c1.x, c0.y, c1.y};  // a_regs of the chunk's codes
+          const float z[4] = {0.f, 0.f, 0.f, 0.f};
+          float tmp[4], d[4];
+          mma16816(tmp, a0, bx[n].x, bx[n].y, z);  // chunk_mma's two MMAs, in its order
+          mma16816(d, a1, bx[n].z, bx[n].w, tmp);
           if constexpr (kBlk) {
             const int h = m >> 1;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              float d[4];
-              mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
-              acc[m][n][0] = __fmaf_rn(d[0], p0[h][n], acc[m][n][0]);
-              acc[m][n][1] = __fmaf_rn(d[1], p1[h][n], acc[m][n][1]);
-              acc[m][n][2] = __fmaf_rn(d[2], p0[h][n], acc[m][n][2]);
-              acc[m][n][3] = __fmaf_rn(d[3], p1[h][n], acc[m][n][3]);
-            }
+            acc[m][n][0] = __fmaf_rn(d[0], p0[h][n], acc[m][n][0]);
+            acc[m][n][1] = __fmaf_rn(d[1], p1[h][n], acc[m][n][1]);
+            acc[m][n][2] = __fmaf_rn(d[2], p0[h][n], acc[m][n][2]);
+            acc[m][n][3] = __fmaf_rn(d[3], p1[h][n], acc[m][n][3]);
           } else {
-            const float w0 = tab[cc * kGCols + j0], w1 = tab[cc * kGCols + j0 + 8];
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              float d[4];
-              mma_e4m3(d, a, bx[n]);  // chunk_mma's MMA
-              scale_add_w(d, w0, w1, xs0[n], xs1[n], acc[m][n]);
-            }
+            scale_add_w(d, w0, w1, xs0[n], xs1[n], acc[m][n]);
           }
         }
       }
+    };
+    // A slice ends before chunk bpos of this stage when bpos < pc; at most once per stage (k_slices gives
+    // every slice at least 8 chunks). Stages without a slice end run no fold code at all (speed only: a
+    // fold tested inside the unrolled chunks was compiled into every chunk's instruction stream).
+    const int bpos = next_bound - t * kGStageChunks;
+    if (bpos >= pc) {
+#pragma unroll
+      for (int cc = 0; cc < kGStageChunks; ++cc)
+        if (cc < pc) chunk(cc);
+    } else {
+#pragma unroll 1
+      for (int cc = 0; cc < bpos; ++cc) chunk(cc);
+      fold();
+#pragma unroll 1
+      for (int cc = bpos; cc < pc; ++cc) chunk(cc);
     }
   }
   cp_async_wait<0>();  // no copy outstanding when the CTA moves on (its shared memory is reused)
   __syncthreads();
-#pragma unroll
-  for (int m = 0; m < 4; ++m)
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        tot[m][n][e] = slice == 0 ? acc[m][n][e] : __fadd_rn(tot[m][n][e], acc[m][n][e]);
+  fold();  // the last slice
 #pragma unroll
   for (int m = 0; m < 4; ++m)
 #pragma unroll

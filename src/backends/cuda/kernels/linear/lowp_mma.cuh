@@ -1,8 +1,9 @@
-// Tensor-core building blocks of the FP8 / FP4 linears: "swap AB" mma.m16n8k32 on e4m3 codes (f32
+// Tensor-core building blocks of the FP8 / FP4 linears: "swap AB" mma.m16n8k16 (f16 in, f32
 // accumulate) with weight columns on the M side and activation rows on the N side, K in 32-wide
 // chunks whose power-of-two block scales are applied to each chunk's fp32 partial outside the MMA.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -15,13 +16,10 @@ namespace dsv4::cuda::lowp {
 // bit, whatever its tiling or row count):
 //   K splits into kw slices of whole act blocks (k_slices, slice_begin: functions of K only);
 //   in slice s, acc_s = 0, then for each 32-wide chunk c in increasing order
-//     d = mma(A B, 0)                        (the chunk's 32 products in one e4m3 MMA; fixed k slots)
+//     d = mma(A1 B1, mma(A0 B0, 0))          (the chunk's 32 exact products; fixed fragment layout)
 //     acc_s = fma(d, xs[row, c] * (ws[col, c] * kFactor), acc_s)   (power-of-two scales: exact)
 //   tot = acc_0, then tot = tot + acc_s for s = 1 .. kw-1;  y = round_bf16(tot).
-// The activations are e4m3 codes already (act_quant); an e2m1 weight value times 2^-6 is an e4m3
-// value (e2m1 s e1 e0 m placed as s 0 0 e1 e0 m 0 0), so every product is exact. The MMA sums a
-// chunk's 32 products with the tensor core's own accumulation (not IEEE round-to-nearest;
-// docs/numerics.md, "The CUDA forward on the gate").
+// f16 holds every e4m3 value and every e2m1 value times 2^-14 exactly, so the products are exact.
 constexpr int kChunk = 32;
 
 __host__ __device__ inline int slice_begin(int s, int units, int kw) {  // s * units < 2^32
@@ -41,17 +39,23 @@ inline int k_slices(int64_t in, int units) {
   return static_cast<int>(kw < units ? kw : units);
 }
 
-// Fragment layout. Lane = 4 g + q. Thread (g, q) owns physical k = 8q .. 8q+7 of a chunk for weight
-// columns g and g+8 (A) and activation row g (B) as two words of four e4m3 codes: "lo" fills the
-// MMA's k slots 4q .. 4q+3, "hi" slots 16+4q .. 16+4q+3. It receives D for columns g, g+8 and rows
-// 2q, 2q+1. FP8: lo = k 8q .. 8q+3, hi = k 8q+4 .. 8q+7; FP4: lo = the even k, hi = the odd k (what
-// two masks of a packed nibble word yield). Activations are staged in that order (code_pos: where
-// element e of an 8-group goes), so one 8-byte shared load gives the B registers.
+// Fragment layout. Lane = 4 g + q. Thread (g, q) owns physical k = 8q .. 8q+7 of a chunk for
+// weight columns g and g+8 (A) and activation row g (B); it receives D for columns g, g+8 and rows
+// 2q, 2q+1. The 8 k's form 4 f16 pairs: MMA 0 takes pairs 0, 1 as its k (2q, 2q+1) and
+// (2q+8, 2q+9), MMA 1 pairs 2, 3. FP8 pairs are (0,1) (2,3) (4,5) (6,7); FP4 pairs are (0,4) (1,5)
+// (2,6) (3,7) (what one shift of a packed nibble word yields). Activations are staged in pair
+// order, so one 16-byte shared load gives both MMAs' B registers.
 template <Fmt F>
-__host__ __device__ constexpr int code_pos(int e) {
+__host__ __device__ constexpr int pair_pos(int e) {
   if constexpr (F == Fmt::fp8) return e;
-  else return (e & 1) ? 4 + (e >> 1) : (e >> 1);
+  else return e < 4 ? 2 * e : 2 * (e - 4) + 1;
 }
+
+// Slot order (the warpgroup GEMM's rows, lowp_wgmma.cuh): where pair-order position p of k-group q (k 8q ..
+// 8q+7 of a chunk) sits among the chunk's 32 f16: pair p / 2 of the thread's four belongs to MMA p / 4 and
+// its B register (p / 2) % 2, whose k slots are 2q, 2q+1 (the first) or 2q+8, 2q+9 (the second); a chunk
+// holds MMA 0's 16 slots, then MMA 1's.
+__host__ __device__ constexpr int slot_pos(int q, int p) { return 16 * (p >> 2) + 8 * ((p >> 1) & 1) + 2 * q + (p & 1); }
 
 // One chunk's raw weight bits for columns g and g+8.
 template <Fmt F> struct WFrag;
@@ -97,42 +101,57 @@ struct WPtr {
   }
 };
 
-// The e2m1 nibbles of a packed word (nibble j = bits 4j .. 4j+3) as e4m3 codes of value * 2^-6:
-// the even nibbles (j = 0, 2, 4, 6) as bytes 0..3 of e2m1_lo, the odd ones as those of e2m1_hi.
-__device__ __forceinline__ uint32_t e2m1_lo(uint32_t u) { return ((u & 0x07070707u) << 2) | ((u & 0x08080808u) << 4); }
-__device__ __forceinline__ uint32_t e2m1_hi(uint32_t u) { return ((u >> 2) & 0x1C1C1C1Cu) | (u & 0x80808080u); }
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
 
-// The A registers of one chunk's weight bits: {col g lo, col g+8 lo, col g hi, col g+8 hi}.
+// Nibbles j and j+4 of an e2m1 word as an f16x2 holding value * 2^-14 (s e1 e0 m placed as f16 bits
+// s<<15 | (e1 e0 m)<<9; e = 0 lands on the f16 subnormal 0.5m * 2^-14).
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t u, int j) {
+  const uint32_t a = j == 3 ? (u >> 3) : (u << (9 - 4 * j));
+  const uint32_t b = u << (12 - 4 * j);
+  return (a & 0x0E000E00u) | (b & 0x80008000u);
+}
+
+// A registers of MMA 0 (a0[4]) and MMA 1 (a1[4]) from one chunk's weight bits.
 template <Fmt F>
-__device__ __forceinline__ void a_regs(const WFrag<F>& f, uint32_t (&a)[4]) {
+__device__ __forceinline__ void a_regs(const WFrag<F>& f, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
   if constexpr (F == Fmt::fp8) {
-    a[0] = f.c0.x, a[1] = f.c1.x, a[2] = f.c0.y, a[3] = f.c1.y;
+    a0[0] = e4m3x2_to_f16x2(f.c0.x), a0[1] = e4m3x2_to_f16x2(f.c1.x);
+    a0[2] = e4m3x2_to_f16x2(f.c0.x >> 16), a0[3] = e4m3x2_to_f16x2(f.c1.x >> 16);
+    a1[0] = e4m3x2_to_f16x2(f.c0.y), a1[1] = e4m3x2_to_f16x2(f.c1.y);
+    a1[2] = e4m3x2_to_f16x2(f.c0.y >> 16), a1[3] = e4m3x2_to_f16x2(f.c1.y >> 16);
   } else {
-    a[0] = e2m1_lo(f.c0), a[1] = e2m1_lo(f.c1), a[2] = e2m1_hi(f.c0), a[3] = e2m1_hi(f.c1);
+    a0[0] = e2m1_pair(f.c0, 0), a0[1] = e2m1_pair(f.c1, 0), a0[2] = e2m1_pair(f.c0, 1), a0[3] = e2m1_pair(f.c1, 1);
+    a1[0] = e2m1_pair(f.c0, 2), a1[1] = e2m1_pair(f.c1, 2), a1[2] = e2m1_pair(f.c0, 3), a1[3] = e2m1_pair(f.c1, 3);
   }
 }
 
-// d = A B, m16n8k32, e4m3 inputs, f32 accumulate from zero (sm_89+; every architecture the FP8
-// kernels run on).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint2 b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// d = A B + c, m16n8k16, f16 inputs, f32 accumulate (sm_80+; every architecture this builds for).
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "f"(0.f));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 #else
   __trap();
 #endif
 }
 
-// One chunk: d = its 32 products for columns (g, g+8) x rows (2q, 2q+1); b = the staged codes of
+// One chunk: d = its 32 products for columns (g, g+8) x rows (2q, 2q+1); b = the staged pairs of
 // activation row g (zero for absent rows).
 template <Fmt F>
-__device__ __forceinline__ void chunk_mma(const WFrag<F>& f, uint2 b, float (&d)[4]) {
-  uint32_t a[4];
-  a_regs<F>(f, a);
-  mma_e4m3(d, a, b);
+__device__ __forceinline__ void chunk_mma(const WFrag<F>& f, uint4 b, float (&d)[4]) {
+  uint32_t a0[4], a1[4];
+  a_regs<F>(f, a0, a1);
+  const float z[4] = {0.f, 0.f, 0.f, 0.f};
+  float t[4];
+  mma16816(t, a0, b.x, b.y, z);
+  mma16816(d, a1, b.z, b.w, t);
 }
 
 // acc = fma(d, xs_row * w_col, acc) for the thread's four (column, row) elements, w = ws_col * kFactor:
@@ -151,10 +170,11 @@ __device__ __forceinline__ void scale_add(const float (&d)[4], float ws0, float 
 }
 
 // act_quant (cpu::act_quant_row) of one quad (4 consecutive k, quad index `quad` of a row segment
-// starting on an act block) given its block's amax: e4m3 codes into xq (the row segment's bytes)
-// in code_pos order; the block's scale into xs[quad / group] by the block's first quad.
-template <Fmt F>
-__device__ __forceinline__ void quant_quad(float4 v, float amax, unsigned quad, int gshift, int group, uint8_t* xq,
+// starting on an act block) given its block's amax: e4m3 codes as f16 into xq (the row segment),
+// in pair order (kSlots: slot order, the segment starting on a chunk); the block's scale into
+// xs[quad / group] by the block's first quad.
+template <Fmt F, bool kSlots = false>
+__device__ __forceinline__ void quant_quad(float4 v, float amax, unsigned quad, int gshift, int group, __half* xq,
                                            float* xs) {
   const uint8_t sb = fp8_ue8m0_scale(amax);
   const float s = ue8m0_to_f32(sb);
@@ -164,26 +184,34 @@ __device__ __forceinline__ void quant_quad(float4 v, float amax, unsigned quad, 
                       : sb == 254 ? __uint_as_float(0x00400000u)
                                   : __uint_as_float(0x7FC00000u);
   if ((quad & (group - 1)) == 0) xs[quad >> gshift] = s;
-  const uint32_t c01 = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.x, inv_s), __fmul_rn(v.y, inv_s)),
-                                                __NV_SATFINITE, __NV_E4M3);
-  const uint32_t c23 = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv_s), __fmul_rn(v.w, inv_s)),
-                                                __NV_SATFINITE, __NV_E4M3);
-  if constexpr (F == Fmt::fp8) {
-    *reinterpret_cast<uint32_t*>(xq + 4 * quad) = c01 | (c23 << 16);
+  const __nv_fp8x2_storage_t c01 =
+      __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.x, inv_s), __fmul_rn(v.y, inv_s)), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t c23 =
+      __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv_s), __fmul_rn(v.w, inv_s)), __NV_SATFINITE, __NV_E4M3);
+  const __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2(c01, __NV_E4M3), h23 = __nv_cvt_fp8x2_to_halfraw2(c23, __NV_E4M3);
+  __half* dst = xq + (quad / 2) * 8;  // the 8 k's of this quad's pair group
+  const int e0 = (quad & 1) * 4;
+  if constexpr (kSlots) {
+    uint16_t* d16 = reinterpret_cast<uint16_t*>(xq + (quad / 8) * kChunk);
+    const int qg = (quad / 2) & 3;
+    d16[slot_pos(qg, pair_pos<F>(e0 + 0))] = h01.x, d16[slot_pos(qg, pair_pos<F>(e0 + 1))] = h01.y;
+    d16[slot_pos(qg, pair_pos<F>(e0 + 2))] = h23.x, d16[slot_pos(qg, pair_pos<F>(e0 + 3))] = h23.y;
+  } else if constexpr (F == Fmt::fp8) {
+    *reinterpret_cast<uint2*>(dst + e0) = make_uint2(static_cast<uint32_t>(h01.x) | (static_cast<uint32_t>(h01.y) << 16),
+                                                     static_cast<uint32_t>(h23.x) | (static_cast<uint32_t>(h23.y) << 16));
   } else {
-    uint8_t* dst = xq + (quad / 2) * 8;  // the 8 k's of this quad's group
-    const int e0 = (quad & 1) * 4;
-    dst[code_pos<F>(e0 + 0)] = static_cast<uint8_t>(c01), dst[code_pos<F>(e0 + 1)] = static_cast<uint8_t>(c01 >> 8);
-    dst[code_pos<F>(e0 + 2)] = static_cast<uint8_t>(c23), dst[code_pos<F>(e0 + 3)] = static_cast<uint8_t>(c23 >> 8);
+    uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+    d16[pair_pos<F>(e0 + 0)] = h01.x, d16[pair_pos<F>(e0 + 1)] = h01.y;
+    d16[pair_pos<F>(e0 + 2)] = h23.x, d16[pair_pos<F>(e0 + 3)] = h23.y;
   }
 }
 
-// act_quant (cpu::act_quant_row) of K range [k0, k0 + len) of R rows by one warp: e4m3 codes,
-// xq[r * stride + (k - k0)] (k's position within its 8 permuted by code_pos), scales
+// act_quant (cpu::act_quant_row) of K range [k0, k0 + len) of R rows by one warp: codes as f16 in
+// pair order, xq[r * stride + (k - k0)] (k's position within its 8 permuted by pair_pos), scales
 // xs[r * ustride + (k - k0) / act_block]. len and k0 are multiples of act_block. One lane per 4
 // elements; the act_block / 4 lanes of a block take its amax with xor shuffles (exact in any order).
 template <Fmt F, typename RowPtr>
-__device__ __forceinline__ void stage_warp(RowPtr row_ptr, int R, int64_t k0, int len, int act_block, uint8_t* xq,
+__device__ __forceinline__ void stage_warp(RowPtr row_ptr, int R, int64_t k0, int len, int act_block, __half* xq,
                                            int stride, float* xs, int ustride) {
   const int lane = threadIdx.x & 31;
   const int group = act_block / 4, gshift = __ffs(group) - 1;  // lanes per act block (8, 16, 32)

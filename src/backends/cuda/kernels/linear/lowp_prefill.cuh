@@ -13,11 +13,11 @@ namespace dsv4::cuda::lowp {
 // fragments, the same chunk order, the same slice fold), so a row gives the same bits here as in a
 // launch of 1 row.
 constexpr int kPCols = 64, kPRows = 64, kPChunks = 4, kPK = kPChunks * kChunk;
-constexpr int kPXStride = kPK + 32;  // bytes per staged row of codes: 4 rows apart on other banks
+constexpr int kPXStride = kPK + 32;  // f16 per staged row: 320 bytes, rows 2 apart on other banks
 template <Fmt F> constexpr int kPWStride = F == Fmt::fp8 ? 160 : 80;  // bytes per staged column
 template <Fmt F>
 constexpr size_t prefill_smem() {
-  return 2 * (size_t(kPRows) * kPXStride + size_t(kPRows) * 4 * sizeof(float) + size_t(kPCols) * kPWStride<F>);
+  return 2 * (size_t(kPRows) * kPXStride * 2 + size_t(kPRows) * 4 * sizeof(float) + size_t(kPCols) * kPWStride<F>);
 }
 
 // Columns [cta_col, cta_col + 64) of W for rows 0 .. nrows-1 (nrows <= 64; row r at row_ptr(r)) by
@@ -27,7 +27,7 @@ template <Fmt F, typename RowPtr, typename Emit>
 __device__ __forceinline__ void prefill_tile(RowPtr row_ptr, int nrows, const LowpWeight& W, int act_block, int kw,
                                              int64_t cta_col, float4* smem4, Emit emit) {
   constexpr int kCB = F == Fmt::fp8 ? 32 : 16;  // weight bytes per column per chunk
-  uint8_t* sxq = reinterpret_cast<uint8_t*>(smem4);                                  // [2][64][kPXStride]
+  __half* sxq = reinterpret_cast<__half*>(smem4);                                    // [2][64][kPXStride]
   float* sxs = reinterpret_cast<float*>(sxq + 2 * kPRows * kPXStride);               // [2][64][4]
   uint8_t* sw = reinterpret_cast<uint8_t*>(sxs + 2 * kPRows * 4);                    // [2][64][kPWStride]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -127,7 +127,7 @@ __device__ __forceinline__ void prefill_tile(RowPtr row_ptr, int nrows, const Lo
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const int r = 16 * wr + 8 * n;
-        const uint2 bx = *reinterpret_cast<const uint2*>(sxq + (b * kPRows + r + g) * kPXStride + cc * kChunk + 8 * q);
+        const uint4 bx = *reinterpret_cast<const uint4*>(sxq + (b * kPRows + r + g) * kPXStride + cc * kChunk + 8 * q);
         const float xs0 = sxs[(b * kPRows + r + 2 * q) * 4 + (cc >> ucs)];
         const float xs1 = sxs[(b * kPRows + r + 2 * q + 1) * 4 + (cc >> ucs)];
 #pragma unroll

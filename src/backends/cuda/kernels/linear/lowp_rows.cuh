@@ -53,20 +53,16 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {  // n in 0 .. kMaxDepth
 }
 
 // Shared memory of one row-tile CTA: partials float4 [nw][kw][32]; per warp its scales float
-// [rt][ustride], its e4m3 codes [rt][stride] (bytes) and its weight ring [nw][depth][kStageBytes]
-// (ring bytes). nwarps <= kw warps take slices s = warp, warp + nwarps, ...; nwarps and depth are speed
+// [rt][ustride], its codes f16 [rt][stride] and its weight ring [nw][depth][kStageBytes] (ring
+// bytes). nwarps <= kw warps take slices s = warp, warp + nwarps, ...; nwarps and depth are speed
 // only (a slice's arithmetic is the same whichever warp runs it, however deep its ring).
 struct TileLayout {
   int kw = 1, nwarps = 1, depth = 1, rt = 1, stride = 0, ustride = 0, nw = 1, ring = 0;
   __host__ __device__ size_t bytes() const {
     return sizeof(float4) * size_t(nw) * kw * 32 +
-           size_t(nwarps) * (sizeof(float) * size_t(rt) * ustride + size_t(rt) * stride + size_t(ring));
+           size_t(nwarps) * (sizeof(float) * size_t(rt) * ustride + 2 * size_t(rt) * stride + size_t(ring));
   }
 };
-
-// Bytes per staged row of `len` codes: 32 past a multiple of 128, so the 4 rows one half warp reads
-// (8 bytes per lane, 32 per row) fall on distinct banks.
-inline int code_stride(int len) { return (len + 127) / 128 * 128 + 32; }
 
 // What the launch planning needs of the device.
 struct SmCaps {
@@ -111,7 +107,7 @@ inline TileLayout tile_layout(int64_t in, int act_block, int64_t rows, int nw, i
   L.kw = k_slices(in, units);
   const int umax = (units + L.kw - 1) / L.kw;
   L.ustride = (umax + 3) & ~3;
-  L.stride = code_stride(umax * act_block);
+  L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);  // rows 2 apart: other banks
   L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
   L.nw = nw;
   const int nst = (umax * (act_block / kChunk) + kStageChunks - 1) / kStageChunks;  // stages of the longest slice
@@ -201,7 +197,7 @@ struct StageScales {
 // the chunks per act block): each chunk's arithmetic is lowp_mma.cuh's, chunks in increasing order.
 template <Fmt F, int NW>
 __device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int slot, int c0, int cs, int c1, int R,
-                                          const uint8_t* xq, int stride, const float* xs, int ustride, int ucs,
+                                          const __half* xq, int stride, const float* xs, int ustride, int ucs,
                                           float (&acc)[NW][4]) {
   constexpr int CB = WPtr<F>::kChunkBytes;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -210,8 +206,8 @@ __device__ __forceinline__ void stage_mma(const uint8_t* ring, int depth, int sl
   for (int cc = 0; cc < kStageChunks; ++cc) {
     const int c = cs + cc;
     if (c < c1) {
-      const uint2 b = g < R ? *reinterpret_cast<const uint2*>(xq + g * stride + (c - c0) * kChunk + 8 * q)
-                            : make_uint2(0, 0);
+      const uint4 b = g < R ? *reinterpret_cast<const uint4*>(xq + g * stride + (c - c0) * kChunk + 8 * q)
+                            : make_uint4(0, 0, 0, 0);
       const int ub = (c - c0) >> ucs;
       const float xs0 = 2 * q < R ? xs[2 * q * ustride + ub] : 0.f;
       const float xs1 = 2 * q + 1 < R ? xs[(2 * q + 1) * ustride + ub] : 0.f;
@@ -275,9 +271,9 @@ __device__ __forceinline__ void rows_tile(const LowpWeight* W, int64_t tile, int
   float4* part = smem;
   float* xs_all = reinterpret_cast<float*>(part + NW * L.kw * 32);
   float* xs = xs_all + warp * L.rt * L.ustride;
-  uint8_t* xq_all = reinterpret_cast<uint8_t*>(xs_all + L.nwarps * L.rt * L.ustride);
-  uint8_t* xq = xq_all + warp * L.rt * L.stride;
-  uint8_t* ring = xq_all + L.nwarps * L.rt * L.stride + warp * L.ring;
+  __half* xq_all = reinterpret_cast<__half*>(xs_all + L.nwarps * L.rt * L.ustride);
+  __half* xq = xq_all + warp * L.rt * L.stride;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(xq_all + L.nwarps * L.rt * L.stride) + warp * L.ring;
   const int units = static_cast<int>(W[0].in) / act_block, uc = act_block / kChunk, ucs = __ffs(uc) - 1;
   const int64_t col_base = tile * 16, col0 = col_base + g;
   const bool ok0 = col0 < W[0].out, ok1 = col0 + 8 < W[0].out;

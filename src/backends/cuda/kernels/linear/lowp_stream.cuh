@@ -26,13 +26,13 @@ inline bool use_stream(int64_t rows, int64_t n_items, int sms) {
 }
 
 // Shared memory of one streaming CTA (kw warps, warp s = slice s): partials float4 [2][nw][kw][32]
-// (double-buffered by item parity), then per warp its scales float [rt][ustride], its e4m3 codes
-// [rt][stride] (bytes) and its ring [nw][depth][kStageBytes] (ring bytes).
+// (double-buffered by item parity), then per warp its scales float [rt][ustride], its codes f16
+// [rt][stride] and its ring [nw][depth][kStageBytes] (ring bytes).
 struct StreamLayout {
   int kw = 1, depth = 2, rt = 1, stride = 0, ustride = 0, nw = 1, ring = 0;
   __host__ __device__ size_t part_bytes() const { return sizeof(float4) * 2 * size_t(nw) * kw * 32; }
   __host__ __device__ size_t bytes() const {
-    return part_bytes() + size_t(kw) * (sizeof(float) * size_t(rt) * ustride + size_t(rt) * stride + size_t(ring));
+    return part_bytes() + size_t(kw) * (sizeof(float) * size_t(rt) * ustride + 2 * size_t(rt) * stride + size_t(ring));
   }
 };
 
@@ -46,7 +46,7 @@ inline StreamLayout stream_layout(int64_t in, int act_block, int64_t rows, int n
   L.kw = k_slices(in, units);
   const int umax = (units + L.kw - 1) / L.kw;
   L.ustride = (umax + 3) & ~3;
-  L.stride = code_stride(umax * act_block);
+  L.stride = umax * act_block + ((umax * act_block) % 64 == 0 ? 32 : 0);
   L.rt = static_cast<int>(rows < kPassRows ? rows : kPassRows);
   L.nw = nw;
   int depth = g_layout_override.depth > 0 ? g_layout_override.depth : 2;
@@ -90,10 +90,10 @@ __device__ __forceinline__ void rows_stream(const Groups& G, const LowpWeight& s
   if (i0 >= i1) return;  // uniform over the CTA
   uint8_t* const sm = reinterpret_cast<uint8_t*>(smem);
   const size_t xs_at = L.part_bytes(), xq_at = xs_at + sizeof(float) * size_t(L.kw) * L.rt * L.ustride,
-               ring_at = xq_at + size_t(L.kw) * L.rt * L.stride;
+               ring_at = xq_at + 2 * size_t(L.kw) * L.rt * L.stride;
   float4* part = smem;
   float* xs = reinterpret_cast<float*>(sm + xs_at) + s * L.rt * L.ustride;
-  uint8_t* xq = sm + xq_at + s * L.rt * L.stride;
+  __half* xq = reinterpret_cast<__half*>(sm + xq_at) + s * L.rt * L.stride;
   uint8_t* ring = sm + ring_at + size_t(s) * L.ring;
   const int units = static_cast<int>(shape.in) / act_block, uc = act_block / kChunk, ucs = __ffs(uc) - 1;
   const int u0 = slice_begin(s, units, L.kw), u1 = slice_begin(s + 1, units, L.kw);

@@ -33,7 +33,7 @@ template <> struct Traits<Fmt::fp8> {
 };
 template <> struct Traits<Fmt::fp4> {
   static constexpr int kElems = 32;    // e2m1 per 16-byte unit
-  static constexpr float kFactor = 64.0f;  // the e4m3 decode yields w * 2^-6 (lowp_mma.cuh)
+  static constexpr float kFactor = 16384.0f;  // the f16 decode yields w * 2^-14 (lowp_mma.cuh)
 };
 
 }  // namespace dsv4::cuda::lowp
