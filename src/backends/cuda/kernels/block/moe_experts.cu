@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restr
 // Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel. Row tiles of 32 NT rows
 // on gemm_tile, or on gemm_wg_tile (kWg, the warpgroup MMA; NT 2 or 4).
 template <bool kWg, int NT>
-constexpr size_t kExpertSmem = kWg ? lowp::WgLayout<Fmt::fp4, lowp::kGRows<NT>>::kBytes : lowp::GemmLayout<Fmt::fp4, NT>::kBytes;
+constexpr size_t kExpertSmem =
+    kWg ? lowp::WgLayout<Fmt::fp4, lowp::kGRows<NT>>::kBytes : lowp::GemmLayout<Fmt::fp4, NT>::kBytes;
 static_assert(lowp::kWgThreads == lowp::kGThreads);
 template <bool kDown, bool kWg, int NT>
 __global__ void __launch_bounds__(lowp::kGThreads, kWg ? 1 : lowp::kGMinBlocks<NT>) experts_gemm_kernel(
@@ -261,10 +262,11 @@ __global__ void __launch_bounds__(lowp::kGThreads, kWg ? 1 : lowp::kGMinBlocks<N
     float* y = kDown ? out : blockIdx.z ? u : a;
     const int64_t ld = kDown ? D : I;
     auto emit = [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * ld + col] = round_bf16(v); };
+    uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
     if constexpr (kWg) {
-      lowp::gemm_wg_tile<Fmt::fp4, lowp::kGRows<NT>>(Q, p0 - p_base, n, W, act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4), emit);
+      lowp::gemm_wg_tile<Fmt::fp4, lowp::kGRows<NT>>(Q, p0 - p_base, n, W, act_block, kw, col0, smem, emit);
     } else {
-      lowp::gemm_tile<Fmt::fp4, NT>(Q, p0 - p_base, n, W, act_block, kw, col0, reinterpret_cast<uint8_t*>(smem4), emit);
+      lowp::gemm_tile<Fmt::fp4, NT>(Q, p0 - p_base, n, W, act_block, kw, col0, smem, emit);
     }
   }
 }
@@ -356,11 +358,15 @@ cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t*
                                               lowp::kGRows<NT>, tiles);
       const lowp::QuantRows Q = lowp::quant_rows_at(buf, n + pad, kDown ? I : D);
       if (kDown) {
-        experts_quant_kernel<true, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I, act_block, Q);
-        launch_experts_gemm<true, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out, s);
+        experts_quant_kernel<true, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I,
+                                                                                act_block, Q);
+        launch_experts_gemm<true, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out,
+                                           s);
       } else {
-        experts_quant_kernel<false, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D, act_block, Q);
-        launch_experts_gemm<false, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out, s);
+        experts_quant_kernel<false, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D,
+                                                                                 act_block, Q);
+        launch_experts_gemm<false, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out,
+                                            s);
       }
       e = cudaGetLastError();
     }
