@@ -82,7 +82,7 @@ uint32_t bits(float f) {
 struct Modes {  // restores the defaults when a test ends, however it ends
   ~Modes() {
     set_lowp_gemm(true);
-    set_lowp_gemm_wgmma(true);
+    set_lowp_gemm_wgmma(false);
     set_lowp_gemm_tile_rows(0);
     set_lowp_tile_rows(0);
   }
