@@ -88,6 +88,30 @@ struct Modes {  // restores the defaults when a test ends, however it ends
   }
 };
 
+// Runs check(label) once per form of the many-row GEMM: mma.sync at each row tile (32, 64, 128; 0: its
+// choice), then the warpgroup MMA at each of its row tiles (64, 128) where the device has it. Returns whether the
+// warpgroup MMA ran. Leaves the GEMM on, on mma.sync, at its own row tiles.
+template <typename Check>
+bool each_gemm_form(Check check) {
+  set_lowp_gemm(true);
+  bool wg_ran = false;
+  for (bool wg : {false, true}) {
+    set_lowp_gemm_wgmma(wg);
+    if (wg && !lowp_gemm_wgmma_active()) break;
+    wg_ran = wg_ran || wg;
+    for (int tile_rows : wg ? std::vector<int>{0, 64, 128} : std::vector<int>{0, 32, 64, 128}) {
+      set_lowp_gemm_tile_rows(tile_rows);
+      check("GEMM tile rows " + std::to_string(tile_rows) + (wg ? " (0: its choice) on the warpgroup MMA"
+                                                                : " (0: its choice) on mma.sync"));
+      if (::testing::Test::HasFatalFailure()) break;  // the first mismatch is the report
+    }
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  set_lowp_gemm_wgmma(false);
+  set_lowp_gemm_tile_rows(0);
+  return wg_ran;
+}
+
 // One FP8 (fp4 = false) or FP4 linear [out, in] with act_block ab.
 struct Linear {
   bool fp4;
@@ -149,25 +173,12 @@ void check_linear(const Linear& L, const std::vector<int64_t>& row_counts, uint3
     ASSERT_TRUE(same_bytes(tiles, row_kernels, L.out, L.name() + " rows " + std::to_string(rows) +
                                                           ": 64 x 64 tiles vs row kernels (8-row launches)"));
     set_lowp_tile_rows(-1);
-    set_lowp_gemm(true);
-    set_lowp_gemm_wgmma(false);
-    for (int tile_rows : {0, 32, 64, 128}) {
-      set_lowp_gemm_tile_rows(tile_rows);
+    const bool wg = each_gemm_form([&](const std::string& form) {
       const std::vector<float> gemm = L.run(dx, r0, rows);
-      ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows " + std::to_string(rows) + " GEMM tile rows " +
-                                                      std::to_string(tile_rows) + " (0: its choice) vs 64 x 64 tiles"));
-    }
-    set_lowp_gemm_tile_rows(0);
-    set_lowp_gemm_wgmma(true);
-    const bool wg = lowp_gemm_wgmma_active();
-    for (int tile_rows : {0, 64, 128}) {
-      if (!wg) break;
-      set_lowp_gemm_tile_rows(tile_rows);
-      const std::vector<float> gemm = L.run(dx, r0, rows);
-      ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows " + std::to_string(rows) + " GEMM tile rows " +
-                                                      std::to_string(tile_rows) + " on the warpgroup MMA vs 64 x 64 tiles"));
-    }
-    set_lowp_gemm_tile_rows(0);
+      ASSERT_TRUE(same_bytes(gemm, tiles, L.out, L.name() + " rows " + std::to_string(rows) + " " + form +
+                                                      " vs 64 x 64 tiles"));
+    });
+    if (::testing::Test::HasFatalFailure()) return;
     std::printf("[ %s ] rows %lld: GEMM%s == 64 x 64 tiles == row kernels\n", L.name().c_str(), (long long)rows,
                 wg ? " (mma.sync and warpgroup MMA)" : " (mma.sync; no warpgroup MMA on this device)");
   }
@@ -275,23 +286,10 @@ void check_experts(int64_t D, int64_t I, const std::vector<int>& counts, const s
   set_lowp_gemm(false);
   const std::vector<float> tiles = run(1);
   ASSERT_TRUE(same_bytes(tiles, row_kernels, D, what + ": 64 x 64 tiles vs row kernels"));
-  set_lowp_gemm(true);
-  set_lowp_gemm_wgmma(false);
-  for (int tile_rows : {0, 32, 64, 128}) {
-    set_lowp_gemm_tile_rows(tile_rows);
-    const std::vector<float> gemm = run(1);
-    ASSERT_TRUE(same_bytes(gemm, row_kernels, D,
-                           what + ": GEMM tile rows " + std::to_string(tile_rows) + " (0: its choice) vs row kernels"));
-  }
-  set_lowp_gemm_tile_rows(0);
-  set_lowp_gemm_wgmma(true);
-  const bool wg = lowp_gemm_wgmma_active();
-  for (int tile_rows : {0, 64, 128}) {
-    if (!wg) break;
-    set_lowp_gemm_tile_rows(tile_rows);
-    ASSERT_TRUE(same_bytes(run(1), row_kernels, D, what + ": GEMM tile rows " + std::to_string(tile_rows) +
-                                                       " on the warpgroup MMA vs row kernels"));
-  }
+  const bool wg = each_gemm_form([&](const std::string& form) {
+    ASSERT_TRUE(same_bytes(run(1), row_kernels, D, what + ": " + form + " vs row kernels"));
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   std::printf("[ %s ] GEMM%s == 64 x 64 tiles == row kernels\n", what.c_str(),
               wg ? " (mma.sync and warpgroup MMA)" : " (mma.sync)");
 }

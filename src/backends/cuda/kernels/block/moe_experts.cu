@@ -242,12 +242,9 @@ __global__ void __launch_bounds__(256) experts_quant_kernel(const float* __restr
 // ... (tiles), weight w1 (z = 0, into a) or w3 (z = 1, into u) for the gate, w2 (into out) for the down.
 // Every output's arithmetic is fp4_linear's on its row alone, as in experts_kernel. Row tiles of 32 NT rows
 // on gemm_tile, or on gemm_wg_tile (kWg, the warpgroup MMA; NT 2 or 4).
-template <bool kWg, int NT>
-constexpr size_t kExpertSmem =
-    kWg ? lowp::WgLayout<Fmt::fp4, lowp::kGRows<NT>>::kBytes : lowp::GemmLayout<Fmt::fp4, NT>::kBytes;
-static_assert(lowp::kWgThreads == lowp::kGThreads);
+template <bool kWg, int NT> constexpr size_t kExpertSmem = lowp::kGemmSmem<Fmt::fp4, kWg, NT>;
 template <bool kDown, bool kWg, int NT>
-__global__ void __launch_bounds__(lowp::kGThreads, kWg ? 1 : lowp::kGMinBlocks<NT>) experts_gemm_kernel(
+__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGemmMinBlocks<kWg, NT>) experts_gemm_kernel(
     lowp::QuantRows Q, int64_t p_base, const int32_t* __restrict__ pair_expert, const Fp4View* __restrict__ w1,
     const Fp4View* __restrict__ w3, const Fp4View* __restrict__ w2, int64_t D, int64_t I, int act_block, int kw,
     const int32_t* __restrict__ tiles, float* __restrict__ a, float* __restrict__ u, float* __restrict__ out) {
@@ -262,12 +259,8 @@ __global__ void __launch_bounds__(lowp::kGThreads, kWg ? 1 : lowp::kGMinBlocks<N
     float* y = kDown ? out : blockIdx.z ? u : a;
     const int64_t ld = kDown ? D : I;
     auto emit = [&](int r, int64_t col, float v) { y[int64_t(p0 + r) * ld + col] = round_bf16(v); };
-    uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
-    if constexpr (kWg) {
-      lowp::gemm_wg_tile<Fmt::fp4, lowp::kGRows<NT>>(Q, p0 - p_base, n, W, act_block, kw, col0, smem, emit);
-    } else {
-      lowp::gemm_tile<Fmt::fp4, NT>(Q, p0 - p_base, n, W, act_block, kw, col0, smem, emit);
-    }
+    lowp::gemm_form_tile<Fmt::fp4, kWg, NT>(Q, p0 - p_base, n, W, act_block, kw, col0,
+                                             reinterpret_cast<uint8_t*>(smem4), emit);
   }
 }
 

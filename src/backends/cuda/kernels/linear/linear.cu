@@ -108,30 +108,17 @@ __device__ __forceinline__ GemmCta gemm_cta(int64_t id, int64_t rows, int R, int
   return GemmCta{c0 + l % gw, row0, static_cast<int>(rows - row0 < R ? rows - row0 : R)};
 }
 
-// The many-row GEMM over Q's rows 0 .. rows-1 into y [rows, W.out] (bf16 values), 32 NT-row tiles.
-template <Fmt F, int NT>
-__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGMinBlocks<NT>)
+// The many-row GEMM over Q's rows 0 .. rows-1 into y [rows, W.out] (bf16 values), 32 NT-row tiles, on mma.sync
+// or (kWg) the warpgroup MMA.
+template <Fmt F, bool kWg, int NT>
+__global__ void __launch_bounds__(lowp::kGThreads, lowp::kGemmMinBlocks<kWg, NT>)
     gemm_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
                        float* __restrict__ y) {
   extern __shared__ float4 smem4[];
-  constexpr int R = lowp::kGRows<NT>;
-  const GemmCta c = gemm_cta(blockIdx.x, rows, R, col_tiles);
-  lowp::gemm_tile<F, NT>(Q, c.row0, c.nrows, W, act_block, kw, c.col_tile * lowp::kGCols,
-                         reinterpret_cast<uint8_t*>(smem4),
-                         [&](int r, int64_t col, float v) { y[(c.row0 + r) * W.out + col] = round_bf16(v); });
-}
-
-// The many-row GEMM on the warpgroup MMA: gemm_linear_kernel's scheme with 32 NT-row tiles (NT 2 or 4).
-template <Fmt F, int NT>
-__global__ void __launch_bounds__(lowp::kWgThreads, 1)
-    gemm_wg_linear_kernel(lowp::QuantRows Q, int64_t rows, LowpWeight W, int act_block, int kw, int64_t col_tiles,
-                          float* __restrict__ y) {
-  extern __shared__ float4 smem4[];
-  constexpr int R = lowp::kGRows<NT>;
-  const GemmCta c = gemm_cta(blockIdx.x, rows, R, col_tiles);
-  lowp::gemm_wg_tile<F, R>(Q, c.row0, c.nrows, W, act_block, kw, c.col_tile * lowp::kGCols,
-                           reinterpret_cast<uint8_t*>(smem4),
-                           [&](int r, int64_t col, float v) { y[(c.row0 + r) * W.out + col] = round_bf16(v); });
+  const GemmCta c = gemm_cta(blockIdx.x, rows, lowp::kGRows<NT>, col_tiles);
+  lowp::gemm_form_tile<F, kWg, NT>(Q, c.row0, c.nrows, W, act_block, kw, c.col_tile * lowp::kGCols,
+                                   reinterpret_cast<uint8_t*>(smem4),
+                                   [&](int r, int64_t col, float v) { y[(c.row0 + r) * W.out + col] = round_bf16(v); });
 }
 
 // Per-device limits, read once (the engine runs on one device per process).
@@ -144,16 +131,16 @@ const lowp::SmCaps& caps() {
                                                    reinterpret_cast<const void*>(tc_stream_kernel<Fmt::fp8, 2>),
                                                    reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp8>),
                                                    reinterpret_cast<const void*>(tc_prefill_kernel<Fmt::fp4>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 1>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 2>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, 4>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 1>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 2>),
-                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, 4>),
-                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp8, 2>),
-                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp8, 4>),
-                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp4, 2>),
-                                                   reinterpret_cast<const void*>(gemm_wg_linear_kernel<Fmt::fp4, 4>)});
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, false, 1>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, false, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, false, 4>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, false, 1>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, false, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, false, 4>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, true, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp8, true, 4>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, true, 2>),
+                                                   reinterpret_cast<const void*>(gemm_linear_kernel<Fmt::fp4, true, 4>)});
   return c;
 }
 int smem_optin() { return static_cast<int>(caps().smem_block); }
@@ -178,25 +165,14 @@ bool bad_shape(const float* x, int64_t rows, const LowpWeight& W, int act_block)
          ((W.scale_cols / 32) & (W.scale_cols / 32 - 1));
 }
 
-template <Fmt F, int NT>
+template <Fmt F, bool kWg, int NT>
 cudaError_t launch_gemm_nt(const lowp::QuantRows& Q, int64_t rows, const LowpWeight& W, int act_block, int kw,
                            int64_t col_tiles, float* y, cudaStream_t s) {
-  constexpr size_t smem = lowp::GemmLayout<F, NT>::kBytes;
+  constexpr size_t smem = lowp::kGemmSmem<F, kWg, NT>;
   if (smem > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
   const int64_t ctas = col_tiles * ((rows + lowp::kGRows<NT> - 1) / lowp::kGRows<NT>);
-  gemm_linear_kernel<F, NT><<<static_cast<unsigned>(ctas), lowp::kGThreads, smem, s>>>(Q, rows, W, act_block, kw,
-                                                                                      col_tiles, y);
-  return cudaGetLastError();
-}
-
-template <Fmt F, int NT>
-cudaError_t launch_gemm_wg(const lowp::QuantRows& Q, int64_t rows, const LowpWeight& W, int act_block, int kw,
-                           int64_t col_tiles, float* y, cudaStream_t s) {
-  const int64_t ctas = col_tiles * ((rows + lowp::kGRows<NT> - 1) / lowp::kGRows<NT>);
-  constexpr size_t smem = lowp::WgLayout<F, lowp::kGRows<NT>>::kBytes;
-  if (smem > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
-  gemm_wg_linear_kernel<F, NT><<<static_cast<unsigned>(ctas), lowp::kWgThreads, smem, s>>>(Q, rows, W, act_block, kw,
-                                                                                          col_tiles, y);
+  gemm_linear_kernel<F, kWg, NT><<<static_cast<unsigned>(ctas), lowp::kGThreads, smem, s>>>(Q, rows, W, act_block,
+                                                                                           kw, col_tiles, y);
   return cudaGetLastError();
 }
 
@@ -217,21 +193,17 @@ cudaError_t launch_gemm(const float* x, int64_t rows, const LowpWeight& W, int a
     const int64_t warps = n_alloc * (Q.kp / lowp::kGStageK);
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((warps + 31) / 32, int64_t(caps().sms) * 16));
     float* yp = y + r0 * W.out;
-    if (wg) {
-      gemm_quant_kernel<F, true><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc,
-                                                                               act_block, Q);
-      if ((e = cudaGetLastError()) != cudaSuccess) break;
-      e = lowp::wg_nt(n, col_tiles, caps().sms) == 4 ? launch_gemm_wg<F, 4>(Q, n, W, act_block, kw, col_tiles, yp, s)
-                                                      : launch_gemm_wg<F, 2>(Q, n, W, act_block, kw, col_tiles, yp, s);
-      continue;
-    }
-    gemm_quant_kernel<F, false><<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc,
-                                                                              act_block, Q);
+    const auto quant = wg ? gemm_quant_kernel<F, true> : gemm_quant_kernel<F, false>;  // slot or pair order
+    quant<<<static_cast<unsigned>(blocks), 256, 0, s>>>(x + r0 * W.in, W.in, n, n_alloc, act_block, Q);
     if ((e = cudaGetLastError()) != cudaSuccess) break;
-    switch (lowp::gemm_nt(n, col_tiles, caps().sms)) {
-      case 4: e = launch_gemm_nt<F, 4>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
-      case 2: e = launch_gemm_nt<F, 2>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
-      default: e = launch_gemm_nt<F, 1>(Q, n, W, act_block, kw, col_tiles, yp, s); break;
+    const int nt = wg ? lowp::wg_nt(n, col_tiles, caps().sms) : lowp::gemm_nt(n, col_tiles, caps().sms);
+    if (wg) {
+      e = nt == 4 ? launch_gemm_nt<F, true, 4>(Q, n, W, act_block, kw, col_tiles, yp, s)
+                  : launch_gemm_nt<F, true, 2>(Q, n, W, act_block, kw, col_tiles, yp, s);
+    } else {
+      e = nt == 4   ? launch_gemm_nt<F, false, 4>(Q, n, W, act_block, kw, col_tiles, yp, s)
+          : nt == 2 ? launch_gemm_nt<F, false, 2>(Q, n, W, act_block, kw, col_tiles, yp, s)
+                    : launch_gemm_nt<F, false, 1>(Q, n, W, act_block, kw, col_tiles, yp, s);
     }
   }
   const cudaError_t f = lowp::gemm_free(buf, s);

@@ -299,6 +299,21 @@ __device__ __forceinline__ void gemm_wg_tile(const QuantRows& Q, int64_t row0, i
   }
 }
 
+// A many-row GEMM kernel's launch shape for both forms (kWg: gemm_wg_tile; else gemm_tile), 32 NT-row tiles:
+// its shared memory and the CTAs per SM its __launch_bounds__ asks for.
+template <Fmt F, bool kWg, int NT>
+constexpr size_t kGemmSmem = kWg ? WgLayout<F, kGRows<NT>>::kBytes : GemmLayout<F, NT>::kBytes;
+template <bool kWg, int NT> constexpr int kGemmMinBlocks = kWg ? 1 : kGMinBlocks<NT>;
+static_assert(kWgThreads == kGThreads, "both forms launch kGThreads threads");
+
+// gemm_tile or gemm_wg_tile (kWg) with the same arguments.
+template <Fmt F, bool kWg, int NT, typename Emit>
+__device__ __forceinline__ void gemm_form_tile(const QuantRows& Q, int64_t row0, int nrows, const LowpWeight& W,
+                                               int act_block, int kw, int64_t cta_col, uint8_t* smem, Emit emit) {
+  if constexpr (kWg) gemm_wg_tile<F, kGRows<NT>>(Q, row0, nrows, W, act_block, kw, cta_col, smem, emit);
+  else gemm_tile<F, NT>(Q, row0, nrows, W, act_block, kw, cta_col, smem, emit);
+}
+
 // Host side (lowp_gemm.cu): whether the many-row GEMM runs gemm_wg_tile: the device is sm_90 (this build
 // carries sm_90a code) and DSV4_LOWP_WGMMA=1 / set_lowp_gemm_wgmma(true) switched it on (off by default). Its row tile
 // (32 NT rows, NT 2 or 4) for `rows` rows of `col_tiles` column tiles on `sms` SMs, and for the routed experts'
