@@ -177,8 +177,9 @@ TEST(ForwardOps, MoeRoutingPairsAndCombine) {
   ASSERT_EQ(moe_route(dl.as<float>(), rows, E, K, dbias.as<float>(), dbias.as<float>(), nullptr, 1.5f,
                       sel.as<int32_t>(), wts.as<float>(), nullptr),
             cudaSuccess);
+  DeviceBuffer pscratch(moe_pairs_scratch(rows, K, E) * 4);
   ASSERT_EQ(moe_pairs(sel.as<int32_t>(), wts.as<float>(), rows, K, E, prow.as<int32_t>(), pexp.as<int32_t>(),
-                      pw.as<float>(), pof.as<int32_t>(), nullptr),
+                      pw.as<float>(), pof.as<int32_t>(), pscratch.as<int32_t>(), nullptr),
             cudaSuccess);
   const auto s = to_host<int32_t>(sel, rows * K);
   const auto w = to_host<float>(wts, rows * K);
@@ -280,8 +281,9 @@ TEST(ForwardOps, FusedLaunchesEqualTheirParts) {
   ASSERT_EQ(moe_route(dl.as<float>(), rows, E2, K, db.as<float>(), dbv.as<float>(), dimg.as<uint8_t>(), 2.5f,
                       one[0].as<int32_t>(), one[1].as<float>(), nullptr),
             cudaSuccess);
+  DeviceBuffer pscratch(moe_pairs_scratch(rows, K, E2) * 4);
   ASSERT_EQ(moe_pairs(one[0].as<int32_t>(), one[1].as<float>(), rows, K, E2, one[2].as<int32_t>(), one[3].as<int32_t>(),
-                      one[4].as<float>(), one[5].as<int32_t>(), nullptr),
+                      one[4].as<float>(), one[5].as<int32_t>(), pscratch.as<int32_t>(), nullptr),
             cudaSuccess);
   ASSERT_EQ(moe_route_pairs(dl.as<float>(), rows, E2, K, db.as<float>(), dbv.as<float>(), dimg.as<uint8_t>(), 2.5f,
                             two[0].as<int32_t>(), two[1].as<float>(), two[2].as<int32_t>(), two[3].as<int32_t>(),
@@ -360,6 +362,105 @@ TEST(ForwardOps, FusedMixesMatchOracle) {
             cudaSuccess);
   const auto m1 = to_host<float>(mix1, nm);
   EXPECT_TRUE(std::equal(m1.begin(), m1.end(), m.begin() + 2 * nm));
+}
+
+// moe_pairs over many chunks of entries (3,000 rows x 6 slots, 384 experts, a few entries out of range)
+// against the definition computed on the host: for each expert in order, its entries in entry order.
+TEST(ForwardOps, PairsOfManyRowsFollowTheirDefinition) {
+  const int64_t rows = 3000, E = 384;
+  const int K = 6;
+  const int64_t n = rows * K;
+  std::mt19937 rng(91);
+  std::vector<int32_t> sel(n);
+  std::vector<float> wts(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sel[i] = static_cast<int32_t>(rng() % (i % 97 == 0 ? 40 : E));  // crowded low experts too
+    wts[i] = static_cast<float>(rng() % 1000) / 1000.0f;
+  }
+  sel[5] = -1, sel[n - 2] = static_cast<int32_t>(E);  // left out
+  std::vector<int32_t> want_row, want_expert, want_of(n, -7);
+  std::vector<float> want_weight;
+  for (int32_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < n; ++i)
+      if (sel[i] == e) {
+        want_of[i] = static_cast<int32_t>(want_row.size());
+        want_row.push_back(static_cast<int32_t>(i / K));
+        want_expert.push_back(e);
+        want_weight.push_back(wts[i]);
+      }
+  const DeviceBuffer dsel = to_device(sel), dw = to_device(wts);
+  DeviceBuffer prow(n * 4), pexp(n * 4), pw(n * 4), pof(n * 4), scratch(moe_pairs_scratch(rows, K, E) * 4);
+  const std::vector<int32_t> poison(n, -7);
+  cudaMemcpy(pof.get(), poison.data(), n * 4, cudaMemcpyHostToDevice);
+  ASSERT_EQ(moe_pairs(dsel.as<int32_t>(), dw.as<float>(), rows, K, E, prow.as<int32_t>(), pexp.as<int32_t>(),
+                      pw.as<float>(), pof.as<int32_t>(), scratch.as<int32_t>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const size_t placed = want_row.size();
+  ASSERT_EQ(placed, static_cast<size_t>(n - 2));
+  const auto got_row = to_host<int32_t>(prow, placed), got_expert = to_host<int32_t>(pexp, placed);
+  const auto got_weight = to_host<float>(pw, placed);
+  const auto got_of = to_host<int32_t>(pof, n);
+  EXPECT_EQ(got_row, want_row);
+  EXPECT_EQ(got_expert, want_expert);
+  EXPECT_EQ(std::memcmp(got_weight.data(), want_weight.data(), placed * 4), 0);
+  EXPECT_EQ(got_of, want_of);
+}
+
+// hc_mix_partials follows the arithmetic block_ops.cuh defines, bit for bit, on both of its kernels (a launch of
+// 100 rows takes the row-tiled kernel, a launch of one row the per-value one): the host below performs the
+// same operations in the same order (per thread t of 256: FMAs over its elements t, t + 256, ... of the
+// slice from +0; the butterfly over 32 lanes; the butterfly over the 8 warp totals padded with +0 lanes).
+float host_butterfly(std::vector<float> v) {  // 32 lanes: lane 0's value after offsets 16, 8, 4, 2, 1
+  for (int o = 16; o > 0; o >>= 1) {
+    std::vector<float> next(32);
+    for (int l = 0; l < 32; ++l) next[l] = v[l] + v[l ^ o];
+    v = next;
+  }
+  return v[0];
+}
+
+TEST(ForwardOps, MixPartialsFollowTheirDefinitionOnBothKernels) {
+  const int C = 4, nm = C * (C + 2);
+  for (const int64_t D : {int64_t{5120}, int64_t{4096}, int64_t{256}}) {
+    SCOPED_TRACE("D=" + std::to_string(D));
+    const int64_t rows = 100, n = C * D, len = n / kHcSplits;
+    const std::vector<float> h = random_bf16(rows * n, uint32_t(31 + D), 1.5f);
+    const std::vector<float> fn = random_bf16(nm * n, uint32_t(37 + D), 0.02f);
+    const DeviceBuffer dh = to_device(h), dfn = to_device(fn);
+    const int64_t per_row = kHcSplits * (nm + 1);
+    DeviceBuffer all(rows * per_row * 4), one(per_row * 4);
+    cudaMemset(all.get(), 0xFF, all.bytes());
+    ASSERT_EQ(hc_mix_partials(dh.as<float>(), dfn.as<float>(), rows, C, D, all.as<float>(), nullptr), cudaSuccess);
+    const std::vector<float> got = to_host<float>(all, rows * per_row);
+    for (const int64_t r : {int64_t{0}, int64_t{41}, rows - 1}) {
+      ASSERT_EQ(hc_mix_partials(dh.as<float>() + r * n, dfn.as<float>(), 1, C, D, one.as<float>(), nullptr),
+                cudaSuccess);
+      const std::vector<float> alone = to_host<float>(one, per_row);
+      ASSERT_EQ(std::memcmp(alone.data(), &got[r * per_row], per_row * 4), 0) << "row " << r << " alone";
+      for (int64_t sl = 0; sl < kHcSplits; ++sl)
+        for (int j = 0; j <= nm; ++j) {
+          std::vector<float> warp_total(8);
+          for (int wp = 0; wp < 8; ++wp) {
+            std::vector<float> lanes(32);
+            for (int l = 0; l < 32; ++l) {
+              float acc = 0.0f;
+              for (int64_t o = 32 * wp + l; o < len; o += 256) {
+                const float hv = h[r * n + sl * len + o];
+                acc = std::fma(hv, j < nm ? fn[j * n + sl * len + o] : hv, acc);
+              }
+              lanes[l] = acc;
+            }
+            warp_total[wp] = host_butterfly(lanes);
+          }
+          std::vector<float> padded(32, 0.0f);
+          for (int wp = 0; wp < 8; ++wp) padded[wp] = warp_total[wp];
+          const float want = host_butterfly(padded), have = got[r * per_row + sl * (nm + 1) + j];
+          ASSERT_EQ(std::memcmp(&want, &have, 4), 0)
+              << "row " << r << " slice " << sl << " value " << j << ": " << have << " vs " << want;
+        }
+    }
+  }
 }
 
 // Engram of the tiny and small presets' first Engram layer (wkv FP8 linear, gate) against

@@ -34,7 +34,8 @@ int64_t forward_scratch_bytes(const family::ModelPlan& cfg, int64_t rows) {
   f += rows * n_taps * D + 4 * rows * D;                       // taps, DSpark main rows and keys
   f += rows * static_cast<int64_t>(cfg.engram_layers.size()) * R * 2;  // Engram table rows
   int64_t layer = 3 * rows * D + 3 * rows * nm;                // block x, xn, y, mixes
-  const int64_t moe = rows * E + 7 * rows * K + rows * K * D + rows * K * 3 * I + 3 * rows * I + rows * D;
+  const int64_t moe = rows * E + 7 * rows * K + moe_pairs_scratch(rows, K, E) + rows * K * D + rows * K * 3 * I +
+                      3 * rows * I + rows * D;
   const int64_t engram = rows * R * cfg.engram_head_dim + rows * (C + 1) * D;
   layer += std::max(moe, engram);
   const int64_t head = rows * (C * D + C + 2 * D + cfg.vocab + 2);

@@ -246,7 +246,9 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
       DSV4_CUDA_LAUNCH(moe_route(logits, rows, E, K, M.bias, M.bias_vl, image, cfg.route_scale, sel, wts, c.stream),
                        "moe_route", shape);
     }
-    DSV4_CUDA_LAUNCH(moe_pairs(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, c.stream),
+    DSV4_ASSIGN_OR_RETURN(int32_t* pair_scratch, c.alloc<int32_t>(moe_pairs_scratch(rows, K, E), "pair counts"));
+    DSV4_CUDA_LAUNCH(moe_pairs(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, pair_scratch,
+                               c.stream),
                      "moe_pairs", shape);
     return ok_status();
   }));

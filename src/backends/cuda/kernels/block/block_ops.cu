@@ -152,62 +152,7 @@ __global__ void hc_mix_kernel(const float* m, const float* h, int C, int64_t D, 
   hc_coefficients(m + r * nm, sum, C, n, base, s0, s1, s2, norm_eps, eps, iters, mix + r * nm);
 }
 
-constexpr int kMaxMix = 24;  // C*(C+2) for C <= 4
-constexpr int kHcGroup = 5;  // values per partials block (GEMV outputs j, then j == nm: the sum of squares)
-constexpr int kHcHeld = 8;   // elements per thread whose loads are in flight together
-
-// Block (slice, group, row): values j0 .. j0 + kHcGroup - 1 (j0 = group * kHcGroup) of one K-slice:
-// for j < nm the partial GEMV h . fn[j], for j == nm the partial sum of h^2. Thread t accumulates
-// elements t, t + 256, ... of the slice in turn (acc += h * fn, acc += h * h), then each value takes
-// fwd_block_sum's tree (warp xor tree, then the warp partials by an xor tree over a zero-padded
-// warp). A value's arithmetic depends on the slice and the thread only, never on the group or
-// the row count of the launch.
-__global__ void __launch_bounds__(kThreads) hc_partials_kernel(const float* __restrict__ h,
-                                                               const float* __restrict__ fn, int nm, int64_t n,
-                                                               float* __restrict__ partials) {
-  pdl_wait();
-  pdl_launch_dependents();
-  const int64_t r = blockIdx.z, sl = blockIdx.x;
-  const int j0 = static_cast<int>(blockIdx.y) * kHcGroup;
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int64_t len = n / kHcSplits, i0 = sl * len;
-  const float* hr = h + r * n;
-  float acc[kHcGroup];
-#pragma unroll
-  for (int q = 0; q < kHcGroup; ++q) acc[q] = 0.0f;
-  for (int64_t base = 0; base < len; base += static_cast<int64_t>(kHcHeld) * kThreads) {
-    float hv[kHcHeld], fv[kHcHeld][kHcGroup];
-#pragma unroll
-    for (int e = 0; e < kHcHeld; ++e) {  // every load unconditional (clamped into the slice and rows)
-      const int64_t o = base + t + static_cast<int64_t>(e) * kThreads;
-      const int64_t i = i0 + (o < len ? o : len - 1);
-      hv[e] = hr[i];
-#pragma unroll
-      for (int q = 0; q < kHcGroup; ++q) fv[e][q] = fn[static_cast<int64_t>(min(j0 + q, nm - 1)) * n + i];
-    }
-#pragma unroll
-    for (int e = 0; e < kHcHeld; ++e) {
-      if (base + t + static_cast<int64_t>(e) * kThreads >= len) break;
-#pragma unroll
-      for (int q = 0; q < kHcGroup; ++q) {
-        if (j0 + q < nm) acc[q] += hv[e] * fv[e][q];
-        else if (j0 + q == nm) acc[q] += hv[e] * hv[e];
-      }
-    }
-  }
-  __shared__ float wsum[kHcGroup][kThreads / 32];
-#pragma unroll
-  for (int q = 0; q < kHcGroup; ++q) {
-    float v = acc[q];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) wsum[q][warp] = v;
-  }
-  __syncthreads();
-  if (warp >= kHcGroup || j0 + warp > nm) return;
-  float v = lane < kThreads / 32 ? wsum[warp][lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) partials[(r * kHcSplits + sl) * (nm + 1) + j0 + warp] = v;
-}
+constexpr int kMaxMix = kHcMaxMix;
 
 // One warp per row: lane j sums m[j] over the slices in slice order; lane l < C*C holds A[l]
 // through Sinkhorn, each row / column sum taken in the serial order of cpu::sinkhorn by shuffles.
@@ -382,16 +327,6 @@ cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, in
   hc_mix_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(m, h, C, D, base, s0, s1, s2, norm_eps, hc_eps,
                                                                   iters, mix);
   return cudaGetLastError();
-}
-
-cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C, int64_t D, float* partials,
-                            cudaStream_t s) {
-  if (rows == 0) return cudaSuccess;
-  const int64_t n = static_cast<int64_t>(C) * D;
-  if (C * (C + 2) > kMaxMix || n % kHcSplits) return cudaErrorInvalidValue;
-  const int nm = C * (C + 2);
-  const dim3 grid(kHcSplits, static_cast<unsigned>((nm + kHcGroup) / kHcGroup), static_cast<unsigned>(rows));
-  return launch_pdl(hc_partials_kernel, grid, dim3(kThreads), 0, s, h, fn, nm, n, partials);
 }
 
 cudaError_t hc_mix_from_partials(const float* partials, int64_t rows, int C, int64_t D, const float* base, float s0,

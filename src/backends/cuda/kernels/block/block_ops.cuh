@@ -34,8 +34,12 @@ cudaError_t hc_mix_coefficients(const float* m, const float* h, int64_t rows, in
 
 // The mixes' fp32 GEMV fused with the row statistics, for C <= 4: m = h · fn^T [rows, C*(C+2)]
 // and sum(h^2), each as kHcSplits fixed K-slices (partials f32 [rows, kHcSplits, C*(C+2) + 1])
-// summed in slice order by hc_mix_from_partials. The slices depend on the shape only.
+// summed in slice order by hc_mix_from_partials. The slices depend on the shape only; a value's
+// arithmetic (each of 256 threads sums its elements t, t + 256, ... of the slice by FMAs, then a
+// warp xor tree and an xor tree over the zero-padded warp totals) depends on neither the launch's
+// row count nor on which of the two kernels (hc_partials.cu) computes it.
 constexpr int kHcSplits = 16;
+constexpr int kHcMaxMix = 24;  // C*(C+2) for C <= 4
 cudaError_t hc_mix_partials(const float* h, const float* fn, int64_t rows, int C, int64_t D, float* partials,
                             cudaStream_t s);
 // mix as hc_mix_coefficients, from hc_mix_partials' output.
@@ -91,11 +95,13 @@ cudaError_t moe_route(const float* logits, int64_t rows, int64_t E, int K, const
                       const float* bias_vl, const uint8_t* image, float route_scale, int32_t* sel,
                       float* wts, cudaStream_t s);
 
-// (row, slot) pairs sorted by (expert, row): pair_row/pair_expert/pair_weight [rows*K] and, per
-// (row, slot), its pair index pair_of [rows*K]. One block; deterministic.
+// (row, slot) pairs sorted by (expert, row, slot): pair_row/pair_expert/pair_weight [rows*K] and, per
+// (row, slot), its pair index pair_of [rows*K] (entries whose expert is outside [0, E) are left out).
+// Deterministic: the result depends only on sel and wts. scratch: moe_pairs_scratch(rows, K, E) ints.
 cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
                       int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of,
-                      cudaStream_t s);
+                      int32_t* scratch, cudaStream_t s);
+int64_t moe_pairs_scratch(int64_t rows, int K, int64_t E);
 
 // moe_route then moe_pairs in one single-block launch (for few rows; the same device code per row
 // and for the pairs, so the outputs equal the two launches').

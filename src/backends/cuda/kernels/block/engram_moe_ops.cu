@@ -173,10 +173,73 @@ __device__ void pairs_block(const int32_t* sel, const float* wts, int64_t rows, 
   }
 }
 
-__global__ void pairs_kernel(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E,
-                             int32_t* pair_row, int32_t* pair_expert, float* pair_weight, int32_t* pair_of) {
-  __shared__ int32_t counts[4096];
-  pairs_block(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of, counts);
+// moe_pairs over many entries: the entries in chunks of kPairChunk, each chunk's count per expert, then
+// each (expert, chunk) run's start (experts in order, chunks in order within an expert), then each chunk
+// placed in entry order by one warp. The places are pairs_block's: expert first, then entry order.
+constexpr int64_t kPairChunk = 1024;
+
+__global__ void pair_counts_kernel(const int32_t* sel, int64_t n, int64_t E, int32_t* counts) {
+  __shared__ int32_t c[4096];
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) c[e] = 0;
+  __syncthreads();
+  const int64_t i0 = blockIdx.x * kPairChunk, i1 = i0 + kPairChunk < n ? i0 + kPairChunk : n;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const int32_t e = sel[i];
+    if (e >= 0 && e < E) atomicAdd(&c[e], 1);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) counts[blockIdx.x * E + e] = c[e];
+}
+
+// One block, in place on counts [chunks, E]: each (chunk, expert) count becomes its run's first place.
+__global__ void pair_starts_kernel(int32_t* counts, int64_t chunks, int64_t E) {
+  __shared__ int32_t total[4096];
+  __shared__ int32_t scan[32];
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t t = 0;
+    for (int64_t b = 0; b < chunks; ++b) t += counts[b * E + e];
+    total[e] = t;
+  }
+  __syncthreads();
+  exclusive_scan_block(total, E, scan);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t at = total[e];
+    for (int64_t b = 0; b < chunks; ++b) {
+      const int32_t k = counts[b * E + e];
+      counts[b * E + e] = at;
+      at += k;
+    }
+  }
+}
+
+// One warp per chunk: 32 entries at a time, each placed after its run's earlier entries (the lanes of the
+// same expert below it, then the run's count so far).
+__global__ void pair_place_kernel(const int32_t* sel, const float* wts, int64_t n, int K, int64_t E,
+                                  const int32_t* starts, int32_t* pair_row, int32_t* pair_expert, float* pair_weight,
+                                  int32_t* pair_of) {
+  __shared__ int32_t at[4096];
+  const int lane = threadIdx.x;
+  for (int64_t e = lane; e < E; e += 32) at[e] = starts[blockIdx.x * E + e];
+  __syncwarp();
+  const int64_t i0 = blockIdx.x * kPairChunk, i1 = i0 + kPairChunk < n ? i0 + kPairChunk : n;
+  for (int64_t base = i0; base < i1; base += 32) {
+    const int64_t i = base + lane;
+    const int32_t v = i < i1 ? sel[i] : -1;
+    const bool ok = v >= 0 && v < E;
+    const int32_t key = ok ? v : -1 - lane;  // entries left out match no other lane
+    const unsigned same = __match_any_sync(0xffffffffu, key);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    if (ok) {
+      const int32_t p = at[v] + rank;
+      pair_row[p] = static_cast<int32_t>(i / K);
+      pair_expert[p] = v;
+      pair_weight[p] = wts[i];
+      pair_of[i] = p;
+    }
+    __syncwarp();
+    if (ok && rank == 0) at[v] += __popc(same);
+    __syncwarp();
+  }
 }
 
 // Routing of every row, then the pairs, in one block (few rows: decode and verify rounds). sel and
@@ -283,11 +346,20 @@ cudaError_t moe_route(const float* logits, int64_t rows, int64_t E, int K, const
   return cudaGetLastError();
 }
 
+int64_t moe_pairs_scratch(int64_t rows, int K, int64_t E) {
+  return (rows * K + kPairChunk - 1) / kPairChunk * E;
+}
+
 cudaError_t moe_pairs(const int32_t* sel, const float* wts, int64_t rows, int K, int64_t E, int32_t* pair_row,
-                      int32_t* pair_expert, float* pair_weight, int32_t* pair_of, cudaStream_t s) {
+                      int32_t* pair_expert, float* pair_weight, int32_t* pair_of, int32_t* scratch, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (E > 4096) return cudaErrorInvalidValue;
-  pairs_kernel<<<1, 512, 0, s>>>(sel, wts, rows, K, E, pair_row, pair_expert, pair_weight, pair_of);
+  if (E > 4096 || K < 1) return cudaErrorInvalidValue;
+  const int64_t n = rows * K, chunks = (n + kPairChunk - 1) / kPairChunk;
+  if (chunks > 2147483647) return cudaErrorInvalidValue;
+  pair_counts_kernel<<<static_cast<unsigned>(chunks), 256, 0, s>>>(sel, n, E, scratch);
+  pair_starts_kernel<<<1, 512, 0, s>>>(scratch, chunks, E);
+  pair_place_kernel<<<static_cast<unsigned>(chunks), 32, 0, s>>>(sel, wts, n, K, E, scratch, pair_row, pair_expert,
+                                                                 pair_weight, pair_of);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
-// fp32 linears (fp32 or bf16-stored weights, no rounding): one warp per output column and up to 4
-// rows per pass over its weights, lanes over 8-element K chunks in a fixed order. (bf16 linears:
+// fp32 linears (fp32 or bf16-stored weights, no rounding): a warp per output column and up to 4 rows
+// per pass over its weights (launches of few rows) or per 4 x 4 tile of rows and columns (many rows),
+// lanes over 8-element K chunks in a fixed order. (bf16 linears:
 // linear_bf16.cu, on tensor cores.)
 #include "backends/cuda/kernels/linear/linear.cuh"
 #include "backends/cuda/exl3/exl3_view.h"
@@ -45,37 +46,48 @@ template <> struct Chunk<float> {
   }
 };
 
-// Rows [r0, r0 + R) of output column n: lane l takes chunks l, l + 32, ... (8 elements each) into 8
-// partial sums per row; fp32 rows with in % 8 == 4 give their last 4 elements to lane (in/8) % 32.
-// The partials combine pairwise, then the lane tree. Row m's operations are the same for every R.
-template <typename WT, int R>
-__device__ __forceinline__ void wide_column(const float* __restrict__ x, int64_t r0, const WT* __restrict__ wr,
-                                            int64_t n, int64_t out, int64_t in, float* __restrict__ y) {
+// Rows [r0, r0 + R) of output columns [n, n + N) (those below out): lane l takes chunks l, l + 32, ...
+// (8 elements each, U chunks in flight) into 8 partial sums per row and column; fp32 rows with in % 8 == 4
+// give their last 4 elements to lane (in/8) % 32. The partials combine pairwise, then the lane tree. The
+// value of (row, column) takes the same operations for every R, N and U.
+template <typename WT, int R, int N = 1, int U = kUnroll>
+__device__ __forceinline__ void wide_tile(const float* __restrict__ x, int64_t r0, const WT* __restrict__ w,
+                                          int64_t n, int64_t out, int64_t in, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int64_t chunks = in / 8;
-  float p[R][8];
+  const WT* wr[N];
+#pragma unroll
+  for (int c = 0; c < N; ++c) wr[c] = w + (n + c < out ? n + c : out - 1) * in;
+  float p[R][N][8];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) p[r][j] = 0.f;
-  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    Chunk<WT> ch[kUnroll];
+    for (int c = 0; c < N; ++c)
 #pragma unroll
-    for (int t = 0; t < kUnroll; ++t)
-      if (c0 + 32 * t < chunks) ch[t].load(wr + (c0 + 32 * t) * 8);
+      for (int j = 0; j < 8; ++j) p[r][c][j] = 0.f;
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
+    Chunk<WT> ch[U][N];
 #pragma unroll
-    for (int t = 0; t < kUnroll; ++t) {
-      const int64_t c = c0 + 32 * t;
-      if (c < chunks) {
-        float wv[8];
-        ch[t].widen(wv);
+    for (int t = 0; t < U; ++t)
+#pragma unroll
+      for (int c = 0; c < N; ++c)
+        if (c0 + 32 * t < chunks) ch[t][c].load(wr[c] + (c0 + 32 * t) * 8);
+#pragma unroll
+    for (int t = 0; t < U; ++t) {
+      const int64_t k = c0 + 32 * t;
+      if (k < chunks) {
+        float wv[N][8];
+#pragma unroll
+        for (int c = 0; c < N; ++c) ch[t][c].widen(wv[c]);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const float* xr = x + (r0 + r) * in + c * 8;
+          const float* xr = x + (r0 + r) * in + k * 8;
           const float4 xa = *reinterpret_cast<const float4*>(xr), xb = *reinterpret_cast<const float4*>(xr + 4);
           const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-          for (int j = 0; j < 8; ++j) p[r][j] = __fmaf_rn(xv[j], wv[j], p[r][j]);
+          for (int c = 0; c < N; ++c)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) p[r][c][j] = __fmaf_rn(xv[j], wv[c][j], p[r][c][j]);
         }
       }
     }
@@ -83,19 +95,46 @@ __device__ __forceinline__ void wide_column(const float* __restrict__ x, int64_t
   if ((in & 7) && lane == (chunks & 31)) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) {
-        float wj;
-        if constexpr (sizeof(WT) == 2) wj = __uint_as_float(static_cast<uint32_t>(wr[chunks * 8 + j]) << 16);
-        else wj = wr[chunks * 8 + j];
-        p[r][j] = __fmaf_rn(x[(r0 + r) * in + chunks * 8 + j], wj, p[r][j]);
-      }
+#pragma unroll
+      for (int c = 0; c < N; ++c)
+        for (int j = 0; j < 4; ++j) {
+          float wj;
+          if constexpr (sizeof(WT) == 2) wj = __uint_as_float(static_cast<uint32_t>(wr[c][chunks * 8 + j]) << 16);
+          else wj = wr[c][chunks * 8 + j];
+          p[r][c][j] = __fmaf_rn(x[(r0 + r) * in + chunks * 8 + j], wj, p[r][c][j]);
+        }
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float acc = __fadd_rn(__fadd_rn(__fadd_rn(p[r][0], p[r][1]), __fadd_rn(p[r][2], p[r][3])),
-                          __fadd_rn(__fadd_rn(p[r][4], p[r][5]), __fadd_rn(p[r][6], p[r][7])));
-    acc = warp_sum(acc);
-    if (lane == r) y[(r0 + r) * out + n] = acc;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      float acc = __fadd_rn(__fadd_rn(__fadd_rn(p[r][c][0], p[r][c][1]), __fadd_rn(p[r][c][2], p[r][c][3])),
+                            __fadd_rn(__fadd_rn(p[r][c][4], p[r][c][5]), __fadd_rn(p[r][c][6], p[r][c][7])));
+      acc = warp_sum(acc);
+      if (lane == (r * N + c) % 32 && n + c < out) y[(r0 + r) * out + n + c] = acc;
+    }
+}
+
+// Launches of many rows: CTAs of kTileWarpRows x kTileWarpCols warps, each warp kTileR rows x kTileN columns
+// (the weights of a column read once per kTileR rows, a row's inputs once per kTileN columns).
+constexpr int kTileR = 4, kTileN = 4;
+constexpr int kTileWarpRows = 4, kTileWarpCols = 2;
+constexpr int64_t kTiledFrom = 64;  // launches of this many rows or more
+
+template <typename WT>
+__global__ void __launch_bounds__(kWarps * 32) wide_tiled_kernel(const float* __restrict__ x, int64_t rows,
+                                                                 const WT* __restrict__ w, int64_t out, int64_t in,
+                                                                 float* __restrict__ y) {
+  const int warp = threadIdx.x >> 5;
+  const int64_t n = (static_cast<int64_t>(blockIdx.x) * kTileWarpCols + warp % kTileWarpCols) * kTileN;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.y) * kTileWarpRows + warp / kTileWarpCols) * kTileR;
+  if (n >= out || r0 >= rows) return;
+  constexpr int kTileU = sizeof(WT) == 2 ? 2 : 1;  // chunks in flight within the registers left
+  switch (std::min<int64_t>(kTileR, rows - r0)) {
+    case 1: wide_tile<WT, 1, kTileN, kTileU>(x, r0, w, n, out, in, y); break;
+    case 2: wide_tile<WT, 2, kTileN, kTileU>(x, r0, w, n, out, in, y); break;
+    case 3: wide_tile<WT, 3, kTileN, kTileU>(x, r0, w, n, out, in, y); break;
+    default: wide_tile<WT, kTileR, kTileN, kTileU>(x, r0, w, n, out, in, y); break;
   }
 }
 
@@ -108,17 +147,16 @@ __global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* _
                                                                   float* __restrict__ y) {
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); n < out;
        n += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const WT* wr = w + n * in;
     if constexpr (kRowsMax == 1) {
-      wide_column<WT, 1>(x, 0, wr, n, out, in, y);
+      wide_tile<WT, 1>(x, 0, w, n, out, in, y);
     } else {  // this CTA's block of rows (grid.y), in tiles of up to 4
       const int64_t rb = static_cast<int64_t>(blockIdx.y) * kBlockRows, re = std::min<int64_t>(rows, rb + kBlockRows);
       for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
         switch (std::min<int64_t>(kTileRows, re - r0)) {
-          case 1: wide_column<WT, 1>(x, r0, wr, n, out, in, y); break;
-          case 2: wide_column<WT, 2>(x, r0, wr, n, out, in, y); break;
-          case 3: wide_column<WT, 3>(x, r0, wr, n, out, in, y); break;
-          default: wide_column<WT, 4>(x, r0, wr, n, out, in, y); break;
+          case 1: wide_tile<WT, 1>(x, r0, w, n, out, in, y); break;
+          case 2: wide_tile<WT, 2>(x, r0, w, n, out, in, y); break;
+          case 3: wide_tile<WT, 3>(x, r0, w, n, out, in, y); break;
+          default: wide_tile<WT, 4>(x, r0, w, n, out, in, y); break;
         }
       }
     }
@@ -143,12 +181,18 @@ cudaError_t launch(const float* x, int64_t rows, const WT* w, int64_t out, int64
   if (rows == 0 || out == 0) return cudaSuccess;
   const int64_t ctas = std::min<int64_t>((out + kWarps - 1) / kWarps, int64_t(sm_count()) * 8);
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  if (blocks > 65535) return cudaErrorInvalidValue;
-  if (rows == 1)
+  if (rows >= kTiledFrom) {
+    const int64_t cols = kTileWarpCols * kTileN, tile_rows = kTileWarpRows * kTileR;
+    const int64_t gx = (out + cols - 1) / cols, gy = (rows + tile_rows - 1) / tile_rows;
+    if (gx > 2147483647 || gy > 65535) return cudaErrorInvalidValue;
+    wide_tiled_kernel<WT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWarps * 32, 0, s>>>(
+        x, rows, w, out, in, y);
+  } else if (rows == 1) {
     wide_linear_kernel<WT, 1><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
-  else
+  } else {
     wide_linear_kernel<WT, 4><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(blocks)), kWarps * 32, 0, s>>>(
         x, rows, w, out, in, y);
+  }
   return cudaGetLastError();
 }
 
