@@ -114,14 +114,15 @@ TEST(WideLinearCuda, GroupedEqualsPerGroupLaunches) {
 }
 
 // fp32 linears (fp32 or bf16-stored weights): launches of 1 .. 300 rows (blocks of 32 rows per CTA
-// along grid.y below 64 rows, 4 x 4 tiles of rows and columns from 64; fp32 inputs with a 4-element tail)
+// along grid.y below 64 rows, 4 x 4 tiles of rows and columns from 64 and, for outputs wide enough to fill
+// the device with them (16,384 columns), from 2 rows; fp32 inputs with a 4-element tail)
 // give every row the bits of one 300-row launch, and the
 // 300-row launch is within the fp32 summation bound (in - 1) 2^-24 sum|terms| of the exact dot
 // product (computed in double; no output rounding).
 TEST(WideLinearCuda, F32RowsBitIdenticalForEveryLaunchSize) {
   constexpr int64_t kRows = 300;
   for (const bool bf16_store : {false, true}) {
-    for (const auto [out, in] : {std::pair<int64_t, int64_t>{31, 40}, {384, 5120}, {13, 1028}}) {
+    for (const auto [out, in] : {std::pair<int64_t, int64_t>{31, 40}, {384, 5120}, {13, 1028}, {16384, 256}}) {
       if (bf16_store && in % 8) continue;  // bf16 rows come in whole 8-element chunks
       SCOPED_TRACE("out=" + std::to_string(out) + " in=" + std::to_string(in) + (bf16_store ? " bf16 weights" : ""));
       const std::vector<float> x = random_bf16(kRows * in, uint32_t(out + in + 5));
@@ -150,7 +151,7 @@ TEST(WideLinearCuda, F32RowsBitIdenticalForEveryLaunchSize) {
           ASSERT_LE(std::fabs(all[row * out + n] - s), (in - 1) * std::ldexp(1.0, -24) * a) << "row " << row << " column " << n;
         }
       for (const auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {0, 3}, {5, 33}, {31, 2}, {100, 100}, {299, 1}, {3, 297},
-                                    {0, 64}, {7, 65}, {200, 63}}) {
+                                    {0, 64}, {7, 65}, {200, 63}, {9, 8}, {40, 5}}) {
         const std::vector<float> y = run(r0, rows);
         ASSERT_EQ(std::memcmp(y.data(), &all[r0 * out], y.size() * sizeof(float)), 0)
             << "rows [" << r0 << ", " << r0 + rows << ") launched alone differ from the 300-row launch";

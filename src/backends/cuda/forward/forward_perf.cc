@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/kv_rows.h"
@@ -215,7 +216,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         const double eager_ms = time_ms(f.iters, 1, step);
         if (eager_ms < 0) return fail(last);
         const double floor_ms = b == 1 && rows_per == 1 ? decode_bytes(cfg, L) / bw * 1e3 : 0;
-        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s | %.3f | %lld |\n", rows_per == 1 ? "decode" : "verify-6",
+        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s | %.3f | %lld |\n", rows_per == 1 ? "decode" : ("verify-" + std::to_string(rows_per)).c_str(),
                     b, static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
                     floor_ms > 0 ? std::to_string(floor_ms).c_str() : "-",
                     floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-", eager_ms,
@@ -224,44 +225,78 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
       }
     }
   }
-  // Per-op time of a batch-1 decode step at the first context (each op synchronized).
-  if (!f.contexts.empty()) {
+  // Per-op time of a decode step of each batch at the first context (events around each op, eager launches).
+  if (!f.contexts.empty() && !f.batches.empty()) {
     const int64_t L = f.contexts.front();
-    ForwardOptions o;
-    o.max_context = L + 64;
-    o.max_rollback = 16;
-    o.max_call_rows = 1;
-    auto fw = Forward::create(model, o);
-    if (!fw.ok()) return fw.status();
-    Forward& F = **fw;
-    auto s = F.open_stream();
-    if (!s.ok()) return s.status();
-    DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
-    std::map<std::string, double> prof, v4ops;
-    F.set_profile(&prof, false);  // events around each op, no synchronization
-    if (cfg.window_format == KvRowFormat::model1) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
-    const int n = std::max(1, f.iters);
-    for (int i = 0; i < n; ++i) {
-      auto r = F.forward({engine::Piece{*s, {1000}, {0}}});
-      if (!r.ok()) {
-        set_v4_attention_timing(nullptr);
-        return r.status();
+    std::vector<std::map<std::string, double>> per_batch;
+    std::map<std::string, double> v4ops;  // batch 1 only
+    for (int b : f.batches) {
+      ForwardOptions o;
+      o.max_context = L + 64;
+      o.max_rollback = 16;
+      o.max_call_rows = b;
+      auto fw = Forward::create(model, o);
+      if (!fw.ok()) return fw.status();
+      Forward& F = **fw;
+      std::vector<engine::Piece> call;
+      for (int i = 0; i < b; ++i) {
+        auto s = F.open_stream();
+        if (!s.ok()) return s.status();
+        DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
+        call.push_back(engine::Piece{*s, {1000 + i}, {0}});
       }
-      DSV4_RETURN_IF_ERROR(F.truncate(*s, L));
+      std::map<std::string, double> prof;
+      F.set_profile(&prof, false);  // events around each op, no synchronization
+      const bool v4_timing = b == 1 && cfg.window_format == KvRowFormat::model1;
+      if (v4_timing) set_v4_attention_timing(&v4ops);  // and around each launch of V4 attention
+      const int n = std::max(1, f.iters);
+      for (int i = 0; i < n; ++i) {
+        auto r = F.forward(call);
+        if (!r.ok()) {
+          set_v4_attention_timing(nullptr);
+          return r.status();
+        }
+        for (const engine::Piece& p : call) DSV4_RETURN_IF_ERROR(F.truncate(p.stream, L));
+      }
+      if (v4_timing) set_v4_attention_timing(nullptr);
+      for (auto& [k, v] : prof) v /= n;
+      per_batch.push_back(std::move(prof));
     }
-    set_v4_attention_timing(nullptr);
-    double total = 0;
-    for (const auto& [k, v] : prof) total += v;
-    std::fprintf(out, "\nper-op device time of a batch-1 decode step at context %lld (events around each op, eager "
-                      "launches, no synchronization; %d layers)\n\n"
-                      "| op | ms/step | share |\n|---|---|---|\n", static_cast<long long>(L), cfg.n_layers);
-    for (const auto& [k, v] : prof) std::fprintf(out, "| %s | %.3f | %.1f%% |\n", k.c_str(), v / n, 100 * v / total);
-    std::fprintf(out, "| sum of the ops | %.3f | |\n", total / n);
+    std::set<std::string> ops;
+    for (const auto& m : per_batch)
+      for (const auto& [k, v] : m) ops.insert(k);
+    std::fprintf(out, "\nper-op device time of a decode step at context %lld, ms (events around each op, eager launches, "
+                      "no synchronization; %d layers)\n\n| op |", static_cast<long long>(L), cfg.n_layers);
+    std::string rule = "|---|";
+    for (int b : f.batches) {
+      std::fprintf(out, " batch %d | share |", b);
+      rule += "---|---|";
+    }
+    std::fprintf(out, "\n%s\n", rule.c_str());
+    std::vector<double> totals;
+    for (const auto& m : per_batch) {
+      double t = 0;
+      for (const auto& [k, v] : m) t += v;
+      totals.push_back(t);
+    }
+    for (const std::string& op : ops) {
+      std::fprintf(out, "| %s |", op.c_str());
+      for (size_t i = 0; i < per_batch.size(); ++i) {
+        const auto it = per_batch[i].find(op);
+        const double v = it == per_batch[i].end() ? 0.0 : it->second;
+        std::fprintf(out, " %.3f | %.1f%% |", v, totals[i] > 0 ? 100 * v / totals[i] : 0.0);
+      }
+      std::fprintf(out, "\n");
+    }
+    std::fprintf(out, "| sum of the ops |");
+    for (double t : totals) std::fprintf(out, " %.3f | |", t);
+    std::fprintf(out, "\n");
     if (!v4ops.empty()) {  // inside "attention": each launch of the V4 layers, summed over layers of a ratio
+      const int n = std::max(1, f.iters);
       double at = 0;
       for (const auto& [k, v] : v4ops) at += v;
-      std::fprintf(out, "\nV4 attention launches of that step (events around each launch, summed over the layers of a "
-                        "ratio)\n\n| layer ratio: launch | ms/step | share of attention |\n|---|---|---|\n");
+      std::fprintf(out, "\nV4 attention launches of the batch-1 step (events around each launch, summed over the layers of "
+                        "a ratio)\n\n| layer ratio: launch | ms/step | share of attention |\n|---|---|---|\n");
       for (const auto& [k, v] : v4ops) std::fprintf(out, "| %s | %.4f | %.1f%% |\n", k.c_str(), v / n, 100 * v / at);
       std::fprintf(out, "| sum | %.3f | |\n", at / n);
     }

@@ -115,19 +115,20 @@ __device__ __forceinline__ void wide_tile(const float* __restrict__ x, int64_t r
     }
 }
 
-// Launches of many rows: CTAs of kTileWarpRows x kTileWarpCols warps, each warp kTileR rows x kTileN columns
-// (the weights of a column read once per kTileR rows, a row's inputs once per kTileN columns).
+// Tiled launches: CTAs of WR x (kWarps / WR) warps, each warp kTileR rows x kTileN columns (the weights of a
+// column read once per CTA, a row's inputs once per kTileN columns); WR follows the row count.
 constexpr int kTileR = 4, kTileN = 4;
-constexpr int kTileWarpRows = 4, kTileWarpCols = 2;
-constexpr int64_t kTiledFrom = 64;  // launches of this many rows or more
+constexpr int64_t kTiledFrom = 64;  // launches of this many rows always take the tiles; fewer (from 2) where
+                                    // the tiles alone fill the device twice over (wide outputs: the head)
 
-template <typename WT>
+template <typename WT, int WR>
 __global__ void __launch_bounds__(kWarps * 32) wide_tiled_kernel(const float* __restrict__ x, int64_t rows,
                                                                  const WT* __restrict__ w, int64_t out, int64_t in,
                                                                  float* __restrict__ y) {
+  constexpr int WC = kWarps / WR;
   const int warp = threadIdx.x >> 5;
-  const int64_t n = (static_cast<int64_t>(blockIdx.x) * kTileWarpCols + warp % kTileWarpCols) * kTileN;
-  const int64_t r0 = (static_cast<int64_t>(blockIdx.y) * kTileWarpRows + warp / kTileWarpCols) * kTileR;
+  const int64_t n = (static_cast<int64_t>(blockIdx.x) * WC + warp % WC) * kTileN;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.y) * WR + warp / WC) * kTileR;
   if (n >= out || r0 >= rows) return;
   constexpr int kTileU = sizeof(WT) == 2 ? 2 : 1;  // chunks in flight within the registers left
   switch (std::min<int64_t>(kTileR, rows - r0)) {
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32) wide_tiled_kernel(const float* __
 }
 
 // kRowsMax 1: single-row launches (fewer registers); 4: rows in tiles of up to 4, blocks of 32 rows
-// per CTA along grid.y (the tiling never changes a row's arithmetic: wide_column is the same for
+// per CTA along grid.y (the tiling never changes a row's arithmetic: wide_tile is the same for
 // every R).
 template <typename WT, int kRowsMax>
 __global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* __restrict__ x, int64_t rows,
@@ -163,6 +164,17 @@ __global__ void __launch_bounds__(kWarps * 32) wide_linear_kernel(const float* _
   }
 }
 
+template <typename WT, int WR>
+cudaError_t launch_tiled(const float* x, int64_t rows, const WT* w, int64_t out, int64_t in, float* y,
+                         cudaStream_t s) {
+  const int64_t cols = (kWarps / WR) * kTileN, tile_rows = WR * kTileR;
+  const int64_t gx = (out + cols - 1) / cols, gy = (rows + tile_rows - 1) / tile_rows;
+  if (gx > 2147483647 || gy > 65535) return cudaErrorInvalidValue;
+  wide_tiled_kernel<WT, WR><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWarps * 32, 0, s>>>(
+      x, rows, w, out, in, y);
+  return cudaGetLastError();
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int sm_count() {
@@ -181,12 +193,13 @@ cudaError_t launch(const float* x, int64_t rows, const WT* w, int64_t out, int64
   if (rows == 0 || out == 0) return cudaSuccess;
   const int64_t ctas = std::min<int64_t>((out + kWarps - 1) / kWarps, int64_t(sm_count()) * 8);
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  if (rows >= kTiledFrom) {
-    const int64_t cols = kTileWarpCols * kTileN, tile_rows = kTileWarpRows * kTileR;
-    const int64_t gx = (out + cols - 1) / cols, gy = (rows + tile_rows - 1) / tile_rows;
-    if (gx > 2147483647 || gy > 65535) return cudaErrorInvalidValue;
-    wide_tiled_kernel<WT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kWarps * 32, 0, s>>>(
-        x, rows, w, out, in, y);
+  const int wr = rows <= kTileR ? 1 : rows <= 2 * kTileR ? 2 : 4;
+  const int64_t tiled_ctas = (out + (kWarps / wr) * kTileN - 1) / ((kWarps / wr) * kTileN) *
+                             ((rows + wr * kTileR - 1) / (wr * kTileR));
+  if (rows >= kTiledFrom || (rows >= 2 && tiled_ctas >= 2 * int64_t(sm_count()))) {
+    return wr == 1   ? launch_tiled<WT, 1>(x, rows, w, out, in, y, s)
+           : wr == 2 ? launch_tiled<WT, 2>(x, rows, w, out, in, y, s)
+                     : launch_tiled<WT, 4>(x, rows, w, out, in, y, s);
   } else if (rows == 1) {
     wide_linear_kernel<WT, 1><<<static_cast<unsigned>(ctas), kWarps * 32, 0, s>>>(x, rows, w, out, in, y);
   } else {
