@@ -101,6 +101,53 @@ __global__ void __launch_bounds__(kSegThreads) pieces_kernel(const int32_t* __re
   }
 }
 
+// pieces_kernel's pieces in three lists by row tile, lists[k] for tiles of 32 << k pairs (each laid out as
+// pieces_kernel's tiles; list k empty when 32 << k is under `smallest` or over `piece`): each segment's full
+// pieces of `piece` pairs in list log2(piece / 32), then its remainder in the list of the smallest tile from
+// `smallest` pairs up that holds it, so a short remainder does not take a full tile's MMAs. Speed only: a pair's
+// arithmetic does not depend on its tile.
+__global__ void __launch_bounds__(kSegThreads) split_pieces_kernel(const int32_t* __restrict__ seg, int32_t c0, int32_t c1,
+                                                                    int32_t piece, int32_t smallest, int32_t* l0,
+                                                                    int32_t* l1, int32_t* l2) {
+  __shared__ int32_t warp_total[kSegThreads / 32];
+  int32_t* lists[3] = {l0, l1, l2};
+  const int32_t S = seg[0], per = (S + kSegThreads - 1) / kSegThreads;
+  const int32_t i0 = min(S, static_cast<int32_t>(threadIdx.x) * per), i1 = min(S, i0 + per);
+  const int full_list = piece >= 128 ? 2 : piece >= 64 ? 1 : 0;
+  auto rem_list = [&](int32_t r) {
+    int k = 0;
+    while (k < full_list && ((32 << k) < smallest || (32 << k) < r)) ++k;
+    return k;
+  };
+  int32_t c[3] = {0, 0, 0};
+  for (int32_t i = i0; i < i1; ++i) {
+    const int32_t a = max(seg[1 + i], c0), b = min(seg[2 + i], c1);
+    if (b <= a) continue;
+    c[full_list] += (b - a) / piece;
+    if ((b - a) % piece) ++c[rem_list((b - a) % piece)];
+  }
+  int32_t j[3];
+  for (int k = 0; k < 3; ++k) {
+    int32_t total = 0;
+    j[k] = block_exclusive_scan(c[k], warp_total, total);
+    if (threadIdx.x == 0) lists[k][0] = total;
+  }
+  for (int32_t i = i0; i < i1; ++i) {
+    const int32_t b = min(seg[2 + i], c1);
+    int32_t a = max(seg[1 + i], c0);
+    for (; b - a >= piece; a += piece, ++j[full_list]) {
+      lists[full_list][1 + 2 * j[full_list]] = a;
+      lists[full_list][2 + 2 * j[full_list]] = a + piece;
+    }
+    if (b > a) {
+      const int k = rem_list(b - a);
+      lists[k][1 + 2 * j[k]] = a;
+      lists[k][2 + 2 * j[k]] = b;
+      ++j[k];
+    }
+  }
+}
+
 // cpu::swiglu_clamped<float> of one element from the bf16 outputs g (w1) and up (w3), times the
 // pair's routing weight, rounded to bf16 (the one definition both paths use).
 __device__ __forceinline__ float swiglu_h(float g, float up, float weight, float limit) {
@@ -318,6 +365,22 @@ void launch_experts_gemm(const lowp::QuantRows& Q, int64_t p_base, int64_t n, co
       Q, p_base, pair_expert, w1, w3, w2, D, I, act_block, kw, tiles, a, u, out);
 }
 
+// launch_experts_gemm over the three piece lists of split_pieces_kernel: NT's own tiles, then the smaller ones.
+template <bool kDown, bool kWg, int NT>
+void launch_experts_tiles(const lowp::QuantRows& Q, int64_t p_base, int64_t n, const int32_t* pair_expert,
+                          const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I, int act_block,
+                          int kw, int32_t* const (&lists)[3], float* a, float* u, float* out, cudaStream_t s) {
+  constexpr int kList = NT == 4 ? 2 : NT == 2 ? 1 : 0;
+  launch_experts_gemm<kDown, kWg, NT>(Q, p_base, n, pair_expert, w1, w3, w2, D, I, act_block, kw, lists[kList], a, u,
+                                      out, s);
+  if constexpr (NT == 4)
+    launch_experts_gemm<kDown, kWg, 2>(Q, p_base, std::min<int64_t>(n, 384), pair_expert, w1, w3, w2, D, I,
+                                       act_block, kw, lists[1], a, u, out, s);
+  if constexpr (NT >= 2 && !kWg)
+    launch_experts_gemm<kDown, kWg, 1>(Q, p_base, std::min<int64_t>(n, 384), pair_expert, w1, w3, w2, D, I,
+                                       act_block, kw, lists[0], a, u, out, s);
+}
+
 // The prefill path on the many-row GEMM: a segment table; then per run of up to gemm_chunk_rows pairs
 // (each run's rows act_quant'ed once into a stream-ordered buffer) the gate and up over its pieces;
 // SwiGLU over every pair; then per run the down. 32 NT pairs per row tile (lowp::experts_nt, or
@@ -327,10 +390,13 @@ cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t*
                          int64_t n_pairs, const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I,
                          int act_block, float swiglu_limit, float* scratch, float* out, cudaStream_t s) {
   if (kExpertSmem<kWg, NT> > static_cast<size_t>(smem_optin())) return cudaErrorInvalidValue;
+  constexpr int32_t kSmallestTile = kWg ? 64 : 32;  // the warpgroup form's tiles are 64 or 128 pairs
   float* a = scratch;                                                      // [n_pairs, I], then h in place
   float* u = scratch + n_pairs * I;                                        // [n_pairs, I]
   int32_t* seg = reinterpret_cast<int32_t*>(scratch + 2 * n_pairs * I);    // [n_pairs + 2]
-  int32_t* tiles = seg + n_pairs + 2;  // [1 + 2 T], T <= n_pairs / 32 + S (S <= n_pairs)
+  // per row tile of 32, 64 and 128 pairs: [1 + 2 T], T <= n_pairs / 32 + S (S <= n_pairs)
+  const int64_t list_ints = 1 + 2 * (n_pairs / 32 + n_pairs + 1);
+  int32_t* lists[3] = {seg + n_pairs + 2, seg + n_pairs + 2 + list_ints, seg + n_pairs + 2 + 2 * list_ints};
   const int kwg = lowp::k_slices(D, static_cast<int>(D / act_block)), kwd = lowp::k_slices(I, static_cast<int>(I / act_block));
   const int64_t chunk = lowp::gemm_chunk_rows(std::max(D, I)), pad = 128;  // pad: a piece's rows past the run
   void* buf = nullptr;
@@ -347,19 +413,19 @@ cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t*
           a, u, pair_expert, pair_weight, n_pairs, I, swiglu_limit);
     for (int64_t c0 = 0; c0 < n_pairs && e == cudaSuccess; c0 += chunk) {
       const int64_t n = std::min(chunk, n_pairs - c0);
-      pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, static_cast<int32_t>(c0), static_cast<int32_t>(c0 + n),
-                                              lowp::kGRows<NT>, tiles);
+      split_pieces_kernel<<<1, kSegThreads, 0, s>>>(seg, static_cast<int32_t>(c0), static_cast<int32_t>(c0 + n),
+                                                    lowp::kGRows<NT>, kSmallestTile, lists[0], lists[1], lists[2]);
       const lowp::QuantRows Q = lowp::quant_rows_at(buf, n + pad, kDown ? I : D);
       if (kDown) {
         experts_quant_kernel<true, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, I,
                                                                                 act_block, Q);
-        launch_experts_gemm<true, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, tiles, a, u, out,
-                                           s);
+        launch_experts_tiles<true, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwd, lists, a, u, out,
+                                            s);
       } else {
         experts_quant_kernel<false, kWg><<<quant_blocks(n + pad, Q), 256, 0, s>>>(x, pair_row, a, c0, n, n + pad, D,
                                                                                  act_block, Q);
-        launch_experts_gemm<false, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, tiles, a, u, out,
-                                            s);
+        launch_experts_tiles<false, kWg, NT>(Q, c0, n, pair_expert, w1, w3, w2, D, I, act_block, kwg, lists, a, u,
+                                             out, s);
       }
       e = cudaGetLastError();
     }
