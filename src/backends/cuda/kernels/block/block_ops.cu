@@ -229,6 +229,39 @@ __global__ void expand_kernel(const float* y, const float* mix, int C, int64_t D
   }
 }
 
+// expand_kernel for C = 4 and D % 4 == 0: four elements per thread, the same operations per element.
+__global__ void expand4_kernel(const float* y, const float* mix, int64_t D, float* h) {
+  constexpr int kC = 4;
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.y;
+  const int64_t i = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+  if (i >= D) return;
+  const float* o = mix + r * static_cast<int64_t>(kC) * (kC + 2);
+  const float* post = o + kC;
+  const float* A = o + 2 * kC;
+  float4 hv[kC];
+#pragma unroll
+  for (int j = 0; j < kC; ++j) hv[j] = *reinterpret_cast<const float4*>(h + (r * kC + j) * D + i);
+  const float4 yv = *reinterpret_cast<const float4*>(y + r * D + i);
+#pragma unroll
+  for (int k = 0; k < kC; ++k) {
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+      const float a = A[j * kC + k];
+      s[0] += a * hv[j].x, s[1] += a * hv[j].y, s[2] += a * hv[j].z, s[3] += a * hv[j].w;
+    }
+    const float pk = post[k];
+    float4 nv;
+    nv.x = rbf16(pk * yv.x + s[0]);
+    nv.y = rbf16(pk * yv.y + s[1]);
+    nv.z = rbf16(pk * yv.z + s[2]);
+    nv.w = rbf16(pk * yv.w + s[3]);
+    *reinterpret_cast<float4*>(h + (r * kC + k) * D + i) = nv;
+  }
+}
+
 __global__ void take_pre_kernel(const float* mix, int64_t rows, int C, float* pi) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= rows * C) return;
@@ -362,6 +395,8 @@ cudaError_t hc_collapse_rmsnorm(const float* h, const float* pi, int64_t pi_stri
 cudaError_t hc_expand(const float* y, const float* mix, int64_t rows, int C, int64_t D, float* h, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (C > 8) return cudaErrorInvalidValue;
+  if (C == 4 && D % 4 == 0 && ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(h)) & 15) == 0)
+    return launch_pdl(expand4_kernel, row_grid(D / 4, rows), dim3(kThreads), 0, s, y, mix, D, h);
   return launch_pdl(expand_kernel, row_grid(D, rows), dim3(kThreads), 0, s, y, mix, C, D, h);
 }
 

@@ -312,6 +312,63 @@ __global__ void combine_expand_kernel(const float* out, const float* shared, con
   }
 }
 
+// combine_expand_kernel for K and C known at compile time and D % 4 == 0: the row's pair order sorted once per
+// block into shared memory, four elements per thread; each element's operations are combine_expand_kernel's.
+template <int kK, int kC>
+__global__ void combine_expand4_kernel(const float* out, const float* shared, const int32_t* sel,
+                                       const int32_t* pair_of, int64_t D, const float* mix, float* h, float* pi) {
+  __shared__ int32_t order[kK];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.y;
+  const float* o = mix + r * static_cast<int64_t>(kC) * (kC + 2);
+  if (blockIdx.x == 0 && threadIdx.x < kC) pi[r * kC + threadIdx.x] = o[threadIdx.x];
+  if (threadIdx.x == 0) {
+    int32_t e[kK], p[kK];
+    for (int k = 0; k < kK; ++k) { e[k] = sel[r * kK + k]; p[k] = pair_of[r * kK + k]; }
+    for (int a = 1; a < kK; ++a)  // ascending expert order, as combine_expand_kernel sorts
+      for (int b = a; b > 0 && e[b - 1] > e[b]; --b) {
+        const int32_t te = e[b], tp = p[b];
+        e[b] = e[b - 1]; p[b] = p[b - 1];
+        e[b - 1] = te; p[b - 1] = tp;
+      }
+    for (int k = 0; k < kK; ++k) order[k] = p[k];
+  }
+  __syncthreads();
+  const int64_t i = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+  if (i >= D) return;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    const float4 v = *reinterpret_cast<const float4*>(out + static_cast<int64_t>(order[k]) * D + i);
+    acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
+  }
+  const float4 sh = *reinterpret_cast<const float4*>(shared + r * D + i);
+  const float yv[4] = {dsv4::round_bf16(acc[0] + sh.x), dsv4::round_bf16(acc[1] + sh.y),
+                       dsv4::round_bf16(acc[2] + sh.z), dsv4::round_bf16(acc[3] + sh.w)};
+  const float* post = o + kC;
+  const float* A = o + 2 * kC;
+  float4 hv[kC];
+#pragma unroll
+  for (int j = 0; j < kC; ++j) hv[j] = *reinterpret_cast<const float4*>(h + (r * kC + j) * D + i);
+#pragma unroll
+  for (int k = 0; k < kC; ++k) {
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+      const float a = A[j * kC + k];
+      s[0] += a * hv[j].x, s[1] += a * hv[j].y, s[2] += a * hv[j].z, s[3] += a * hv[j].w;
+    }
+    const float pk = post[k];
+    float4 nv;
+    nv.x = dsv4::round_bf16(pk * yv[0] + s[0]);
+    nv.y = dsv4::round_bf16(pk * yv[1] + s[1]);
+    nv.z = dsv4::round_bf16(pk * yv[2] + s[2]);
+    nv.w = dsv4::round_bf16(pk * yv[3] + s[3]);
+    *reinterpret_cast<float4*>(h + (r * kC + k) * D + i) = nv;
+  }
+}
+
 }  // namespace
 
 cudaError_t moe_combine_expand(const float* out, const float* shared, const int32_t* sel, const int32_t* pair_of,
@@ -319,6 +376,13 @@ cudaError_t moe_combine_expand(const float* out, const float* shared, const int3
                                cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (K > 16 || C > 8 || C > kThreads) return cudaErrorInvalidValue;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(shared) |
+                         reinterpret_cast<uintptr_t>(h)) & 15) == 0;
+  if (K == 6 && C == 4 && D % 4 == 0 && aligned) {
+    const dim3 grid4(static_cast<unsigned>((D / 4 + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+    return launch_pdl(combine_expand4_kernel<6, 4>, grid4, dim3(kThreads), 0, s, out, shared, sel, pair_of, D, mix, h,
+                      pi);
+  }
   const dim3 grid(static_cast<unsigned>((D + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
   return launch_pdl(combine_expand_kernel, grid, dim3(kThreads), 0, s, out, shared, sel, pair_of, K, D, mix, C, h, pi);
 }
