@@ -384,7 +384,8 @@ void launch_experts_tiles(const lowp::QuantRows& Q, int64_t p_base, int64_t n, c
 // The prefill path on the many-row GEMM: a segment table; then per run of up to gemm_chunk_rows pairs
 // (each run's rows act_quant'ed once into a stream-ordered buffer) the gate and up over its pieces;
 // SwiGLU over every pair; then per run the down. 32 NT pairs per row tile (lowp::experts_nt, or
-// lowp::wg_experts_nt on the warpgroup MMA, kWg).
+// lowp::wg_experts_nt on the warpgroup MMA, kWg), each expert's remainder in the smallest tile that holds it
+// (split_pieces_kernel).
 template <bool kWg, int NT>
 cudaError_t experts_gemm(const float* x, const int32_t* pair_row, const int32_t* pair_expert, const float* pair_weight,
                          int64_t n_pairs, const Fp4View* w1, const Fp4View* w3, const Fp4View* w2, int64_t D, int64_t I,
