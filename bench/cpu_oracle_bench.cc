@@ -3,13 +3,13 @@
 #include <benchmark/benchmark.h>
 
 #include "backends/cpu/forward.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace {
 
 std::shared_ptr<const dsv4::family::Model> tiny() {
-  static auto w = dsv4::cpu::synthetic_weights(dsv4::family::preset_config(dsv4::family::Preset::tiny, dsv4::family::Variant::v41),
+  static auto w = dsv4::family::synthetic_weights(dsv4::family::preset_config(dsv4::family::Preset::tiny, dsv4::family::Variant::v41),
       1, true);
   return w;
 }

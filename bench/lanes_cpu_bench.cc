@@ -2,7 +2,7 @@
 #include <benchmark/benchmark.h>
 
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/oracle_forward.h"
 #include "family/deepseek_v41/preset.h"
 #include "lanes/lane_host.h"
@@ -11,7 +11,7 @@ namespace dsv4 {
 namespace {
 
 std::shared_ptr<const family::Model> tiny_weights() {
-  static std::shared_ptr<const family::Model> weights = cpu::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
+  static std::shared_ptr<const family::Model> weights = family::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
   return weights;
 }
 

@@ -13,7 +13,7 @@
 #include <map>
 
 #include "backends/cpu/stored.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "cli_testing.h"
 #include "npz_testing.h"
 #include "family/deepseek_v41/preset.h"
@@ -84,7 +84,7 @@ TEST(DumpHidden, LayersAndTheHeadsInputOnTiny) {
   ASSERT_EQ(logits.shape, (std::vector<int64_t>{T + 1, V}));
   const std::vector<float> lv = floats_of(logits);
   // The head's stored bf16 weights of the same synthetic model (`run --preset tiny --seed 3`).
-  const auto m = dsv4::cpu::synthetic_weights(c, 3, true);
+  const auto m = dsv4::family::synthetic_weights(c, 3, true);
   std::vector<float> row(D);
   double worst = 0;
   for (int64_t v = 0; v < V; ++v) {

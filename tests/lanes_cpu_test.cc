@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/oracle_forward.h"
 #include "family/deepseek_v41/preset.h"
@@ -21,7 +21,7 @@ using lanes::TokenId;
 std::shared_ptr<const family::Model> tiny_weights() {
   static std::shared_ptr<const family::Model> weights = [] {
     auto config = family::preset_config(family::Preset::tiny, family::Variant::v41);
-    return std::shared_ptr<const family::Model>(cpu::synthetic_weights(config, 7, true));
+    return std::shared_ptr<const family::Model>(family::synthetic_weights(config, 7, true));
   }();
   return weights;
 }

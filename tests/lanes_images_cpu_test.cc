@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/oracle_forward.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "engine/image_encoder_testing.h"
 #include "family/deepseek_v41/preset.h"
 #include "lanes/lane_host.h"
@@ -19,7 +19,7 @@ constexpr TokenId kImageToken = 129264;
 
 std::shared_ptr<const family::Model> tiny_weights() {
   static std::shared_ptr<const family::Model> weights =
-      cpu::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
+      family::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
   return weights;
 }
 

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "backends/cpu/oracle_forward.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "cli/image_side.h"
 #include "cli/v41_text_side.h"
 #include "engine/image_encoder_testing.h"
@@ -42,7 +42,7 @@ std::shared_ptr<const family::Model> model(bool vision) {
     family::Model model;
     engine::ImageDelimiters delimiters;
   };
-  static std::shared_ptr<const family::Model> text = cpu::synthetic_weights(
+  static std::shared_ptr<const family::Model> text = family::synthetic_weights(
       family::preset_config(family::Preset::tiny, family::Variant::v41), 7, true);
   if (!vision) return text;
   static std::shared_ptr<const family::Model> with = [] {

@@ -18,7 +18,7 @@
 
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/numerics.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "core/fp4.h"
 #include "core/quant.h"
 #include "core/ue8m0.h"
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
   Arena weights(kernels_only ? size_t{1} << 20 : size_t{3} << 30), scratch(size_t{1} << 30);
   std::vector<AttentionDevice> attn;
   if (!kernels_only) {
-    auto w = cpu::synthetic_weights(fc, 1, false);
+    auto w = family::synthetic_weights(fc, 1, false);
     Uploader up(weights);
     for (int l = 0; l < cfg.n_layers; ++l) {
       auto a = upload_attention(w->weights.layers[l], cfg, l, up);

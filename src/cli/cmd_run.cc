@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "cli/memory_check.h"
@@ -152,7 +152,7 @@ int run_main(int argc, char** argv) {
       return 2;
     }
     // V4 runs without its drafter (model-spec.md §10.7), so only V4.1 gets DSpark weights.
-    weights = cpu::synthetic_weights(family::preset_config(*p, *v), seed, *v == family::Variant::v41);
+    weights = family::synthetic_weights(family::preset_config(*p, *v), seed, *v == family::Variant::v41);
   } else if (!model.empty()) {
     auto w = family::open_model(model, family::OpenOptions{engram_shards});
     if (!w.ok()) {

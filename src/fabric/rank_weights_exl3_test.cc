@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/exl3_linear.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "fabric/exl3_cut.h"
 #include "fabric/rank_weights.h"
@@ -37,7 +37,7 @@ family::Config tiny4() {
 const family::Model& whole() {
   static const std::shared_ptr<const family::Model> w = [] {
     const family::Config c = tiny4();
-    auto m = cpu::reencode_as_exl3(c, *cpu::synthetic_weights(c, 7, true), 7);
+    auto m = cpu::reencode_as_exl3(c, *family::synthetic_weights(c, 7, true), 7);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     return *m;
   }();

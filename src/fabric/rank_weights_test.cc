@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "fabric/rank_weights.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/tensors.h"
@@ -26,7 +26,7 @@ family::Config tiny4() {
 }
 
 std::shared_ptr<const family::Model> whole_weights(const family::Config& c) {
-  return cpu::synthetic_weights(c, 7, true);
+  return family::synthetic_weights(c, 7, true);
 }
 
 // Whether rows [0, n) of `got` are rows [b, b + n) of `want` byte for byte (row-major views along dim 0).

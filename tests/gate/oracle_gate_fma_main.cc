@@ -15,7 +15,7 @@
 
 #include "backends/cpu/gate.h"
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
 
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     }
     w = std::move(*e);
   } else {
-    w = cpu::synthetic_weights(fc, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
+    w = family::synthetic_weights(fc, cpu::gate::kSeed, false, family::WeightProfile::gate);
   }
   for (int k = 0; k < n; ++k) {
     auto l32 = cpu::gate::oracle_logits(w, cpu::Precision::ref32, k);

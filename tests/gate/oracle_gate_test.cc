@@ -23,7 +23,7 @@
 #include "backends/cpu/gate.h"
 #include "backends/cpu/numerics.h"
 #include "core/tensor_store.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
 
@@ -117,7 +117,7 @@ void check_gate(family::Preset preset, family::Variant variant) {
   SCOPED_TRACE(pname + " " + vname);
   const family::Config cfg = family::preset_config(preset, variant);
   const int64_t V = cfg.vocab_size;
-  std::shared_ptr<const family::Model> w = synthetic_weights(cfg, gate::kSeed, false, WeightProfile::gate);
+  std::shared_ptr<const family::Model> w = family::synthetic_weights(cfg, gate::kSeed, false, family::WeightProfile::gate);
   std::shared_ptr<const family::Model> bad = nudge_attn_norms(*w);
   OracleOptions unq;
   unq.unquantized = true;

@@ -2,7 +2,7 @@
 // synthetic models with every layer role, over calls that cross compression groups and the window;
 // the exact equalities (pieces == whole, verify == steps, batched == alone, rollback, snapshot)
 // bit for bit on the device; top-k and candidate selection equal to the oracle's selection. The
-// V4 / 0731 layers (cpu::small_v4_test_config) against the oracle in the same way (the V4.1 head shape:
+// V4 / 0731 layers (family::small_v4_test_config) against the oracle in the same way (the V4.1 head shape:
 // attention_v41_shape_cuda_test.cc).
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include "backends/cpu/linear.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/runtime/arena.h"
 #include "backends/cuda/forward/attention.h"
 #include "backends/cuda/kernels/attention/attention_kernels.cuh"
@@ -37,9 +37,9 @@ namespace {
 
 // The tiny preset's attention shapes (family preset tiny: D 256, 4 heads of 128, window 16, ratios
 // 0,0,2,2,2,1,1,1,1,1, KV sources 2/4/5, index sources 2/4/5/7, candidates from 5, top-8) over the rest of
-// cpu::small_test_config.
+// family::small_test_config.
 family::Config tiny_config() {
-  family::Config c = cpu::small_test_config();
+  family::Config c = family::small_test_config();
   c.hidden_size = 256; c.num_hidden_layers = 10;
   c.num_attention_heads = 4; c.head_dim = 128; c.qk_rope_head_dim = 64;
   c.q_lora_rank = 128; c.o_lora_rank = 64; c.o_groups = 2; c.sliding_window = 16;
@@ -221,11 +221,11 @@ struct Model {
 const std::vector<Model>& models() {
   static std::vector<Model> m = [] {
     std::vector<Model> v;
-    v.push_back({"small_test", cpu::synthetic_weights(cpu::small_test_config(), 7, false), {5, 12, 1, 19}, 6});
-    v.push_back({"tiny", cpu::synthetic_weights(tiny_config(), 11, false), {7, 30, 2, 40}, 8});
+    v.push_back({"small_test", family::synthetic_weights(family::small_test_config(), 7, false), {5, 12, 1, 19}, 6});
+    v.push_back({"tiny", family::synthetic_weights(tiny_config(), 11, false), {7, 30, 2, 40}, 8});
     // V4 / 0731: window 8, ratios 4 (overlapped, indexer, top-4) and 128 (every visible row), two
     // ratio-128 groups completed inside prompt pieces.
-    v.push_back({"v4_small_test", cpu::synthetic_weights(cpu::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6, 1.25});
+    v.push_back({"v4_small_test", family::synthetic_weights(family::small_v4_test_config(), 13, false), {7, 130, 2, 150}, 6, 1.25});
     return v;
   }();
   return m;

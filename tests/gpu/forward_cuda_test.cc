@@ -21,7 +21,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
 #include "engine/lane_backend.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/forward/forward.h"
 #include "family/deepseek_v41/preset.h"
 
@@ -36,10 +36,10 @@ std::shared_ptr<const family::Model> weights() {
   return w;
 }
 
-// The gate weights of the same preset and variant (cpu::WeightProfile::gate, no drafter).
+// The gate weights of the same preset and variant (family::WeightProfile::gate, no drafter).
 std::shared_ptr<const family::Model> gate_weights() {
   static std::shared_ptr<const family::Model> w = [] {
-    return cpu::synthetic_weights(weights()->config, cpu::gate::kSeed, false, cpu::WeightProfile::gate);
+    return family::synthetic_weights(weights()->config, cpu::gate::kSeed, false, family::WeightProfile::gate);
   }();
   return w;
 }

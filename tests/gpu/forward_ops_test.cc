@@ -17,7 +17,7 @@
 #include "backends/cpu/engram.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/rope.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/runtime/arena.h"
 #include "backends/cuda/forward/forward_block.h"
 #include "backends/cuda/model/model.h"
@@ -469,7 +469,7 @@ TEST(ForwardOps, MixPartialsFollowTheirDefinitionOnBothKernels) {
 TEST(ForwardOps, EngramMatchesOracle) {
   for (auto preset : {family::Preset::tiny, family::Preset::small}) {
     SCOPED_TRACE(std::string(family::preset_name(preset)));
-    auto w = cpu::synthetic_weights(family::preset_config(preset, family::Variant::v41), 1, false);
+    auto w = family::synthetic_weights(family::preset_config(preset, family::Variant::v41), 1, false);
     const family::ModelPlan cfg = family::build_plan(w->config);
     const int layer = cfg.engram_layers[0];
     const family::LayerWeights& E = w->weights.layers[layer];

@@ -111,7 +111,7 @@ inline void print_layer_table(const LogitsRun& backend, const LogitsRun& r32, co
   }
 }
 
-// The whole-model gate of a backend on weights `w` (the gate weights: cpu::synthetic_weights with
+// The whole-model gate of a backend on weights `w` (the gate weights: family::synthetic_weights with
 // WeightProfile::gate, seed cpu::gate::kSeed): backend_logits(k) returns its logits
 // [gate::kPromptLength, V] of gate prompt k fed whole to a fresh stream (empty on failure: the
 // verdict then fails). ref32 and ref64 come from the CPU oracle, its 2 x kPrompts runs side by side

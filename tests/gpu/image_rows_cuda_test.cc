@@ -12,7 +12,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
 #include "backends/cpu/image_rows_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/forward/forward.h"
 #include "family/deepseek_v41/preset.h"
 #include "forward_testing.h"
@@ -26,12 +26,12 @@ using engine::Piece;
 
 constexpr int64_t kStart = 40, kCount = 150, kLength = 230;  // the span crosses the window and compressor groups
 
-std::shared_ptr<const family::Model> weights(cpu::WeightProfile profile = cpu::WeightProfile::random) {
-  static std::map<cpu::WeightProfile, std::shared_ptr<const family::Model>> w;
+std::shared_ptr<const family::Model> weights(family::WeightProfile profile = family::WeightProfile::random) {
+  static std::map<family::WeightProfile, std::shared_ptr<const family::Model>> w;
   if (!w[profile]) {
     const family::Config c = family::preset_config(*family::parse_preset(preset_name()), family::Variant::v41);
-    w[profile] = profile == cpu::WeightProfile::gate ? cpu::synthetic_weights(c, cpu::gate::kSeed, false, profile)
-                                                     : cpu::synthetic_weights(c, 1, true);
+    w[profile] = profile == family::WeightProfile::gate ? family::synthetic_weights(c, cpu::gate::kSeed, false, profile)
+                                                     : family::synthetic_weights(c, 1, true);
   }
   return w[profile];
 }
@@ -242,7 +242,7 @@ TEST(CudaImageRows, SpanRowsRouteWithBiasVlAndTextRowsNeverReadIt) {
 // The whole-model gate on one prompt with a span whose rows are embedding rows of other tokens (the text rows'
 // distribution), image flags on: NRMS(CUDA, ref64) <= 1.05 NRMS(ref32, ref64) and top-1 on every row.
 TEST(CudaImageRows, GateAgainstTheOracle) {
-  const auto w = weights(cpu::WeightProfile::gate);
+  const auto w = weights(family::WeightProfile::gate);
   const auto t = image_prompt(6);
   const Span s{kStart, kCount, cpu::image_testing::embedding_rows(*w, kCount, 17), true};
   auto f = cuda_forward(w);
@@ -254,7 +254,7 @@ TEST(CudaImageRows, GateAgainstTheOracle) {
 // next starts but one text row between), rows from the embedding table. Fed whole and in pieces that cut each span
 // (pieces == whole, bit for bit), and gated against the oracle like the one-span prompt.
 TEST(CudaImageRows, SeveralImagesPiecesEqualWholeAndGate) {
-  const auto w = weights(cpu::WeightProfile::gate);
+  const auto w = weights(family::WeightProfile::gate);
   const int64_t V = w->config.vocab_size, D = w->plan.dim, length = 330;
   std::vector<int32_t> t = prompt(static_cast<int>(length), 9);
   const Span spans[3] = {{12, 47, cpu::image_testing::embedding_rows(*w, 47, 21), true},

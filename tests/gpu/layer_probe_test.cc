@@ -23,7 +23,7 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/rope.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/forward/forward.h"
 #include "core/thread_pool.h"
 #include "family/deepseek_v41/engram_hash.h"
@@ -47,7 +47,7 @@ std::shared_ptr<const family::Model> weights() {
   static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
-    return cpu::synthetic_weights(family::preset_config(*preset, family::Variant::v41), 1, true);
+    return family::synthetic_weights(family::preset_config(*preset, family::Variant::v41), 1, true);
   }();
   return w;
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/exact_encode.h"
+#include "core/exact_encode.h"
 #include "backends/cpu/held_weights_testing.h"
 #include "backends/cpu/linear.h"
 #include "backends/cuda/runtime/arena.h"
@@ -515,13 +515,13 @@ TEST(UploadCuda, RefusesValuesTheFormatCannotHold) {
   auto h = random_fp8(32, 32, 32, 5);
   std::vector<float> w = h->values;
   w[7] = 0.3f;  // not an e4m3 value
-  auto codes = cpu::encode_e4m3(w);
+  auto codes = encode_e4m3(w);
   ASSERT_FALSE(codes.ok());
   EXPECT_NE(codes.status().message().find("element 7 "), std::string::npos) << codes.status().to_string();
   auto h4 = random_fp4(2, 32, 6);
   std::vector<float> s4 = h4->scales;
   s4[1] = 0.75f;  // not a power of two
-  auto scales = cpu::encode_ue8m0(s4);
+  auto scales = encode_ue8m0(s4);
   ASSERT_FALSE(scales.ok());
   EXPECT_NE(scales.status().message().find("element 1 "), std::string::npos) << scales.status().to_string();
 

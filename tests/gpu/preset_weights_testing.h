@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/preset.h"
 #include "forward_testing.h"
@@ -19,7 +19,7 @@ inline std::shared_ptr<const family::Model> chosen_preset_weights(uint64_t seed)
   EXPECT_TRUE(preset.ok());
   auto variant = family::parse_variant(variant_name());
   EXPECT_TRUE(variant.ok()) << variant.status().to_string();
-  return cpu::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), seed,
+  return family::synthetic_weights(family::preset_config(*preset, variant.ok() ? *variant : family::Variant::v41), seed,
                                 true);
 }
 

@@ -11,7 +11,7 @@
 #include "forward_testing.h"
 #include "preset_weights_testing.h"
 #include "backends/cpu/forward.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/forward/forward.h"
 #include "family/deepseek_v41/preset.h"
 

@@ -23,7 +23,7 @@
 
 #include "backends/cpu/gate.h"
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/tp/collective.h"
 #include "backends/cuda/forward/forward.h"
@@ -154,8 +154,8 @@ family::Config small_config() {
 using Prompts = std::vector<std::vector<int32_t>>;
 using Logits = std::vector<std::vector<float>>;
 
-std::shared_ptr<const family::Model> weights(const family::Config& cfg, cpu::WeightProfile profile) {
-  return cpu::synthetic_weights(cfg, cpu::gate::kSeed, false, profile);
+std::shared_ptr<const family::Model> weights(const family::Config& cfg, family::WeightProfile profile) {
+  return family::synthetic_weights(cfg, cpu::gate::kSeed, false, profile);
 }
 
 // TP 1 (the whole model, no collective): each prompt's logits (every row), fed whole to a fresh stream.
@@ -270,7 +270,7 @@ TEST_P(TpThreads, RandomWeightsEqualOneGpuBitForBit) {
   auto plan = fabric::make_split_plan(fc_, family::expected_tensors(fc_), tp, fabric::ExpertSplit::expert_parallel);
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   const Prompts prompts = {prompt(40, 0)};
-  static const std::shared_ptr<const family::Model> full = weights(fc_, cpu::WeightProfile::random);
+  static const std::shared_ptr<const family::Model> full = weights(fc_, family::WeightProfile::random);
   static const Logits one = tp1_run(full, prompts);
   ASSERT_EQ(one.size(), 1u);
   ASSERT_EQ(one[0].size(), static_cast<size_t>(40 * cfg_.vocab));
@@ -285,7 +285,7 @@ TEST_P(TpThreads, GateWeightsEqualOneGpuAndPassTheGate) {
   if (!plan.ok()) GTEST_SKIP() << "no TP " << tp << " plan for the small preset: " << plan.status().to_string();
   Prompts prompts;
   for (int k = 0; k < cpu::gate::kPrompts; ++k) prompts.push_back(cpu::gate::prompt(k, cfg_.vocab));
-  static const std::shared_ptr<const family::Model> full = weights(fc_, cpu::WeightProfile::gate);
+  static const std::shared_ptr<const family::Model> full = weights(fc_, family::WeightProfile::gate);
   static const Logits one = tp1_run(full, prompts);
   ASSERT_EQ(one.size(), prompts.size());
   const std::vector<RankOut> out = tp_run(cfg_, *plan, *full, tp, prompts);

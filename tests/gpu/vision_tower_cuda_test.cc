@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "backends/cpu/image_rows_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/vision.h"
 #include "backends/cpu/vision_testing.h"
 #include "backends/cuda/forward/forward.h"
@@ -254,7 +254,7 @@ TEST(CudaVisionTower, ImagePromptLogitsAreTheSameFromOneCallOrSeparateCalls) {
   auto preset = family::parse_preset(gpu_testing::preset_name());
   ASSERT_TRUE(preset.ok()) << preset.status().to_string();
   const family::Config c = family::preset_config(*preset, family::Variant::v41);
-  const std::shared_ptr<const family::Model> model = cpu::synthetic_weights(c, 1, true);
+  const std::shared_ptr<const family::Model> model = family::synthetic_weights(c, 1, true);
   auto store = family::vision_testing::synthetic_vision_store(c, 3);
   ASSERT_TRUE(store);
   auto vw = family::bind_vision_weights(c, *store);

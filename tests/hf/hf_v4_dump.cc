@@ -14,7 +14,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/linear.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "core/safetensors_writer.h"
 #include "family/deepseek_v41/preset.h"
 
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   auto p = family::parse_preset(preset);
   if (!p.ok()) { std::fprintf(stderr, "%s\n", p.status().to_string().c_str()); return 2; }
   const family::Config fc = family::preset_config(*p, family::Variant::v4);
-  std::shared_ptr<const family::Model> w = synthetic_weights(fc, seed, false);
+  std::shared_ptr<const family::Model> w = family::synthetic_weights(fc, seed, false);
   const int64_t V = w->config.vocab_size;
   std::vector<int32_t> prompt(T), rows(T);
   for (int i = 0; i < T; ++i) { prompt[i] = static_cast<int32_t>((i * 7919 + 13) % V); rows[i] = i; }

@@ -7,14 +7,14 @@
 
 #include "backends/cpu/forward.h"
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cpu {
 namespace {
 
 void report_floor(family::Variant variant, const char* name) {
-  auto w = synthetic_weights(family::preset_config(family::Preset::tiny, variant), 1, false);
+  auto w = family::synthetic_weights(family::preset_config(family::Preset::tiny, variant), 1, false);
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = (i * 7919 + 13) % 129280;
   std::vector<int32_t> rows(40);

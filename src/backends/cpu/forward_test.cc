@@ -7,13 +7,13 @@
 #include <cmath>
 
 #include "backends/cpu/oracle_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace dsv4::cpu {
 namespace {
 
 std::shared_ptr<const family::Model> model() {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::small_test_config(), 7, true);
   return w;
 }
 

@@ -8,19 +8,19 @@
 #include "backends/cpu/forward.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/oracle_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cpu {
 namespace {
 
 std::shared_ptr<const family::Model> model() {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(small_v4_test_config(), 17, false);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::small_v4_test_config(), 17, false);
   return w;
 }
 
 std::shared_ptr<const family::Model> tiny() {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v4), 3, false);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v4), 3, false);
   return w;
 }
 

@@ -13,7 +13,7 @@
 
 namespace dsv4::cpu::gate {
 
-// Gate weights: synthetic_weights(cfg, kSeed, ..., WeightProfile::gate).
+// Gate weights: family::synthetic_weights(cfg, kSeed, ..., family::WeightProfile::gate).
 inline constexpr uint64_t kSeed = 1;
 // kPrompts fixed prompts of kPromptLength tokens, every row's logits, pooled.
 inline constexpr int kPrompts = 8;

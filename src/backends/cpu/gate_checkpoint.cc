@@ -5,7 +5,7 @@
 
 #include "backends/cpu/gate.h"
 #include "backends/cpu/release_encode.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/engram_layout.h"
 #include "family/deepseek_v41/exl3_layout.h"
@@ -41,8 +41,8 @@ StatusOr<std::shared_ptr<const family::Model>> with_release_engram_hash(const fa
 }
 
 StatusOr<std::shared_ptr<const family::Model>> written_gate_weights(const family::Config& c) {
-  const auto w = synthetic_weights(c, gate::kSeed, c.variant == family::Variant::v41 && c.num_dspark_stages() > 0,
-                                   WeightProfile::gate);
+  const auto w = family::synthetic_weights(c, gate::kSeed, c.variant == family::Variant::v41 && c.num_dspark_stages() > 0,
+                                   family::WeightProfile::gate);
   return with_release_engram_hash(c, *w);
 }
 

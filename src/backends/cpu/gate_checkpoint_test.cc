@@ -14,7 +14,7 @@
 #include "backends/cpu/gate.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "backends/cpu/release_encode.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cpu/synthetic_exl3.h"
 #include "backends/cpu/weights_testing.h"
 #include "family/deepseek_v41/preset.h"
@@ -84,7 +84,7 @@ TEST(GateCheckpoint, ReleaseLoadsToTheGateWeights) {
       EXPECT_TRUE(d.empty()) << title << ", loaded differs in:\n" << joined(d);
       // Those are the gate weights in every tensor; on V4.1 the Engram hash multipliers are the
       // release's (no file holds the gate weights' own), on V4-0731 they are the gate weights outright.
-      const auto gate = synthetic_weights(c, gate::kSeed, false, WeightProfile::gate);
+      const auto gate = family::synthetic_weights(c, gate::kSeed, false, family::WeightProfile::gate);
       const auto g = differences(**written, *gate, {.dspark = false, .engram_multipliers = false});
       EXPECT_TRUE(g.empty()) << title << ", differs from the gate weights in:\n" << joined(g);
       EXPECT_EQ(c.has_engram(), !differences(**written, *gate, {.dspark = false}).empty()) << title;
@@ -129,7 +129,7 @@ TEST(GateCheckpoint, Exl3PackGivesTheExl3GateLogits) {
 TEST(GateCheckpoint, WhatAFileCannotHoldIsRefusedByName) {
   const family::Config c = family::preset_config(family::Preset::tiny, family::Variant::v41);
   // The in-memory gate weights themselves: their Engram hash multipliers are their own.
-  auto gate = synthetic_weights(c, gate::kSeed, true, WeightProfile::gate);
+  auto gate = family::synthetic_weights(c, gate::kSeed, true, family::WeightProfile::gate);
   auto s = release_tensor_source(c, *gate, gate::kSeed);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("layers.1.engram: hash multipliers"), std::string::npos) << s.status().message();

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/exact_encode.h"
+#include "core/exact_encode.h"
 #include "core/tensor_store.h"
 #include "family/deepseek_v41/weights.h"
 

@@ -10,7 +10,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cpu/image_rows_testing.h"
 #include "backends/cpu/oracle_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace dsv4::cpu {
 namespace {
@@ -19,7 +19,7 @@ using image_testing::Span;
 constexpr int kStart = 6, kCount = 17, kLength = 34, kVocab = 512;  // span [6, 23) of a 34-token prompt
 
 std::shared_ptr<const family::Model> model() {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::small_test_config(), 7, true);
   return w;
 }
 

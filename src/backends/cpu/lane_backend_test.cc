@@ -4,14 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace dsv4::cpu {
 namespace {
 
 std::unique_ptr<engine::LaneBackend> backend(bool v4 = false) {
-  static std::shared_ptr<const family::Model> v41 = synthetic_weights(small_test_config(), 7, true);
-  static std::shared_ptr<const family::Model> v4w = synthetic_weights(small_v4_test_config(), 17, false);
+  static std::shared_ptr<const family::Model> v41 = family::synthetic_weights(family::small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> v4w = family::synthetic_weights(family::small_v4_test_config(), 17, false);
   const std::shared_ptr<const family::Model>& w = v4 ? v4w : v41;
   OracleOptions o;
   o.threads = 2;
@@ -171,7 +171,7 @@ class CountingForward final : public engine::StreamForward {
 // Every request of one draft call goes to the forward in one draft_batch (empty streams left out, proposing
 // nothing), and each proposal equals the one the same request gets alone.
 TEST(OracleLaneBackend, DraftRequestsGoInOneBatch) {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::small_test_config(), 7, true);
   OracleOptions o;
   o.threads = 2;
   o.max_rollback = 16;

@@ -7,14 +7,14 @@
 #include <cstring>
 
 #include "backends/cpu/oracle_forward.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "engine/reduced_rows_testing.h"
 
 namespace dsv4::cpu {
 namespace {
 
 const std::shared_ptr<const family::Model>& weights() {
-  static std::shared_ptr<const family::Model> w = synthetic_weights(small_test_config(), 7, true);
+  static std::shared_ptr<const family::Model> w = family::synthetic_weights(family::small_test_config(), 7, true);
   return w;
 }
 

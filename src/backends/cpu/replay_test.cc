@@ -9,7 +9,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/oracle_testing.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/preset.h"
 
 namespace dsv4::cpu {
@@ -18,7 +18,7 @@ namespace {
 // The oracle's small config: 8 layers, window 8, KV sources 2 and 4 (layer 4 the candidate source), DSpark
 // taps 5-7, so layers 4-7 are bounded; rings of 8 + 4 rows.
 std::shared_ptr<const family::Model> small_model() {
-  static std::shared_ptr<const family::Model> m = synthetic_weights(small_test_config(), 5, true);
+  static std::shared_ptr<const family::Model> m = family::synthetic_weights(family::small_test_config(), 5, true);
   return m;
 }
 
@@ -155,7 +155,7 @@ TEST(BoundedReplay, RollbackIntoThePieceEqualsFull) {
 // The tiny preset (10 layers, window 16, layers 5-9 bounded; rings of 20 rows) in one piece and in two.
 TEST(BoundedReplay, TinyPresetEqualsFullPrefill) {
   static std::shared_ptr<const family::Model> m =
-      synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 11, true);
+      family::synthetic_weights(family::preset_config(family::Preset::tiny, family::Variant::v41), 11, true);
   const auto t = prompt(100, 12);
   {
     Pair p(m);

@@ -8,7 +8,7 @@
 
 #include "backends/cpu/gate.h"
 #include "backends/cpu/linear.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "core/thread_pool.h"
 #include "family/deepseek_v41/exl3_layout.h"
 #include "family/deepseek_v41/synth_exl3.h"
@@ -91,7 +91,7 @@ StatusOr<std::shared_ptr<const family::Model>> reencode_as_exl3(const family::Co
 }
 
 StatusOr<std::shared_ptr<const family::Model>> exl3_gate_weights(const family::Config& c, int threads) {
-  const auto w = synthetic_weights(c, gate::kSeed, false, WeightProfile::gate);
+  const auto w = family::synthetic_weights(c, gate::kSeed, false, family::WeightProfile::gate);
   return reencode_as_exl3(c, *w, gate::kSeed, threads);
 }
 

@@ -23,7 +23,7 @@
 #include "../forward_testing.h"
 #include "backends/cpu/forward.h"
 #include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "backends/cuda/forward/forward.h"
 #include "backends/cuda/model/model.h"
 #include "fabric/control.h"
@@ -85,7 +85,7 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
   auto plan = make_split_plan(fc, family::expected_tensors(fc), tp, ExpertSplit::expert_parallel);
   CHECK_TRUE(plan.ok(), "split plan: %s", plan.ok() ? "" : plan.status().to_string().c_str());
   if (!plan.ok()) return 1;
-  auto cut = rank_model(*cpu::synthetic_weights(fc, 1, true), *plan, rank);
+  auto cut = rank_model(*family::synthetic_weights(fc, 1, true), *plan, rank);
   CHECK_TRUE(cut.ok(), "%s", cut.ok() ? "" : cut.status().to_string().c_str());
   if (!cut.ok()) return 1;
   cuda::ModelDeviceOptions mo;
@@ -187,7 +187,7 @@ int run_forward(Control& control, const std::shared_ptr<NcclComm>& comm) {
 
   if (rank == 0) {
     // TP 1 (one GPU, the whole model) and the CPU oracle on the same prompt.
-    std::shared_ptr<const family::Model> full = cpu::synthetic_weights(fc, 1, true);
+    std::shared_ptr<const family::Model> full = family::synthetic_weights(fc, 1, true);
     cuda::ModelDeviceOptions mo1;
     auto m1 = cuda::ModelDevice::upload(full, mo1);
     CHECK_TRUE(m1.ok(), "TP 1 upload");

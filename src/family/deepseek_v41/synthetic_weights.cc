@@ -1,16 +1,16 @@
 // Seeded random weights in checkpoint formats (see synthetic.h).
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 #include <cmath>
 #include <cstring>
 
-#include "backends/cpu/exact_encode.h"
-#include "backends/cpu/numerics.h"
+#include "core/exact_encode.h"
+#include "core/bf16.h"
 #include "core/fp4.h"
 #include "core/fp8.h"
 #include "family/deepseek_v41/tensors.h"
 
-namespace dsv4::cpu {
+namespace dsv4::family {
 
 namespace {
 
@@ -57,8 +57,8 @@ double isq(int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); }
 // is a programming error (DSV4_CHECK).
 class Emitter {
  public:
-  Emitter(const family::Config& c, Rng& g, MemoryTensors& out)
-      : c_(c), g_(g), out_(out), table_(family::expected_tensors(c)) {}
+  Emitter(const Config& c, Rng& g, MemoryTensors& out)
+      : c_(c), g_(g), out_(out), table_(expected_tensors(c)) {}
 
   Rng& rng() { return g_; }
 
@@ -100,7 +100,7 @@ class Emitter {
   }
   void matrix(const std::string& name, int64_t out, int64_t in, double sigma) { floats(name, bf16w(out, in, sigma)); }
   void floats(const std::string& name, const std::vector<float>& v) {
-    const family::TensorSpec* s = spec(name);
+    const TensorSpec* s = spec(name);
     auto b = encode_floats(v, s->dtype);
     DSV4_CHECK(b.ok());
     put(name, std::move(*b));
@@ -108,23 +108,23 @@ class Emitter {
   void raw(const std::string& name, std::vector<uint8_t> bytes) { put(name, std::move(bytes)); }
 
  private:
-  const family::TensorSpec* spec(const std::string& name) const {
-    const family::TensorSpec* s = table_.find(name);
+  const TensorSpec* spec(const std::string& name) const {
+    const TensorSpec* s = table_.find(name);
     DSV4_CHECK(s != nullptr);
     return s;
   }
   void put(const std::string& name, std::vector<uint8_t> bytes) {
-    const family::TensorSpec* s = spec(name);
+    const TensorSpec* s = spec(name);
     DSV4_CHECK(out_.add(name, s->dtype, s->shape, std::move(bytes)).ok());
   }
 
-  const family::Config& c_;
+  const Config& c_;
   Rng& g_;
   MemoryTensors& out_;
-  family::TensorTable table_;
+  TensorTable table_;
 };
 
-void hc(Emitter& e, const family::Config& c, const std::string& name, const Shape& sh) {
+void hc(Emitter& e, const Config& c, const std::string& name, const Shape& sh) {
   const int C = c.hc_mult, mixes = C * (C + 2);
   e.matrix(name + "_fn", mixes, C * c.hidden_size, sh.hc_fn / std::sqrt(static_cast<double>(C * c.hidden_size)));
   std::vector<float> base = e.vec(mixes, 0.0, sh.hc_base, false);
@@ -134,11 +134,11 @@ void hc(Emitter& e, const family::Config& c, const std::string& name, const Shap
   e.floats(name + "_scale", e.vec(3, sh.hc_scale, sh.hc_scale_spread, false));
 }
 
-void block(Emitter& e, const family::Config& c, const family::LayerPlan& p, const Shape& sh) {
+void block(Emitter& e, const Config& c, const LayerPlan& p, const Shape& sh) {
   const std::string n = p.name() + ".";
   const int64_t D = c.hidden_size, d = c.head_dim, H = c.num_attention_heads, Q = c.q_lora_rank, G = c.o_groups,
                 O = c.o_lora_rank, I = c.moe_intermediate_size, ihd = c.index_head_dim;
-  const bool v4 = c.variant == family::Variant::v4;
+  const bool v4 = c.variant == Variant::v4;
   e.fp8(n + "attn.wq_a", Q, D, isq(D));
   e.fp8(n + "attn.wq_b", H * d, Q, isq(Q));
   e.fp8(n + "attn.wkv", d, D, isq(D));
@@ -227,35 +227,35 @@ std::vector<uint8_t> bytes_of(const std::vector<uint16_t>& v) {
 
 // The config the weights are drawn for: no vision tower (the oracle's forward reads text only) and the
 // DSpark stages only when asked for on V4.1 (the 0731 drafter is not run, model-spec.md §10.7).
-family::Config synthetic_config(family::Config c, bool with_dspark) {
+Config synthetic_config(Config c, bool with_dspark) {
   c.vision.reset();
-  if (!with_dspark || c.variant == family::Variant::v4) c = family::without_dspark(c);
+  if (!with_dspark || c.variant == Variant::v4) c = without_dspark(c);
   return c;
 }
 
 }  // namespace
 
-std::shared_ptr<const family::Model> synthetic_weights(const family::Config& config, uint64_t seed, bool with_dspark,
+std::shared_ptr<const Model> synthetic_weights(const Config& config, uint64_t seed, bool with_dspark,
                                                        WeightProfile profile) {
-  const family::Config c = synthetic_config(config, with_dspark);
-  const family::ModelPlan plan = family::build_plan(c);
+  const Config c = synthetic_config(config, with_dspark);
+  const ModelPlan plan = build_plan(c);
   const Shape& sh = shape_of(profile);
   Rng g{seed};
   auto store = std::make_shared<MemoryTensors>("synthetic weights");
   Emitter e(c, g, *store);
   const int64_t D = c.hidden_size, V = c.vocab_size;
   std::vector<uint16_t> embed(static_cast<size_t>(V * D));
-  for (auto& x : embed) x = to_bf16(static_cast<float>(g.sym()));
-  for (const family::LayerPlan& p : plan.layers) block(e, c, p, sh);
+  for (auto& x : embed) x = f32_to_bf16(static_cast<float>(g.sym()));
+  for (const LayerPlan& p : plan.layers) block(e, c, p, sh);
   // Engram: primes from the layout rule, odd multipliers drawn here, a random token map.
-  family::EngramLayout engram;
+  EngramLayout engram;
   std::vector<int32_t> token_map;
   if (c.has_engram()) {
-    engram = family::compute_engram_layout(c);
+    engram = compute_engram_layout(c);
     token_map.resize(static_cast<size_t>(V));
     for (auto& t : token_map) t = static_cast<int32_t>(g.next() % c.engram_compressed_vocab_size);
     for (size_t x = 0; x < c.engram_layer_ids.size(); ++x) {
-      family::EngramLayerLayout& L = engram.layers[x];
+      EngramLayerLayout& L = engram.layers[x];
       const std::string n = fmt::format("layers.{}.engram.", c.engram_layer_ids[x]);
       L.multipliers.clear();
       for (int s = 0; s < c.engram_max_ngram_size; ++s) L.multipliers.push_back(static_cast<int64_t>((g.next() >> 20) | 1));
@@ -280,14 +280,14 @@ std::shared_ptr<const family::Model> synthetic_weights(const family::Config& con
   if (sh.head_peak > 0) add_successor_rows(head, embed, V, D, sh.head_peak);
   e.floats("head.weight", head);
   e.raw("embed.weight", bytes_of(embed));
-  if (c.variant == family::Variant::v4) {
+  if (c.variant == Variant::v4) {
     const int C = c.hc_mult;
     e.matrix("hc_head_fn", C, C * D, sh.hc_fn / std::sqrt(static_cast<double>(C * D)));
     e.floats("hc_head_base", e.vec(C, 0.0, sh.hc_base, false));
     e.floats("hc_head_scale", {static_cast<float>(sh.hc_scale + sh.hc_scale_spread * g.sym())});
   }
   if (!plan.dspark.empty()) {
-    for (const family::LayerPlan& p : plan.dspark) block(e, c, p, sh);
+    for (const LayerPlan& p : plan.dspark) block(e, c, p, sh);
     const int64_t taps = c.dspark_main_dim();
     e.fp8("mtp.0.main_proj", D, taps, 1.0 / std::sqrt(static_cast<double>(taps)));
     e.floats("mtp.0.main_norm.weight", e.vec(D, 1.0, 0.2, true));
@@ -295,14 +295,14 @@ std::shared_ptr<const family::Model> synthetic_weights(const family::Config& con
     e.floats(last + "norm.weight", e.vec(D, 1.0, 0.2, true));
     const int64_t R = c.dspark_markov_rank;
     std::vector<uint16_t> markov(static_cast<size_t>(V * R));
-    for (auto& x : markov) x = to_bf16(static_cast<float>(g.sym()));
+    for (auto& x : markov) x = f32_to_bf16(static_cast<float>(g.sym()));
     e.raw(last + "markov_head.embed.weight", bytes_of(markov));
     e.matrix(last + "markov_head.head.weight", V, R, 1.0 / std::sqrt(static_cast<double>(R)));
     e.matrix(last + "confidence_head.proj.weight", 1, D + R, 1.0 / std::sqrt(static_cast<double>(D + R)));
   }
-  auto m = family::model_from_store(c, std::move(store), std::move(engram), std::move(token_map));
+  auto m = model_from_store(c, std::move(store), std::move(engram), std::move(token_map));
   DSV4_CHECK(m.ok());
   return std::move(*m);
 }
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4::family

@@ -1,5 +1,5 @@
 // Exact release encoders with a round-trip check per element (see exact_encode.h).
-#include "backends/cpu/exact_encode.h"
+#include "core/exact_encode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "core/fp8.h"
 #include "core/ue8m0.h"
 
-namespace dsv4::cpu {
+namespace dsv4 {
 namespace {
 
 // Bitwise equality: -0 differs from +0, as a decode would show.
@@ -114,4 +114,4 @@ StatusOr<Fp8Bytes> encode_fp8_tiles(std::span<const float> dense, int64_t out, i
   return r;
 }
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4

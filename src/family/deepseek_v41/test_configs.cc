@@ -1,12 +1,12 @@
 // The small configs of the oracle's own tests (declared in synthetic.h): vocabulary 512, every layer role.
-#include "backends/cpu/synthetic.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
-namespace dsv4::cpu {
+namespace dsv4::family {
 namespace {
 
 // The sizes both small configs share with the release where they do not set their own.
-family::Config common() {
-  family::Config c;
+Config common() {
+  Config c;
   c.vocab_size = 512;
   c.hidden_size = 128;
   c.num_attention_heads = 4;
@@ -30,9 +30,9 @@ family::Config common() {
 
 }  // namespace
 
-family::Config small_test_config() {
-  family::Config c = common();
-  c.variant = family::Variant::v41;
+Config small_test_config() {
+  Config c = common();
+  c.variant = Variant::v41;
   c.model_type = "deepseek_v41";
   c.num_hidden_layers = 8;
   c.head_dim = 64;
@@ -62,14 +62,14 @@ family::Config small_test_config() {
   c.dspark_num_experts_per_tok = 2;
   c.num_nextn_predict_layers = 3;
   c.quant.weight_block_out = c.quant.weight_block_in = 32;
-  const family::EngramLayout lay = family::compute_engram_layout(c);
+  const EngramLayout lay = compute_engram_layout(c);
   for (const auto& l : lay.layers) c.engram_num_embeddings.push_back(l.rows);
   return c;
 }
 
-family::Config small_v4_test_config() {
-  family::Config c = common();
-  c.variant = family::Variant::v4;
+Config small_v4_test_config() {
+  Config c = common();
+  c.variant = Variant::v4;
   c.model_type = "deepseek_v4";
   c.num_hidden_layers = 6;
   c.head_dim = 128;
@@ -85,4 +85,4 @@ family::Config small_v4_test_config() {
   return c;
 }
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4::family

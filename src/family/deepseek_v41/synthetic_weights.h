@@ -1,5 +1,5 @@
 // Random weights for a config in the checkpoint's stored formats (e4m3 + pow2 block scales, e2m1 experts, bf16,
-// f32), from a seed, held in memory: the oracle's tests and benchmarks run on these.
+// f32), from a seed, held in memory: the tests, the benchmarks and `dsv4 run --preset` run on these.
 #pragma once
 
 #include <cstdint>
@@ -7,15 +7,15 @@
 
 #include "family/deepseek_v41/model.h"
 
-namespace dsv4::cpu {
+namespace dsv4::family {
 
 // A small V4.1-shaped config exercising every layer role: SWA, Engram, ratio-2 KV+index source,
 // ratio-2 reuse, ratio-1 KV+index+candidate source, reuse, reindex with candidates; DSpark.
-family::Config small_test_config();
+Config small_test_config();
 
 // A small V4 / 0731-shaped config: SWA, CSA ratio 4 (overlapped compressor, Hadamard FP4
 // indexer, top-4), HCA ratio 128, hash-routed layers 0-1, 128x128 weight blocks, no drafter.
-family::Config small_v4_test_config();
+Config small_v4_test_config();
 
 // How the values are shaped (docs/numerics.md, "Whole-model gate").
 // random: every sub-layer writes unit-RMS outputs into the streams, hc mixes far from identity, a
@@ -32,7 +32,7 @@ enum class WeightProfile : uint8_t { random, gate };
 // Weights for `cfg` drawn from `seed`, held in memory in the release layout's stored formats: the model of `cfg`
 // without its vision tower, and with the drafter stages and heads only when with_dspark (V4.1; a V4-0731 config
 // is always drawn without them, as the oracle does not run its drafter).
-std::shared_ptr<const family::Model> synthetic_weights(const family::Config& cfg, uint64_t seed, bool with_dspark,
+std::shared_ptr<const Model> synthetic_weights(const Config& cfg, uint64_t seed, bool with_dspark,
                                                        WeightProfile profile = WeightProfile::random);
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4::family

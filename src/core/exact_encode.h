@@ -10,7 +10,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 
-namespace dsv4::cpu {
+namespace dsv4 {
 
 // BF16 (2 bytes each, little-endian) or F32 (4 bytes) values; other dtypes are refused.
 StatusOr<std::vector<uint8_t>> encode_floats(std::span<const float> v, DType dtype);
@@ -33,4 +33,4 @@ struct Fp8Bytes {
 };
 StatusOr<Fp8Bytes> encode_fp8_tiles(std::span<const float> dense, int64_t out, int64_t in, int block);
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4
