@@ -1,6 +1,7 @@
 // Embedding, RMSNorm, mHC mixes / collapse / expand, taps, SwiGLU and row gathers (block_ops.cuh).
 #include "backends/cuda/kernels/block/block_ops.cuh"
 #include "backends/cuda/kernels/block/fwd_reduce.cuh"
+#include "backends/cuda/kernels/block/hc_expand4.cuh"
 #include "backends/cuda/runtime/pdl.cuh"
 #include "core/bf16.h"
 
@@ -237,29 +238,9 @@ __global__ void expand4_kernel(const float* y, const float* mix, int64_t D, floa
   const int64_t r = blockIdx.y;
   const int64_t i = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
   if (i >= D) return;
-  const float* o = mix + r * static_cast<int64_t>(kC) * (kC + 2);
-  const float* post = o + kC;
-  const float* A = o + 2 * kC;
-  float4 hv[kC];
-#pragma unroll
-  for (int j = 0; j < kC; ++j) hv[j] = *reinterpret_cast<const float4*>(h + (r * kC + j) * D + i);
-  const float4 yv = *reinterpret_cast<const float4*>(y + r * D + i);
-#pragma unroll
-  for (int k = 0; k < kC; ++k) {
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-      const float a = A[j * kC + k];
-      s[0] += a * hv[j].x, s[1] += a * hv[j].y, s[2] += a * hv[j].z, s[3] += a * hv[j].w;
-    }
-    const float pk = post[k];
-    float4 nv;
-    nv.x = rbf16(pk * yv.x + s[0]);
-    nv.y = rbf16(pk * yv.y + s[1]);
-    nv.z = rbf16(pk * yv.z + s[2]);
-    nv.w = rbf16(pk * yv.w + s[3]);
-    *reinterpret_cast<float4*>(h + (r * kC + k) * D + i) = nv;
-  }
+  const float4 v = *reinterpret_cast<const float4*>(y + r * D + i);
+  const float yv[4] = {v.x, v.y, v.z, v.w};
+  hc_expand4<kC>(h, r, D, i, yv, mix + r * static_cast<int64_t>(kC) * (kC + 2));
 }
 
 __global__ void take_pre_kernel(const float* mix, int64_t rows, int C, float* pi) {

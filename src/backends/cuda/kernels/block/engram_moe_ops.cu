@@ -3,6 +3,7 @@
 
 #include "backends/cuda/kernels/block/block_ops.cuh"
 #include "backends/cuda/kernels/block/fwd_reduce.cuh"
+#include "backends/cuda/kernels/block/hc_expand4.cuh"
 #include "backends/cuda/runtime/pdl.cuh"
 #include "core/bf16.h"
 #include "core/fp8.h"
@@ -346,27 +347,7 @@ __global__ void combine_expand4_kernel(const float* out, const float* shared, co
   const float4 sh = *reinterpret_cast<const float4*>(shared + r * D + i);
   const float yv[4] = {dsv4::round_bf16(acc[0] + sh.x), dsv4::round_bf16(acc[1] + sh.y),
                        dsv4::round_bf16(acc[2] + sh.z), dsv4::round_bf16(acc[3] + sh.w)};
-  const float* post = o + kC;
-  const float* A = o + 2 * kC;
-  float4 hv[kC];
-#pragma unroll
-  for (int j = 0; j < kC; ++j) hv[j] = *reinterpret_cast<const float4*>(h + (r * kC + j) * D + i);
-#pragma unroll
-  for (int k = 0; k < kC; ++k) {
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-      const float a = A[j * kC + k];
-      s[0] += a * hv[j].x, s[1] += a * hv[j].y, s[2] += a * hv[j].z, s[3] += a * hv[j].w;
-    }
-    const float pk = post[k];
-    float4 nv;
-    nv.x = dsv4::round_bf16(pk * yv[0] + s[0]);
-    nv.y = dsv4::round_bf16(pk * yv[1] + s[1]);
-    nv.z = dsv4::round_bf16(pk * yv[2] + s[2]);
-    nv.w = dsv4::round_bf16(pk * yv[3] + s[3]);
-    *reinterpret_cast<float4*>(h + (r * kC + k) * D + i) = nv;
-  }
+  hc_expand4<kC>(h, r, D, i, yv, o);
 }
 
 }  // namespace
