@@ -5,6 +5,7 @@
 
 #include "core/kv_rows.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
 
@@ -141,7 +142,8 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
       lanes::RowResult& r = (*out)[w][i];
       if (kind == RowDraw::Kind::argmax && pick->token >= 0 && pick->token < V) {
         r.token = pick->token;
-      } else if (kind == RowDraw::Kind::gumbel && !pick->ids.empty() && pick->ids.size() == pick->logits.size() &&
+      } else if ((kind == RowDraw::Kind::gumbel || kind == RowDraw::Kind::truncated) && !pick->ids.empty() &&
+                 pick->ids.size() == pick->logits.size() &&
                  std::is_sorted(pick->ids.begin(), pick->ids.end()) && pick->ids.front() >= 0 && pick->ids.back() < V) {
         r.token = lanes::sample_gumbel_candidates(pick->ids, pick->logits, slots[w]->spec.sampling,
                                                   slots[w]->spec.seed, win.start + static_cast<int64_t>(i) + 1);
@@ -185,6 +187,11 @@ RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) c
   } else if (lanes::plain_gumbel(p)) {
     d.kind = RowDraw::Kind::gumbel;
     d.temperature = lanes::keyed_temperature(p);
+    d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
+  } else if (lanes::truncated_keyed(p)) {
+    // Candidates of the truncated rule decide as sample_gumbel_candidates does (lanes/truncated_candidates.h).
+    d.kind = RowDraw::Kind::truncated;
+    d.cut = lanes::truncation_cut(p, info_.vocab_size);
     d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
   }
   return d;

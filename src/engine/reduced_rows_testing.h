@@ -1,6 +1,7 @@
 // Tests only: a StreamForward that reduces logits rows on the host as a device sampler does (Piece::draws: argmax,
-// the Gumbel candidates of lanes::gumbel_candidates with a chosen logarithm, rows that come back whole), around any
-// forward, so the lane adapter's reduced-row path is checked without a device.
+// the Gumbel candidates of lanes::gumbel_candidates and of lanes::truncated_candidates with a chosen logarithm and
+// exponential, rows that come back whole), around any forward, so the lane adapter's reduced-row path is checked
+// without a device.
 #pragma once
 
 #include <cmath>
@@ -9,18 +10,21 @@
 
 #include "engine/stream_forward.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
 
 class HostReducedForward final : public StreamForward {
  public:
   struct Counts {
-    int64_t argmax = 0, gumbel = 0, whole = 0;  // rows reduced each way; asked reductions that came back whole
+    int64_t argmax = 0, gumbel = 0, truncated = 0, whole = 0;  // rows reduced each way; asked reductions that came
+                                                                 // back whole
   };
-  // `log`: the candidate rule's logarithm (null: std::log); every `whole_every`-th asked reduction (0: none) comes back
-  // whole, as a row with a non-finite logit or too many candidates does.
-  HostReducedForward(std::unique_ptr<StreamForward> inner, double (*log)(double) = nullptr, int whole_every = 0)
-      : inner_(std::move(inner)), log_(log), whole_every_(whole_every) {}
+  // `log`, `exp`: the candidate rules' logarithm and exponential (null: std::log, std::exp); every `whole_every`-th
+  // asked reduction (0: none) comes back whole, as a row with a non-finite logit or too many candidates does.
+  HostReducedForward(std::unique_ptr<StreamForward> inner, double (*log)(double) = nullptr, int whole_every = 0,
+                     double (*exp)(double) = nullptr)
+      : inner_(std::move(inner)), log_(log), exp_(exp), whole_every_(whole_every) {}
   const Counts& counts() const { return counts_; }
 
   const family::ModelPlan& config() const override { return inner_->config(); }
@@ -70,6 +74,14 @@ class HostReducedForward final : public StreamForward {
           ++counts_.gumbel;
         } else if (draws[i].kind == RowDraw::Kind::gumbel) {
           ++counts_.whole;
+        } else if (draws[i].kind == RowDraw::Kind::truncated &&
+                   lanes::truncated_candidates(row, draws[i].cut, draws[i].key, lanes::kMaxGumbelCandidates,
+                                               &pick.ids, exp_, log_) == lanes::TruncatedVerdict::ok) {
+          pick.whole = false;
+          for (int32_t id : pick.ids) pick.logits.push_back(row[static_cast<size_t>(id)]);
+          ++counts_.truncated;
+        } else if (draws[i].kind == RowDraw::Kind::truncated) {
+          ++counts_.whole;
         }
         if (pick.whole) kept.insert(kept.end(), row.begin(), row.end());
       }
@@ -82,6 +94,7 @@ class HostReducedForward final : public StreamForward {
   static double value(float x) { return std::isnan(x) ? -INFINITY : static_cast<double>(x); }
   std::unique_ptr<StreamForward> inner_;
   double (*log_)(double) = nullptr;
+  double (*exp_)(double) = nullptr;
   int whole_every_ = 0;
   int64_t asked_ = 0;
   Counts counts_;

@@ -12,6 +12,7 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
 #include "lanes/backend.h"
+#include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
 
@@ -21,17 +22,21 @@ using EmbedRows = lanes::EmbedRows;
 
 // What the caller needs of one logits row: the row itself, or a reduction a forward may compute where the logits are
 // (the device) so that only a few values come back. Reductions are exact by construction: the caller decides the
-// token from them with the host sampler's own arithmetic (lanes/gumbel_candidates.h, docs/server.md).
+// token from them with the host sampler's own arithmetic (lanes/gumbel_candidates.h, lanes/truncated_candidates.h,
+// docs/server.md).
 struct RowDraw {
   enum class Kind : uint8_t {
-    whole,   // the row's logits
-    argmax,  // the first id of largest logit, NaN read as -inf: sample_keyed's greedy draw
-    gumbel,  // the Gumbel candidates of lanes::gumbel_candidates at (temperature, key), at most
-             // lanes::kMaxGumbelCandidates of them; a row with a non-finite logit or more candidates comes whole
+    whole,      // the row's logits
+    argmax,     // the first id of largest logit, NaN read as -inf: sample_keyed's greedy draw
+    gumbel,     // the Gumbel candidates of lanes::gumbel_candidates at (temperature, key), at most
+                // lanes::kMaxGumbelCandidates of them; a row with a non-finite logit or more candidates comes whole
+    truncated,  // the candidates of lanes::truncated_candidates at (cut, key), at most lanes::kMaxGumbelCandidates
+                // of them; an irregular or uncertain row, or one with more candidates, comes whole
   };
   Kind kind = Kind::whole;
   double temperature = 1.0;  // gumbel: lanes::keyed_temperature of the stream's sampling
-  uint64_t key = 0;          // gumbel: lanes::row_key(seed, position drawn)
+  uint64_t key = 0;          // gumbel, truncated: lanes::row_key(seed, position drawn)
+  lanes::TruncationCut cut;  // truncated: lanes::truncation_cut of the stream's sampling (its temperature too)
 };
 
 // A logits row as a forward returned it.
@@ -39,8 +44,8 @@ struct RowPick {
   bool whole = true;            // the row is among the piece's whole rows (asked whole, a forward that does not
                                 // reduce, or a reduction that came back whole)
   int32_t token = -1;           // argmax: the id
-  std::vector<int32_t> ids;     // gumbel: the candidates, ascending
-  std::vector<float> logits;    // gumbel: their logits
+  std::vector<int32_t> ids;     // gumbel, truncated: the candidates, ascending
+  std::vector<float> logits;    // gumbel, truncated: their logits
 };
 
 // Tokens appended to one stream at its current length.

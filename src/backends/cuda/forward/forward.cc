@@ -38,7 +38,9 @@ int64_t forward_scratch_bytes(const family::ModelPlan& cfg, int64_t rows) {
   const int64_t engram = rows * R * cfg.engram_head_dim + rows * (C + 1) * D;
   layer += std::max(moe, engram);
   const int64_t head = rows * (C * D + C + 2 * D + cfg.vocab + 2);
-  return (f + std::max(layer, head)) * 4 + (64 << 20);
+  const int64_t draws = static_cast<int64_t>(row_draw_scratch_bytes(rows, cfg.vocab)) +
+                        rows * static_cast<int64_t>(sizeof(RowPickDev));  // row draws (after the head)
+  return (f + std::max(layer, head)) * 4 + draws + (64 << 20);
 }
 
 // Mapped Engram tables: the rows a call hashes to, gathered on the host in call-row order (codes e4m3 [n, dim],
@@ -139,11 +141,15 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
       RowDrawDev d;
       if (!pc.draws.empty()) {
         const engine::RowDraw& r = pc.draws[i];
-        d.kind = r.kind == engine::RowDraw::Kind::argmax   ? kDrawArgmax
-                 : r.kind == engine::RowDraw::Kind::gumbel ? kDrawGumbel
-                                                           : kDrawWhole;
-        d.temperature = r.temperature;
+        d.kind = r.kind == engine::RowDraw::Kind::argmax      ? kDrawArgmax
+                 : r.kind == engine::RowDraw::Kind::gumbel    ? kDrawGumbel
+                 : r.kind == engine::RowDraw::Kind::truncated ? kDrawTruncated
+                                                              : kDrawWhole;
+        d.temperature = r.kind == engine::RowDraw::Kind::truncated ? r.cut.temperature : r.temperature;
         d.key = r.key;
+        d.top_k = r.cut.top_k;
+        d.top_p = r.cut.top_p;
+        d.log_min_p = r.cut.log_min_p;
       }
       reduced = reduced || d.kind != kDrawWhole;
       draws.push_back(d);
@@ -499,10 +505,11 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   } else if (n_logits > 0) {
     // Reduced rows leave the device as a few values each; the whole rows are gathered and copied in one piece.
     DSV4_RETURN_IF_ERROR(timed(o, "row draws", [&]() -> Status {
-      const int64_t slices = row_draw_slices(V);
-      DSV4_ASSIGN_OR_RETURN(DrawPartDev * parts, o.alloc<DrawPartDev>(n_logits * slices, "row draw slices"));
+      const bool truncated = std::any_of(draws.begin(), draws.end(), [](const RowDrawDev& r) { return r.kind == kDrawTruncated; });
+      DSV4_ASSIGN_OR_RETURN(uint8_t * scratch,
+                            o.alloc<uint8_t>(static_cast<int64_t>(row_draw_scratch_bytes(n_logits, V)), "row draw scratch"));
       DSV4_ASSIGN_OR_RETURN(RowPickDev * picks, o.alloc<RowPickDev>(n_logits, "row picks"));
-      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, parts, picks, stream_), "row_draws",
+      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, truncated, scratch, picks, stream_), "row_draws",
                        shape_text({{"rows", n_logits}, {"V", V}}));
       DSV4_RETURN_IF_ERROR(picks_host_.reserve(static_cast<size_t>(n_logits) * sizeof(RowPickDev)));
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(picks_host_.data(), picks, n_logits * sizeof(RowPickDev),

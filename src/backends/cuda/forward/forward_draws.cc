@@ -16,7 +16,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
   float* host = static_cast<float*>(logits_host_.data());
   out->resize(pieces.size());
   // Whole rows: those asked whole are in logits_host_ in order; a reduction that came back whole (a non-finite logit,
-  // more candidates than a pick holds) is copied after them.
+  // an uncertain cut, more candidates than a pick holds) is copied after them.
   std::vector<int64_t> place(draws.size(), -1);  // each whole row's row in logits_host_
   int64_t asked = 0;
   for (size_t j = 0; j < draws.size(); ++j)
@@ -35,7 +35,8 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
         if (g.token < 0 || g.token >= V) return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
         pick.whole = false;
         pick.token = g.token;
-      } else if (d.kind == kDrawGumbel && !g.irregular && g.count > 0 && g.count <= kDrawCandidates) {
+      } else if ((d.kind == kDrawGumbel || d.kind == kDrawTruncated) && !g.irregular && !g.uncertain && g.count > 0 &&
+                 g.count <= kDrawCandidates) {
         std::vector<int32_t> order(static_cast<size_t>(g.count));
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g.ids[a] < g.ids[b]; });
@@ -45,7 +46,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
           pick.ids.push_back(g.ids[k]);
           pick.logits.push_back(g.logits[k]);
         }
-      } else if (d.kind == kDrawGumbel) {
+      } else if (d.kind == kDrawGumbel || d.kind == kDrawTruncated) {
         place[j] = next;
         DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + next * V, logits_dev_ + static_cast<int64_t>(j) * V,
                                                          V * 4, cudaMemcpyDeviceToHost, stream_),

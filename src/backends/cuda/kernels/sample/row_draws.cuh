@@ -1,22 +1,27 @@
 // Row draws on the device (engine::RowDraw): each logits row reduced to what the host needs to decide its token
-// exactly — the argmax id, or the Gumbel candidates of lanes/gumbel_candidates.h with their logits — and whole rows
-// gathered into one contiguous block for one copy. Plain pointers and sizes.
+// exactly — the argmax id, or the Gumbel candidates of lanes/gumbel_candidates.h (plain keyed rows) or of
+// lanes/truncated_candidates.h (top-k / top-p / min-p rows) with their logits — and whole rows gathered into one
+// contiguous block for one copy. Plain pointers and sizes.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace dsv4::cuda {
 
-enum : int32_t { kDrawWhole = 0, kDrawArgmax = 1, kDrawGumbel = 2 };
+enum : int32_t { kDrawWhole = 0, kDrawArgmax = 1, kDrawGumbel = 2, kDrawTruncated = 3 };
 
 // One row's reduction, as the host asks for it (engine::RowDraw).
 struct RowDrawDev {
   int32_t kind = kDrawWhole;  // kDraw*; whole rows are skipped
-  int32_t pad = 0;
-  double temperature = 1.0;   // gumbel: lanes::keyed_temperature
-  uint64_t key = 0;           // gumbel: lanes::row_key(seed, position)
+  int32_t top_k = 0;          // truncated: lanes::TruncationCut::top_k (0: none)
+  double temperature = 1.0;   // gumbel, truncated: lanes::keyed_temperature
+  uint64_t key = 0;           // gumbel, truncated: lanes::row_key(seed, position)
+  double top_p = 1.0;         // truncated: TruncationCut::top_p (1: none)
+  double log_min_p = -INFINITY;  // truncated: TruncationCut::log_min_p (-inf: none)
 };
 
 constexpr int kDrawCandidates = 32;  // lanes::kMaxGumbelCandidates (checked where both are seen)
@@ -25,9 +30,10 @@ constexpr int kDrawCandidates = 32;  // lanes::kMaxGumbelCandidates (checked whe
 struct RowPickDev {
   int32_t token;      // argmax: the first id of largest logit (NaN as -inf)
   int32_t count;      // gumbel: ids that met the rule; more than kDrawCandidates: only the first slots are written
-  int32_t irregular;  // gumbel: the row has a NaN or infinite logit (no candidates: it goes whole)
-  int32_t pad;
-  int32_t ids[kDrawCandidates];       // gumbel: the candidates, in no particular order
+  int32_t irregular;  // gumbel: the row has a NaN or infinite logit; truncated: a NaN or +inf logit, or none finite
+                      // (no candidates: it goes whole)
+  int32_t uncertain;  // truncated: the cut could not be placed where it matters (no candidates: it goes whole)
+  int32_t ids[kDrawCandidates];       // gumbel, truncated: the candidates, in no particular order
   float logits[kDrawCandidates];      // their logits
 };
 
@@ -43,9 +49,13 @@ struct DrawPartDev {
 // Slices each row is cut into (the rows' work spreads over many blocks even for one row).
 int64_t row_draw_slices(int64_t V);
 
-// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; parts: scratch [n, row_draw_slices(V)].
+// Device scratch bytes row_draws needs for n rows of V logits.
+size_t row_draw_scratch_bytes(int64_t n, int64_t V);
+
+// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; `truncated`: whether any row is
+// kDrawTruncated (else their passes are not launched); scratch: row_draw_scratch_bytes(n, V) bytes, 256-byte aligned.
 // Every row computes the same values whatever n is.
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, DrawPartDev* parts,
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, bool truncated, void* scratch,
                       RowPickDev* picks, cudaStream_t s);
 
 // out f32 [n_rows, V] = logits rows rows[0..n_rows) (f32 [*, V]).
