@@ -1,6 +1,7 @@
 // Row draws on the device against the host sampler, by equality: the device argmax is sample_keyed's greedy token,
-// and the host's decision over the device's Gumbel candidates is sample_keyed's token, on many rows of the real
-// vocabulary (random, flat, peaky, tied, NaN, -inf, +inf, near-tied scores; several seeds, positions, temperatures);
+// and the host's decision over the device's Gumbel candidates (plain and truncated rows) is sample_keyed's token, on
+// many rows of the real vocabulary (random, flat, peaky, tied, NaN, -inf, +inf, near-tied scores; several seeds,
+// positions, temperatures; top-k, top-p and min-p of every kind, counting the rows that come back whole);
 // a row's pick does not depend on the rows launched beside it; and the lane adapter over the CUDA forward draws the
 // same tokens with row reductions on as with every row whole.
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -19,6 +21,8 @@
 #include "engine/lane_backend.h"
 #include "forward_testing.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/token_mask.h"
+#include "lanes/truncated_candidates.h"
 #include "preset_weights_testing.h"
 
 namespace dsv4::cuda {
@@ -82,10 +86,18 @@ RowDrawDev draw_of(const Row& r) {
   RowDrawDev d;
   if (r.params.greedy()) {
     d.kind = kDrawArgmax;
-  } else {
+  } else if (lanes::plain_gumbel(r.params)) {
     d.kind = kDrawGumbel;
     d.temperature = lanes::keyed_temperature(r.params);
     d.key = lanes::row_key(r.seed, r.position);
+  } else {
+    const lanes::TruncationCut cut = lanes::truncation_cut(r.params, static_cast<int64_t>(r.logits.size()));
+    d.kind = kDrawTruncated;
+    d.temperature = cut.temperature;
+    d.key = lanes::row_key(r.seed, r.position);
+    d.top_k = cut.top_k;
+    d.top_p = cut.top_p;
+    d.log_min_p = cut.log_min_p;
   }
   return d;
 }
@@ -95,17 +107,19 @@ std::vector<RowPickDev> device_picks(const std::vector<Row>& rows, int64_t V) {
   const int64_t n = static_cast<int64_t>(rows.size());
   std::vector<float> logits;
   std::vector<RowDrawDev> draws;
+  bool truncated = false;
   for (const Row& r : rows) {
     logits.insert(logits.end(), r.logits.begin(), r.logits.end());
     draws.push_back(draw_of(r));
+    truncated = truncated || draws.back().kind == kDrawTruncated;
   }
   DeviceBuffer d_logits(logits.size() * 4), d_draws(draws.size() * sizeof(RowDrawDev)),
-      d_parts(static_cast<size_t>(n * row_draw_slices(V)) * sizeof(DrawPartDev)), d_picks(n * sizeof(RowPickDev));
-  EXPECT_TRUE(d_logits && d_draws && d_parts && d_picks);
+      d_scratch(row_draw_scratch_bytes(n, V)), d_picks(n * sizeof(RowPickDev));
+  EXPECT_TRUE(d_logits && d_draws && d_scratch && d_picks);
   EXPECT_EQ(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d_draws.get(), draws.data(), draws.size() * sizeof(RowDrawDev), cudaMemcpyHostToDevice),
             cudaSuccess);
-  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), d_parts.as<DrawPartDev>(),
+  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), truncated, d_scratch.get(),
                       d_picks.as<RowPickDev>(), nullptr),
             cudaSuccess);
   std::vector<RowPickDev> picks(static_cast<size_t>(n));
@@ -189,14 +203,126 @@ TEST(RowDraws, SmallAndOddVocabularies) {
   EXPECT_GT(t.decided, 0);
 }
 
+// Truncated rows (top-k, top-p, min-p) of the full vocabulary: realistic logits ~ N(0, 3) and rows of ties, -inf
+// runs, quantized logits and NaN / +inf; every parameter kind. Each row the device decides draws sample_keyed's token
+// (draw_row without a mask); the rest come whole, and rarely on the realistic rows.
+std::vector<Row> truncated_rows(int64_t V, int count, uint32_t salt, bool realistic) {
+  std::mt19937 rng(salt);
+  const lanes::SamplingParams sets[] = {
+      {1.0f, 0, 0.9f, 0.0f},  {0.7f, 0, 0.95f, 0.0f},  {1.0f, 40, 1.0f, 0.0f},  {0.8f, 50, 0.9f, 0.05f},
+      {1.0f, 0, 1.0f, 0.05f}, {1.3f, 0, 0.5f, 0.0f},   {1.0f, 1, 1.0f, 0.0f},   {1.0f, 0, 0.999f, 0.0f},
+      {1e-7f, 20, 0.9f, 0.0f}, {40.0f, 0, 0.99999994f, 0.0f}, {1.0f, 0, 1e-6f, 0.0f}, {0.9f, 200000, 0.9f, 1.0f}};
+  std::vector<Row> rows;
+  for (int k = 0; k < count; ++k) {
+    Row r;
+    r.params = sets[k % std::size(sets)];
+    r.seed = (static_cast<uint64_t>(rng()) << 32) | rng();
+    r.position = static_cast<int64_t>(rng() % 2000000);
+    r.logits.resize(static_cast<size_t>(V));
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& x : r.logits) x = normal(rng);
+    if (!realistic) {
+      const int shape = (k / static_cast<int>(std::size(sets))) % 5;
+      if (shape == 0) std::fill(r.logits.begin(), r.logits.begin() + V / 3, 4.0f);  // a run of ties at the top
+      if (shape == 1)
+        for (float& x : r.logits) x = std::round(x);                                 // quantized: ties everywhere
+      if (shape == 2)
+        for (size_t i = 1; i < r.logits.size(); i += 2) r.logits[i] = -kInf;          // masked-like
+      if (shape == 3) r.logits[rng() % static_cast<size_t>(V)] = k % 2 ? std::nanf("") : kInf;  // irregular
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+struct TruncatedTally {
+  int decided = 0, uncertain = 0, too_many = 0, irregular = 0;
+};
+
+void check_truncated(const std::vector<Row>& rows, const std::vector<RowPickDev>& picks, TruncatedTally& t) {
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Row& r = rows[k];
+    const RowPickDev& p = picks[k];
+    if (p.irregular) {
+      bool odd = true;  // a NaN or +inf, or no finite logit
+      for (float x : r.logits) odd = odd && !(std::isfinite(x));
+      for (float x : r.logits) odd = odd || std::isnan(x) || x == kInf;
+      EXPECT_TRUE(odd) << "row " << k;
+      ++t.irregular;
+      continue;
+    }
+    if (p.uncertain) {
+      ++t.uncertain;
+      continue;
+    }
+    if (p.count > kDrawCandidates) {
+      ++t.too_many;
+      continue;
+    }
+    ASSERT_GT(p.count, 0) << "row " << k;
+    std::vector<std::pair<int32_t, float>> c;
+    for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
+    std::sort(c.begin(), c.end());
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    for (auto& [id, v] : c) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, static_cast<int32_t>(r.logits.size()));
+      EXPECT_EQ(std::memcmp(&v, &r.logits[static_cast<size_t>(id)], 4), 0);  // the row's own logit, bit for bit
+      ids.push_back(id);
+      values.push_back(v);
+    }
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), ids.size()) << "row " << k;
+    EXPECT_EQ(lanes::sample_gumbel_candidates(ids, values, r.params, r.seed, r.position),
+              lanes::draw_row(r.logits, r.params, r.seed, r.position, nullptr))
+        << "row " << k << " T " << r.params.temperature << " top_k " << r.params.top_k << " top_p " << r.params.top_p
+        << " min_p " << r.params.min_p << " with " << ids.size() << " candidates";
+    ++t.decided;
+  }
+}
+
+TEST(RowDraws, TruncatedRowsMatchHostSampler) {
+  TruncatedTally real, odd;
+  for (uint32_t batch = 0; batch < 4; ++batch) {
+    const std::vector<Row> rows = truncated_rows(kVocab, 96, 300 + batch, true);
+    check_truncated(rows, device_picks(rows, kVocab), real);
+  }
+  for (uint32_t batch = 0; batch < 2; ++batch) {
+    const std::vector<Row> rows = truncated_rows(kVocab, 120, 400 + batch, false);
+    check_truncated(rows, device_picks(rows, kVocab), odd);
+  }
+  std::printf("truncated N(0, 3) rows: decided %d, whole %d (uncertain %d, too many %d, irregular %d)\n", real.decided,
+              real.uncertain + real.too_many + real.irregular, real.uncertain, real.too_many, real.irregular);
+  std::printf("truncated odd rows: decided %d, whole %d (uncertain %d, too many %d, irregular %d)\n", odd.decided,
+              odd.uncertain + odd.too_many + odd.irregular, odd.uncertain, odd.too_many, odd.irregular);
+  const int all = 4 * 96;
+  EXPECT_EQ(real.irregular, 0);
+  EXPECT_LE(real.uncertain + real.too_many, all / 100);
+  EXPECT_GT(odd.decided, 0);
+  EXPECT_GT(odd.irregular, 0);
+}
+
+TEST(RowDraws, TruncatedSmallAndOddVocabularies) {
+  TruncatedTally t;
+  for (int64_t V : {1, 2, 3, 31, 255, 4096, 4097, 10001}) {
+    const std::vector<Row> rows = truncated_rows(V, 60, static_cast<uint32_t>(V) + 7, V % 2 == 0);
+    check_truncated(rows, device_picks(rows, V), t);
+  }
+  std::printf("truncated small rows: decided %d, uncertain %d, too many %d, irregular %d\n", t.decided, t.uncertain,
+              t.too_many, t.irregular);
+  EXPECT_GT(t.decided, 0);
+}
+
 // A row's pick is the same launched alone as among others (the exact equality concurrent == solo).
 TEST(RowDraws, PickDoesNotDependOnTheBatch) {
-  const std::vector<Row> rows = make_rows(kVocab, 30, 7);
+  std::vector<Row> rows = make_rows(kVocab, 30, 7);
+  for (Row& r : truncated_rows(kVocab, 30, 8, false)) rows.push_back(std::move(r));
   const std::vector<RowPickDev> together = device_picks(rows, kVocab);
   for (size_t k = 0; k < rows.size(); k += 3) {
     const std::vector<RowPickDev> alone = device_picks({rows[k]}, kVocab);
     EXPECT_EQ(alone[0].token, together[k].token) << k;
     EXPECT_EQ(alone[0].irregular, together[k].irregular) << k;
+    EXPECT_EQ(alone[0].uncertain, together[k].uncertain) << k;
     ASSERT_EQ(alone[0].count, together[k].count) << k;
     std::set<int32_t> a, b;
     for (int i = 0; i < std::min(alone[0].count, kDrawCandidates); ++i) a.insert(alone[0].ids[i]);
