@@ -2,12 +2,28 @@
 #include "engine/lane_backend.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/kv_rows.h"
 #include "lanes/gumbel_candidates.h"
 #include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
+namespace {
+
+// Most top_logprobs a reduced row carries (the CUDA forward's kDrawTop; the API allows 20).
+constexpr int32_t kMaxReducedTop = 20;
+
+// The logit of a reduced row's drawn token: the largest logit for an argmax (token_logprob reads it through
+// logit_value, as the reduction's top_logit is), else its candidate's.
+float reduced_logit(const RowPick& pick, RowDraw::Kind kind, lanes::TokenId token) {
+  if (kind == RowDraw::Kind::argmax) return pick.top_logit;
+  for (size_t k = 0; k < pick.ids.size(); ++k)
+    if (pick.ids[k] == token) return pick.logits[k];
+  return -std::numeric_limits<float>::infinity();  // unreachable: the drawn token is a candidate
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<StreamForward> forward,
                                                            int64_t max_rollback, const LaneBackendOptions& options) {
@@ -150,6 +166,18 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
       } else {
         return error(StatusCode::internal, "the forward returned a malformed reduction of window {} row {}", w, i);
       }
+      if (win.logprobs || win.top_logprobs > 0) {
+        const lanes::LogPartition z = lanes::partition_from(pick->top_logit, pick->sum);
+        if (win.logprobs) {
+          r.logprob = lanes::logprob_of(reduced_logit(*pick, kind, r.token), z);
+          if (i + 1 < n) {
+            const lanes::TokenId next = win.tokens[i + 1];
+            r.proposed_logprob = next >= 0 && next < V ? lanes::logprob_of(pick->proposed_logit, z)
+                                                       : -std::numeric_limits<float>::infinity();
+          }
+        }
+        if (win.top_logprobs > 0) r.top = lanes::top_logprobs_among(pick->top_ids, pick->top_logits, win.top_logprobs, z);
+      }
     }
   }
   auto draw = [&](int64_t begin, int64_t end) {
@@ -179,8 +207,8 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
 
 RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) const {
   RowDraw d;
-  // Logprobs and token masks read the whole row.
-  if (!reduce_rows_ || w.logprobs || w.top_logprobs > 0 || w.mask(i) != nullptr) return d;
+  // Token masks read the whole row; so do top_logprobs beyond what a reduction carries.
+  if (!reduce_rows_ || w.mask(i) != nullptr || w.top_logprobs > kMaxReducedTop) return d;
   const lanes::SamplingParams& p = s.spec.sampling;
   if (p.greedy()) {
     d.kind = RowDraw::Kind::argmax;
@@ -193,6 +221,11 @@ RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) c
     d.kind = RowDraw::Kind::truncated;
     d.cut = lanes::truncation_cut(p, info_.vocab_size);
     d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
+  }
+  if (d.kind != RowDraw::Kind::whole && (w.logprobs || w.top_logprobs > 0)) {
+    d.partition = true;
+    d.top_n = w.top_logprobs;
+    d.proposed = w.logprobs && i + 1 < w.tokens.size() ? w.tokens[i + 1] : -1;
   }
   return d;
 }

@@ -1,7 +1,7 @@
 // Tests only: a StreamForward that reduces logits rows on the host as a device sampler does (Piece::draws: argmax,
 // the Gumbel candidates of lanes::gumbel_candidates and of lanes::truncated_candidates with a chosen logarithm and
-// exponential, rows that come back whole), around any forward, so the lane adapter's reduced-row path is checked
-// without a device.
+// exponential, the logprob parts (largest logit, partition sum, best ids, a proposed id's logit), rows that come back
+// whole), around any forward, so the lane adapter's reduced-row path is checked without a device.
 #pragma once
 
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "engine/stream_forward.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/partition_sum.h"
 #include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
@@ -83,6 +84,7 @@ class HostReducedForward final : public StreamForward {
         } else if (draws[i].kind == RowDraw::Kind::truncated) {
           ++counts_.whole;
         }
+        if (!pick.whole) logprob_parts(row, draws[i], &pick);
         if (pick.whole) kept.insert(kept.end(), row.begin(), row.end());
       }
       out[p].logits = std::move(kept);
@@ -92,6 +94,23 @@ class HostReducedForward final : public StreamForward {
 
  private:
   static double value(float x) { return std::isnan(x) ? -INFINITY : static_cast<double>(x); }
+  // What a device returns for a reduced row's logprobs (RowDraw::partition, top_n, proposed).
+  static void logprob_parts(std::span<const float> row, const RowDraw& d, RowPick* pick) {
+    if (d.partition && !row.empty()) {
+      size_t a = 0;
+      for (size_t v = 1; v < row.size(); ++v)
+        if (value(row[v]) > value(row[a])) a = v;
+      pick->top_logit = row[a];
+      if (std::isfinite(value(row[a]))) pick->sum = lanes::partition_sum(row, value(row[a]));
+    }
+    if (d.top_n > 0) {
+      for (const lanes::TokenLogprob& t : lanes::top_logprobs(row, d.top_n)) {
+        pick->top_ids.push_back(t.token);
+        pick->top_logits.push_back(row[static_cast<size_t>(t.token)]);
+      }
+    }
+    if (d.proposed >= 0 && static_cast<size_t>(d.proposed) < row.size()) pick->proposed_logit = row[static_cast<size_t>(d.proposed)];
+  }
   std::unique_ptr<StreamForward> inner_;
   double (*log_)(double) = nullptr;
   double (*exp_)(double) = nullptr;

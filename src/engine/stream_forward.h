@@ -12,6 +12,7 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
 #include "lanes/backend.h"
+#include "lanes/partition_sum.h"
 #include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
@@ -37,6 +38,12 @@ struct RowDraw {
   double temperature = 1.0;  // gumbel: lanes::keyed_temperature of the stream's sampling
   uint64_t key = 0;          // gumbel, truncated: lanes::row_key(seed, position drawn)
   lanes::TruncationCut cut;  // truncated: lanes::truncation_cut of the stream's sampling (its temperature too)
+  // Logprobs of a reduced row (any kind but whole): its largest logit and partition sum (lanes/partition_sum.h), its
+  // top_n best ids (<= 20) and the logit of `proposed` (an id, or -1), from which the caller derives the row's
+  // logprobs exactly (lanes::partition_from, logprob_of, top_logprobs_among).
+  bool partition = false;
+  int32_t top_n = 0;
+  int32_t proposed = -1;
 };
 
 // A logits row as a forward returned it.
@@ -46,6 +53,11 @@ struct RowPick {
   int32_t token = -1;           // argmax: the id
   std::vector<int32_t> ids;     // gumbel, truncated: the candidates, ascending
   std::vector<float> logits;    // gumbel, truncated: their logits
+  float top_logit = 0.0f;       // partition: the logit of the first id of largest logit (NaN read as -inf), raw
+  lanes::PartitionSum sum;      // partition: lanes::partition_sum(row, logit_value(top_logit)) when that is finite
+  std::vector<int32_t> top_ids;   // top_n: the best ids, best first
+  std::vector<float> top_logits;  // their logits
+  float proposed_logit = 0.0f;    // proposed (inside the vocabulary): its logit
 };
 
 // Tokens appended to one stream at its current length.

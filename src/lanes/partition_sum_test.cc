@@ -114,6 +114,11 @@ TEST(PartitionSum, ReductionGivesTheRowsLogprobs) {
       for (float& x : row) x = std::round(x);  // ties
     if (trial % 4 == 2) row[rng() % V] = std::nanf("");
     if (trial % 4 == 3) row[rng() % V] = -kInf;
+    if (trial % 10 == 9) {  // the largest logit 0, held by -0 and +0: one partition whichever sign comes first
+      for (float& x : row) x = -std::fabs(x) - 50.0f;
+      row[rng() % V] = -0.0f;
+      row[rng() % V] = 0.0f;
+    }
     double max = -INFINITY;
     for (float l : row) max = std::isnan(l) ? max : std::max(max, static_cast<double>(l));
     PartitionSum sum{};
@@ -129,7 +134,12 @@ TEST(PartitionSum, ReductionGivesTheRowsLogprobs) {
         values.push_back(row[at + static_cast<size_t>(t.token)]);
       }
     }
-    const LogPartition z = partition_from(max, sum), want = log_partition(row);
+    size_t a = 0;  // the first id of largest logit (NaN as -inf), whose raw logit a device returns
+    for (size_t i = 1; i < V; ++i)
+      if ((std::isnan(row[a]) && !std::isnan(row[i])) || (!std::isnan(row[i]) && row[i] > row[a])) a = i;
+    const LogPartition z = partition_from(row[a], sum), want = log_partition(row);
+    const LogPartition z2 = partition_from(max, sum);
+    EXPECT_EQ(std::memcmp(&z2, &want, sizeof z), 0) << "trial " << trial;
     EXPECT_EQ(std::memcmp(&z, &want, sizeof z), 0) << "trial " << trial;
     const std::vector<TokenLogprob> top = top_logprobs_among(ids, values, n, z), top_want = top_logprobs(row, n);
     ASSERT_EQ(top.size(), top_want.size());
@@ -137,9 +147,10 @@ TEST(PartitionSum, ReductionGivesTheRowsLogprobs) {
       EXPECT_EQ(top[i].token, top_want[i].token) << "trial " << trial << " rank " << i;
       EXPECT_EQ(std::memcmp(&top[i].logprob, &top_want[i].logprob, 4), 0) << "trial " << trial << " rank " << i;
     }
-    const TokenId t = static_cast<TokenId>(rng() % V);
-    const float lp = logprob_of(row[static_cast<size_t>(t)], z), lp_want = token_logprob(row, t);
-    EXPECT_EQ(std::memcmp(&lp, &lp_want, 4), 0);
+    for (const TokenId t : {static_cast<TokenId>(rng() % V), static_cast<TokenId>(a)}) {
+      const float lp = logprob_of(row[static_cast<size_t>(t)], z), lp_want = token_logprob(row, t);
+      EXPECT_EQ(std::memcmp(&lp, &lp_want, 4), 0) << "trial " << trial << " token " << t;
+    }
   }
 }
 

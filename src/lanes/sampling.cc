@@ -213,7 +213,12 @@ LogPartition log_partition(std::span<const float> logits) {
 
 LogPartition partition_from(double max, const PartitionSum& sum) {
   if (!std::isfinite(max)) return {max, std::numeric_limits<double>::quiet_NaN()};
+  if (max == 0.0) max = 0.0;  // -0 and +0 are the same maximum: one sign whichever id held it
   return {max, std::log(partition_value(sum))};
+}
+
+LogPartition partition_from(float top_logit, const PartitionSum& sum) {
+  return partition_from(logit_value(top_logit), sum);
 }
 
 float logprob_of(float logit, const LogPartition& z) {

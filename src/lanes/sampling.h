@@ -97,6 +97,8 @@ LogPartition log_partition(std::span<const float> logits);
 // The same from the row's largest logit_value and its partition sum (partition_sum.h), as a device returns them.
 struct PartitionSum;
 LogPartition partition_from(double max, const PartitionSum& sum);
+// The same from the logit of the row's first id of largest logit (NaN read as -inf).
+LogPartition partition_from(float top_logit, const PartitionSum& sum);
 
 // The logprob of a token of logit `logit` under the row's partition: logit_value(logit) - max - log_sum in double,
 // rounded to float (token_logprob and top_logprobs use this expression).

@@ -1,5 +1,5 @@
-// The lane adapter's reduced rows (argmax, Gumbel and truncated candidates decided on the host) against whole rows: the
-// same tokens and logprobs for every kind of stream in one step, with the candidate rules' logarithm and exponential
+// The lane adapter's reduced rows (argmax, Gumbel and truncated candidates decided on the host, logprobs derived from
+// the partition sum and best ids) against whole rows: the same tokens and logprobs for every kind of stream in one step, with the candidate rules' logarithm and exponential
 // a few ulps off, with reductions that come back whole, and with the whole rows drawn on several threads.
 #include <gtest/gtest.h>
 
@@ -74,8 +74,8 @@ std::vector<int32_t> toks(int n, uint32_t seed) {
   return t;
 }
 
-// Streams of every kind: greedy, plain keyed sampling and truncated sampling (top-p, top-k, min-p; reduced), and the
-// kinds that stay whole (logprobs, a token mask).
+// Streams of every kind: greedy, plain keyed sampling and truncated sampling (top-p, top-k, min-p), with and without
+// logprobs and top_logprobs (all reduced), and rows with a token mask (whole).
 struct Kind {
   lanes::SamplingParams sampling;
   bool logprobs = false;
@@ -87,6 +87,7 @@ const Kind kKinds[] = {
     {{1e-7f, 0, 1.0f, 0.0f}},       {{0.8f, 0, 0.9f, 0.0f}},       {{0.8f, 20, 1.0f, 0.0f}},
     {{0.8f, 0, 1.0f, 0.05f}},       {{0.0f, 0, 1.0f, 0.0f}, true, 2}, {{0.8f, 0, 1.0f, 0.0f}, false, 3},
     {{1.1f, 40, 0.95f, 0.02f}},     {{0.6f, 1, 1.0f, 0.0f}},       {{1.0f, 0, 0.5f, 0.0f}},
+    {{0.9f, 0, 0.9f, 0.0f}, true, 20}, {{0.0f, 0, 1.0f, 0.0f}, false, 1},
     {{0.8f, 0, 1.0f, 0.0f}, false, 0, true}, {{0.0f, 0, 1.0f, 0.0f}, false, 0, true},
 };
 
@@ -158,7 +159,7 @@ TEST(ReducedRows, SameDrawsAsWholeRows) {
   auto whole = whole_backend();
   Reduced r = reduced_backend(nullptr, 0, 1);
   expect_same_rounds(*whole, *r.backend);
-  // Greedy, plain keyed and truncated rows without logprobs or a mask were reduced.
+  // Greedy, plain keyed and truncated rows without a mask were reduced.
   EXPECT_GT(r.forward->counts().argmax, 0);
   EXPECT_GT(r.forward->counts().gumbel, 0);
   EXPECT_GT(r.forward->counts().truncated, 0);

@@ -150,6 +150,9 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
         d.top_k = r.cut.top_k;
         d.top_p = r.cut.top_p;
         d.log_min_p = r.cut.log_min_p;
+        d.partition = r.partition ? 1 : 0;
+        d.top_n = r.top_n;
+        d.proposed = r.proposed;
       }
       reduced = reduced || d.kind != kDrawWhole;
       draws.push_back(d);
@@ -505,11 +508,15 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   } else if (n_logits > 0) {
     // Reduced rows leave the device as a few values each; the whole rows are gathered and copied in one piece.
     DSV4_RETURN_IF_ERROR(timed(o, "row draws", [&]() -> Status {
-      const bool truncated = std::any_of(draws.begin(), draws.end(), [](const RowDrawDev& r) { return r.kind == kDrawTruncated; });
+      RowDrawPasses passes;
+      for (const RowDrawDev& r : draws) {
+        passes.truncated = passes.truncated || r.kind == kDrawTruncated;
+        passes.logprobs = passes.logprobs || (r.kind != kDrawWhole && (r.partition || r.top_n > 0 || r.proposed >= 0));
+      }
       DSV4_ASSIGN_OR_RETURN(uint8_t * scratch,
                             o.alloc<uint8_t>(static_cast<int64_t>(row_draw_scratch_bytes(n_logits, V)), "row draw scratch"));
       DSV4_ASSIGN_OR_RETURN(RowPickDev * picks, o.alloc<RowPickDev>(n_logits, "row picks"));
-      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, truncated, scratch, picks, stream_), "row_draws",
+      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, passes, scratch, picks, stream_), "row_draws",
                        shape_text({{"rows", n_logits}, {"V", V}}));
       DSV4_RETURN_IF_ERROR(picks_host_.reserve(static_cast<size_t>(n_logits) * sizeof(RowPickDev)));
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(picks_host_.data(), picks, n_logits * sizeof(RowPickDev),

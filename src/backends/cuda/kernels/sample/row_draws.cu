@@ -4,7 +4,7 @@
 //      flagging the row;
 //   2. every block combines its row's slice bests (a selection, so the same whatever the order) and, for Gumbel rows,
 //      appends each of its ids that meets the candidate rule of lanes/gumbel_candidates.h.
-// Truncated rows then take the passes of truncated_draws.cu.
+// Truncated rows then take the passes of truncated_draws.cu, and rows asking logprobs those of logprob_draws.cu.
 // The scores use CUDA's double log (within 1 ulp); the rule's margin covers that (the proof is in
 // gumbel_candidates.h; it holds when the two passes' logarithms differ too, as each is within the bound).
 #include "backends/cuda/kernels/sample/row_draws.cuh"
@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "backends/cuda/kernels/sample/draw_best.cuh"
+#include "backends/cuda/kernels/sample/logprob_draws.cuh"
 #include "backends/cuda/kernels/sample/truncated_draws.cuh"
 #include "lanes/gumbel_candidates.h"
 
@@ -140,13 +141,17 @@ size_t parts_bytes(int64_t n, int64_t V) {
 }
 }  // namespace
 
-size_t row_draw_scratch_bytes(int64_t n, int64_t V) { return parts_bytes(n, V) + truncated_draw_scratch_bytes(n, V); }
+size_t row_draw_scratch_bytes(int64_t n, int64_t V) {
+  return parts_bytes(n, V) + truncated_draw_scratch_bytes(n, V) + logprob_draw_scratch_bytes(n, V);
+}
 
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, bool truncated, void* scratch,
-                      RowPickDev* picks, cudaStream_t s) {
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, RowDrawPasses passes,
+                      void* scratch, RowPickDev* picks, cudaStream_t s) {
   if (n <= 0 || V <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
   auto* parts = static_cast<DrawPartDev*>(scratch);
+  char* truncated_scratch = static_cast<char*>(scratch) + parts_bytes(n, V);
+  char* logprob_scratch = truncated_scratch + truncated_draw_scratch_bytes(n, V);
   const int slices = static_cast<int>(row_draw_slices(V));
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n));
   draw_slices_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
@@ -154,8 +159,9 @@ cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDe
   if (e != cudaSuccess) return e;
   draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
   e = cudaGetLastError();
-  if (e != cudaSuccess || !truncated) return e;
-  return truncated_draws(logits, n, V, draws, parts, static_cast<char*>(scratch) + parts_bytes(n, V), picks, s);
+  if (e == cudaSuccess && passes.truncated) e = truncated_draws(logits, n, V, draws, parts, truncated_scratch, picks, s);
+  if (e == cudaSuccess && passes.logprobs) e = logprob_draws(logits, n, V, draws, logprob_scratch, picks, s);
+  return e;
 }
 
 cudaError_t gather_logit_rows(const float* logits, int64_t V, const int32_t* rows, int64_t n_rows, float* out,

@@ -1,7 +1,8 @@
 // Row draws on the device (engine::RowDraw): each logits row reduced to what the host needs to decide its token
 // exactly — the argmax id, or the Gumbel candidates of lanes/gumbel_candidates.h (plain keyed rows) or of
-// lanes/truncated_candidates.h (top-k / top-p / min-p rows) with their logits — and whole rows gathered into one
-// contiguous block for one copy. Plain pointers and sizes.
+// lanes/truncated_candidates.h (top-k / top-p / min-p rows) with their logits — and, for rows asking logprobs, its
+// largest logit and partition sum (lanes/partition_sum.h), its best ids and a proposed id's logit; whole rows gathered
+// into one contiguous block for one copy. Plain pointers and sizes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,9 +23,14 @@ struct RowDrawDev {
   uint64_t key = 0;           // gumbel, truncated: lanes::row_key(seed, position)
   double top_p = 1.0;         // truncated: TruncationCut::top_p (1: none)
   double log_min_p = -INFINITY;  // truncated: TruncationCut::log_min_p (-inf: none)
+  int32_t partition = 0;         // any kind: 1 = the row's largest logit and lanes::partition_sum (logprobs)
+  int32_t top_n = 0;             // any kind: the top_n (<= kDrawTop) best ids with their logits (top_logprobs)
+  int32_t proposed = -1;         // any kind: an id whose logit comes back (a proposed token's logprob); -1: none
+  int32_t pad = 0;
 };
 
 constexpr int kDrawCandidates = 32;  // lanes::kMaxGumbelCandidates (checked where both are seen)
+constexpr int kDrawTop = 20;         // most top_logprobs alternatives a row asks for
 
 // One row's result.
 struct RowPickDev {
@@ -35,6 +41,13 @@ struct RowPickDev {
   int32_t uncertain;  // truncated: the cut could not be placed where it matters (no candidates: it goes whole)
   int32_t ids[kDrawCandidates];       // gumbel, truncated: the candidates, in no particular order
   float logits[kDrawCandidates];      // their logits
+  float top_logit;                    // partition: the logit of the first id of largest logit (NaN as -inf), raw
+  float proposed_logit;               // proposed: its logit
+  uint64_t sum_lo, sum_hi;            // partition: lanes::partition_sum of the row when top_logit is finite
+  int32_t top_count;                  // top_n: ids in top_ids, best first (min(top_n, V))
+  int32_t pad2;
+  int32_t top_ids[kDrawTop];          // top_n: the best ids (larger logit, NaN as -inf, then lower id)
+  float top_logits[kDrawTop];         // their logits
 };
 
 // A row slice's best (scratch between the two passes).
@@ -52,11 +65,16 @@ int64_t row_draw_slices(int64_t V);
 // Device scratch bytes row_draws needs for n rows of V logits.
 size_t row_draw_scratch_bytes(int64_t n, int64_t V);
 
-// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; `truncated`: whether any row is
-// kDrawTruncated (else their passes are not launched); scratch: row_draw_scratch_bytes(n, V) bytes, 256-byte aligned.
-// Every row computes the same values whatever n is.
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, bool truncated, void* scratch,
-                      RowPickDev* picks, cudaStream_t s);
+// Which passes a launch needs beyond argmax and Gumbel rows (the others are not launched).
+struct RowDrawPasses {
+  bool truncated = false;  // some row is kDrawTruncated
+  bool logprobs = false;   // some row asks partition, top_n or proposed
+};
+
+// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; scratch: row_draw_scratch_bytes(n, V)
+// bytes, 256-byte aligned. Every row computes the same values whatever n is.
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, RowDrawPasses passes,
+                      void* scratch, RowPickDev* picks, cudaStream_t s);
 
 // out f32 [n_rows, V] = logits rows rows[0..n_rows) (f32 [*, V]).
 cudaError_t gather_logit_rows(const float* logits, int64_t V, const int32_t* rows, int64_t n_rows, float* out,
