@@ -1,7 +1,8 @@
 // Row draws on the device against the host sampler, by equality: the device argmax is sample_keyed's greedy token,
 // and the host's decision over the device's Gumbel candidates (plain and truncated rows) is sample_keyed's token, on
 // many rows of the real vocabulary (random, flat, peaky, tied, NaN, -inf, +inf, near-tied scores; several seeds,
-// positions, temperatures; top-k, top-p and min-p of every kind, counting the rows that come back whole);
+// positions, temperatures; top-k, top-p and min-p of every kind, counting the rows that come back whole); the logprob
+// parts (largest logit, partition sum, best ids, a proposed id's logit) give the host's logprobs bit for bit;
 // a row's pick does not depend on the rows launched beside it; and the lane adapter over the CUDA forward draws the
 // same tokens with row reductions on as with every row whole.
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "engine/lane_backend.h"
 #include "forward_testing.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/partition_sum.h"
 #include "lanes/token_mask.h"
 #include "lanes/truncated_candidates.h"
 #include "preset_weights_testing.h"
@@ -36,6 +38,9 @@ struct Row {
   lanes::SamplingParams params;
   uint64_t seed = 0;
   int64_t position = 0;
+  bool partition = false;  // logprob parts asked (RowDrawDev::partition, top_n, proposed)
+  int32_t top_n = 0;
+  int32_t proposed = -1;
 };
 
 // Rows of every shape at V ids each; greedy rows get NaN, -inf and +inf sprinkled, keyed rows some of them too (those
@@ -99,6 +104,9 @@ RowDrawDev draw_of(const Row& r) {
     d.top_p = cut.top_p;
     d.log_min_p = cut.log_min_p;
   }
+  d.partition = r.partition ? 1 : 0;
+  d.top_n = r.top_n;
+  d.proposed = r.proposed;
   return d;
 }
 
@@ -107,11 +115,12 @@ std::vector<RowPickDev> device_picks(const std::vector<Row>& rows, int64_t V) {
   const int64_t n = static_cast<int64_t>(rows.size());
   std::vector<float> logits;
   std::vector<RowDrawDev> draws;
-  bool truncated = false;
+  bool truncated = false, logprobs = false;
   for (const Row& r : rows) {
     logits.insert(logits.end(), r.logits.begin(), r.logits.end());
     draws.push_back(draw_of(r));
     truncated = truncated || draws.back().kind == kDrawTruncated;
+    logprobs = logprobs || r.partition || r.top_n > 0 || r.proposed >= 0;
   }
   DeviceBuffer d_logits(logits.size() * 4), d_draws(draws.size() * sizeof(RowDrawDev)),
       d_scratch(row_draw_scratch_bytes(n, V)), d_picks(n * sizeof(RowPickDev));
@@ -119,8 +128,8 @@ std::vector<RowPickDev> device_picks(const std::vector<Row>& rows, int64_t V) {
   EXPECT_EQ(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d_draws.get(), draws.data(), draws.size() * sizeof(RowDrawDev), cudaMemcpyHostToDevice),
             cudaSuccess);
-  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), truncated, d_scratch.get(),
-                      d_picks.as<RowPickDev>(), nullptr),
+  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), RowDrawPasses{truncated, logprobs},
+                      d_scratch.get(), d_picks.as<RowPickDev>(), nullptr),
             cudaSuccess);
   std::vector<RowPickDev> picks(static_cast<size_t>(n));
   EXPECT_EQ(cudaMemcpy(picks.data(), d_picks.get(), n * sizeof(RowPickDev), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -313,6 +322,64 @@ TEST(RowDraws, TruncatedSmallAndOddVocabularies) {
   EXPECT_GT(t.decided, 0);
 }
 
+// Logprob parts of every kind of row against the host's functions on the whole row, bit for bit: the first best id's
+// logit, the partition sum, log_partition, top_logprobs (n from 1 to 20) and a proposed id's logprob, on rows of the
+// real vocabulary (N(0, 3), peaky, ties, NaN, -inf, +inf, a largest logit of -0 and +0, every logit -inf).
+TEST(RowDraws, LogprobPartsMatchHost) {
+  std::mt19937 rng(51);
+  std::vector<Row> rows = make_rows(kVocab, 48, 52);
+  for (Row& r : truncated_rows(kVocab, 24, 53, false)) rows.push_back(std::move(r));
+  for (Row& r : truncated_rows(kVocab, 12, 54, true)) rows.push_back(std::move(r));
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Row& r = rows[k];
+    if (k % 9 == 4) {  // a largest logit of zero held by -0 and +0, everything else far below
+      for (float& x : r.logits) x = std::isfinite(x) ? -std::fabs(x) - 60.0f : x;
+      r.logits[rng() % r.logits.size()] = -0.0f;
+      r.logits[rng() % r.logits.size()] = 0.0f;
+    }
+    r.partition = k % 7 != 6;
+    r.top_n = k % 5 == 0 ? 0 : 1 + static_cast<int32_t>(rng() % 20);
+    r.proposed = k % 4 == 3 ? -1 : static_cast<int32_t>(rng() % kVocab);
+  }
+  const std::vector<RowPickDev> picks = device_picks(rows, kVocab);
+  int finite = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Row& r = rows[k];
+    const RowPickDev& p = picks[k];
+    const lanes::LogPartition want = lanes::log_partition(r.logits);
+    if (r.partition) {
+      const lanes::PartitionSum sum{p.sum_lo, p.sum_hi};
+      const lanes::LogPartition z = lanes::partition_from(p.top_logit, sum);
+      EXPECT_EQ(std::memcmp(&z, &want, sizeof z), 0) << "row " << k;
+      if (std::isfinite(want.max)) {
+        ++finite;
+        EXPECT_EQ(sum, lanes::partition_sum(r.logits, want.max)) << "row " << k;
+      }
+      const lanes::TokenId a = lanes::sample_keyed(r.logits, {0.0f, 0, 1.0f, 0.0f}, 0, 0);  // the first best id
+      const float lp = lanes::logprob_of(p.top_logit, z), lp_want = lanes::token_logprob(r.logits, a);
+      EXPECT_EQ(std::memcmp(&lp, &lp_want, 4), 0) << "row " << k;
+      if (r.proposed >= 0) {
+        const float q = lanes::logprob_of(p.proposed_logit, z), q_want = lanes::token_logprob(r.logits, r.proposed);
+        EXPECT_EQ(std::memcmp(&q, &q_want, 4), 0) << "row " << k;
+      }
+    }
+    if (r.top_n > 0) {
+      ASSERT_EQ(p.top_count, r.top_n) << "row " << k;
+      const std::vector<int32_t> ids(p.top_ids, p.top_ids + p.top_count);
+      const std::vector<float> values(p.top_logits, p.top_logits + p.top_count);
+      const std::vector<lanes::TokenLogprob> top = lanes::top_logprobs_among(ids, values, r.top_n, want),
+                                             top_want = lanes::top_logprobs(r.logits, r.top_n, want);
+      ASSERT_EQ(top.size(), top_want.size()) << "row " << k;
+      for (size_t i = 0; i < top.size(); ++i) {
+        EXPECT_EQ(top[i].token, top_want[i].token) << "row " << k << " rank " << i;
+        EXPECT_EQ(std::memcmp(&top[i].logprob, &top_want[i].logprob, 4), 0) << "row " << k << " rank " << i;
+      }
+    }
+  }
+  std::printf("logprob parts: %zu rows, %d with a finite partition\n", rows.size(), finite);
+  EXPECT_GT(finite, 40);
+}
+
 // A row's pick is the same launched alone as among others (the exact equality concurrent == solo).
 TEST(RowDraws, PickDoesNotDependOnTheBatch) {
   std::vector<Row> rows = make_rows(kVocab, 30, 7);
@@ -371,7 +438,7 @@ TEST(RowDraws, LaneBackendSameTokensAsWholeRows) {
   for (int round = 0; round < 12; ++round) {
     std::vector<lanes::Window> windows;
     for (size_t k = 0; k < n; ++k) {
-      lanes::Window w{k + 1, rows[k], {pending[k]}, k + 1 == n, 0};
+      lanes::Window w{k + 1, rows[k], {pending[k]}, k + 1 == n || k % 2 == 1, k % 3 == 0 ? 5 : 0};
       if (round % 3 == 1) {
         for (int32_t t : gpu_testing::prompt(2, round * 7 + static_cast<int>(k))) w.tokens.push_back(t);
       }
@@ -384,7 +451,13 @@ TEST(RowDraws, LaneBackendSameTokensAsWholeRows) {
       ASSERT_EQ(b[k].size(), a[k].size());
       for (size_t i = 0; i < a[k].size(); ++i) {
         EXPECT_EQ(b[k][i].token, a[k][i].token) << "round " << round << " stream " << k << " row " << i;
-        EXPECT_EQ(b[k][i].logprob, a[k][i].logprob);
+        EXPECT_EQ(std::memcmp(&b[k][i].logprob, &a[k][i].logprob, 4), 0);
+        EXPECT_EQ(std::memcmp(&b[k][i].proposed_logprob, &a[k][i].proposed_logprob, 4), 0);
+        ASSERT_EQ(b[k][i].top.size(), a[k][i].top.size());
+        for (size_t j = 0; j < a[k][i].top.size(); ++j) {
+          EXPECT_EQ(b[k][i].top[j].token, a[k][i].top[j].token);
+          EXPECT_EQ(std::memcmp(&b[k][i].top[j].logprob, &a[k][i].top[j].logprob, 4), 0);
+        }
       }
       rows[k] += 1;
       pending[k] = a[k][0].token;
