@@ -207,8 +207,12 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
 
 RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) const {
   RowDraw d;
-  // Token masks read the whole row; so do top_logprobs beyond what a reduction carries.
-  if (!reduce_rows_ || w.mask(i) != nullptr || w.top_logprobs > kMaxReducedTop) return d;
+  // top_logprobs beyond what a reduction carries read the whole row; so does a mask of another size than the
+  // vocabulary (draw_masked then masks a copy). An empty mask draws from the whole row, as no mask does.
+  const lanes::TokenMask* mask = w.mask(i);
+  if (mask != nullptr && mask->empty()) mask = nullptr;
+  if (!reduce_rows_ || w.top_logprobs > kMaxReducedTop || (mask != nullptr && mask->vocab_size() != info_.vocab_size))
+    return d;
   const lanes::SamplingParams& p = s.spec.sampling;
   if (p.greedy()) {
     d.kind = RowDraw::Kind::argmax;
@@ -222,6 +226,7 @@ RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) c
     d.cut = lanes::truncation_cut(p, info_.vocab_size);
     d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
   }
+  if (d.kind != RowDraw::Kind::whole) d.mask = mask;
   if (d.kind != RowDraw::Kind::whole && (w.logprobs || w.top_logprobs > 0)) {
     d.partition = true;
     d.top_n = w.top_logprobs;

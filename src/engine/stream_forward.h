@@ -44,6 +44,9 @@ struct RowDraw {
   bool partition = false;
   int32_t top_n = 0;
   int32_t proposed = -1;
+  // A token mask over the row's vocabulary (argmax, gumbel, truncated; nonempty, of the vocabulary's size; valid for
+  // the call): the token is draw_row's under it (lanes/token_mask.h); the logprobs stay those of the raw row.
+  const lanes::TokenMask* mask = nullptr;
 };
 
 // A logits row as a forward returned it.

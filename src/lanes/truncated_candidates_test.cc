@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+#include "lanes/token_mask.h"
+
 namespace dsv4::lanes {
 namespace {
 
@@ -207,6 +209,73 @@ TEST(TruncatedCandidates, TopPAtTheHostsRunningSums) {
   }
   std::printf("top_p at running sums: decided %d, uncertain %d\n", t.decided, t.uncertain);
   EXPECT_GT(t.decided, 0);
+}
+
+// Masked rows as a device reduces them (lanes::draw_row under a TokenMask): truncated rows with the other logits at
+// -inf (draw_masked's masked copy) through the rule; argmax and plain Gumbel rows over the allowed ids alone (the first
+// allowed id of largest logit; the Gumbel decision over every allowed id, a superset of any candidate set). Masks of
+// one id, of every id, of random subsets, with NaN and -inf inside and outside them.
+TEST(TruncatedCandidates, MaskedRowsDrawAsDrawRow) {
+  std::mt19937 rng(24);
+  Tally t;
+  int plain = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t V = 1 + static_cast<int32_t>(rng() % 3000);
+    std::vector<float> row = normal_row(rng, static_cast<size_t>(V), trial % 2 ? 3.0f : 0.3f);
+    if (trial % 5 == 1) row[rng() % static_cast<size_t>(V)] = std::nanf("");
+    if (trial % 5 == 2) row[rng() % static_cast<size_t>(V)] = -kInf;
+    TokenMask mask(V);
+    const int kind = trial % 4;
+    if (kind == 0) mask.allow(static_cast<TokenId>(rng() % static_cast<uint32_t>(V)));
+    for (TokenId i = 0; i < V; ++i)
+      if (kind == 1 || (kind >= 2 && rng() % (kind == 2 ? 3 : 40) == 0)) mask.allow(i);
+    if (mask.empty()) mask.allow(0);
+    const uint64_t seed = seed_of(rng);
+    const int64_t pos = static_cast<int64_t>(rng() % 1000000);
+    // Truncated: the rule over the masked copy.
+    std::vector<float> masked(row.size(), -kInf);
+    bool finite_allowed = true;
+    for (TokenId i = 0; i < V; ++i) {
+      if (!mask.contains(i)) continue;
+      masked[static_cast<size_t>(i)] = row[static_cast<size_t>(i)];
+      finite_allowed = finite_allowed && std::isfinite(row[static_cast<size_t>(i)]);
+    }
+    for (int j = 0; j < 3; ++j) {
+      const SamplingParams p = params_of(rng, j, V);
+      const TokenId want = draw_row(row, p, seed, pos, &mask);
+      std::vector<TokenId> ids;
+      const TruncatedVerdict v = truncated_candidates(masked, truncation_cut(p, V), row_key(seed, pos),
+                                                      kMaxGumbelCandidates, &ids, exp_noisy, log_noisy);
+      if (v != TruncatedVerdict::ok) {
+        ++t.uncertain;
+        continue;
+      }
+      std::vector<float> values;
+      for (TokenId id : ids) values.push_back(row[static_cast<size_t>(id)]);
+      EXPECT_EQ(sample_gumbel_candidates(ids, values, p, seed, pos), want) << "trial " << trial << " masked truncated";
+      ++t.decided;
+    }
+    // Greedy and plain Gumbel over the allowed ids.
+    const std::vector<TokenId> allowed = mask.ids();
+    std::vector<float> values;
+    TokenId best = allowed[0];
+    for (TokenId id : allowed) {
+      values.push_back(row[static_cast<size_t>(id)]);
+      const double a = std::isnan(row[static_cast<size_t>(id)]) ? -INFINITY : row[static_cast<size_t>(id)];
+      const double b = std::isnan(row[static_cast<size_t>(best)]) ? -INFINITY : row[static_cast<size_t>(best)];
+      if (a > b) best = id;
+    }
+    EXPECT_EQ(best, draw_row(row, {0.0f, 0, 1.0f, 0.0f}, seed, pos, &mask)) << "trial " << trial << " masked argmax";
+    if (finite_allowed) {
+      const SamplingParams p{trial % 3 ? 0.8f : 2.0f, 0, 1.0f, 0.0f};
+      EXPECT_EQ(sample_gumbel_candidates(allowed, values, p, seed, pos), draw_row(row, p, seed, pos, &mask))
+          << "trial " << trial << " masked Gumbel";
+      ++plain;
+    }
+  }
+  std::printf("masked rows: truncated decided %d, whole %d; plain Gumbel %d\n", t.decided, t.uncertain, plain);
+  EXPECT_GT(t.decided, 300);
+  EXPECT_GT(plain, 100);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // and the host's decision over the device's Gumbel candidates (plain and truncated rows) is sample_keyed's token, on
 // many rows of the real vocabulary (random, flat, peaky, tied, NaN, -inf, +inf, near-tied scores; several seeds,
 // positions, temperatures; top-k, top-p and min-p of every kind, counting the rows that come back whole); the logprob
-// parts (largest logit, partition sum, best ids, a proposed id's logit) give the host's logprobs bit for bit;
+// parts (largest logit, partition sum, best ids, a proposed id's logit) give the host's logprobs bit for bit; rows
+// under token masks draw draw_row's token;
 // a row's pick does not depend on the rows launched beside it; and the lane adapter over the CUDA forward draws the
 // same tokens with row reductions on as with every row whole.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -41,6 +43,7 @@ struct Row {
   bool partition = false;  // logprob parts asked (RowDrawDev::partition, top_n, proposed)
   int32_t top_n = 0;
   int32_t proposed = -1;
+  std::shared_ptr<const lanes::TokenMask> mask;  // the row draws under it (draw_row), or null
 };
 
 // Rows of every shape at V ids each; greedy rows get NaN, -inf and +inf sprinkled, keyed rows some of them too (those
@@ -115,20 +118,28 @@ std::vector<RowPickDev> device_picks(const std::vector<Row>& rows, int64_t V) {
   const int64_t n = static_cast<int64_t>(rows.size());
   std::vector<float> logits;
   std::vector<RowDrawDev> draws;
+  std::vector<uint64_t> masks;
   bool truncated = false, logprobs = false;
   for (const Row& r : rows) {
     logits.insert(logits.end(), r.logits.begin(), r.logits.end());
     draws.push_back(draw_of(r));
+    if (r.mask != nullptr) {
+      draws.back().mask = static_cast<int64_t>(masks.size());
+      masks.insert(masks.end(), r.mask->words(), r.mask->words() + (V + 63) / 64);
+    }
     truncated = truncated || draws.back().kind == kDrawTruncated;
     logprobs = logprobs || r.partition || r.top_n > 0 || r.proposed >= 0;
   }
   DeviceBuffer d_logits(logits.size() * 4), d_draws(draws.size() * sizeof(RowDrawDev)),
-      d_scratch(row_draw_scratch_bytes(n, V)), d_picks(n * sizeof(RowPickDev));
-  EXPECT_TRUE(d_logits && d_draws && d_scratch && d_picks);
+      d_scratch(row_draw_scratch_bytes(n, V)), d_picks(n * sizeof(RowPickDev)), d_masks(masks.size() * 8 + 8);
+  EXPECT_TRUE(d_logits && d_draws && d_scratch && d_picks && d_masks);
+  if (!masks.empty())
+    EXPECT_EQ(cudaMemcpy(d_masks.get(), masks.data(), masks.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d_draws.get(), draws.data(), draws.size() * sizeof(RowDrawDev), cudaMemcpyHostToDevice),
             cudaSuccess);
-  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(), RowDrawPasses{truncated, logprobs},
+  EXPECT_EQ(row_draws(d_logits.as<float>(), n, V, d_draws.as<RowDrawDev>(),
+                      masks.empty() ? nullptr : d_masks.as<uint64_t>(), RowDrawPasses{truncated, logprobs},
                       d_scratch.get(), d_picks.as<RowPickDev>(), nullptr),
             cudaSuccess);
   std::vector<RowPickDev> picks(static_cast<size_t>(n));
@@ -380,6 +391,66 @@ TEST(RowDraws, LogprobPartsMatchHost) {
   EXPECT_GT(finite, 40);
 }
 
+// Rows under token masks (one id, every id, random subsets, small lists; NaN and -inf inside and outside them) of every
+// kind: each row the device decides draws draw_row's token (draw_masked), and the logprob parts stay the raw row's.
+TEST(RowDraws, MaskedRowsMatchDrawRow) {
+  std::mt19937 rng(61);
+  std::vector<Row> rows = make_rows(kVocab, 36, 62);
+  for (Row& r : truncated_rows(kVocab, 48, 63, true)) rows.push_back(std::move(r));
+  for (Row& r : truncated_rows(kVocab, 24, 64, false)) rows.push_back(std::move(r));
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Row& r = rows[k];
+    auto mask = std::make_shared<lanes::TokenMask>(static_cast<int32_t>(kVocab));
+    const int kind = static_cast<int>(k % 4);
+    if (kind == 0) mask->allow(static_cast<int32_t>(rng() % kVocab));
+    if (kind == 1)
+      for (int32_t i = 0; i < kVocab; ++i) mask->allow(i);
+    if (kind == 2)
+      for (int32_t i = 0; i < kVocab; ++i)
+        if (rng() % 3 == 0) mask->allow(i);
+    if (kind == 3)
+      for (int j = 0; j < 40; ++j) mask->allow(static_cast<int32_t>(rng() % kVocab));
+    r.mask = mask;
+    r.partition = k % 3 == 0;
+  }
+  const std::vector<RowPickDev> picks = device_picks(rows, kVocab);
+  int argmax = 0, decided = 0, whole = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Row& r = rows[k];
+    const RowPickDev& p = picks[k];
+    const lanes::TokenId want = lanes::draw_row(r.logits, r.params, r.seed, r.position, r.mask.get());
+    if (r.partition) {  // the raw row's partition, mask or not
+      const lanes::LogPartition z = lanes::partition_from(p.top_logit, lanes::PartitionSum{p.sum_lo, p.sum_hi}),
+                                z_want = lanes::log_partition(r.logits);
+      EXPECT_EQ(std::memcmp(&z, &z_want, sizeof z), 0) << "row " << k;
+    }
+    if (r.params.greedy()) {
+      EXPECT_EQ(p.token, want) << "row " << k;
+      ++argmax;
+      continue;
+    }
+    if (p.irregular || p.uncertain || p.count <= 0 || p.count > kDrawCandidates) {
+      ++whole;
+      continue;
+    }
+    std::vector<std::pair<int32_t, float>> c;
+    for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
+    std::sort(c.begin(), c.end());
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    for (auto& [id, v] : c) {
+      EXPECT_TRUE(r.mask->contains(id)) << "row " << k << " candidate " << id;
+      ids.push_back(id);
+      values.push_back(v);
+    }
+    EXPECT_EQ(lanes::sample_gumbel_candidates(ids, values, r.params, r.seed, r.position), want) << "row " << k;
+    ++decided;
+  }
+  std::printf("masked rows: argmax %d, decided from candidates %d, whole %d\n", argmax, decided, whole);
+  EXPECT_GT(argmax, 5);
+  EXPECT_GT(decided, 50);
+}
+
 // A row's pick is the same launched alone as among others (the exact equality concurrent == solo).
 TEST(RowDraws, PickDoesNotDependOnTheBatch) {
   std::vector<Row> rows = make_rows(kVocab, 30, 7);
@@ -441,6 +512,12 @@ TEST(RowDraws, LaneBackendSameTokensAsWholeRows) {
       lanes::Window w{k + 1, rows[k], {pending[k]}, k + 1 == n || k % 2 == 1, k % 3 == 0 ? 5 : 0};
       if (round % 3 == 1) {
         for (int32_t t : gpu_testing::prompt(2, round * 7 + static_cast<int>(k))) w.tokens.push_back(t);
+      }
+      if (k % 2 == 0 && round % 2 == 0) {  // the pending row under a token mask
+        auto mask = std::make_shared<lanes::TokenMask>(whole->info().vocab_size);
+        for (int32_t t : gpu_testing::prompt(60, round * 13 + static_cast<int>(k))) mask->allow(t);
+        w.allowed.assign(w.tokens.size(), nullptr);
+        w.allowed[0] = mask;
       }
       windows.push_back(std::move(w));
     }

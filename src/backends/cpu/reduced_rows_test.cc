@@ -48,6 +48,7 @@ Reduced reduced_backend(double (*log)(double), int whole_every, int32_t draw_thr
   r.forward = f.get();
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.draw_threads = draw_threads;
   auto b = engine::LaneBackend::create(std::move(f), oracle_options().max_rollback, options);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
@@ -58,6 +59,7 @@ Reduced reduced_backend(double (*log)(double), int whole_every, int32_t draw_thr
 std::unique_ptr<engine::LaneBackend> whole_backend() {
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.reduce_rows = false;
   options.draw_threads = 1;
   auto b = oracle_lane_backend(weights(), oracle_options(), options);
@@ -75,7 +77,7 @@ std::vector<int32_t> toks(int n, uint32_t seed) {
 }
 
 // Streams of every kind: greedy, plain keyed sampling and truncated sampling (top-p, top-k, min-p), with and without
-// logprobs and top_logprobs (all reduced), and rows with a token mask (whole).
+// logprobs and top_logprobs and token masks (all reduced).
 struct Kind {
   lanes::SamplingParams sampling;
   bool logprobs = false;
@@ -88,6 +90,7 @@ const Kind kKinds[] = {
     {{0.8f, 0, 1.0f, 0.05f}},       {{0.0f, 0, 1.0f, 0.0f}, true, 2}, {{0.8f, 0, 1.0f, 0.0f}, false, 3},
     {{1.1f, 40, 0.95f, 0.02f}},     {{0.6f, 1, 1.0f, 0.0f}},       {{1.0f, 0, 0.5f, 0.0f}},
     {{0.9f, 0, 0.9f, 0.0f}, true, 20}, {{0.0f, 0, 1.0f, 0.0f}, false, 1},
+    {{0.9f, 5, 0.9f, 0.0f}, true, 2, true}, {{0.7f, 0, 1.0f, 0.1f}, false, 0, true},
     {{0.8f, 0, 1.0f, 0.0f}, false, 0, true}, {{0.0f, 0, 1.0f, 0.0f}, false, 0, true},
 };
 
@@ -159,10 +162,11 @@ TEST(ReducedRows, SameDrawsAsWholeRows) {
   auto whole = whole_backend();
   Reduced r = reduced_backend(nullptr, 0, 1);
   expect_same_rounds(*whole, *r.backend);
-  // Greedy, plain keyed and truncated rows without a mask were reduced.
+  // Greedy, plain keyed and truncated rows were reduced, masked ones too.
   EXPECT_GT(r.forward->counts().argmax, 0);
   EXPECT_GT(r.forward->counts().gumbel, 0);
   EXPECT_GT(r.forward->counts().truncated, 0);
+  EXPECT_GT(r.forward->counts().masked, 0);
   EXPECT_EQ(r.forward->counts().whole, 0);
 }
 
@@ -181,6 +185,7 @@ TEST(ReducedRows, WholeRowsOnSeveralThreads) {
   auto whole = whole_backend();
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.draw_threads = 4;
   auto threaded = oracle_lane_backend(weights(), oracle_options(), options);
   ASSERT_TRUE(threaded.ok());

@@ -135,6 +135,8 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
   DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
   // One draw per logit row in call order (the plan's logit rows follow the pieces); none when every row is whole.
   std::vector<RowDrawDev> draws;
+  std::vector<uint64_t> masks;                            // the distinct token masks' words, one after another
+  std::vector<std::pair<const lanes::TokenMask*, int64_t>> mask_at;  // each mask's first word
   bool reduced = false;
   for (const engine::Piece& pc : pieces) {
     for (size_t i = 0; i < pc.logit_rows.size(); ++i) {
@@ -153,6 +155,16 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
         d.partition = r.partition ? 1 : 0;
         d.top_n = r.top_n;
         d.proposed = r.proposed;
+        if (r.mask != nullptr && d.kind != kDrawWhole) {
+          auto it = std::find_if(mask_at.begin(), mask_at.end(), [&](const auto& m) { return m.first == r.mask; });
+          if (it == mask_at.end()) {
+            mask_at.emplace_back(r.mask, static_cast<int64_t>(masks.size()));
+            const size_t words = (static_cast<size_t>(cfg.vocab) + 63) / 64;
+            masks.insert(masks.end(), r.mask->words(), r.mask->words() + words);
+            it = mask_at.end() - 1;
+          }
+          d.mask = it->second;
+        }
       }
       reduced = reduced || d.kind != kDrawWhole;
       draws.push_back(d);
@@ -162,7 +174,7 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
   std::vector<size_t> hist_len;
   for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(plan, draws);
+  Status st = run(plan, draws, masks);
   // The one synchronization of a call: the logits rows are in logits_host_ after it (and the picks in picks_host_).
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
   if (st.ok()) st = sync;
@@ -301,7 +313,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   return ok_status();
 }
 
-Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws) {
+Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws, std::span<const uint64_t> masks) {
   const int64_t n_logits = plan.logit_rows();
   const ModelDevice& M = *model_;
   const family::ModelPlan& cfg = M.config;
@@ -356,7 +368,8 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
-  meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4);  // row draws
+  meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4) +
+                CallMeta::padded(masks.size() * 8);  // row draws
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
   // Given rows (an image span) and the image flags.
   const int64_t n_given = static_cast<int64_t>(plan.given.size());
@@ -416,12 +429,16 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(head_rows.data(), head_rows.size(), "logit rows"));
   // Row draws: each logit row's reduction, and the rows that go whole (gathered for one copy).
   const RowDrawDev* d_draws = nullptr;
+  const uint64_t* d_masks = nullptr;
   const int32_t* d_whole = nullptr;
   std::vector<int32_t> whole;
   for (size_t j = 0; j < draws.size(); ++j)
     if (draws[j].kind == kDrawWhole) whole.push_back(static_cast<int32_t>(j));
   if (!draws.empty()) {
     DSV4_ASSIGN_OR_RETURN(d_draws, meta_->put_n(draws.data(), draws.size(), "row draws"));
+    if (!masks.empty()) {
+      DSV4_ASSIGN_OR_RETURN(d_masks, meta_->put_n(masks.data(), masks.size(), "token masks"));
+    }
     if (!whole.empty()) {
       DSV4_ASSIGN_OR_RETURN(d_whole, meta_->put_n(whole.data(), whole.size(), "whole logit rows"));
     }
@@ -516,7 +533,7 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
       DSV4_ASSIGN_OR_RETURN(uint8_t * scratch,
                             o.alloc<uint8_t>(static_cast<int64_t>(row_draw_scratch_bytes(n_logits, V)), "row draw scratch"));
       DSV4_ASSIGN_OR_RETURN(RowPickDev * picks, o.alloc<RowPickDev>(n_logits, "row picks"));
-      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, passes, scratch, picks, stream_), "row_draws",
+      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, d_masks, passes, scratch, picks, stream_), "row_draws",
                        shape_text({{"rows", n_logits}, {"V", V}}));
       DSV4_RETURN_IF_ERROR(picks_host_.reserve(static_cast<size_t>(n_logits) * sizeof(RowPickDev)));
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(picks_host_.data(), picks, n_logits * sizeof(RowPickDev),

@@ -17,7 +17,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
   float* host = static_cast<float*>(logits_host_.data());
   out->resize(pieces.size());
   // Whole rows: those asked whole are in logits_host_ in order; a reduction that came back whole (a non-finite logit,
-  // an uncertain cut, more candidates than a pick holds) is copied after them.
+  // an uncertain cut, more candidates than a pick holds, a mask that allows no id) is copied after them.
   std::vector<int64_t> place(draws.size(), -1);  // each whole row's row in logits_host_
   int64_t asked = 0;
   for (size_t j = 0; j < draws.size(); ++j)
@@ -32,8 +32,9 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
       pick = engine::RowPick{};
       const RowDrawDev& d = draws[j];
       const RowPickDev& g = got[j];
-      if (d.kind == kDrawArgmax) {
-        if (g.token < 0 || g.token >= V) return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
+      if (d.kind == kDrawArgmax && (g.token >= 0 || d.mask < 0)) {  // -1: a mask that allows no id (it goes whole)
+        if (g.token < 0 || g.token >= V)
+          return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
         pick.whole = false;
         pick.token = g.token;
       } else if ((d.kind == kDrawGumbel || d.kind == kDrawTruncated) && !g.irregular && !g.uncertain && g.count > 0 &&
@@ -47,7 +48,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
           pick.ids.push_back(g.ids[k]);
           pick.logits.push_back(g.logits[k]);
         }
-      } else if (d.kind == kDrawGumbel || d.kind == kDrawTruncated) {
+      } else if (d.kind != kDrawWhole) {
         place[j] = next;
         DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + next * V, logits_dev_ + static_cast<int64_t>(j) * V,
                                                          V * 4, cudaMemcpyDeviceToHost, stream_),

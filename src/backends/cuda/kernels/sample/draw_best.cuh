@@ -49,4 +49,9 @@ __device__ inline double device_score(float logit, double temperature, uint64_t 
   return *x - log(-log(lanes::key_uniform(bits)));
 }
 
+// Whether a row's token mask (its words, or null: none) allows id i.
+__device__ inline bool allowed(const uint64_t* words, int64_t i) {
+  return words == nullptr || ((words[i >> 6] >> (i & 63)) & 1u) != 0;
+}
+
 }  // namespace dsv4::cuda::draw

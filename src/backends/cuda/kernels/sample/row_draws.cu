@@ -30,7 +30,8 @@ using draw::kSlice;
 using draw::kThreads;
 
 __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logits, int64_t V, const RowDrawDev* draws,
-                                                               DrawPartDev* parts, RowPickDev* picks, int slices) {
+                                                               const uint64_t* masks, DrawPartDev* parts,
+                                                               RowPickDev* picks, int slices) {
   __shared__ Best sh[kThreads];
   __shared__ int irregular;
   const int64_t r = blockIdx.y;
@@ -48,8 +49,11 @@ __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logi
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   Best mine{-INFINITY, 0.0, -1};
   bool odd = false;
+  const uint64_t* mask = d.mask >= 0 ? masks + d.mask : nullptr;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float l = row[i];
+    const bool in = draw::allowed(mask, i);
+    if (!in && d.kind != kDrawTruncated) continue;  // argmax and Gumbel rows skip the other ids
+    const float l = in ? row[i] : -INFINITY;        // truncated rows read them as -inf
     Best c{0.0, 0.0, i};
     if (d.kind == kDrawArgmax) {
       c.score = isnan(l) ? -INFINITY : static_cast<double>(l);
@@ -74,8 +78,9 @@ __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logi
 }
 
 __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* logits, int64_t V,
-                                                                   const RowDrawDev* draws, const DrawPartDev* parts,
-                                                                   RowPickDev* picks, int slices) {
+                                                                   const RowDrawDev* draws, const uint64_t* masks,
+                                                                   const DrawPartDev* parts, RowPickDev* picks,
+                                                                   int slices) {
   __shared__ Best row_best;
   __shared__ int row_irregular;
   const int64_t r = blockIdx.y;
@@ -107,7 +112,9 @@ __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* 
   const double right = row_best.score - lanes::gumbel_slack(row_best.x);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
+  const uint64_t* mask = d.mask >= 0 ? masks + d.mask : nullptr;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    if (!draw::allowed(mask, i)) continue;
     const float l = row[i];
     const double x0 = static_cast<double>(l) / d.temperature;
     const uint64_t bits = lanes::token_key(d.key, static_cast<lanes::TokenId>(i));
@@ -145,8 +152,8 @@ size_t row_draw_scratch_bytes(int64_t n, int64_t V) {
   return parts_bytes(n, V) + truncated_draw_scratch_bytes(n, V) + logprob_draw_scratch_bytes(n, V);
 }
 
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, RowDrawPasses passes,
-                      void* scratch, RowPickDev* picks, cudaStream_t s) {
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const uint64_t* masks,
+                      RowDrawPasses passes, void* scratch, RowPickDev* picks, cudaStream_t s) {
   if (n <= 0 || V <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
   auto* parts = static_cast<DrawPartDev*>(scratch);
@@ -154,12 +161,12 @@ cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDe
   char* logprob_scratch = truncated_scratch + truncated_draw_scratch_bytes(n, V);
   const int slices = static_cast<int>(row_draw_slices(V));
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n));
-  draw_slices_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
+  draw_slices_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, parts, picks, slices);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
+  draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, parts, picks, slices);
   e = cudaGetLastError();
-  if (e == cudaSuccess && passes.truncated) e = truncated_draws(logits, n, V, draws, parts, truncated_scratch, picks, s);
+  if (e == cudaSuccess && passes.truncated) e = truncated_draws(logits, n, V, draws, masks, parts, truncated_scratch, picks, s);
   if (e == cudaSuccess && passes.logprobs) e = logprob_draws(logits, n, V, draws, logprob_scratch, picks, s);
   return e;
 }

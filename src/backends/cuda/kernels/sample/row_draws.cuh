@@ -27,6 +27,10 @@ struct RowDrawDev {
   int32_t top_n = 0;             // any kind: the top_n (<= kDrawTop) best ids with their logits (top_logprobs)
   int32_t proposed = -1;         // any kind: an id whose logit comes back (a proposed token's logprob); -1: none
   int32_t pad = 0;
+  int64_t mask = -1;             // the row's token mask: its first word in row_draws' `masks` (a bitset over the
+                                 // row, lanes::TokenMask's words); -1: none. Argmax and Gumbel rows skip the other
+                                 // ids, truncated rows read their logits as -inf (draw_masked's masked copy);
+                                 // the logprob parts stay those of the raw row
 };
 
 constexpr int kDrawCandidates = 32;  // lanes::kMaxGumbelCandidates (checked where both are seen)
@@ -34,7 +38,7 @@ constexpr int kDrawTop = 20;         // most top_logprobs alternatives a row ask
 
 // One row's result.
 struct RowPickDev {
-  int32_t token;      // argmax: the first id of largest logit (NaN as -inf)
+  int32_t token;      // argmax: the first id of largest logit (NaN as -inf); -1: no allowed id (it goes whole)
   int32_t count;      // gumbel: ids that met the rule; more than kDrawCandidates: only the first slots are written
   int32_t irregular;  // gumbel: the row has a NaN or infinite logit; truncated: a NaN or +inf logit, or none finite
                       // (no candidates: it goes whole)
@@ -71,10 +75,11 @@ struct RowDrawPasses {
   bool logprobs = false;   // some row asks partition, top_n or proposed
 };
 
-// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; scratch: row_draw_scratch_bytes(n, V)
-// bytes, 256-byte aligned. Every row computes the same values whatever n is.
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, RowDrawPasses passes,
-                      void* scratch, RowPickDev* picks, cudaStream_t s);
+// picks[r] for every row r of logits f32 [n, V] whose draws[r] is not whole; masks: the rows' token masks (words,
+// null when no row has one); scratch: row_draw_scratch_bytes(n, V) bytes, 256-byte aligned. Every row computes the
+// same values whatever n is.
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const uint64_t* masks,
+                      RowDrawPasses passes, void* scratch, RowPickDev* picks, cudaStream_t s);
 
 // out f32 [n_rows, V] = logits rows rows[0..n_rows) (f32 [*, V]).
 cudaError_t gather_logit_rows(const float* logits, int64_t V, const int32_t* rows, int64_t n_rows, float* out,

@@ -11,6 +11,7 @@
 //      order, then a fixed tree), for the certificate;
 //   5. candidates: each block combines the slices in order, checks lanes::mass_cut_certified, and appends the ids
 //      that meet the rule; one outside S marks the row uncertain.
+// A masked row reads the ids outside its mask as -inf, exactly the row draw_masked gives sample_keyed.
 // Every value a row computes depends on that row only (no cross-row sums; the float sums follow fixed trees), so a
 // row's pick is the same whatever rows share the launch.
 #include "backends/cuda/kernels/sample/truncated_draws.cuh"
@@ -108,6 +109,16 @@ __device__ inline int select_digit(const unsigned long long* h, uint64_t rem, ui
 
 __device__ inline bool truncated_row(const RowDrawDev* draws, int64_t r) { return draws[r].kind == kDrawTruncated; }
 
+// The row's mask words (null: none).
+__device__ inline const uint64_t* mask_of(const RowDrawDev& d, const uint64_t* masks) {
+  return d.mask >= 0 ? masks + d.mask : nullptr;
+}
+
+// Logit i of the row as draw_masked's masked copy holds it: -inf outside the mask.
+__device__ inline float logit_at(const float* row, const uint64_t* mask, int64_t i) {
+  return draw::allowed(mask, i) ? row[i] : -INFINITY;
+}
+
 __global__ void settle_top_kernel(const RowDrawDev* draws, const DrawPartDev* parts, int slices, TruncState* states,
                                   RowPickDev* picks) {
   const int64_t r = blockIdx.x;
@@ -137,6 +148,7 @@ __global__ void settle_top_kernel(const RowDrawDev* draws, const DrawPartDev* pa
 }
 
 __global__ void __launch_bounds__(kThreads) count_hist_kernel(const float* logits, int64_t V, const RowDrawDev* draws,
+                                                              const uint64_t* masks,
                                                               const TruncState* states, unsigned long long* hist,
                                                               int level) {
   __shared__ unsigned long long sh[256];
@@ -146,10 +158,11 @@ __global__ void __launch_bounds__(kThreads) count_hist_kernel(const float* logit
   if (st.status != kGoing || !st.k_on) return;
   sh[threadIdx.x] = 0;
   __syncthreads();
+  const uint64_t* mask = mask_of(draws[r], masks);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const uint32_t key = order_key(row[i]);
+    const uint32_t key = order_key(logit_at(row, mask, i));
     if (level > 0 && (key >> (32 - 8 * level)) != st.k_prefix) continue;
     atomicAdd(&sh[(key >> (24 - 8 * level)) & 255u], 1ull);
   }
@@ -183,6 +196,7 @@ __global__ void __launch_bounds__(kThreads) count_settle_kernel(const RowDrawDev
 }
 
 __global__ void __launch_bounds__(kThreads) mass_hist_kernel(const float* logits, int64_t V, const RowDrawDev* draws,
+                                                             const uint64_t* masks,
                                                              const TruncState* states, unsigned long long* hist,
                                                              int level) {
   __shared__ unsigned long long lo[256], hi[256];
@@ -195,10 +209,11 @@ __global__ void __launch_bounds__(kThreads) mass_hist_kernel(const float* logits
   hi[threadIdx.x] = 0;
   __syncthreads();
   const uint32_t pk = st.k_on ? st.k_prefix : 0u;
+  const uint64_t* mask = mask_of(draws[r], masks);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float l = row[i];
+    const float l = logit_at(row, mask, i);
     const uint32_t key = order_key(l);
     if (key < pk) continue;
     const bool in_lo = level == 0 || (key >> (32 - 8 * level)) == st.lo_prefix;
@@ -269,7 +284,8 @@ __device__ inline double block_sum(double mine, double* sh) {
 }
 
 __global__ void __launch_bounds__(kThreads) truncated_best_kernel(const float* logits, int64_t V,
-                                                                  const RowDrawDev* draws, const TruncState* states,
+                                                                  const RowDrawDev* draws, const uint64_t* masks,
+                                                                  const TruncState* states,
                                                                   TruncPart* parts, int slices) {
   __shared__ Best sh[kThreads];
   __shared__ double sums[kThreads];
@@ -280,12 +296,13 @@ __global__ void __launch_bounds__(kThreads) truncated_best_kernel(const float* l
   const RowDrawDev d = draws[r];
   const CutKeys keys = cut_keys(st);
   const double floor = st.x_top + d.log_min_p;
+  const uint64_t* mask = mask_of(d, masks);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   Best mine{-INFINITY, 0.0, -1};
   double total = 0.0, m_lo = 0.0, m_hi = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float l = row[i];
+    const float l = logit_at(row, mask, i);
     const uint32_t key = order_key(l);
     if (st.p_on && key >= keys.pk) {
       const double e = mass_of(l, d.temperature, st.x_top);
@@ -307,7 +324,7 @@ __global__ void __launch_bounds__(kThreads) truncated_best_kernel(const float* l
 }
 
 __global__ void __launch_bounds__(kThreads) truncated_candidates_kernel(const float* logits, int64_t V,
-                                                                        const RowDrawDev* draws,
+                                                                        const RowDrawDev* draws, const uint64_t* masks,
                                                                         const TruncState* states,
                                                                         const TruncPart* parts, RowPickDev* picks,
                                                                         int slices) {
@@ -343,10 +360,11 @@ __global__ void __launch_bounds__(kThreads) truncated_candidates_kernel(const fl
   const CutKeys keys = cut_keys(st);
   const double floor = st.x_top + d.log_min_p;
   const double right = row_best.score - lanes::gumbel_slack(row_best.x);
+  const uint64_t* mask = mask_of(d, masks);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float l = row[i];
+    const float l = logit_at(row, mask, i);
     const uint32_t key = order_key(l);
     if (key < keys.hi) continue;
     const double x0 = static_cast<double>(l) / d.temperature;
@@ -378,8 +396,8 @@ size_t truncated_draw_scratch_bytes(int64_t n, int64_t V) {
          aligned(rows * static_cast<size_t>(row_draw_slices(V)) * sizeof(TruncPart));
 }
 
-cudaError_t truncated_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const DrawPartDev* parts,
-                            void* scratch, RowPickDev* picks, cudaStream_t s) {
+cudaError_t truncated_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const uint64_t* masks,
+                            const DrawPartDev* parts, void* scratch, RowPickDev* picks, cudaStream_t s) {
   if (n <= 0 || V <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
   const size_t rows = static_cast<size_t>(n);
@@ -396,15 +414,15 @@ cudaError_t truncated_draws(const float* logits, int64_t n, int64_t V, const Row
   if (e != cudaSuccess) return e;
   settle_top_kernel<<<static_cast<unsigned>(n), 32, 0, s>>>(draws, parts, slices, states, picks);
   for (int level = 0; level < kLevels; ++level) {
-    count_hist_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, states, hist, level);
+    count_hist_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, states, hist, level);
     count_settle_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(draws, states, hist, level);
   }
   for (int level = 0; level < kLevels; ++level) {
-    mass_hist_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, states, hist, level);
+    mass_hist_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, states, hist, level);
     mass_settle_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(draws, states, hist, level);
   }
-  truncated_best_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, states, tparts, slices);
-  truncated_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, states, tparts, picks, slices);
+  truncated_best_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, states, tparts, slices);
+  truncated_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, states, tparts, picks, slices);
   return cudaGetLastError();
 }
 

@@ -15,9 +15,10 @@ namespace dsv4::cuda {
 // Device scratch bytes truncated_draws needs for n rows of V logits (a multiple of 256).
 size_t truncated_draw_scratch_bytes(int64_t n, int64_t V);
 
-// picks[r] (count, ids, logits, irregular, uncertain) of every truncated row r; parts: the slice pass's
+// picks[r] (count, ids, logits, irregular, uncertain) of every truncated row r, the ids outside its mask (masks +
+// draws[r].mask, when >= 0) read as -inf; parts: the slice pass's
 // [n, row_draw_slices(V)]; scratch: truncated_draw_scratch_bytes(n, V) bytes, 256-byte aligned.
-cudaError_t truncated_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const DrawPartDev* parts,
-                            void* scratch, RowPickDev* picks, cudaStream_t s);
+cudaError_t truncated_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const uint64_t* masks,
+                            const DrawPartDev* parts, void* scratch, RowPickDev* picks, cudaStream_t s);
 
 }  // namespace dsv4::cuda
