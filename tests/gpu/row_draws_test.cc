@@ -462,9 +462,10 @@ TEST(RowDraws, PickDoesNotDependOnTheBatch) {
     EXPECT_EQ(alone[0].irregular, together[k].irregular) << k;
     EXPECT_EQ(alone[0].uncertain, together[k].uncertain) << k;
     ASSERT_EQ(alone[0].count, together[k].count) << k;
+    if (alone[0].count > kDrawCandidates) continue;  // which ids fill the slots then depends on timing: it goes whole
     std::set<int32_t> a, b;
-    for (int i = 0; i < std::min(alone[0].count, kDrawCandidates); ++i) a.insert(alone[0].ids[i]);
-    for (int i = 0; i < std::min(together[k].count, kDrawCandidates); ++i) b.insert(together[k].ids[i]);
+    for (int i = 0; i < alone[0].count; ++i) a.insert(alone[0].ids[i]);
+    for (int i = 0; i < together[k].count; ++i) b.insert(together[k].ids[i]);
     EXPECT_EQ(a, b) << k;
   }
 }
