@@ -176,7 +176,8 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
                                                        : -std::numeric_limits<float>::infinity();
           }
         }
-        if (win.top_logprobs > 0) r.top = lanes::top_logprobs_among(pick->top_ids, pick->top_logits, win.top_logprobs, z);
+        if (win.top_logprobs > 0)
+          r.top = lanes::top_logprobs_among(pick->top_ids, pick->top_logits, win.top_logprobs, z);
       }
     }
   }

@@ -152,7 +152,8 @@ class HostReducedForward final : public StreamForward {
         pick->top_logits.push_back(row[static_cast<size_t>(t.token)]);
       }
     }
-    if (d.proposed >= 0 && static_cast<size_t>(d.proposed) < row.size()) pick->proposed_logit = row[static_cast<size_t>(d.proposed)];
+    if (d.proposed >= 0 && static_cast<size_t>(d.proposed) < row.size())
+      pick->proposed_logit = row[static_cast<size_t>(d.proposed)];
   }
   std::unique_ptr<StreamForward> inner_;
   double (*log_)(double) = nullptr;

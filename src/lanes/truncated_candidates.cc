@@ -53,7 +53,8 @@ TruncatedVerdict truncated_candidates(std::span<const float> logits, const Trunc
     std::vector<uint32_t> sorted = keys;
     std::nth_element(sorted.begin(), sorted.begin() + (cut.top_k - 1), sorted.end(), std::greater<>());
     const uint32_t k_key = sorted[static_cast<size_t>(cut.top_k - 1)];
-    const size_t reach = static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [&](uint32_t k) { return k >= k_key; }));
+    const size_t reach =
+        static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [&](uint32_t k) { return k >= k_key; }));
     const bool exact = reach == static_cast<size_t>(cut.top_k);
     if (!exact && cut.top_p < 1.0) return TruncatedVerdict::uncertain;
     lo = exact ? k_key : k_key + 1;

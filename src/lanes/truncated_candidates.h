@@ -98,7 +98,8 @@ constexpr double kMassTarget = 0x1.0p-26;
 // Whether device masses M_lo of P_lo and M_hi of P_hi prove that the host's top-p prefix holds P_lo and lies in P_hi,
 // need' being top_p times the device's total.
 constexpr bool mass_cut_certified(double m_lo, double m_hi, double need) {
-  return m_lo * (1.0 + kMassSlack) < need * (1.0 - kMassSlack) && m_hi * (1.0 - kMassSlack) >= need * (1.0 + kMassSlack);
+  return m_lo * (1.0 + kMassSlack) < need * (1.0 - kMassSlack) &&
+         m_hi * (1.0 - kMassSlack) >= need * (1.0 + kMassSlack);
 }
 
 enum class TruncatedVerdict {

@@ -148,7 +148,8 @@ TEST(TruncatedCandidates, SmallRowsDrawAsSampleKeyed) {
   Tally t;
   for (int trial = 0; trial < 400; ++trial) {
     const int32_t V = 1 + static_cast<int32_t>(rng() % 600);
-    std::vector<float> row = normal_row(rng, static_cast<size_t>(V), trial % 3 == 0 ? 0.05f : trial % 3 == 1 ? 3.0f : 12.0f);
+    const float spread = trial % 3 == 0 ? 0.05f : trial % 3 == 1 ? 3.0f : 12.0f;
+    std::vector<float> row = normal_row(rng, static_cast<size_t>(V), spread);
     const int shape = trial % 6;
     if (shape == 1) std::fill(row.begin(), row.begin() + V / 2, 1.0f);             // ties at the top
     if (shape == 2)
@@ -176,7 +177,8 @@ TEST(TruncatedCandidates, RealisticRowsRarelyGoWhole) {
                                  {1.0f, 1, 1.0f, 0.0f},  {1.0f, 0, 0.999f, 0.0f}};
   for (int trial = 0; trial < 24; ++trial) {
     const std::vector<float> row = normal_row(rng, kVocab, 3.0f);
-    for (const SamplingParams& p : sets) check(row, p, seed_of(rng), static_cast<int64_t>(rng() % 1000000), t, "N(0,3)");
+    for (const SamplingParams& p : sets)
+      check(row, p, seed_of(rng), static_cast<int64_t>(rng() % 1000000), t, "N(0,3)");
   }
   std::printf("N(0, 3) rows: decided %d, uncertain %d, too many %d\n", t.decided, t.uncertain, t.too_many);
   const int all = t.decided + t.uncertain + t.too_many;
@@ -195,7 +197,8 @@ TEST(TruncatedCandidates, TopPAtTheHostsRunningSums) {
     const double T = 1.0;
     std::vector<size_t> order(V);
     for (size_t i = 0; i < V; ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
     const double top = row[order[0]] / T;
     double total = 0.0;
     for (size_t i : order) total += std::exp(row[i] / T - top);

@@ -60,9 +60,11 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
         pick.sum = lanes::PartitionSum{g.sum_lo, g.sum_hi};
       }
       if (!pick.whole && d.top_n > 0) {
-        if (g.top_count < 0 || g.top_count > kDrawTop) return error(StatusCode::internal, "row draw {}: {} best ids", j, g.top_count);
+        if (g.top_count < 0 || g.top_count > kDrawTop)
+          return error(StatusCode::internal, "row draw {}: {} best ids", j, g.top_count);
         for (int32_t k = 0; k < g.top_count; ++k) {
-          if (g.top_ids[k] < 0 || g.top_ids[k] >= V) return error(StatusCode::internal, "row draw {}: best id {} outside the vocabulary", j, g.top_ids[k]);
+          if (g.top_ids[k] < 0 || g.top_ids[k] >= V)
+            return error(StatusCode::internal, "row draw {}: best id {} outside the vocabulary", j, g.top_ids[k]);
           pick.top_ids.push_back(g.top_ids[k]);
           pick.top_logits.push_back(g.top_logits[k]);
         }

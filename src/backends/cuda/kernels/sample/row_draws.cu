@@ -166,7 +166,8 @@ cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDe
   if (e != cudaSuccess) return e;
   draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, parts, picks, slices);
   e = cudaGetLastError();
-  if (e == cudaSuccess && passes.truncated) e = truncated_draws(logits, n, V, draws, masks, parts, truncated_scratch, picks, s);
+  if (e == cudaSuccess && passes.truncated)
+    e = truncated_draws(logits, n, V, draws, masks, parts, truncated_scratch, picks, s);
   if (e == cudaSuccess && passes.logprobs) e = logprob_draws(logits, n, V, draws, logprob_scratch, picks, s);
   return e;
 }
