@@ -52,7 +52,8 @@
 // shortest prefix whose running sum reaches need (the running sum after q ids is H of the first q ids), so
 //   H(P_lo) < need  ==>  K_p is longer than P_lo,     H(P_hi) >= need  ==>  K_p is no longer than P_hi.
 // mass_cut_certified asks M_lo (1 + s) < need' (1 - s) and M_hi (1 - s) >= need' (1 + s) with s = kMassSlack = 2^-28,
-// each side rounded once (2^-53); that leaves 2^-27 of relative room where the two facts above need 2^-30.7.
+// each side rounded once (2^-53): 2 s = 2^-27 of relative room, where the two facts above need less than 2^-30
+// (twice the 2^-31.8 between the sides, and four roundings).
 #pragma once
 
 #include <bit>
