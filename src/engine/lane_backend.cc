@@ -14,10 +14,10 @@ namespace {
 // Most top_logprobs a reduced row carries (the CUDA forward's kDrawTop; the API allows 20).
 constexpr int32_t kMaxReducedTop = 20;
 
-// The logit of a reduced row's drawn token: the largest logit for an argmax (token_logprob reads it through
-// logit_value, as the reduction's top_logit is), else its candidate's.
+// The logit of a reduced row's drawn token: an argmax's own (under a mask it need not be the row's first best), else
+// its candidate's.
 float reduced_logit(const RowPick& pick, RowDraw::Kind kind, lanes::TokenId token) {
-  if (kind == RowDraw::Kind::argmax) return pick.top_logit;
+  if (kind == RowDraw::Kind::argmax) return pick.logits.size() == 1 ? pick.logits[0] : pick.top_logit;
   for (size_t k = 0; k < pick.ids.size(); ++k)
     if (pick.ids[k] == token) return pick.logits[k];
   return -std::numeric_limits<float>::infinity();  // unreachable: the drawn token is a candidate

@@ -71,6 +71,7 @@ class HostReducedForward final : public StreamForward {
           for (size_t v = 1; v < V; ++v) {
             if (value(row[v]) > value(row[static_cast<size_t>(pick.token)])) pick.token = static_cast<int32_t>(v);
           }
+          pick.logits.assign(1, row[static_cast<size_t>(pick.token)]);
           ++counts_.argmax;
         } else if (d.kind == RowDraw::Kind::gumbel &&
                    lanes::gumbel_candidates(row, d.temperature, d.key, lanes::kMaxGumbelCandidates, &pick.ids, log_) ==
@@ -134,7 +135,7 @@ class HostReducedForward final : public StreamForward {
     if (d.kind == RowDraw::Kind::argmax) {
       pick->token = best;
       pick->ids.clear();
-      pick->logits.clear();
+      pick->logits.assign(1, row[static_cast<size_t>(best)]);
     }
   }
   // What a device returns for a reduced row's logprobs (RowDraw::partition, top_n, proposed).

@@ -55,7 +55,7 @@ struct RowPick {
                                 // reduce, or a reduction that came back whole)
   int32_t token = -1;           // argmax: the id
   std::vector<int32_t> ids;     // gumbel, truncated: the candidates, ascending
-  std::vector<float> logits;    // gumbel, truncated: their logits
+  std::vector<float> logits;    // gumbel, truncated: their logits; argmax: the token's logit (or empty)
   float top_logit = 0.0f;       // partition: the logit of the first id of largest logit (NaN read as -inf), raw
   lanes::PartitionSum sum;      // partition: lanes::partition_sum(row, logit_value(top_logit)) when that is finite
   std::vector<int32_t> top_ids;   // top_n: the best ids, best first

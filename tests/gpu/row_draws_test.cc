@@ -426,6 +426,7 @@ TEST(RowDraws, MaskedRowsMatchDrawRow) {
     }
     if (r.params.greedy()) {
       EXPECT_EQ(p.token, want) << "row " << k;
+      EXPECT_EQ(std::memcmp(&p.logits[0], &r.logits[static_cast<size_t>(want)], 4), 0) << "row " << k;  // its logit
       ++argmax;
       continue;
     }

@@ -37,6 +37,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
           return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
         pick.whole = false;
         pick.token = g.token;
+        pick.logits.assign(1, g.logits[0]);
       } else if ((d.kind == kDrawGumbel || d.kind == kDrawTruncated) && !g.irregular && !g.uncertain && g.count > 0 &&
                  g.count <= kDrawCandidates) {
         std::vector<int32_t> order(static_cast<size_t>(g.count));

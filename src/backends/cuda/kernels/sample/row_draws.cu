@@ -100,7 +100,10 @@ __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* 
   }
   __syncthreads();
   if (d.kind == kDrawArgmax) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) picks[r].token = static_cast<int32_t>(row_best.id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      picks[r].token = static_cast<int32_t>(row_best.id);
+      if (row_best.id >= 0) picks[r].logits[0] = logits[r * V + row_best.id];  // for its logprob
+    }
     return;
   }
   if (row_irregular) {

@@ -44,7 +44,7 @@ struct RowPickDev {
                       // (no candidates: it goes whole)
   int32_t uncertain;  // truncated: the cut could not be placed where it matters (no candidates: it goes whole)
   int32_t ids[kDrawCandidates];       // gumbel, truncated: the candidates, in no particular order
-  float logits[kDrawCandidates];      // their logits
+  float logits[kDrawCandidates];      // their logits; argmax: logits[0] is the token's
   float top_logit;                    // partition: the logit of the first id of largest logit (NaN as -inf), raw
   float proposed_logit;               // proposed: its logit
   uint64_t sum_lo, sum_hi;            // partition: lanes::partition_sum of the row when top_logit is finite
