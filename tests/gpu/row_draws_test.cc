@@ -388,7 +388,7 @@ TEST(RowDraws, LogprobPartsMatchHost) {
     }
   }
   std::printf("logprob parts: %zu rows, %d with a finite partition\n", rows.size(), finite);
-  EXPECT_GT(finite, 40);
+  EXPECT_GT(finite, 30);
 }
 
 // Rows under token masks (one id, every id, random subsets, small lists; NaN and -inf inside and outside them) of every
