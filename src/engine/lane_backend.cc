@@ -2,11 +2,28 @@
 #include "engine/lane_backend.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/kv_rows.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
+namespace {
+
+// Most top_logprobs a reduced row carries (the CUDA forward's kDrawTop; the API allows 20).
+constexpr int32_t kMaxReducedTop = 20;
+
+// The logit of a reduced row's drawn token: an argmax's own (under a mask it need not be the row's first best), else
+// its candidate's.
+float reduced_logit(const RowPick& pick, RowDraw::Kind kind, lanes::TokenId token) {
+  if (kind == RowDraw::Kind::argmax) return pick.logits.size() == 1 ? pick.logits[0] : pick.top_logit;
+  for (size_t k = 0; k < pick.ids.size(); ++k)
+    if (pick.ids[k] == token) return pick.logits[k];
+  return -std::numeric_limits<float>::infinity();  // unreachable: the drawn token is a candidate
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<StreamForward> forward,
                                                            int64_t max_rollback, const LaneBackendOptions& options) {
@@ -141,12 +158,26 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
       lanes::RowResult& r = (*out)[w][i];
       if (kind == RowDraw::Kind::argmax && pick->token >= 0 && pick->token < V) {
         r.token = pick->token;
-      } else if (kind == RowDraw::Kind::gumbel && !pick->ids.empty() && pick->ids.size() == pick->logits.size() &&
+      } else if ((kind == RowDraw::Kind::gumbel || kind == RowDraw::Kind::truncated) && !pick->ids.empty() &&
+                 pick->ids.size() == pick->logits.size() &&
                  std::is_sorted(pick->ids.begin(), pick->ids.end()) && pick->ids.front() >= 0 && pick->ids.back() < V) {
         r.token = lanes::sample_gumbel_candidates(pick->ids, pick->logits, slots[w]->spec.sampling,
                                                   slots[w]->spec.seed, win.start + static_cast<int64_t>(i) + 1);
       } else {
         return error(StatusCode::internal, "the forward returned a malformed reduction of window {} row {}", w, i);
+      }
+      if (win.logprobs || win.top_logprobs > 0) {
+        const lanes::LogPartition z = lanes::partition_from(pick->top_logit, pick->sum);
+        if (win.logprobs) {
+          r.logprob = lanes::logprob_of(reduced_logit(*pick, kind, r.token), z);
+          if (i + 1 < n) {
+            const lanes::TokenId next = win.tokens[i + 1];
+            r.proposed_logprob = next >= 0 && next < V ? lanes::logprob_of(pick->proposed_logit, z)
+                                                       : -std::numeric_limits<float>::infinity();
+          }
+        }
+        if (win.top_logprobs > 0)
+          r.top = lanes::top_logprobs_among(pick->top_ids, pick->top_logits, win.top_logprobs, z);
       }
     }
   }
@@ -177,8 +208,12 @@ Status LaneBackend::step(std::span<const lanes::Piece> pieces, std::span<const l
 
 RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) const {
   RowDraw d;
-  // Logprobs and token masks read the whole row.
-  if (!reduce_rows_ || w.logprobs || w.top_logprobs > 0 || w.mask(i) != nullptr) return d;
+  // top_logprobs beyond what a reduction carries read the whole row; so does a mask of another size than the
+  // vocabulary (draw_masked then masks a copy). An empty mask draws from the whole row, as no mask does.
+  const lanes::TokenMask* mask = w.mask(i);
+  if (mask != nullptr && mask->empty()) mask = nullptr;
+  if (!reduce_rows_ || w.top_logprobs > kMaxReducedTop || (mask != nullptr && mask->vocab_size() != info_.vocab_size))
+    return d;
   const lanes::SamplingParams& p = s.spec.sampling;
   if (p.greedy()) {
     d.kind = RowDraw::Kind::argmax;
@@ -186,6 +221,17 @@ RowDraw LaneBackend::row_draw(const lanes::Window& w, size_t i, const Slot& s) c
     d.kind = RowDraw::Kind::gumbel;
     d.temperature = lanes::keyed_temperature(p);
     d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
+  } else if (lanes::truncated_keyed(p)) {
+    // Candidates of the truncated rule decide as sample_gumbel_candidates does (lanes/truncated_candidates.h).
+    d.kind = RowDraw::Kind::truncated;
+    d.cut = lanes::truncation_cut(p, info_.vocab_size);
+    d.key = lanes::row_key(s.spec.seed, w.start + static_cast<int64_t>(i) + 1);
+  }
+  if (d.kind != RowDraw::Kind::whole) d.mask = mask;
+  if (d.kind != RowDraw::Kind::whole && (w.logprobs || w.top_logprobs > 0)) {
+    d.partition = true;
+    d.top_n = w.top_logprobs;
+    d.proposed = w.logprobs && i + 1 < w.tokens.size() ? w.tokens[i + 1] : -1;
   }
   return d;
 }

@@ -12,6 +12,8 @@
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
 #include "lanes/backend.h"
+#include "lanes/partition_sum.h"
+#include "lanes/truncated_candidates.h"
 
 namespace dsv4::engine {
 
@@ -21,17 +23,30 @@ using EmbedRows = lanes::EmbedRows;
 
 // What the caller needs of one logits row: the row itself, or a reduction a forward may compute where the logits are
 // (the device) so that only a few values come back. Reductions are exact by construction: the caller decides the
-// token from them with the host sampler's own arithmetic (lanes/gumbel_candidates.h, docs/server.md).
+// token from them with the host sampler's own arithmetic (lanes/gumbel_candidates.h, lanes/truncated_candidates.h,
+// docs/server.md).
 struct RowDraw {
   enum class Kind : uint8_t {
-    whole,   // the row's logits
-    argmax,  // the first id of largest logit, NaN read as -inf: sample_keyed's greedy draw
-    gumbel,  // the Gumbel candidates of lanes::gumbel_candidates at (temperature, key), at most
-             // lanes::kMaxGumbelCandidates of them; a row with a non-finite logit or more candidates comes whole
+    whole,      // the row's logits
+    argmax,     // the first id of largest logit, NaN read as -inf: sample_keyed's greedy draw
+    gumbel,     // the Gumbel candidates of lanes::gumbel_candidates at (temperature, key), at most
+                // lanes::kMaxGumbelCandidates of them; a row with a non-finite logit or more candidates comes whole
+    truncated,  // the candidates of lanes::truncated_candidates at (cut, key), at most lanes::kMaxGumbelCandidates
+                // of them; an irregular or uncertain row, or one with more candidates, comes whole
   };
   Kind kind = Kind::whole;
   double temperature = 1.0;  // gumbel: lanes::keyed_temperature of the stream's sampling
-  uint64_t key = 0;          // gumbel: lanes::row_key(seed, position drawn)
+  uint64_t key = 0;          // gumbel, truncated: lanes::row_key(seed, position drawn)
+  lanes::TruncationCut cut;  // truncated: lanes::truncation_cut of the stream's sampling (its temperature too)
+  // Logprobs of a reduced row (any kind but whole): its largest logit and partition sum (lanes/partition_sum.h), its
+  // top_n best ids (<= 20) and the logit of `proposed` (an id, or -1), from which the caller derives the row's
+  // logprobs exactly (lanes::partition_from, logprob_of, top_logprobs_among).
+  bool partition = false;
+  int32_t top_n = 0;
+  int32_t proposed = -1;
+  // A token mask over the row's vocabulary (argmax, gumbel, truncated; nonempty, of the vocabulary's size; valid for
+  // the call): the token is draw_row's under it (lanes/token_mask.h); the logprobs stay those of the raw row.
+  const lanes::TokenMask* mask = nullptr;
 };
 
 // A logits row as a forward returned it.
@@ -39,8 +54,13 @@ struct RowPick {
   bool whole = true;            // the row is among the piece's whole rows (asked whole, a forward that does not
                                 // reduce, or a reduction that came back whole)
   int32_t token = -1;           // argmax: the id
-  std::vector<int32_t> ids;     // gumbel: the candidates, ascending
-  std::vector<float> logits;    // gumbel: their logits
+  std::vector<int32_t> ids;     // gumbel, truncated: the candidates, ascending
+  std::vector<float> logits;    // gumbel, truncated: their logits; argmax: the token's logit (or empty)
+  float top_logit = 0.0f;       // partition: the logit of the first id of largest logit (NaN read as -inf), raw
+  lanes::PartitionSum sum;      // partition: lanes::partition_sum(row, logit_value(top_logit)) when that is finite
+  std::vector<int32_t> top_ids;   // top_n: the best ids, best first
+  std::vector<float> top_logits;  // their logits
+  float proposed_logit = 0.0f;    // proposed (inside the vocabulary): its logit
 };
 
 // Tokens appended to one stream at its current length.

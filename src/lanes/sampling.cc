@@ -1,6 +1,7 @@
 // The keyed sampler: greedy argmax, or temperature/top-k/top-p/min-p then Gumbel-max keyed by (seed, position, id).
 #include "lanes/sampling.h"
 
+#include "lanes/partition_sum.h"
 #include "lanes/token_mask.h"
 
 #include <algorithm>
@@ -206,14 +207,27 @@ TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, 
 LogPartition log_partition(std::span<const float> logits) {
   double max = -std::numeric_limits<double>::infinity();
   for (float l : logits) max = std::max(max, logit_value(l));
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(logit_value(l) - max);
-  return {max, std::log(sum)};
+  if (!std::isfinite(max)) return {max, std::numeric_limits<double>::quiet_NaN()};
+  return partition_from(max, partition_sum(logits, max));
+}
+
+LogPartition partition_from(double max, const PartitionSum& sum) {
+  if (!std::isfinite(max)) return {max, std::numeric_limits<double>::quiet_NaN()};
+  if (max == 0.0) max = 0.0;  // -0 and +0 are the same maximum: one sign whichever id held it
+  return {max, std::log(partition_value(sum))};
+}
+
+LogPartition partition_from(float top_logit, const PartitionSum& sum) {
+  return partition_from(logit_value(top_logit), sum);
+}
+
+float logprob_of(float logit, const LogPartition& z) {
+  return static_cast<float>(logit_value(logit) - z.max - z.log_sum);
 }
 
 float token_logprob(std::span<const float> logits, TokenId token, const LogPartition& z) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -std::numeric_limits<float>::infinity();
-  return static_cast<float>(logit_value(logits[token]) - z.max - z.log_sum);
+  return logprob_of(logits[static_cast<size_t>(token)], z);
 }
 
 float token_logprob(std::span<const float> logits, TokenId token) {
@@ -227,9 +241,21 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n,
   const size_t count = std::min<size_t>(static_cast<size_t>(n), logits.size());
   const std::vector<TokenId> ids = best_first(logits, count);
   out.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    out.push_back({ids[i], static_cast<float>(logit_value(logits[ids[i]]) - z.max - z.log_sum)});
-  }
+  for (size_t i = 0; i < count; ++i) out.push_back({ids[i], logprob_of(logits[static_cast<size_t>(ids[i])], z)});
+  return out;
+}
+
+std::vector<TokenLogprob> top_logprobs_among(std::span<const TokenId> ids, std::span<const float> logits, int32_t n,
+                                             const LogPartition& z) {
+  std::vector<TokenLogprob> out;
+  if (n <= 0 || ids.empty() || ids.size() != logits.size()) return out;
+  // better_first_key is a strict total order over (logit, id): the n first of any set holding the row's n best.
+  std::vector<std::pair<uint64_t, size_t>> keys(ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) keys[k] = {better_first_key(logits[k], ids[k]), k};
+  const size_t count = std::min<size_t>(static_cast<size_t>(n), keys.size());
+  std::partial_sort(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(count), keys.end());
+  out.reserve(count);
+  for (size_t i = 0; i < count; ++i) out.push_back({ids[keys[i].second], logprob_of(logits[keys[i].second], z)});
   return out;
 }
 

@@ -86,13 +86,23 @@ TokenId draw_keyed(std::span<const float> logits, const SamplingParams& params, 
 TokenId sample_keyed_among(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                            int64_t position, const uint64_t* allowed);
 
-// log_softmax's normalizer of a row: its largest logit and log(sum(exp(l - max))), in double, summed in id order
-// (NaN logits read as -inf). A row's logprobs may share one.
+// log_softmax's normalizer of a row: its largest logit and log(sum(exp(l - max))) in double (NaN logits read as -inf),
+// the sum being the order-free fixed-point sum of partition_sum.h, which a device computes to the same bits; NaN when
+// the largest logit is not finite. A row's logprobs may share one.
 struct LogPartition {
   double max = 0.0;
   double log_sum = 0.0;
 };
 LogPartition log_partition(std::span<const float> logits);
+// The same from the row's largest logit_value and its partition sum (partition_sum.h), as a device returns them.
+struct PartitionSum;
+LogPartition partition_from(double max, const PartitionSum& sum);
+// The same from the logit of the row's first id of largest logit (NaN read as -inf).
+LogPartition partition_from(float top_logit, const PartitionSum& sum);
+
+// The logprob of a token of logit `logit` under the row's partition: logit_value(logit) - max - log_sum in double,
+// rounded to float (token_logprob and top_logprobs use this expression).
+float logprob_of(float logit, const LogPartition& z);
 
 // log_softmax(logits)[token] in double, rounded to float (the raw distribution, temperature 1).
 float token_logprob(std::span<const float> logits, TokenId token);
@@ -102,5 +112,9 @@ float token_logprob(std::span<const float> logits, TokenId token, const LogParti
 // The n best tokens of the raw distribution with their logprobs, best first, lowest id on ties.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n);
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, const LogPartition& z);
+// top_logprobs from some of the row's ids (distinct, any order) with their logits: the same list whenever `ids` hold
+// the row's n best ids (best first, lowest id on ties, NaN read as -inf).
+std::vector<TokenLogprob> top_logprobs_among(std::span<const TokenId> ids, std::span<const float> logits, int32_t n,
+                                             const LogPartition& z);
 
 }  // namespace dsv4::lanes

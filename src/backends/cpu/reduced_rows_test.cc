@@ -1,6 +1,6 @@
-// The lane adapter's reduced rows (argmax and Gumbel candidates decided on the host) against whole rows: the same
-// tokens and logprobs for every kind of stream in one step, with the candidate rule's logarithm a few ulps off, with
-// reductions that come back whole, and with the whole rows drawn on several threads.
+// The lane adapter's reduced rows (argmax, Gumbel and truncated candidates decided on the host, logprobs derived from
+// the partition sum and best ids) against whole rows: the same tokens and logprobs for every kind of stream in one step, with the candidate rules' logarithm and exponential
+// a few ulps off, with reductions that come back whole, and with the whole rows drawn on several threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +26,7 @@ OracleOptions oracle_options() {
 }
 
 double log_up(double x) { return std::nextafter(std::log(x), INFINITY); }
+double exp_up(double x) { return std::nextafter(std::exp(x), INFINITY); }
 double log_noisy(double x) {
   uint64_t bits;
   std::memcpy(&bits, &x, 8);
@@ -38,14 +39,16 @@ struct Reduced {
   engine::HostReducedForward* forward = nullptr;
 };
 
-Reduced reduced_backend(double (*log)(double), int whole_every, int32_t draw_threads) {
+Reduced reduced_backend(double (*log)(double), int whole_every, int32_t draw_threads, double (*exp)(double) = nullptr) {
   auto o = Oracle::create(weights(), oracle_options());
   EXPECT_TRUE(o.ok()) << o.status().to_string();
-  auto f = std::make_unique<engine::HostReducedForward>(oracle_stream_forward(std::move(o).value()), log, whole_every);
+  auto f = std::make_unique<engine::HostReducedForward>(oracle_stream_forward(std::move(o).value()), log, whole_every,
+                                                        exp);
   Reduced r;
   r.forward = f.get();
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.draw_threads = draw_threads;
   auto b = engine::LaneBackend::create(std::move(f), oracle_options().max_rollback, options);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
@@ -56,6 +59,7 @@ Reduced reduced_backend(double (*log)(double), int whole_every, int32_t draw_thr
 std::unique_ptr<engine::LaneBackend> whole_backend() {
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.reduce_rows = false;
   options.draw_threads = 1;
   auto b = oracle_lane_backend(weights(), oracle_options(), options);
@@ -72,8 +76,8 @@ std::vector<int32_t> toks(int n, uint32_t seed) {
   return t;
 }
 
-// Streams of every kind: greedy, plain keyed sampling (reduced), and the kinds that stay whole (top-p, top-k, min-p,
-// logprobs, a token mask).
+// Streams of every kind: greedy, plain keyed sampling and truncated sampling (top-p, top-k, min-p), with and without
+// logprobs and top_logprobs and token masks (all reduced).
 struct Kind {
   lanes::SamplingParams sampling;
   bool logprobs = false;
@@ -84,6 +88,10 @@ const Kind kKinds[] = {
     {{0.0f, 0, 1.0f, 0.0f}},        {{0.8f, 0, 1.0f, 0.0f}},       {{1.7f, 0, 1.0f, 0.0f}},
     {{1e-7f, 0, 1.0f, 0.0f}},       {{0.8f, 0, 0.9f, 0.0f}},       {{0.8f, 20, 1.0f, 0.0f}},
     {{0.8f, 0, 1.0f, 0.05f}},       {{0.0f, 0, 1.0f, 0.0f}, true, 2}, {{0.8f, 0, 1.0f, 0.0f}, false, 3},
+    {{1.1f, 40, 0.95f, 0.02f}},     {{0.6f, 1, 1.0f, 0.0f}},       {{1.0f, 0, 0.5f, 0.0f}},
+    {{0.9f, 0, 0.9f, 0.0f}, true, 20}, {{0.0f, 0, 1.0f, 0.0f}, false, 1},
+    {{0.9f, 5, 0.9f, 0.0f}, true, 2, true}, {{0.7f, 0, 1.0f, 0.1f}, false, 0, true},
+    {{0.0f, 0, 1.0f, 0.0f}, true, 3, true},  {{0.8f, 0, 1.0f, 0.0f}, true, 0, true},
     {{0.8f, 0, 1.0f, 0.0f}, false, 0, true}, {{0.0f, 0, 1.0f, 0.0f}, false, 0, true},
 };
 
@@ -155,18 +163,21 @@ TEST(ReducedRows, SameDrawsAsWholeRows) {
   auto whole = whole_backend();
   Reduced r = reduced_backend(nullptr, 0, 1);
   expect_same_rounds(*whole, *r.backend);
-  // Greedy and plain keyed rows without logprobs or a mask were reduced.
+  // Greedy, plain keyed and truncated rows were reduced, masked ones too.
   EXPECT_GT(r.forward->counts().argmax, 0);
   EXPECT_GT(r.forward->counts().gumbel, 0);
+  EXPECT_GT(r.forward->counts().truncated, 0);
+  EXPECT_GT(r.forward->counts().masked, 0);
   EXPECT_EQ(r.forward->counts().whole, 0);
 }
 
 TEST(ReducedRows, LogarithmsOffByUlpsAndWholeFallbacks) {
   for (auto* log : {log_up, log_noisy}) {
     auto whole = whole_backend();
-    Reduced r = reduced_backend(log, 3, 3);
+    Reduced r = reduced_backend(log, 3, 3, exp_up);
     expect_same_rounds(*whole, *r.backend);
     EXPECT_GT(r.forward->counts().gumbel, 0);
+    EXPECT_GT(r.forward->counts().truncated, 0);
     EXPECT_GT(r.forward->counts().whole, 0);
   }
 }
@@ -175,6 +186,7 @@ TEST(ReducedRows, WholeRowsOnSeveralThreads) {
   auto whole = whole_backend();
   engine::LaneBackendOptions options;
   options.model_id = "test-synthetic";
+  options.max_streams = 32;  // one stream of each kind
   options.draw_threads = 4;
   auto threaded = oracle_lane_backend(weights(), oracle_options(), options);
   ASSERT_TRUE(threaded.ok());

@@ -39,7 +39,9 @@ int64_t forward_scratch_bytes(const family::ModelPlan& cfg, int64_t rows) {
   const int64_t engram = rows * R * cfg.engram_head_dim + rows * (C + 1) * D;
   layer += std::max(moe, engram);
   const int64_t head = rows * (C * D + C + 2 * D + cfg.vocab + 2);
-  return (f + std::max(layer, head)) * 4 + (64 << 20);
+  const int64_t draws = static_cast<int64_t>(row_draw_scratch_bytes(rows, cfg.vocab)) +
+                        rows * static_cast<int64_t>(sizeof(RowPickDev));  // row draws (after the head)
+  return (f + std::max(layer, head)) * 4 + draws + (64 << 20);
 }
 
 // Mapped Engram tables: the rows a call hashes to, gathered on the host in call-row order (codes e4m3 [n, dim],
@@ -134,17 +136,36 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
   DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
   // One draw per logit row in call order (the plan's logit rows follow the pieces); none when every row is whole.
   std::vector<RowDrawDev> draws;
+  std::vector<uint64_t> masks;                            // the distinct token masks' words, one after another
+  std::vector<std::pair<const lanes::TokenMask*, int64_t>> mask_at;  // each mask's first word
   bool reduced = false;
   for (const engine::Piece& pc : pieces) {
     for (size_t i = 0; i < pc.logit_rows.size(); ++i) {
       RowDrawDev d;
       if (!pc.draws.empty()) {
         const engine::RowDraw& r = pc.draws[i];
-        d.kind = r.kind == engine::RowDraw::Kind::argmax   ? kDrawArgmax
-                 : r.kind == engine::RowDraw::Kind::gumbel ? kDrawGumbel
-                                                           : kDrawWhole;
-        d.temperature = r.temperature;
+        d.kind = r.kind == engine::RowDraw::Kind::argmax      ? kDrawArgmax
+                 : r.kind == engine::RowDraw::Kind::gumbel    ? kDrawGumbel
+                 : r.kind == engine::RowDraw::Kind::truncated ? kDrawTruncated
+                                                              : kDrawWhole;
+        d.temperature = r.kind == engine::RowDraw::Kind::truncated ? r.cut.temperature : r.temperature;
         d.key = r.key;
+        d.top_k = r.cut.top_k;
+        d.top_p = r.cut.top_p;
+        d.log_min_p = r.cut.log_min_p;
+        d.partition = r.partition ? 1 : 0;
+        d.top_n = r.top_n;
+        d.proposed = r.proposed;
+        if (r.mask != nullptr && d.kind != kDrawWhole) {
+          auto it = std::find_if(mask_at.begin(), mask_at.end(), [&](const auto& m) { return m.first == r.mask; });
+          if (it == mask_at.end()) {
+            mask_at.emplace_back(r.mask, static_cast<int64_t>(masks.size()));
+            const size_t words = (static_cast<size_t>(cfg.vocab) + 63) / 64;
+            masks.insert(masks.end(), r.mask->words(), r.mask->words() + words);
+            it = mask_at.end() - 1;
+          }
+          d.mask = it->second;
+        }
       }
       reduced = reduced || d.kind != kDrawWhole;
       draws.push_back(d);
@@ -154,7 +175,7 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
   std::vector<size_t> hist_len;
   for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(plan, draws);
+  Status st = run(plan, draws, masks);
   // The one synchronization of a call: the logits rows are in logits_host_ after it (and the picks in picks_host_).
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
   if (st.ok()) st = sync;
@@ -293,7 +314,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   return ok_status();
 }
 
-Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws) {
+Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws, std::span<const uint64_t> masks) {
   const int64_t n_logits = plan.logit_rows();
   const ModelDevice& M = *model_;
   const family::ModelPlan& cfg = M.config;
@@ -348,7 +369,8 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
                       CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
-  meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4);  // row draws
+  meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4) +
+                CallMeta::padded(masks.size() * 8);  // row draws
   for (const auto& e : engram_host) meta_bytes += CallMeta::padded(e.size() * 8);
   // Given rows (an image span) and the image flags.
   const int64_t n_given = static_cast<int64_t>(plan.given.size());
@@ -408,12 +430,16 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(head_rows.data(), head_rows.size(), "logit rows"));
   // Row draws: each logit row's reduction, and the rows that go whole (gathered for one copy).
   const RowDrawDev* d_draws = nullptr;
+  const uint64_t* d_masks = nullptr;
   const int32_t* d_whole = nullptr;
   std::vector<int32_t> whole;
   for (size_t j = 0; j < draws.size(); ++j)
     if (draws[j].kind == kDrawWhole) whole.push_back(static_cast<int32_t>(j));
   if (!draws.empty()) {
     DSV4_ASSIGN_OR_RETURN(d_draws, meta_->put_n(draws.data(), draws.size(), "row draws"));
+    if (!masks.empty()) {
+      DSV4_ASSIGN_OR_RETURN(d_masks, meta_->put_n(masks.data(), masks.size(), "token masks"));
+    }
     if (!whole.empty()) {
       DSV4_ASSIGN_OR_RETURN(d_whole, meta_->put_n(whole.data(), whole.size(), "whole logit rows"));
     }
@@ -500,10 +526,15 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   } else if (n_logits > 0) {
     // Reduced rows leave the device as a few values each; the whole rows are gathered and copied in one piece.
     DSV4_RETURN_IF_ERROR(timed(o, "row draws", [&]() -> Status {
-      const int64_t slices = row_draw_slices(V);
-      DSV4_ASSIGN_OR_RETURN(DrawPartDev * parts, o.alloc<DrawPartDev>(n_logits * slices, "row draw slices"));
+      RowDrawPasses passes;
+      for (const RowDrawDev& r : draws) {
+        passes.truncated = passes.truncated || r.kind == kDrawTruncated;
+        passes.logprobs = passes.logprobs || (r.kind != kDrawWhole && (r.partition || r.top_n > 0 || r.proposed >= 0));
+      }
+      DSV4_ASSIGN_OR_RETURN(uint8_t * scratch,
+                            o.alloc<uint8_t>(static_cast<int64_t>(row_draw_scratch_bytes(n_logits, V)), "row draw scratch"));
       DSV4_ASSIGN_OR_RETURN(RowPickDev * picks, o.alloc<RowPickDev>(n_logits, "row picks"));
-      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, parts, picks, stream_), "row_draws",
+      DSV4_CUDA_LAUNCH(row_draws(d.logits, n_logits, V, d_draws, d_masks, passes, scratch, picks, stream_), "row_draws",
                        shape_text({{"rows", n_logits}, {"V", V}}));
       DSV4_RETURN_IF_ERROR(picks_host_.reserve(static_cast<size_t>(n_logits) * sizeof(RowPickDev)));
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(picks_host_.data(), picks, n_logits * sizeof(RowPickDev),

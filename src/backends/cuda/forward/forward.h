@@ -138,9 +138,10 @@ class Forward {
   Status forward_locked(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
                         std::vector<std::span<const float>>* rows);
   // Enqueues one call: metadata upload, the device work (graph replay or eager), the DSpark rings, the row draws
-  // (`draws`: one per logit row, or empty: every row whole) and the copies of the picks into picks_host_ and of the
+  // (`draws`: one per logit row, or empty: every row whole; `masks`: the words of their token masks, at
+  // RowDrawDev::mask) and the copies of the picks into picks_host_ and of the
   // whole rows (in order) into logits_host_; the caller synchronizes. logits_dev_ holds the call's device logits.
-  Status run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws);
+  Status run(const engine::StepPlan& plan, std::span<const RowDrawDev> draws, std::span<const uint64_t> masks);
   // After the call's synchronization (forward_draws.cc): each piece's picks from picks_host_ and its whole rows,
   // reductions that came back whole (a non-finite logit, too many candidates) copied from logits_dev_ first.
   Status collect_draws(const std::vector<engine::Piece>& pieces, std::span<const RowDrawDev> draws,

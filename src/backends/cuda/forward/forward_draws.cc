@@ -6,6 +6,7 @@
 #include "backends/cuda/forward/forward.h"
 #include "backends/cuda/runtime/check.h"
 #include "lanes/gumbel_candidates.h"
+#include "lanes/partition_sum.h"
 
 namespace dsv4::cuda {
 
@@ -16,7 +17,7 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
   float* host = static_cast<float*>(logits_host_.data());
   out->resize(pieces.size());
   // Whole rows: those asked whole are in logits_host_ in order; a reduction that came back whole (a non-finite logit,
-  // more candidates than a pick holds) is copied after them.
+  // an uncertain cut, more candidates than a pick holds, a mask that allows no id) is copied after them.
   std::vector<int64_t> place(draws.size(), -1);  // each whole row's row in logits_host_
   int64_t asked = 0;
   for (size_t j = 0; j < draws.size(); ++j)
@@ -31,11 +32,14 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
       pick = engine::RowPick{};
       const RowDrawDev& d = draws[j];
       const RowPickDev& g = got[j];
-      if (d.kind == kDrawArgmax) {
-        if (g.token < 0 || g.token >= V) return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
+      if (d.kind == kDrawArgmax && (g.token >= 0 || d.mask < 0)) {  // -1: a mask that allows no id (it goes whole)
+        if (g.token < 0 || g.token >= V)
+          return error(StatusCode::internal, "row draw {}: argmax {} outside the vocabulary", j, g.token);
         pick.whole = false;
         pick.token = g.token;
-      } else if (d.kind == kDrawGumbel && !g.irregular && g.count > 0 && g.count <= kDrawCandidates) {
+        pick.logits.assign(1, g.logits[0]);
+      } else if ((d.kind == kDrawGumbel || d.kind == kDrawTruncated) && !g.irregular && !g.uncertain && g.count > 0 &&
+                 g.count <= kDrawCandidates) {
         std::vector<int32_t> order(static_cast<size_t>(g.count));
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g.ids[a] < g.ids[b]; });
@@ -45,13 +49,28 @@ Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::spa
           pick.ids.push_back(g.ids[k]);
           pick.logits.push_back(g.logits[k]);
         }
-      } else if (d.kind == kDrawGumbel) {
+      } else if (d.kind != kDrawWhole) {
         place[j] = next;
         DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + next * V, logits_dev_ + static_cast<int64_t>(j) * V,
                                                          V * 4, cudaMemcpyDeviceToHost, stream_),
                                          "copying a logits row drawn whole"));
         ++next;
       }
+      if (!pick.whole && d.partition) {
+        pick.top_logit = g.top_logit;
+        pick.sum = lanes::PartitionSum{g.sum_lo, g.sum_hi};
+      }
+      if (!pick.whole && d.top_n > 0) {
+        if (g.top_count < 0 || g.top_count > kDrawTop)
+          return error(StatusCode::internal, "row draw {}: {} best ids", j, g.top_count);
+        for (int32_t k = 0; k < g.top_count; ++k) {
+          if (g.top_ids[k] < 0 || g.top_ids[k] >= V)
+            return error(StatusCode::internal, "row draw {}: best id {} outside the vocabulary", j, g.top_ids[k]);
+          pick.top_ids.push_back(g.top_ids[k]);
+          pick.top_logits.push_back(g.top_logits[k]);
+        }
+      }
+      if (!pick.whole && d.proposed >= 0 && d.proposed < V) pick.proposed_logit = g.proposed_logit;
       ++j;
     }
   }

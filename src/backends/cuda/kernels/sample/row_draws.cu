@@ -1,14 +1,19 @@
 // Row draws on the device (see row_draws.cuh). Two passes over each row, cut into slices spread over blocks:
-//   1. each slice's best: the argmax (value, then lowest id; NaN as -inf) or, for Gumbel rows, the first of largest
-//      (score, x) in id order, with any non-finite logit flagging the row;
+//   1. each slice's best: the argmax (value, then lowest id; NaN as -inf; truncated rows too, with a NaN or +inf
+//      flagging the row) or, for Gumbel rows, the first of largest (score, x) in id order, with any non-finite logit
+//      flagging the row;
 //   2. every block combines its row's slice bests (a selection, so the same whatever the order) and, for Gumbel rows,
 //      appends each of its ids that meets the candidate rule of lanes/gumbel_candidates.h.
+// Truncated rows then take the passes of truncated_draws.cu, and rows asking logprobs those of logprob_draws.cu.
 // The scores use CUDA's double log (within 1 ulp); the rule's margin covers that (the proof is in
 // gumbel_candidates.h; it holds when the two passes' logarithms differ too, as each is within the bound).
 #include "backends/cuda/kernels/sample/row_draws.cuh"
 
 #include <cmath>
 
+#include "backends/cuda/kernels/sample/draw_best.cuh"
+#include "backends/cuda/kernels/sample/logprob_draws.cuh"
+#include "backends/cuda/kernels/sample/truncated_draws.cuh"
 #include "lanes/gumbel_candidates.h"
 
 namespace dsv4::cuda {
@@ -17,47 +22,16 @@ static_assert(kDrawCandidates == lanes::kMaxGumbelCandidates, "the device carrie
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kSlice = 4096;  // ids per block
-
-struct Best {
-  double score;
-  double x;
-  int64_t id;  // -1: none
-};
-
-// a before b: larger score, then larger x, then lower id (argmax rows carry x = 0); none last.
-__device__ inline bool before(const Best& a, const Best& b) {
-  if (a.id < 0) return false;
-  if (b.id < 0) return true;
-  if (a.score != b.score) return a.score > b.score;
-  if (a.x != b.x) return a.x > b.x;
-  return a.id < b.id;
-}
-
-// The block's first best (a selection: the same pick whatever the tree); every thread gets it. sh: shared [kThreads].
-__device__ inline Best block_best(Best mine, Best* sh) {
-  sh[threadIdx.x] = mine;
-  __syncthreads();
-  for (int o = kThreads / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o && before(sh[threadIdx.x + o], sh[threadIdx.x])) sh[threadIdx.x] = sh[threadIdx.x + o];
-    __syncthreads();
-  }
-  const Best b = sh[0];
-  __syncthreads();
-  return b;
-}
-
-// x and the device's Gumbel score of id i: sample_keyed's x = logit / T (IEEE division, the host's bits) and
-// gumbel_score's expression with CUDA's log.
-__device__ inline double device_score(float logit, double temperature, uint64_t key, int64_t i, double* x) {
-  *x = static_cast<double>(logit) / temperature;
-  const uint64_t bits = lanes::token_key(key, static_cast<lanes::TokenId>(i));
-  return *x - log(-log(lanes::key_uniform(bits)));
-}
+using draw::Best;
+using draw::before;
+using draw::block_best;
+using draw::device_score;
+using draw::kSlice;
+using draw::kThreads;
 
 __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logits, int64_t V, const RowDrawDev* draws,
-                                                               DrawPartDev* parts, RowPickDev* picks, int slices) {
+                                                               const uint64_t* masks, DrawPartDev* parts,
+                                                               RowPickDev* picks, int slices) {
   __shared__ Best sh[kThreads];
   __shared__ int irregular;
   const int64_t r = blockIdx.y;
@@ -67,6 +41,7 @@ __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logi
     picks[r].token = -1;
     picks[r].count = 0;
     picks[r].irregular = 0;
+    picks[r].uncertain = 0;
   }
   if (threadIdx.x == 0) irregular = 0;
   __syncthreads();
@@ -74,11 +49,20 @@ __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logi
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
   Best mine{-INFINITY, 0.0, -1};
   bool odd = false;
+  const uint64_t* mask = d.mask >= 0 ? masks + d.mask : nullptr;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float l = row[i];
+    const bool in = draw::allowed(mask, i);
+    if (!in && d.kind != kDrawTruncated) continue;  // argmax and Gumbel rows skip the other ids
+    const float l = in ? row[i] : -INFINITY;        // truncated rows read them as -inf
     Best c{0.0, 0.0, i};
     if (d.kind == kDrawArgmax) {
       c.score = isnan(l) ? -INFINITY : static_cast<double>(l);
+    } else if (d.kind == kDrawTruncated) {  // its first id of largest logit; a NaN or +inf sends it whole
+      if (isnan(l) || l == INFINITY) {
+        odd = true;
+        continue;
+      }
+      c.score = static_cast<double>(l);
     } else {
       if (!isfinite(l)) {
         odd = true;
@@ -94,13 +78,14 @@ __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logi
 }
 
 __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* logits, int64_t V,
-                                                                   const RowDrawDev* draws, const DrawPartDev* parts,
-                                                                   RowPickDev* picks, int slices) {
+                                                                   const RowDrawDev* draws, const uint64_t* masks,
+                                                                   const DrawPartDev* parts, RowPickDev* picks,
+                                                                   int slices) {
   __shared__ Best row_best;
   __shared__ int row_irregular;
   const int64_t r = blockIdx.y;
   const RowDrawDev d = draws[r];
-  if (d.kind == kDrawWhole) return;
+  if (d.kind != kDrawArgmax && d.kind != kDrawGumbel) return;  // truncated rows: truncated_draws.cu
   if (threadIdx.x == 0) {
     Best b{-INFINITY, 0.0, -1};
     int odd = 0;
@@ -115,7 +100,10 @@ __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* 
   }
   __syncthreads();
   if (d.kind == kDrawArgmax) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) picks[r].token = static_cast<int32_t>(row_best.id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      picks[r].token = static_cast<int32_t>(row_best.id);
+      if (row_best.id >= 0) picks[r].logits[0] = logits[r * V + row_best.id];  // for its logprob
+    }
     return;
   }
   if (row_irregular) {
@@ -127,7 +115,9 @@ __global__ void __launch_bounds__(kThreads) draw_candidates_kernel(const float* 
   const double right = row_best.score - lanes::gumbel_slack(row_best.x);
   const float* row = logits + r * V;
   const int64_t begin = blockIdx.x * kSlice, end = begin + kSlice < V ? begin + kSlice : V;
+  const uint64_t* mask = d.mask >= 0 ? masks + d.mask : nullptr;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    if (!draw::allowed(mask, i)) continue;
     const float l = row[i];
     const double x0 = static_cast<double>(l) / d.temperature;
     const uint64_t bits = lanes::token_key(d.key, static_cast<lanes::TokenId>(i));
@@ -155,17 +145,34 @@ __global__ void gather_rows_kernel(const float* logits, int64_t V, const int32_t
 
 int64_t row_draw_slices(int64_t V) { return V <= 0 ? 1 : (V + kSlice - 1) / kSlice; }
 
-cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, DrawPartDev* parts,
-                      RowPickDev* picks, cudaStream_t s) {
+namespace {
+size_t parts_bytes(int64_t n, int64_t V) {
+  return (static_cast<size_t>(n * row_draw_slices(V)) * sizeof(DrawPartDev) + 255) / 256 * 256;
+}
+}  // namespace
+
+size_t row_draw_scratch_bytes(int64_t n, int64_t V) {
+  return parts_bytes(n, V) + truncated_draw_scratch_bytes(n, V) + logprob_draw_scratch_bytes(n, V);
+}
+
+cudaError_t row_draws(const float* logits, int64_t n, int64_t V, const RowDrawDev* draws, const uint64_t* masks,
+                      RowDrawPasses passes, void* scratch, RowPickDev* picks, cudaStream_t s) {
   if (n <= 0 || V <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
+  auto* parts = static_cast<DrawPartDev*>(scratch);
+  char* truncated_scratch = static_cast<char*>(scratch) + parts_bytes(n, V);
+  char* logprob_scratch = truncated_scratch + truncated_draw_scratch_bytes(n, V);
   const int slices = static_cast<int>(row_draw_slices(V));
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n));
-  draw_slices_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
-  const cudaError_t e = cudaGetLastError();
+  draw_slices_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, parts, picks, slices);
+  cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, parts, picks, slices);
-  return cudaGetLastError();
+  draw_candidates_kernel<<<grid, kThreads, 0, s>>>(logits, V, draws, masks, parts, picks, slices);
+  e = cudaGetLastError();
+  if (e == cudaSuccess && passes.truncated)
+    e = truncated_draws(logits, n, V, draws, masks, parts, truncated_scratch, picks, s);
+  if (e == cudaSuccess && passes.logprobs) e = logprob_draws(logits, n, V, draws, logprob_scratch, picks, s);
+  return e;
 }
 
 cudaError_t gather_logit_rows(const float* logits, int64_t V, const int32_t* rows, int64_t n_rows, float* out,
