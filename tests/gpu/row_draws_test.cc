@@ -154,6 +154,24 @@ bool has_non_finite(const std::vector<float>& v) {
   return false;
 }
 
+// A pick's candidates in ascending id order with their logits, each a distinct id of the row whose logit is the
+// row's own, bit for bit.
+void pick_candidates(const RowPickDev& p, const std::vector<float>& logits, size_t k, std::vector<int32_t>* ids,
+                     std::vector<float>* values) {
+  ASSERT_GT(p.count, 0) << "row " << k;
+  std::vector<std::pair<int32_t, float>> c;
+  for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
+  std::sort(c.begin(), c.end());
+  for (auto& [id, v] : c) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, static_cast<int32_t>(logits.size()));
+    EXPECT_EQ(std::memcmp(&v, &logits[static_cast<size_t>(id)], 4), 0);  // the row's own logit, bit for bit
+    ids->push_back(id);
+    values->push_back(v);
+  }
+  EXPECT_EQ(std::set<int32_t>(ids->begin(), ids->end()).size(), ids->size()) << "row " << k;
+}
+
 struct Tally {
   int argmax = 0, decided = 0, several = 0, irregular = 0, too_many = 0;
 };
@@ -179,20 +197,9 @@ void check_picks(const std::vector<Row>& rows, const std::vector<RowPickDev>& pi
       ++t.too_many;  // it goes whole
       continue;
     }
-    ASSERT_GT(p.count, 0) << "row " << k;
-    std::vector<std::pair<int32_t, float>> c;
-    for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
-    std::sort(c.begin(), c.end());
     std::vector<int32_t> ids;
     std::vector<float> values;
-    for (auto& [id, v] : c) {
-      ASSERT_GE(id, 0);
-      ASSERT_LT(id, static_cast<int32_t>(r.logits.size()));
-      EXPECT_EQ(v, r.logits[static_cast<size_t>(id)]);  // the row's own logit, bit for bit
-      ids.push_back(id);
-      values.push_back(v);
-    }
-    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), ids.size()) << "row " << k;
+    ASSERT_NO_FATAL_FAILURE(pick_candidates(p, r.logits, k, &ids, &values));
     EXPECT_EQ(lanes::sample_gumbel_candidates(ids, values, r.params, r.seed, r.position), want)
         << "row " << k << " T " << r.params.temperature << " with " << ids.size() << " candidates";
     ++t.decided;
@@ -279,20 +286,9 @@ void check_truncated(const std::vector<Row>& rows, const std::vector<RowPickDev>
       ++t.too_many;
       continue;
     }
-    ASSERT_GT(p.count, 0) << "row " << k;
-    std::vector<std::pair<int32_t, float>> c;
-    for (int i = 0; i < p.count; ++i) c.emplace_back(p.ids[i], p.logits[i]);
-    std::sort(c.begin(), c.end());
     std::vector<int32_t> ids;
     std::vector<float> values;
-    for (auto& [id, v] : c) {
-      ASSERT_GE(id, 0);
-      ASSERT_LT(id, static_cast<int32_t>(r.logits.size()));
-      EXPECT_EQ(std::memcmp(&v, &r.logits[static_cast<size_t>(id)], 4), 0);  // the row's own logit, bit for bit
-      ids.push_back(id);
-      values.push_back(v);
-    }
-    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), ids.size()) << "row " << k;
+    ASSERT_NO_FATAL_FAILURE(pick_candidates(p, r.logits, k, &ids, &values));
     EXPECT_EQ(lanes::sample_gumbel_candidates(ids, values, r.params, r.seed, r.position),
               lanes::draw_row(r.logits, r.params, r.seed, r.position, nullptr))
         << "row " << k << " T " << r.params.temperature << " top_k " << r.params.top_k << " top_p " << r.params.top_p

@@ -134,48 +134,12 @@ Status Forward::forward_locked(const std::vector<engine::Piece>& pieces, std::ve
   if (options_.bounded_replay && !probe_ && !op_probe_ && !given && cfg.window_format != KvRowFormat::model1)
     limits.replay = &replay_;
   DSV4_ASSIGN_OR_RETURN(const engine::StepPlan plan, engine::plan_step(pieces, length, limits));
-  // One draw per logit row in call order (the plan's logit rows follow the pieces); none when every row is whole.
-  std::vector<RowDrawDev> draws;
-  std::vector<uint64_t> masks;                            // the distinct token masks' words, one after another
-  std::vector<std::pair<const lanes::TokenMask*, int64_t>> mask_at;  // each mask's first word
-  bool reduced = false;
-  for (const engine::Piece& pc : pieces) {
-    for (size_t i = 0; i < pc.logit_rows.size(); ++i) {
-      RowDrawDev d;
-      if (!pc.draws.empty()) {
-        const engine::RowDraw& r = pc.draws[i];
-        d.kind = r.kind == engine::RowDraw::Kind::argmax      ? kDrawArgmax
-                 : r.kind == engine::RowDraw::Kind::gumbel    ? kDrawGumbel
-                 : r.kind == engine::RowDraw::Kind::truncated ? kDrawTruncated
-                                                              : kDrawWhole;
-        d.temperature = r.kind == engine::RowDraw::Kind::truncated ? r.cut.temperature : r.temperature;
-        d.key = r.key;
-        d.top_k = r.cut.top_k;
-        d.top_p = r.cut.top_p;
-        d.log_min_p = r.cut.log_min_p;
-        d.partition = r.partition ? 1 : 0;
-        d.top_n = r.top_n;
-        d.proposed = r.proposed;
-        if (r.mask != nullptr && d.kind != kDrawWhole) {
-          auto it = std::find_if(mask_at.begin(), mask_at.end(), [&](const auto& m) { return m.first == r.mask; });
-          if (it == mask_at.end()) {
-            mask_at.emplace_back(r.mask, static_cast<int64_t>(masks.size()));
-            const size_t words = (static_cast<size_t>(cfg.vocab) + 63) / 64;
-            masks.insert(masks.end(), r.mask->words(), r.mask->words() + words);
-            it = mask_at.end() - 1;
-          }
-          d.mask = it->second;
-        }
-      }
-      reduced = reduced || d.kind != kDrawWhole;
-      draws.push_back(d);
-    }
-  }
-  if (!reduced) draws.clear();
+  const CallDraws cd = call_draws(pieces, cfg.vocab);
+  const std::vector<RowDrawDev>& draws = cd.draws;
   std::vector<size_t> hist_len;
   for (const engine::Piece& pc : pieces) hist_len.push_back(streams_.at(pc.stream).history.size());
   const size_t mark = scratch_->mark();
-  Status st = run(plan, draws, masks);
+  Status st = run(plan, draws, cd.masks);
   // The one synchronization of a call: the logits rows are in logits_host_ after it (and the picks in picks_host_).
   const Status sync = cuda_status(cudaStreamSynchronize(stream_), "synchronizing after the forward");
   if (st.ok()) st = sync;

@@ -27,6 +27,15 @@
 
 namespace dsv4::cuda {
 
+// A call's row draws (forward_draws.cc): one per logit row in call order (the plan's logit rows follow the
+// pieces), or none when every row is whole; and the words of the distinct token masks they use, one after
+// another (RowDrawDev::mask: a mask's first word).
+struct CallDraws {
+  std::vector<RowDrawDev> draws;
+  std::vector<uint64_t> masks;
+};
+CallDraws call_draws(const std::vector<engine::Piece>& pieces, int64_t vocab);
+
 class Arena;
 class Collective;
 class StreamCaches;

@@ -1,5 +1,5 @@
-// The CUDA forward's row draws after a call: picks read back from the device, whole rows viewed in place (see forward.h
-// and kernels/sample/row_draws.cuh).
+// The CUDA forward's row draws: what a call asks of the device, and after the call the picks read back from the
+// device and the whole rows viewed in place (see forward.h and kernels/sample/row_draws.cuh).
 #include <algorithm>
 #include <numeric>
 
@@ -9,6 +9,46 @@
 #include "lanes/partition_sum.h"
 
 namespace dsv4::cuda {
+
+CallDraws call_draws(const std::vector<engine::Piece>& pieces, int64_t vocab) {
+  CallDraws c;
+  std::vector<std::pair<const lanes::TokenMask*, int64_t>> mask_at;  // each mask's first word
+  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+  bool reduced = false;
+  for (const engine::Piece& pc : pieces) {
+    for (size_t i = 0; i < pc.logit_rows.size(); ++i) {
+      RowDrawDev d;
+      if (!pc.draws.empty()) {
+        const engine::RowDraw& r = pc.draws[i];
+        d.kind = r.kind == engine::RowDraw::Kind::argmax      ? kDrawArgmax
+                 : r.kind == engine::RowDraw::Kind::gumbel    ? kDrawGumbel
+                 : r.kind == engine::RowDraw::Kind::truncated ? kDrawTruncated
+                                                              : kDrawWhole;
+        d.temperature = r.kind == engine::RowDraw::Kind::truncated ? r.cut.temperature : r.temperature;
+        d.key = r.key;
+        d.top_k = r.cut.top_k;
+        d.top_p = r.cut.top_p;
+        d.log_min_p = r.cut.log_min_p;
+        d.partition = r.partition ? 1 : 0;
+        d.top_n = r.top_n;
+        d.proposed = r.proposed;
+        if (r.mask != nullptr && d.kind != kDrawWhole) {
+          auto it = std::find_if(mask_at.begin(), mask_at.end(), [&](const auto& m) { return m.first == r.mask; });
+          if (it == mask_at.end()) {
+            mask_at.emplace_back(r.mask, static_cast<int64_t>(c.masks.size()));
+            c.masks.insert(c.masks.end(), r.mask->words(), r.mask->words() + words);
+            it = mask_at.end() - 1;
+          }
+          d.mask = it->second;
+        }
+      }
+      reduced = reduced || d.kind != kDrawWhole;
+      c.draws.push_back(d);
+    }
+  }
+  if (!reduced) c.draws.clear();
+  return c;
+}
 
 Status Forward::collect_draws(const std::vector<engine::Piece>& pieces, std::span<const RowDrawDev> draws,
                               std::vector<engine::PieceResult>* out, std::vector<std::span<const float>>* rows) {

@@ -373,6 +373,8 @@ void launch_experts_tiles(const lowp::QuantRows& Q, int64_t p_base, int64_t n, c
   constexpr int kList = NT == 4 ? 2 : NT == 2 ? 1 : 0;
   launch_experts_gemm<kDown, kWg, NT>(Q, p_base, n, pair_expert, w1, w3, w2, D, I, act_block, kw, lists[kList], a, u,
                                       out, s);
+  // The smaller lists hold at most one piece per segment; their grids are sized as for up to 384 pieces (CTAs
+  // loop over the pieces, so any size is correct).
   if constexpr (NT == 4)
     launch_experts_gemm<kDown, kWg, 2>(Q, p_base, std::min<int64_t>(n, 384), pair_expert, w1, w3, w2, D, I,
                                        act_block, kw, lists[1], a, u, out, s);

@@ -22,12 +22,7 @@ static_assert(kDrawCandidates == lanes::kMaxGumbelCandidates, "the device carrie
 
 namespace {
 
-using draw::Best;
-using draw::before;
-using draw::block_best;
-using draw::device_score;
-using draw::kSlice;
-using draw::kThreads;
+using namespace draw;  // draw_best.cuh: the best-candidate order and block reductions both files share
 
 __global__ void __launch_bounds__(kThreads) draw_slices_kernel(const float* logits, int64_t V, const RowDrawDev* draws,
                                                                const uint64_t* masks, DrawPartDev* parts,

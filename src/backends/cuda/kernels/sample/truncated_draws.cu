@@ -24,12 +24,7 @@
 namespace dsv4::cuda {
 namespace {
 
-using draw::Best;
-using draw::before;
-using draw::block_best;
-using draw::device_score;
-using draw::kSlice;
-using draw::kThreads;
+using namespace draw;  // draw_best.cuh: the best-candidate order and block reductions both files share
 
 constexpr int kLevels = 4;
 enum : int { kHistCount = 0, kHistLo = kLevels, kHistHi = 2 * kLevels, kHists = 3 * kLevels };
