@@ -63,16 +63,16 @@ int64_t weight_bytes(const AttentionDevice& a) {
 
 // Random valid packed rows (no NaN codes, moderate scales) for every cache of the stream.
 void fill_caches(StreamCaches& sc, const family::StateGeometry& g, int64_t length, std::mt19937& rng) {
-  auto fp8_rows = [&](uint8_t* dst, int64_t rows, int64_t d) {
+  auto fp8_rows = [&](int64_t rows, int64_t d) {
     std::vector<uint8_t> h(rows * (d + d / 32));
     for (int64_t r = 0; r < rows; ++r) {
       uint8_t* row = &h[r * (d + d / 32)];
       for (int64_t i = 0; i < d; ++i) { uint8_t b = rng() & 0xff; if ((b & 0x7f) == 0x7f) b = 0x30; row[i] = b; }
       for (int64_t i = 0; i < d / 32; ++i) row[d + i] = 118 + rng() % 4;
     }
-    cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice);
+    return h;
   };
-  auto fp4_rows = [&](uint8_t* dst, int64_t rows, int64_t d, int group, bool e4m3) {
+  auto fp4_rows = [&](int64_t rows, int64_t d, int group, bool e4m3) {
     const int64_t rb = d / 2 + d / group;
     std::vector<uint8_t> h(rows * rb);
     for (int64_t r = 0; r < rows; ++r) {
@@ -80,16 +80,23 @@ void fill_caches(StreamCaches& sc, const family::StateGeometry& g, int64_t lengt
       for (int64_t i = 0; i < d / 2; ++i) row[i] = rng() & 0xff;
       for (int64_t i = 0; i < d / group; ++i) row[d / 2 + i] = e4m3 ? 0x20 + rng() % 16 : 120 + rng() % 4;
     }
-    cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice);
+    return h;
   };
+  // Pages up to the decoded position.
+  if (Status st = sc.reserve(length + 1, nullptr); !st.ok()) std::printf("caches: %s\n", st.to_string().c_str());
+  const std::vector<family::PagedTable>& tables = sc.page_layout().tables;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const int64_t rows = length / tables[t].ratio;
+    const std::vector<uint8_t> h = tables[t].index_keys ? fp4_rows(rows, g.index_head_dim, 32, false)
+                                   : g.compressed_format == KvRowFormat::fp8_ue8m0_32 ? fp8_rows(rows, g.d)
+                                                                                      : fp4_rows(rows, g.d, 16, true);
+    if (Status st = sc.write_table(t, 0, h, nullptr); !st.ok()) std::printf("caches: %s\n", st.to_string().c_str());
+  }
   for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) {
     const LayerCachesDev& c = sc.layer(l);
-    fp8_rows(c.window, g.ring_capacity, g.d);
+    const std::vector<uint8_t> ring = fp8_rows(g.ring_capacity, g.d);
+    cudaMemcpy(c.window, ring.data(), ring.size(), cudaMemcpyHostToDevice);
     if (!g.layers[l].kv_source) continue;
-    const int64_t rows = length / g.layers[l].ratio;
-    if (g.compressed_format == KvRowFormat::fp8_ue8m0_32) fp8_rows(c.compressed, rows, g.d);
-    else fp4_rows(c.compressed, rows, g.d, 16, true);
-    fp4_rows(c.index_keys, rows, g.index_head_dim, 32, false);
     if (c.comp_kv) {
       std::vector<float> f(g.ring_capacity * g.d);
       for (auto& v : f) v = std::normal_distribution<float>(0, 1)(rng);
@@ -317,7 +324,11 @@ int main(int argc, char** argv) {
                          "ratio-1 KV+index+candidate source", "ratio-1 reindex (candidates)", "ratio-1 reuse"};
   for (int64_t ctx : contexts) {
     auto geo = device_state_geometry(cfg, ctx + 16, 16);
-    auto sc = StreamCaches::create(*geo);
+    auto layout = family::page_layout(*geo);
+    if (!layout.ok()) { std::printf("pages: %s\n", layout.status().to_string().c_str()); return 1; }
+    auto pool = KvPool::create({layout->slab_bytes, layout->page_bytes});
+    if (!pool.ok()) { std::printf("pool: %s\n", pool.status().to_string().c_str()); return 1; }
+    auto sc = StreamCaches::create(*geo, *layout, pool->get());
     if (!sc.ok()) { std::printf("caches: %s\n", sc.status().to_string().c_str()); return 1; }
     fill_caches(**sc, *geo, ctx, rng);
     if (kernels_only) {

@@ -91,7 +91,14 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMemcpy(dwt, wt.data(), 4 * wt.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(drp, 0, 4 * max_rows));
   std::vector<PieceDev> pcs(256);  // piece 0 for the chunks; pieces 0..R-1 (the same keys) for a decode batch
-  for (auto& pc : pcs) pc.ikeys = dkeys;
+  // The keys as the KV pool holds a ratio-1 table: pages of 256 rows (family::kDefaultPagePositions), here adjacent.
+  constexpr int32_t kShift = 8;
+  std::vector<uint8_t*> pages;
+  for (int64_t t = 0; t < max_lc; t += int64_t{1} << kShift) pages.push_back(dkeys + t * rb);
+  uint8_t** dpages = nullptr;
+  CHECK_CUDA(cudaMalloc(&dpages, sizeof(uint8_t*) * pages.size()));
+  CHECK_CUDA(cudaMemcpy(dpages, pages.data(), sizeof(uint8_t*) * pages.size(), cudaMemcpyHostToDevice));
+  for (auto& pc : pcs) pc.ikeys = RowPages{dpages, 0, kShift};
   CHECK_CUDA(cudaMemcpy(dpc, pcs.data(), sizeof(PieceDev) * pcs.size(), cudaMemcpyHostToDevice));
   const float wscale = 1.0f / 64;
 

@@ -71,6 +71,8 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
   fo.max_context = choice.max_context;
   fo.max_rollback = choice.max_rollback;
   fo.max_call_rows = choice.max_call_rows;
+  fo.kv_pool_streams = choice.kv_pool_streams;
+  fo.kv_pool_positions = choice.kv_pool_positions;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
                         cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
   if (choice.layer_probe) f->set_layer_probe(choice.layer_probe);

@@ -28,6 +28,10 @@ struct BackendChoice {
   int device = 0;
   std::shared_ptr<cuda::Collective> collective;
   bool pin_engram = false;   // CUDA: a locked host copy of the Engram tables instead of their mapped files
+  // CUDA: a fixed KV pool for kv_pool_streams streams holding kv_pool_positions positions together (0: every stream
+  // at max_context); kv_pool_streams = 0: a pool that grows as streams open (cuda::ForwardOptions).
+  int32_t kv_pool_streams = 0;
+  int64_t kv_pool_positions = 0;
   // Hidden states (`run --dump-hidden`): each layer's streams h [rows, C, D] after it, and the named outputs of the
   // oracle's op_probe ("final_norm" as layer n_layers) on either backend; empty: none.
   std::function<void(int layer, const std::vector<float>& h)> layer_probe;

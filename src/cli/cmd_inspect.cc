@@ -94,8 +94,8 @@ int run_inspect(int argc, char** argv) {
     return app.exit(e);
   }
   if (!plan_flags.plan)
-    for (const char* only : {"--tp", "--gpu-memory", "--host-memory", "--context", "--parallel", "--call-rows",
-                             "--engram", "--prompt-cache-mib", "--no-drafter"})
+    for (const char* only : {"--tp", "--gpu-memory", "--host-memory", "--context", "--parallel", "--kv-pool-tokens",
+                             "--call-rows", "--engram", "--prompt-cache-mib", "--no-drafter"})
       if (app.count(only)) {
         std::fprintf(stderr, "dsv4 inspect: %s goes with --plan\n", only);
         return 2;

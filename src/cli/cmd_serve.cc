@@ -38,6 +38,7 @@ struct ServeFlags {
   std::string engram_shards;  // EXL3 packs: the release shards holding the Engram tables
   int32_t context = 4096;
   int32_t parallel = 4;
+  int64_t kv_pool_tokens = 0;  // 0: --parallel x --context
   int64_t prompt_cache_mib = 256;
   int32_t prompt_cache_page = 64;
   int32_t step_rows = 0;   // 0: no row budget
@@ -68,6 +69,12 @@ void add_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--parallel", f.parallel, "requests decoded together on a model")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--kv-pool-tokens", f.kv_pool_tokens,
+                 "--backend cuda: positions the device KV pool holds for all requests together (in pages of 256 "
+                 "positions); a request waits until the pool has room for its prompt plus max_tokens; 0 = "
+                 "--parallel x --context (every request at the full context)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 34));
   app.add_option("--prompt-cache-mib", f.prompt_cache_mib,
                  "RAM for prompt-cache snapshots (a prompt that repeats a cached prefix resumes "
                  "there; usage reports the cached tokens); 0 turns the cache off")
@@ -248,6 +255,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bc.max_context = flags.context;
   bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;  // a step carries prompt pieces and windows together
   bc.pin_engram = flags.memory.engram == "pinned";
+  bc.kv_pool_streams = flags.parallel;
+  bc.kv_pool_positions = flags.kv_pool_tokens;
   bc.log_prefix = "dsv4 serve: ";
   if (bc.name == "cuda") {
     // The memory plan before anything is allocated (every rank checks; rank 0 prints it).
@@ -255,6 +264,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
     shape.tp = control != nullptr ? control->world() : 1;
     shape.context = flags.context;
     shape.parallel = flags.parallel;
+    shape.kv_pool_tokens = flags.kv_pool_tokens;
     shape.call_rows = bc.max_call_rows;
     shape.prompt_cache_bytes = flags.prompt_cache_mib << 20;
     shape.vision_tower = images != nullptr && shape.tp == 1 && model->config.vision.has_value() &&

@@ -33,6 +33,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--parallel", f.parallel, "with --plan: streams held at once, as serve --parallel")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--kv-pool-tokens", f.kv_pool_tokens,
+                 "with --plan: positions the device KV pool holds for all streams, as serve --kv-pool-tokens; "
+                 "0 = --parallel x --context")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 34));
   app.add_option("--call-rows", f.call_rows, "with --plan: rows of one forward call (the prefill chunk; sizes scratch)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -71,6 +76,7 @@ int run_plan(const PlanFlags& f, const family::Config& config, const std::string
   }
   in.max_context = f.context;
   in.parallel = f.parallel;
+  in.kv_pool_tokens = f.kv_pool_tokens;
   in.max_call_rows = f.call_rows;
   in.drafter = !f.no_drafter;
   in.engram = *engine::parse_engram_placement(f.engram);

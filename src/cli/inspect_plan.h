@@ -19,6 +19,7 @@ struct PlanFlags {
   std::string gpu_memory, host_memory;
   int64_t context = 4096;
   int32_t parallel = 4;
+  int64_t kv_pool_tokens = 0;  // 0: parallel x context
   int64_t call_rows = 4096;
   std::string engram = "mapped";
   int64_t prompt_cache_mib = 256;

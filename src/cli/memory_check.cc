@@ -72,6 +72,7 @@ Status check_memory(const family::Model& m, const ServeShape& shape, const Memor
   in.tp = shape.tp;
   in.max_context = shape.context;
   in.parallel = shape.parallel;
+  in.kv_pool_tokens = shape.kv_pool_tokens;
   in.max_call_rows = shape.call_rows;
   in.drafter = shape.drafter;
   in.prompt_cache_bytes = shape.prompt_cache_bytes;

@@ -35,6 +35,7 @@ struct ServeShape {
   int32_t tp = 1;
   int64_t context = 4096;
   int32_t parallel = 4;
+  int64_t kv_pool_tokens = 0;  // positions the KV pool holds for all streams; 0: every stream at its full context
   int64_t call_rows = 4096;
   bool drafter = true;
   int64_t prompt_cache_bytes = 0;

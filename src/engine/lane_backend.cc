@@ -41,7 +41,8 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
   i.eos_ids.assign(options.eos_ids.begin(), options.eos_ids.end());
   i.max_context = options.max_context;
   i.max_streams = options.max_streams;
-  i.memory_budget_bytes = options.memory_budget_bytes;
+  // A fixed device pool bounds the streams' bytes by what it holds.
+  i.memory_budget_bytes = b->fwd_->pool_budget_bytes() > 0 ? b->fwd_->pool_budget_bytes() : options.memory_budget_bytes;
   i.max_draft_depth = has_draft && options.drafts ? cfg.dspark_block : 0;
   i.max_verify_rows = std::max(2, options.max_verify_rows);
   i.max_prefill_rows = std::max(1, options.max_prefill_rows);
@@ -68,7 +69,10 @@ StatusOr<std::unique_ptr<LaneBackend>> LaneBackend::create(std::unique_ptr<Strea
   return b;
 }
 
-int64_t LaneBackend::stream_bytes(int64_t rows) const { return bytes_fixed_ + rows * bytes_per_row_; }
+int64_t LaneBackend::stream_bytes(int64_t rows) const {
+  const int64_t pooled = fwd_->pooled_stream_bytes(rows);
+  return pooled >= 0 ? pooled : bytes_fixed_ + rows * bytes_per_row_;
+}
 
 StatusOr<LaneBackend::Slot*> LaneBackend::find(lanes::StreamId stream) {
   auto it = slots_.find(stream);

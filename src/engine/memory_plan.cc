@@ -9,6 +9,7 @@
 #include "engine/vision_memory.h"
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
+#include "family/deepseek_v41/state_pages.h"
 
 namespace dsv4::engine {
 
@@ -48,6 +49,7 @@ Status check_inputs(const MemoryPlanInputs& in) {
   if (in.ranks_per_host < 0) return bad("ranks per host", in.ranks_per_host, "0 for all, or at least 1");
   if (in.max_context < 1) return bad("context", in.max_context, "at least 1 position");
   if (in.parallel < 1) return bad("parallel streams", in.parallel, "at least 1");
+  if (in.kv_pool_tokens < 0) return bad("KV pool tokens", in.kv_pool_tokens, "0 for every stream at its context, or more");
   if (in.max_rollback < 0) return bad("max rollback", in.max_rollback, "at least 0");
   if (in.max_call_rows < 1) return bad("rows per call", in.max_call_rows, "at least 1");
   if (in.staging_bytes < 0 || in.prompt_cache_bytes < 0 || in.device_memory < 0 || in.host_memory < 0)
@@ -68,7 +70,9 @@ void finish_plan(MemoryPlan& p) {
   go.max_rollback = inputs.max_rollback;
   go.dspark = p.drafter;
   const family::StateGeometry g = family::make_state_geometry(family::build_plan(c), go);
-  p.stream_bytes = g.device_bytes();
+  // The KV pool's share of a stream at max_context (family/deepseek_v41/state_pages.h): its slab and its pages.
+  const StatusOr<family::PageLayout> pages = family::page_layout(g);
+  p.stream_bytes = pages.ok() ? pages->stream_bytes(inputs.max_context) : g.device_bytes();
   p.stream_ring_bytes = g.ring_bytes();
   p.stream_bytes_per_position = g.row_table_bytes(inputs.max_context, false) / inputs.max_context;
   p.scratch = estimate_scratch(c, inputs.tp, inputs.max_call_rows, inputs.max_context, inputs.exl3_pack);
@@ -78,7 +82,10 @@ void finish_plan(MemoryPlan& p) {
     m.rank = r;
     m.weights = p.share.rank_device[static_cast<size_t>(r)];
     m.drafter_weights = p.share.rank_drafter[static_cast<size_t>(r)];
-    m.caches = int64_t{inputs.parallel} * p.stream_bytes;
+    m.caches = inputs.kv_pool_tokens > 0 && pages.ok()
+                   ? int64_t{inputs.parallel} * pages->slab_bytes + pages->stream_bytes(inputs.kv_pool_tokens) -
+                         pages->slab_bytes
+                   : int64_t{inputs.parallel} * p.stream_bytes;
     m.scratch = p.scratch.total();
     if (r == 0 && inputs.vision_tower && c.vision.has_value()) {
       m.vision_weights = vision_weight_bytes(*c.vision, c.hidden_size);

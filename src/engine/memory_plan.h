@@ -64,6 +64,8 @@ struct MemoryPlanInputs {
   int32_t ranks_per_host = 0;           // ranks on the host running rank 0; 0 = tp (one host)
   int64_t max_context = 4096;           // positions per stream (serve --context)
   int32_t parallel = 4;                 // streams held at once (serve --parallel)
+  int64_t kv_pool_tokens = 0;           // positions the KV pool's pages hold for all streams (serve --kv-pool-tokens);
+                                        // 0: every stream at max_context
   int64_t max_rollback = 128;           // rows a stream can be rolled back by (the lane backend's)
   int64_t max_call_rows = 4096;         // rows of one forward call: the prefill chunk (cli/backend_choice.h)
   bool drafter = true;                  // upload the DSpark drafter (V4.1; the 0731 drafter is not run)
@@ -81,7 +83,8 @@ struct RankMemory {
   int32_t rank = 0;
   int64_t weights = 0;          // its share, drafter included
   int64_t drafter_weights = 0;  // of which the DSpark stages
-  int64_t caches = 0;           // parallel x one stream's device caches
+  int64_t caches = 0;           // the KV pool: parallel stream slabs and the pages (parallel x one stream's device
+                                // caches at max_context, or the pages for kv_pool_tokens)
   int64_t scratch = 0;
   int64_t vision_weights = 0;   // of weights, the device vision tower's (rank 0, inputs.vision_tower)
   int64_t vision_scratch = 0;   // of scratch, the device vision tower's

@@ -27,9 +27,9 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 // TP 8, context 65,536, 4 streams, 4,096 rows per call, rollback 128, drafter on, Engram pinned:
 // - weights: 4,662,950,472 + 303,335,934,720 / 8 = 42,579,942,312 (weight_share_test.cc, from model-spec.md §5, §7);
-// - caches: 4 x 67,284,992: one stream at 65,536 positions holds 890 B per position (model-spec.md §4.4:
-//   58,327,040) + window rings 43 x 256 x 528 = 5,812,224 + the ratio-2 sources' fp32 projection rings
-//   3 x 2 x 256 x 512 x 4 = 3,145,728;
+// - caches: 4 x 67,287,040: one stream at 65,536 positions holds 890 B per position (model-spec.md §4.4:
+//   58,327,040, 256 pages of 256 positions) + window rings 43 x 256 x 528 = 5,812,224 + the ratio-2 sources' fp32
+//   projection rings 3 x 2 x 256 x 512 x 4 = 3,145,728 + its page table of 256 pointers, 2,048;
 // - scratch: the CUDA backend's sizing (backends/cuda/forward/forward.cc, attention.cc, dspark_device.cc) evaluated by hand
 //   for a rank's config (8 heads, 1 output group): forward 3,613,097,984 (886,497,280 floats: 231,112,704 of
 //   streams, taps and Engram rows + 655,384,576 of head rows, + 64 MiB); attention 2,045,551,616 (call tables
@@ -45,7 +45,7 @@ TEST(MemoryPlan, V41Tp8ByHand) {
   in.engram = EngramPlacement::pinned;
   auto p = plan_memory(in);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p->stream_bytes, 67284992);
+  EXPECT_EQ(p->stream_bytes, 67287040);
   EXPECT_EQ(p->stream_bytes_per_position, 890);
   EXPECT_EQ(p->scratch.forward, 3613097984);
   EXPECT_EQ(p->scratch.attention, 2045551616);
@@ -55,10 +55,10 @@ TEST(MemoryPlan, V41Tp8ByHand) {
   ASSERT_EQ(p->ranks.size(), 8u);
   for (const RankMemory& r : p->ranks) {
     EXPECT_EQ(r.weights, 42579942312);
-    EXPECT_EQ(r.caches, 4 * 67284992);
+    EXPECT_EQ(r.caches, 4 * 67287040);
     EXPECT_EQ(r.scratch, 13645823504);
     EXPECT_EQ(r.runtime, 2415919104);
-    const int64_t rest = 42579942312 + 4 * 67284992 + 13645823504 + 2415919104;  // 58,910,824,888
+    const int64_t rest = 42579942312 + 4 * 67287040 + 13645823504 + 2415919104;  // 58,910,833,080
     EXPECT_EQ(r.margin, rest / 50);                                                // 2%
   }
   // Host: one pinned copy of the Engram tables and scales (202,758,032,400 B, model-spec.md §7.3), 8 rank
@@ -99,8 +99,8 @@ TEST(MemoryPlan, RefusesOneGpuAndSuggestsMoreRanks) {
   EXPECT_TRUE(has(m, "weights 286.85 GiB")) << m;  // 307,998,885,192 / 2^30
   EXPECT_TRUE(has(m, "has 80.00 GiB")) << m;
   EXPECT_TRUE(has(m, "--tp 2 would need")) << m;
-  // V41Tp8ByHand's GPU total (the Engram tables stay on the host either way): 58,910,824,888 + 2% margin =
-  // 60,089,041,385 B = 55.96 GiB (55.71 before the many-row GEMM's 256 MiB pool, 55.61 before bounded replay's
+  // V41Tp8ByHand's GPU total (the Engram tables stay on the host either way): 58,910,833,080 + 2% margin =
+  // 60,089,049,741 B = 55.96 GiB (55.71 before the many-row GEMM's 256 MiB pool, 55.61 before bounded replay's
   // 97,648,640 B of gathers and row tables).
   EXPECT_TRUE(has(m, "--tp 8 would need 55.96 GiB per GPU (fits)")) << m;
   EXPECT_TRUE(has(m, "EXL3 pack")) << m;
@@ -176,9 +176,22 @@ TEST(MemoryPlan, ReplanKeepsWeights) {
   auto q = replan_runtime(*p, in);
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->ranks[0].weights, p->ranks[0].weights);
-  // One stream at 4,096 positions: 890 x 4,096 + 5,812,224 + 3,145,728 = 12,603,392 B.
-  EXPECT_EQ(q->stream_bytes, 12603392);
-  EXPECT_EQ(q->ranks[0].caches, 2 * 12603392);
+  // One stream at 4,096 positions: 890 x 4,096 + 5,812,224 + 3,145,728 + a page table of 16 pointers (128 B, 256
+  // with its alignment) = 12,603,648 B.
+  EXPECT_EQ(q->stream_bytes, 12603648);
+  EXPECT_EQ(q->ranks[0].caches, 2 * 12603648);
+}
+
+// A KV pool of 100,000 positions for 4 streams of 65,536: 4 slabs (rings 5,812,224 + 3,145,728 and a page table of 256
+// pointers, 2,048) and 391 pages of 256 positions x 890 B (227,840 B): 35,840,000 + 89,085,440 = 124,925,440 B.
+TEST(MemoryPlan, KvPoolTokens) {
+  MemoryPlanInputs in = v41(8, 65536, 4);
+  in.kv_pool_tokens = 100000;
+  auto p = plan_memory(in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->ranks[0].caches, 124925440);
+  in.kv_pool_tokens = -1;
+  EXPECT_FALSE(plan_memory(in).ok());
 }
 
 TEST(MemoryPlan, RefusesBadInputsAndUnsplittableModels) {

@@ -110,6 +110,14 @@ class StreamForward {
   virtual uint32_t snapshot_version() const = 0;  // format of snapshot bytes; differs per backend
   // Width of the given embedding rows forward() takes (Piece::embeds; the hidden size); 0: it takes none.
   virtual int64_t embed_dim() const { return 0; }
+  // Device memory of the streams when the forward holds them in a fixed pool (the CUDA KV pool): the bytes a stream
+  // holding `rows` positions takes from it (its pages; the slab it also takes is one of max_streams) and the pool's
+  // bytes of pages. -1 and 0: no fixed pool (the lane adapter then estimates from the geometry).
+  virtual int64_t pooled_stream_bytes(int64_t rows) const {
+    (void)rows;
+    return -1;
+  }
+  virtual int64_t pool_budget_bytes() const { return 0; }
   virtual StatusOr<int32_t> open_stream() = 0;
   virtual Status close_stream(int32_t stream) = 0;
   virtual StatusOr<int64_t> length(int32_t stream) const = 0;

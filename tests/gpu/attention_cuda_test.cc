@@ -27,6 +27,7 @@
 #include "backends/cuda/model/attention_weights.h"
 #include "backends/cuda/model/upload.h"
 #include "attention_testing.h"
+#include "paged_rows_testing.h"
 #include "core/fp4.h"
 #include "core/quant.h"
 #include "core/ue8m0.h"
@@ -124,6 +125,10 @@ struct GpuRunner {
   family::StateGeometry geo;
   Arena weights{size_t{256} << 20}, scratch{size_t{256} << 20};
   std::vector<AttentionDevice> attn;
+  // Pages of 16 positions (8 rows of a ratio-2 table): every call and tile crosses pages, placed by a pool shared
+  // by the streams in the order they grow.
+  family::PageLayout layout;
+  std::unique_ptr<KvPool> pool;
   std::map<int, std::unique_ptr<StreamCaches>> streams;
   std::map<int, uint64_t> seq;
   std::vector<std::vector<int32_t>> topk;  // [layer][rows * index_topk] of the last call
@@ -132,6 +137,12 @@ struct GpuRunner {
     auto g = device_state_geometry(cfg, max_context, rollback);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     geo = *g;
+    auto pl = family::page_layout(geo, 16);
+    EXPECT_TRUE(pl.ok()) << pl.status().to_string();
+    layout = *pl;
+    auto kp = KvPool::create({layout.slab_bytes, layout.page_bytes});
+    EXPECT_TRUE(kp.ok()) << kp.status().to_string();
+    pool = std::move(*kp);
     Uploader up(weights);
     for (int l = 0; l < cfg.n_layers; ++l) {
       auto a = upload_attention(m.weights.layers[l], cfg, l, up);
@@ -142,7 +153,7 @@ struct GpuRunner {
     EXPECT_TRUE(ran.ok()) << ran.status().to_string();
   }
   void open(int s, uint64_t sq) {
-    auto c = StreamCaches::create(geo);
+    auto c = StreamCaches::create(geo, layout, pool.get());
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     streams[s] = std::move(*c);
     seq[s] = sq;
@@ -153,6 +164,7 @@ struct GpuRunner {
     std::vector<int64_t> pos;
     for (const Piece& p : ps) {
       StreamCaches* sc = streams[p.stream].get();
+      EXPECT_TRUE(sc->reserve(sc->length() + p.T, nullptr).ok());
       c.pieces.push_back({sc, sc->length(), p.T, c.rows});
       for (int64_t i = 0; i < p.T; ++i) pos.push_back(sc->length() + i);
       c.rows += p.T;
@@ -495,7 +507,7 @@ TEST(AttentionCuda, IndexScoresEqualOracleFormula) {
     for (auto& v : wt) v = cpu::round_bf16(nd(g));
     const float wscale = 0.125f;
     Arena a(size_t{16} << 20);
-    uint8_t* dkeys = a.alloc_n<uint8_t>(keys.size());
+    const gpu_testing::PagedRowsDev dkeys = gpu_testing::paged_rows(keys, row_bytes, 2);  // pages of 4 rows
     float* dq = a.alloc_n<float>(q.size());
     float* dwt = a.alloc_n<float>(wt.size());
     float* dsc = a.alloc_n<float>(rows * n);
@@ -503,9 +515,8 @@ TEST(AttentionCuda, IndexScoresEqualOracleFormula) {
     int32_t* drp = a.alloc_n<int32_t>(rows);
     PieceDev* dpc = a.alloc_n<PieceDev>(1);
     PieceDev pc;
-    pc.start = 0; pc.T = n; pc.ikeys = dkeys;
+    pc.start = 0; pc.T = n; pc.ikeys = dkeys.rows;
     const int32_t rp[rows] = {0, 0};
-    CUDA_OK(cudaMemcpy(dkeys, keys.data(), keys.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dq, q.data(), 4 * q.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dwt, wt.data(), 4 * wt.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice));

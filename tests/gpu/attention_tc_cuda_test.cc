@@ -20,6 +20,7 @@
 
 #include "attention_testing.h"
 #include "op_testing.h"
+#include "paged_rows_testing.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
@@ -66,6 +67,7 @@ struct Case {
   int32_t *dtop = nullptr, *drp = nullptr;
   int64_t* dpos = nullptr;
   PieceDev* dpc = nullptr;
+  gpu_testing::PagedRowsDev dcomp;  // the compressed rows in pages of 8 rows
 
   // counts(r): the number of valid selected rows of row r (-1 after them); W = 0: compressed only.
   template <typename Counts>
@@ -137,13 +139,13 @@ struct Case {
       return p;
     };
     uint8_t* dring = static_cast<uint8_t*>(up(ring.data(), ring.size()));
-    uint8_t* dcomp = static_cast<uint8_t*>(up(comp.data(), comp.size()));
+    dcomp = gpu_testing::paged_rows(comp, crow);
     for (int pi = 0, r0 = 0; pi < 2; r0 += static_cast<int>(Ts[pi]), ++pi) {
       pcs[pi].start = starts[pi];
       pcs[pi].T = Ts[pi];
       pcs[pi].row0 = r0;
       pcs[pi].window = dring;
-      pcs[pi].comp = dcomp;
+      pcs[pi].comp = dcomp.rows;
     }
     dq = static_cast<float*>(up(q.data(), 4 * q.size()));
     dk = static_cast<float*>(up(kvn.data(), 4 * kvn.size()));

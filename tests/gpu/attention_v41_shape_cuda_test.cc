@@ -11,6 +11,7 @@
 
 #include "attention_testing.h"
 #include "op_testing.h"
+#include "paged_rows_testing.h"
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/rope.h"
@@ -78,10 +79,10 @@ TEST(AttentionCuda, SparseAttentionEqualsOracleAtV41HeadShape) {
     Arena a(size_t{64} << 20);
     auto up = [&](const void* h, size_t n) { void* p = a.alloc(n + 16); cudaMemcpy(p, h, n, cudaMemcpyHostToDevice); return p; };
     uint8_t* dring = static_cast<uint8_t*>(up(ring.data(), ring.size()));
-    uint8_t* dcomp = static_cast<uint8_t*>(up(comp.data(), comp.size()));
+    const gpu_testing::PagedRowsDev dcomp = gpu_testing::paged_rows(comp, crow);  // pages of 8 rows
     for (int pi = 0, r0 = 0; pi < 2; r0 += static_cast<int>(Ts[pi]), ++pi) {
       pcs[pi].start = starts[pi]; pcs[pi].T = Ts[pi]; pcs[pi].row0 = r0;
-      pcs[pi].window = dring; pcs[pi].comp = dcomp;
+      pcs[pi].window = dring; pcs[pi].comp = dcomp.rows;
     }
     auto* dq = static_cast<float*>(up(q.data(), 4 * q.size()));
     auto* dk = static_cast<float*>(up(kvn.data(), 4 * kvn.size()));

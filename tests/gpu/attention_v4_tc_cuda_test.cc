@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/attention/attn_v4.cuh"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
+#include "paged_rows_testing.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -42,7 +43,8 @@ struct Case {
   std::vector<uint8_t> ring, comp;
   std::vector<int32_t> sel, row_piece;
   std::vector<int64_t> pos;
-  DeviceBuffer dring, dcomp;
+  DeviceBuffer dring;
+  gpu_testing::PagedRowsDev dcomp;  // the compressed rows in pages of 8 rows
   Case(const Shape& s, int64_t start_) : sh(s), start(start_), cap(s.W + 16), rb(kv_model1_row_bytes(s.d, kRd)) {
     const int64_t d = s.d, H = s.H;
     q = random_bf16(kT * H * d, 21, 0.3f);
@@ -76,14 +78,14 @@ struct Case {
     for (int64_t r = 0; r < kT; ++r) pos[r] = start + r;
     row_piece.assign(kT, 0);
     dring = to_device(ring);
-    dcomp = to_device(comp);
+    dcomp = gpu_testing::paged_rows(comp, rb);
   }
 
   // Rows r0..r0+n-1 in one launch -> o grouped [G][n][H/G][d].
   std::vector<float> launch(int64_t r0, int64_t n) {
     const int64_t H = sh.H, d = sh.d;
     // The launch computes rows r0.. of a call whose fresh keys (kvn) are the piece's T rows.
-    const PieceV4 pc{start, kT, 0, dring.as<uint8_t>(), dcomp.as<uint8_t>()};
+    const PieceV4 pc{start, kT, 0, dring.as<uint8_t>(), dcomp.rows};
     auto dpc = to_device(std::vector<PieceV4>{pc});
     auto dq = to_device(std::vector<float>(q.begin() + r0 * H * d, q.begin() + (r0 + n) * H * d));
     auto dk = to_device(kvn);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention_testing.h"
+#include "paged_rows_testing.h"
 #include "backends/cpu/linear.h"
 #include "backends/cpu/numerics.h"
 #include "backends/cuda/kernels/attention/attention_kernels.cuh"
@@ -119,15 +120,15 @@ void run_case(const Case& c, unsigned seed) {
   const int64_t G = c.ihd / 32, rb = c.ihd / 2 + G;
   const int64_t n = c.ctx / c.ratio;  // every piece's compressed rows (the last row's L_c)
   std::vector<std::vector<uint8_t>> keys;
-  std::vector<uint8_t*> dkeys;
+  std::vector<gpu_testing::PagedRowsDev> dkeys;  // in pages of 8, 16, .. 128 rows by piece (tiles of 128 keys)
   std::vector<PieceDev> pcs(c.pieces);
   for (int p = 0; p < c.pieces; ++p) {
     keys.push_back(make_keys(n, c.ihd, g));
-    dkeys.push_back(upload(keys.back()));
-    ASSERT_NE(dkeys.back(), nullptr);
+    dkeys.push_back(gpu_testing::paged_rows(keys.back(), rb, 3 + p % 5));
+    ASSERT_TRUE(dkeys.back().rows.present());
     pcs[p].start = c.ctx - c.rows;
     pcs[p].T = c.rows;
-    pcs[p].ikeys = dkeys.back();
+    pcs[p].ikeys = dkeys.back().rows;
   }
   const std::vector<float> q = make_queries(c.rows, c.IH, c.ihd, g);
   std::vector<float> wt(c.rows * c.IH);
@@ -211,7 +212,6 @@ void run_case(const Case& c, unsigned seed) {
   for (void* p : {static_cast<void*>(dq), static_cast<void*>(dwt), static_cast<void*>(dpos), static_cast<void*>(drp),
                   static_cast<void*>(dpc), static_cast<void*>(dsc_a), static_cast<void*>(dsc_b), static_cast<void*>(dsc_c)})
     cudaFree(p);
-  for (uint8_t* d : dkeys) cudaFree(d);
 }
 
 TEST(IndexScoresCuda, TensorCoresEqualDp4aAndOracle) {

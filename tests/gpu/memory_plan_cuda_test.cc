@@ -16,7 +16,7 @@ namespace {
 using family::Preset;
 using family::Variant;
 
-TEST(StateGeometryCuda, DeviceBytesEqualStreamCaches) {
+TEST(StateGeometryCuda, PoolBytesEqualTheFamilyLayout) {
   for (Preset p : {Preset::tiny, Preset::small, Preset::full}) {
     for (Variant v : {Variant::v41, Variant::v4}) {
       for (int64_t context : {int64_t{4096}, int64_t{100001}, int64_t{1} << 20}) {
@@ -26,9 +26,23 @@ TEST(StateGeometryCuda, DeviceBytesEqualStreamCaches) {
                        std::to_string(context) + " rollback " + std::to_string(rollback));
           auto g = device_state_geometry(family::build_plan(c), context, rollback);
           ASSERT_TRUE(g.ok()) << g.status().to_string();
-          // What one stream's allocation takes equals the family geometry's count (the memory plan's source).
-          EXPECT_EQ(g->device_bytes(), StreamCaches::device_bytes(*g));
           EXPECT_EQ(g->ring_capacity, family::build_plan(c).window + rollback);
+          // What one stream at max_context takes from the KV pool equals the family layout's count (the memory
+          // plan's source): its slab and its pages.
+          auto layout = family::page_layout(*g);
+          ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+          auto pool = KvPool::create({layout->slab_bytes, layout->page_bytes});
+          ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+          {
+            auto s = StreamCaches::create(*g, *layout, pool->get());
+            ASSERT_TRUE(s.ok()) << s.status().to_string();
+            ASSERT_TRUE((*s)->reserve(context, nullptr).ok());
+            EXPECT_EQ((*pool)->slabs_in_use() * layout->slab_bytes + (*pool)->pages_in_use() * layout->page_bytes,
+                      layout->stream_bytes(context));
+            EXPECT_EQ((*s)->pages_held(), layout->pages_for(context));
+          }
+          EXPECT_EQ((*pool)->slabs_in_use(), 0);  // given back
+          EXPECT_EQ((*pool)->pages_in_use(), 0);
         }
       }
     }

@@ -20,6 +20,7 @@
 #include "backends/cuda/kernels/attention/attn_v4.cuh"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "op_testing.h"
+#include "paged_rows_testing.h"
 #include "backends/cuda/kernels/block/v4_ops.cuh"
 
 namespace dsv4::cuda {
@@ -207,9 +208,9 @@ TEST(V4Ops, SparseAttentionMatchesOracle) {
   std::vector<int64_t> pos(T);
   std::vector<int32_t> row_piece(T, 0);
   for (int64_t r = 0; r < T; ++r) pos[r] = r;
-  auto dcomp = to_device(comp);
+  const gpu_testing::PagedRowsDev dcomp = gpu_testing::paged_rows(comp, rb, 1);  // pages of 2 rows
   DeviceBuffer ring(16 * rb);
-  PieceV4 pc{0, T, 0, ring.as<uint8_t>(), dcomp.as<uint8_t>()};
+  PieceV4 pc{0, T, 0, ring.as<uint8_t>(), dcomp.rows};
   auto dpc = to_device(std::vector<PieceV4>{pc});
   auto dq = to_device(q), dk = to_device(kvn), dsel = to_device(sel), dsink = to_device(sink), dfr = to_device(freqs);
   auto dpos = to_device(pos), drp = to_device(row_piece);

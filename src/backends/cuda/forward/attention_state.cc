@@ -11,28 +11,7 @@ namespace dsv4::cuda {
 
 namespace {
 
-constexpr size_t kAlign = 256;
-size_t up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Byte sizes of one layer's parts, in allocation order.
-struct LayerSizes {
-  size_t window, compressed, index_keys, comp_kv, comp_gate, idx_kv, idx_gate;
-};
-LayerSizes layer_sizes(const family::StateGeometry& g, size_t l) {
-  const family::LayerStateShape& shape = g.layers[l];
-  LayerSizes s{};
-  s.window = shape.window.bytes();
-  if (shape.kv_source) {
-    const int64_t rows = g.max_context / shape.ratio;
-    s.compressed = rows * g.compressed_row;
-    s.index_keys = shape.index_keys ? rows * g.index_row : 0;
-    s.comp_kv = shape.proj_kv.bytes();
-    s.comp_gate = shape.proj_gate.bytes();
-    s.idx_kv = shape.idx_proj_kv.bytes();
-    s.idx_gate = shape.idx_proj_gate.bytes();
-  }
-  return s;
-}
+size_t up(size_t n) { return (n + family::kStateAlign - 1) / family::kStateAlign * family::kStateAlign; }
 
 Status state_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ok_status();
@@ -60,45 +39,60 @@ StatusOr<family::StateGeometry> device_state_geometry(const family::ModelPlan& p
   return g;
 }
 
-int64_t StreamCaches::device_bytes(const family::StateGeometry& g) {
-  size_t total = 0;
-  for (size_t l = 0; l < g.layers.size(); ++l) {
-    const LayerSizes s = layer_sizes(g, l);
-    total += up(s.window) + up(s.compressed) + up(s.index_keys) + up(s.comp_kv) + up(s.comp_gate) + up(s.idx_kv) +
-             up(s.idx_gate);
-  }
-  total += g.dspark_stages * up(g.dspark_ring.bytes());
-  return static_cast<int64_t>(total);
-}
-
-StatusOr<std::unique_ptr<StreamCaches>> StreamCaches::create(const family::StateGeometry& g, cudaStream_t s) {
-  std::unique_ptr<StreamCaches> c(new StreamCaches(g));
-  const int64_t bytes = device_bytes(g);
-  c->mem_ = DeviceBuffer(static_cast<size_t>(bytes));
-  if (!c->mem_)
-    return error(StatusCode::resource_exhausted, "stream caches: cannot allocate {} device bytes", bytes);
-  DSV4_RETURN_IF_ERROR(state_status(cudaMemsetAsync(c->mem_.get(), 0, bytes, s), "clear"));
-  uint8_t* at = c->mem_.as<uint8_t>();
+StatusOr<std::unique_ptr<StreamCaches>> StreamCaches::create(const family::StateGeometry& g,
+                                                             const family::PageLayout& pages, KvPool* pool,
+                                                             cudaStream_t s) {
+  if (!pool || pool->shape().slab_bytes != pages.slab_bytes || pool->shape().page_bytes != pages.page_bytes)
+    return error(StatusCode::invalid_argument, "stream caches: a KV pool of another layout");
+  std::unique_ptr<StreamCaches> c(new StreamCaches(g, pages, pool));
+  DSV4_ASSIGN_OR_RETURN(c->slab_, pool->take_slab(s));
+  // The slab: per layer its window ring and projection rings, the DSpark rings, then the page table.
+  uint8_t* at = c->slab_;
   auto take = [&](size_t n) -> uint8_t* {
     if (n == 0) return nullptr;
     uint8_t* p = at;
     at += up(n);
     return p;
   };
-  for (size_t l = 0; l < g.layers.size(); ++l) {
-    const LayerSizes s = layer_sizes(g, l);
+  for (const family::LayerStateShape& shape : g.layers) {
     LayerCachesDev d;
-    d.window = take(s.window);
-    d.compressed = take(s.compressed);
-    d.index_keys = take(s.index_keys);
-    d.comp_kv = reinterpret_cast<float*>(take(s.comp_kv));
-    d.comp_gate = reinterpret_cast<float*>(take(s.comp_gate));
-    d.idx_comp_kv = reinterpret_cast<float*>(take(s.idx_kv));
-    d.idx_comp_gate = reinterpret_cast<float*>(take(s.idx_gate));
+    d.window = take(shape.window.bytes());
+    d.comp_kv = reinterpret_cast<float*>(take(shape.proj_kv.bytes()));
+    d.comp_gate = reinterpret_cast<float*>(take(shape.proj_gate.bytes()));
+    d.idx_comp_kv = reinterpret_cast<float*>(take(shape.idx_proj_kv.bytes()));
+    d.idx_comp_gate = reinterpret_cast<float*>(take(shape.idx_proj_gate.bytes()));
     c->layers_.push_back(d);
   }
   for (int st = 0; st < g.dspark_stages; ++st) c->dspark_.push_back(take(g.dspark_ring.bytes()));
+  c->table_ = reinterpret_cast<uint8_t**>(take(pages.table_pages * sizeof(uint8_t*)));
+  for (const family::PagedTable& t : pages.tables) {
+    const RowPages rows{c->table_, t.offset, t.shift};
+    (t.index_keys ? c->layers_[t.layer].index_keys : c->layers_[t.layer].compressed) = rows;
+  }
   return c;
+}
+
+StreamCaches::~StreamCaches() {
+  pool_->give_pages(pages_);
+  pool_->give_slab(slab_);
+}
+
+int64_t StreamCaches::pages_wanted(int64_t positions) const {
+  return std::max<int64_t>(0, layout_.pages_for(positions) - pages_held());
+}
+
+Status StreamCaches::reserve(int64_t positions, cudaStream_t s) {
+  if (positions > geo_.max_context)
+    return error(StatusCode::out_of_range, "stream caches: {} positions past the max context {}", positions,
+                 geo_.max_context);
+  const int64_t n = pages_wanted(positions);
+  if (n == 0) return ok_status();
+  const size_t held = pages_.size();
+  DSV4_RETURN_IF_ERROR(pool_->take_pages(n, s, &pages_));
+  // Pageable source: the copy is staged before cudaMemcpyAsync returns.
+  return state_status(cudaMemcpyAsync(table_ + held, pages_.data() + held, n * sizeof(uint8_t*),
+                                      cudaMemcpyHostToDevice, s),
+                      "page table");
 }
 
 Status StreamCaches::commit(int64_t length) {
@@ -114,8 +108,14 @@ Status StreamCaches::truncate(int64_t length) {
     return error(StatusCode::out_of_range, "stream caches: cannot roll back from {} to {} (max rollback {})",
                  length_, length, geo_.max_rollback);
   // Rows past `length` are simply no longer counted: the next call rewrites them before any read,
-  // and ring slots of positions < length are untouched (capacity = window + max rollback).
+  // and ring slots of positions < length are untouched (capacity = window + max rollback). Pages past the last
+  // position held go back to the pool (their table entries are written again when retaken).
   length_ = length;
+  const size_t keep = static_cast<size_t>(layout_.pages_for(length));
+  if (keep < pages_.size()) {
+    pool_->give_pages(std::span<uint8_t* const>(pages_).subspan(keep));
+    pages_.resize(keep);
+  }
   return ok_status();
 }
 
@@ -186,21 +186,17 @@ Status copy_tail(const Tail& t, int64_t length, uint8_t* host, bool to_host, cud
   return ok_status();
 }
 
-// The device tables of the geometry's row_tables() without the token history: per KV source its compressed
-// rows and, where kept, its index-key rows.
-struct Table {
-  uint8_t* base;
-  int64_t ratio, row_bytes;
-};
-std::vector<Table> tables(const family::StateGeometry& g, const std::vector<LayerCachesDev>& layers) {
-  std::vector<Table> t;
-  for (size_t l = 0; l < g.layers.size(); ++l) {
-    const family::LayerStateShape& shape = g.layers[l];
-    if (!shape.kv_source) continue;
-    t.push_back({layers[l].compressed, shape.ratio, g.compressed_row});
-    if (shape.index_keys) t.push_back({layers[l].index_keys, shape.ratio, g.index_row});
+// Bytes [b0, b0 + n) of a paged table (its rows end to end) as device runs, one per page the range touches:
+// copy(device address, bytes before the run, run bytes).
+template <typename Copy>
+Status table_runs(const family::PagedTable& t, const std::vector<uint8_t*>& pages, int64_t b0, int64_t n, Copy copy) {
+  const int64_t span = t.rows_per_page() * t.row_bytes;  // a page's bytes of the table
+  for (int64_t b = b0; b < b0 + n;) {
+    const int64_t k = b / span, m = std::min(b0 + n, (k + 1) * span) - b;
+    DSV4_RETURN_IF_ERROR(copy(pages[static_cast<size_t>(k)] + t.offset + (b - k * span), b - b0, m));
+    b += m;
   }
-  return t;
+  return ok_status();
 }
 
 void put_u64(std::vector<uint8_t>& out, uint64_t v) {
@@ -228,12 +224,15 @@ StatusOr<CacheParts> StreamCaches::to_parts(int64_t from, cudaStream_t s) const 
     DSV4_RETURN_IF_ERROR(copy_tail(t, length_, &b[at], true, s));
     at += t.bytes();
   }
-  for (const Table& t : tables(geo_, layers_)) {
+  for (const family::PagedTable& t : layout_.tables) {
     const int64_t r0 = from / t.ratio, r1 = length_ / t.ratio;
     std::vector<uint8_t>& rows = parts.rows.emplace_back(static_cast<size_t>((r1 - r0) * t.row_bytes));
-    if (!rows.empty())
-      DSV4_RETURN_IF_ERROR(state_status(
-          cudaMemcpyAsync(rows.data(), t.base + r0 * t.row_bytes, rows.size(), cudaMemcpyDeviceToHost, s), "snapshot copy"));
+    DSV4_RETURN_IF_ERROR(table_runs(t, pages_, r0 * t.row_bytes, (r1 - r0) * t.row_bytes,
+                                    [&](uint8_t* dev, int64_t at, int64_t m) {
+                                      return state_status(cudaMemcpyAsync(rows.data() + at, dev, m,
+                                                                          cudaMemcpyDeviceToHost, s),
+                                                          "snapshot copy");
+                                    }));
   }
   DSV4_RETURN_IF_ERROR(state_status(cudaStreamSynchronize(s), "snapshot sync"));
   return parts;
@@ -261,7 +260,7 @@ Status StreamCaches::from_parts(std::span<const uint8_t> bounded,
   for (const Tail& t : ts) total += t.bytes();
   if (total != bounded.size())
     return error(StatusCode::data_loss, "stream caches snapshot: bounded part of {} bytes, expected {}", bounded.size(), total);
-  const std::vector<Table> tabs = tables(geo_, layers_);
+  const std::vector<family::PagedTable>& tabs = layout_.tables;
   if (chunks.size() != tabs.size())
     return error(StatusCode::data_loss, "stream caches snapshot: {} row tables, this model has {}", chunks.size(),
                  tabs.size());
@@ -272,22 +271,36 @@ Status StreamCaches::from_parts(std::span<const uint8_t> bounded,
       return error(StatusCode::data_loss, "stream caches snapshot: row table {} holds {} bytes for {} positions", i,
                    size, length);
   }
+  DSV4_RETURN_IF_ERROR(reserve(length, s));
   std::vector<uint8_t> staged(bounded.begin(), bounded.end());  // pageable source bytes outlive the copies below
   for (const Tail& t : ts) {
     DSV4_RETURN_IF_ERROR(copy_tail(t, length, &staged[at], false, s));
     at += t.bytes();
   }
   for (size_t i = 0; i < tabs.size(); ++i) {
-    uint8_t* dst = tabs[i].base;
+    int64_t b = 0;
     for (std::span<const uint8_t> c : chunks[i]) {
-      if (!c.empty())
-        DSV4_RETURN_IF_ERROR(state_status(cudaMemcpyAsync(dst, c.data(), c.size(), cudaMemcpyHostToDevice, s), "restore copy"));
-      dst += c.size();
+      DSV4_RETURN_IF_ERROR(write_table(i, b, c, s));
+      b += static_cast<int64_t>(c.size());
     }
   }
   DSV4_RETURN_IF_ERROR(state_status(cudaStreamSynchronize(s), "restore sync"));
   length_ = length;
   return ok_status();
+}
+
+Status StreamCaches::write_table(size_t t, int64_t at, std::span<const uint8_t> bytes, cudaStream_t s) {
+  if (t >= layout_.tables.size())
+    return error(StatusCode::invalid_argument, "stream caches: no row table {}", t);
+  const family::PagedTable& tab = layout_.tables[t];
+  const int64_t n = static_cast<int64_t>(bytes.size());
+  const int64_t span = tab.rows_per_page() * tab.row_bytes;
+  if (at < 0 || (n > 0 && (at + n + span - 1) / span > pages_held()))
+    return error(StatusCode::out_of_range, "stream caches: table {} bytes [{}, +{}) outside the {} pages held", t, at, n,
+                 pages_held());
+  return table_runs(tab, pages_, at, n, [&](uint8_t* dev, int64_t done, int64_t run) {
+    return state_status(cudaMemcpyAsync(dev, bytes.data() + done, run, cudaMemcpyHostToDevice, s), "restore copy");
+  });
 }
 
 // Whole snapshots: magic, the bounded part's size and bytes, then per row table its size and rows.

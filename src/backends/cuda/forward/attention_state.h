@@ -1,8 +1,9 @@
 // Per-stream attention caches on the device (model-spec.md §3.11, §4.2), in the production packed
 // row formats: per layer a window ring of FP8 rows (capacity = window + max rollback); per KV-source
 // layer the compressed KV rows (288 B FP4 or 528 B FP8 at V4.1 sizes) and index-key rows (68 B),
-// sized for a maximum context, and the ratio-2 compressor's fp32 projection rings; plus the DSpark
-// stages' window rings. One device allocation per stream.
+// up to a maximum context, and the ratio-2 compressor's fp32 projection rings; plus the DSpark
+// stages' window rings. The rings and the page table sit in one slab of the KV pool, the rows in its
+// pages as the stream grows (family/deepseek_v41/state_pages.h, kv_pool.h).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,9 @@
 
 #include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/state_geometry.h"
-#include "backends/cuda/runtime/device_buffer.h"
+#include "family/deepseek_v41/state_pages.h"
+#include "backends/cuda/forward/kv_pool.h"
+#include "backends/cuda/kernels/attention/row_pages.cuh"
 #include "core/status.h"
 
 namespace dsv4::cuda {
@@ -34,8 +37,8 @@ struct CacheParts {
 // Device pointers of one layer's caches inside a stream's allocation (null where absent).
 struct LayerCachesDev {
   uint8_t* window = nullptr;      // [ring_capacity, window_row]
-  uint8_t* compressed = nullptr;  // KV source: [max_context / ratio, compressed_row]; row j = position j*ratio
-  uint8_t* index_keys = nullptr;  // KV source: [max_context / ratio, index_row]
+  RowPages compressed;            // KV source: compressed_row bytes a row; row j = position j*ratio
+  RowPages index_keys;            // KV source: index_row bytes a row
   float* comp_kv = nullptr;       // pooling KV source: fp32 k_t [proj_kv.capacity, proj_kv.width] by slot q % capacity
   float* comp_gate = nullptr;     // pooling KV source: fp32 g_t, the same shape
   float* idx_comp_kv = nullptr;   // V4 ratio 4: the indexer compressor's [idx_proj_kv.capacity, 2*ihd]
@@ -44,12 +47,25 @@ struct LayerCachesDev {
 
 class StreamCaches {
  public:
-  // Allocates the caches of one stream and zeroes them on `s`, the CUDA stream that will use them
-  // (ordered before its later work: a clear on another stream could land after a restore's copies
-  // or a first forward's writes); refuses when the device is out of memory.
-  static StatusOr<std::unique_ptr<StreamCaches>> create(const family::StateGeometry& g, cudaStream_t s = nullptr);
-  // Device bytes one stream takes (admission accounting).
-  static int64_t device_bytes(const family::StateGeometry& g);
+  // A stream's caches in `pool` (which must outlive them): its slab, zeroed on `s`, the CUDA stream that will use
+  // them (ordered before its later work: a clear on another stream could land after a restore's copies or a first
+  // forward's writes), and no pages yet; refuses when the pool has no slab left.
+  static StatusOr<std::unique_ptr<StreamCaches>> create(const family::StateGeometry& g, const family::PageLayout& pages,
+                                                        KvPool* pool, cudaStream_t s = nullptr);
+  ~StreamCaches();
+  StreamCaches(const StreamCaches&) = delete;
+  StreamCaches& operator=(const StreamCaches&) = delete;
+
+  // Pages for positions [0, positions) (<= max_context): the missing ones from the pool, zeroed on `s`, their
+  // page-table entries copied to the device on `s`. All or none; resource_exhausted when the pool is short.
+  Status reserve(int64_t positions, cudaStream_t s);
+  // Pages the stream would take to hold `positions` positions.
+  int64_t pages_wanted(int64_t positions) const;
+  int64_t pages_held() const { return static_cast<int64_t>(pages_.size()); }
+  const family::PageLayout& page_layout() const { return layout_; }
+  // Bytes [at, at + bytes.size()) of row table t (page_layout().tables[t], its rows end to end) copied from the host
+  // on `s` (staged before the call returns); the pages they fall in must be held (reserve).
+  Status write_table(size_t t, int64_t at, std::span<const uint8_t> bytes, cudaStream_t s);
 
   const family::StateGeometry& geometry() const { return geo_; }
   const LayerCachesDev& layer(int l) const { return layers_[l]; }
@@ -59,14 +75,15 @@ class StreamCaches {
   // layer; pieces of the next call start there.
   int64_t length() const { return length_; }
   Status commit(int64_t length);
-  // Rolls back to `length` (>= length() - max_rollback): rows at or after it are dropped; rings
-  // keep older positions, so the next piece continues exactly as if the dropped rows never came.
+  // Rolls back to `length` (>= length() - max_rollback): rows at or after it are dropped (pages that then hold none go
+  // back to the pool); rings keep older positions, so the next piece continues exactly as if the dropped rows never
+  // came.
   Status truncate(int64_t length);
   // Snapshots. to_parts: the bounded part (a header naming the layout, then the ring slots the geometry's
   // window_slots and group_slots name) and each row table's rows from position `from`; from_parts rebuilds the
   // caches from a bounded part and each table's rows [0, n) as chunks, refusing another layout or tables that do
-  // not hold exactly the bounded part's rows. A snapshot restores into caches of any max_context that holds it
-  // and any max_rollback. to_bytes / from_bytes: the same as one buffer (parts from position 0).
+  // not hold exactly the bounded part's rows. A snapshot restores into caches of any max_context that holds it,
+  // any max_rollback and any page size. to_bytes / from_bytes: the same as one buffer (parts from position 0).
   StatusOr<CacheParts> to_parts(int64_t from, cudaStream_t s = nullptr) const;
   Status from_parts(std::span<const uint8_t> bounded, std::span<const std::vector<std::span<const uint8_t>>> tables,
                     cudaStream_t s = nullptr);
@@ -74,9 +91,14 @@ class StreamCaches {
   Status from_bytes(std::span<const uint8_t> bytes, cudaStream_t s = nullptr);
 
  private:
-  explicit StreamCaches(const family::StateGeometry& g) : geo_(g) {}
+  StreamCaches(const family::StateGeometry& g, const family::PageLayout& p, KvPool* pool)
+      : geo_(g), layout_(p), pool_(pool) {}
   family::StateGeometry geo_;
-  DeviceBuffer mem_;
+  family::PageLayout layout_;
+  KvPool* pool_ = nullptr;
+  uint8_t* slab_ = nullptr;
+  uint8_t** table_ = nullptr;    // the device page table, in the slab
+  std::vector<uint8_t*> pages_;  // its entries held, page k for positions [k P, (k + 1) P)
   std::vector<LayerCachesDev> layers_;
   std::vector<uint8_t*> dspark_;
   int64_t length_ = 0;

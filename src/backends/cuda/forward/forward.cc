@@ -71,6 +71,14 @@ StatusOr<std::unique_ptr<Forward>> Forward::create(std::shared_ptr<const ModelDe
   DSV4_ASSIGN_OR_RETURN(family::StateGeometry g,
                         device_state_geometry(cfg, options.max_context, options.max_rollback, f->model_->dspark != nullptr));
   f->geo_ = std::make_unique<family::StateGeometry>(std::move(g));
+  DSV4_ASSIGN_OR_RETURN(f->pages_, family::page_layout(*f->geo_, options.kv_page_positions));
+  KvPoolShape pool{f->pages_.slab_bytes, f->pages_.page_bytes};
+  if (options.kv_pool_streams > 0) {
+    pool.slabs = options.kv_pool_streams;
+    pool.pages = options.kv_pool_positions > 0 ? f->pages_.pages_for(options.kv_pool_positions)
+                                               : options.kv_pool_streams * f->pages_.pages_for(options.max_context);
+  }
+  DSV4_ASSIGN_OR_RETURN(f->pool_, KvPool::create(pool));
   f->replay_ = family::replay_shape(cfg, f->geo_->ring_capacity, f->model_->dspark != nullptr);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&f->stream_, cudaStreamNonBlocking), "creating the forward's stream"));
   DSV4_RETURN_IF_ERROR(create_side_stream(f->side_));
@@ -215,6 +223,7 @@ Status Forward::device_call(const DeviceCall& d, cudaStream_t s) {
   OpCtx o = op_ctx(s);
   o.ids = d.ids;
   o.op_probe = op_probe_ ? &op_probe_ : nullptr;
+  o.routing_probe = routing_probe_ ? &routing_probe_ : nullptr;
   DSV4_RETURN_IF_ERROR(embed_rows(o, M, d.ids, rows, d.h, d.pi));  // a rank's: its vocabulary rows, gathered
   DSV4_CUDA_LAUNCH(embed_given(d.given, d.given_rows, d.n_given, C, D, d.h, s), "embed_given",
                    shape_text({{"rows", d.n_given}, {"D", D}}));
@@ -296,6 +305,14 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   // Host side of the call: ids, positions, Engram hash rows and logit rows, staged in pinned memory.
   const std::vector<int32_t>& ids = plan.ids;
   const std::vector<int64_t>& pos = plan.pos;
+  // Pages for every piece's new positions first, all or none from a fixed pool (a short pool touches no stream).
+  int64_t wanted = 0;
+  for (const engine::PiecePlan& p : plan.pieces) wanted += streams_.at(p.stream).caches->pages_wanted(p.start + p.rows);
+  if (pool_->shape().fixed() && wanted > pool_->free_pages())
+    return error(StatusCode::resource_exhausted, "KV pool: the call's streams need {} more pages of {} KiB, {} of {} free",
+                 wanted, pages_.page_bytes >> 10, pool_->free_pages(), pool_->shape().pages);
+  for (const engine::PiecePlan& p : plan.pieces)
+    DSV4_RETURN_IF_ERROR(streams_.at(p.stream).caches->reserve(p.start + p.rows, stream_));
   std::vector<StreamSlot*> slots;
   for (const engine::PiecePlan& p : plan.pieces) {
     StreamSlot& s = streams_.at(p.stream);
@@ -435,7 +452,8 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   // enqueues the same collectives in the same order as the eager run it was captured from.
   // Calls whose rows shrink (bounded replay) run eagerly: their launch sizes and tables vary with the cones; so do
   // calls with given rows or image flags (prompt pieces of an image span): their metadata has other parts.
-  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !profile_ && !layer_times_ &&
+  const bool graph = graphs_on_ && options_.cuda_graphs && !probe_ && !op_probe_ && !routing_probe_ && !profile_ &&
+                     !layer_times_ &&
                      rows <= options_.graph_max_rows && !plan.bounded() && plan.taps == plan.all && n_given == 0 &&
                      plan.image.empty();
   int64_t max_pos = 0;
@@ -532,6 +550,14 @@ class CudaForward final : public engine::StreamForward {
   uint32_t snapshot_version() const override { return 0x43554432; }  // "CUD2": the CUDA snapshot format (split)
   // Given embedding rows on one GPU; a tensor-parallel rank takes none (its plans carry tokens only).
   int64_t embed_dim() const override { return f_->options().collective ? 0 : f_->config().dim; }
+  int64_t pooled_stream_bytes(int64_t rows) const override {
+    if (!f_->kv_pool().shape().fixed()) return -1;
+    return f_->page_layout().pages_for(rows) * f_->page_layout().page_bytes;
+  }
+  int64_t pool_budget_bytes() const override {
+    const KvPoolShape& s = f_->kv_pool().shape();
+    return s.fixed() ? s.pages * s.page_bytes : 0;
+  }
   StatusOr<int32_t> open_stream() override { return f_->open_stream(); }
   Status close_stream(int32_t s) override { return f_->close_stream(s); }
   StatusOr<int64_t> length(int32_t s) const override { return f_->length(s); }

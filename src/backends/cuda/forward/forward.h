@@ -23,6 +23,8 @@
 #include "backends/cuda/kernels/sample/row_draws.cuh"
 #include "backends/cuda/model/model.h"
 #include "family/deepseek_v41/state_geometry.h"
+#include "family/deepseek_v41/state_pages.h"
+#include "backends/cuda/forward/kv_pool.h"
 #include "core/status.h"
 
 namespace dsv4::cuda {
@@ -60,6 +62,14 @@ struct ForwardOptions {
   // every layer computes every row. Not taken while a probe is set (probes see every row) nor by the V4
   // attention (V4-Flash-0731 has no such layer anyway). Calls whose rows shrink run without CUDA graphs.
   bool bounded_replay = true;
+  // The KV pool (kv_pool.h): pages of kv_page_positions positions (0: family::kDefaultPagePositions, raised to the
+  // largest compression ratio). kv_pool_streams > 0: a fixed pool allocated by create, of that many stream slabs and
+  // pages for kv_pool_positions positions (0: kv_pool_streams streams at max_context); open_stream beyond the slabs,
+  // or a call whose streams outgrow the pages, is refused with resource_exhausted. kv_pool_streams = 0: a pool that
+  // grows as streams ask.
+  int64_t kv_page_positions = 0;
+  int32_t kv_pool_streams = 0;
+  int64_t kv_pool_positions = 0;
 };
 
 // Called after every backbone layer with the call's streams h bf16 [rows, C, D] (tests compare
@@ -114,6 +124,10 @@ class Forward {
 
   void set_layer_probe(LayerProbe probe) { probe_ = std::move(probe); }
   void set_op_probe(OpProbe probe) { op_probe_ = std::move(probe); }
+  // Benchmarks only: while set, each MoE layer's selected experts [rows, K] after its router (calls run eagerly and
+  // synchronize there); `dsv4 bench` counts the experts a step touches from them.
+  using RoutingProbe = std::function<void(int layer, const std::vector<int32_t>& experts)>;
+  void set_routing_probe(RoutingProbe probe) { routing_probe_ = std::move(probe); }
   // Per-op milliseconds accumulate into *profile while set (benchmarks and tests; calls run
   // eagerly). synchronized: each op is synchronized around (host wall time, a device fault names its
   // op); otherwise each op is bracketed by events with no synchronization (device time per op).
@@ -126,6 +140,9 @@ class Forward {
   // layer loop only tests the pointer.
   void set_layer_times(std::vector<double>* ms) { layer_times_ = ms; }
   cudaStream_t stream() const { return stream_; }
+  // The streams' device memory: its paged layout and the pool (admission reads its free slabs and pages).
+  const family::PageLayout& page_layout() const { return pages_; }
+  const KvPool& kv_pool() const { return *pool_; }
   // Graph replays, captures and eager runs of the forward's calls so far (tests, benchmarks).
   const GraphCache::Stats& graph_stats() const { return graphs_->stats(); }
   // Off: every call runs eagerly (tests compare both ways); the captured graphs are kept.
@@ -143,6 +160,9 @@ class Forward {
     std::vector<int64_t> history;  // Engram compressed ids per position (-1 = DEAD)
   };
   Forward() = default;
+  // A restore into `slot`: its caches and history dropped, fresh caches filled by `fill`; on an error the stream is
+  // left empty (0 rows) and usable.
+  Status refill(StreamSlot& slot, const std::function<Status(StreamCaches&)>& fill);
   // forward_viewed with mu_ held.
   Status forward_locked(const std::vector<engine::Piece>& pieces, std::vector<engine::PieceResult>* out,
                         std::vector<std::span<const float>>* rows);
@@ -163,6 +183,8 @@ class Forward {
   std::shared_ptr<const ModelDevice> model_;
   ForwardOptions options_;
   std::unique_ptr<family::StateGeometry> geo_;
+  family::PageLayout pages_;
+  std::unique_ptr<KvPool> pool_;  // before streams_: destroyed after every stream gave its slab and pages back
   family::ReplayShape replay_;
   std::vector<int64_t> layer_rows_;
   cudaStream_t stream_ = nullptr;
@@ -180,6 +202,7 @@ class Forward {
   int32_t next_id_ = 0;
   LayerProbe probe_;
   OpProbe op_probe_;
+  RoutingProbe routing_probe_;
   std::map<std::string, double>* profile_ = nullptr;
   bool profile_sync_ = true;
   std::vector<ProfileMark> marks_;  // event-mode sections of the call in flight

@@ -252,6 +252,13 @@ Status moe_forward(OpCtx& c, const MoeDevice& M, const float* x, const uint8_t* 
                      "moe_pairs", shape);
     return ok_status();
   }));
+  if (c.routing_probe) {  // benchmarks: the router's choice (the experts a step touches)
+    std::vector<int32_t> v(P);
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(v.data(), sel, P * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream),
+                                     "routing probe"));
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(c.stream), "routing probe"));
+    (*c.routing_probe)(c.layer, v);
+  }
   DSV4_RETURN_IF_ERROR(timed(c, "moe routed experts", [&]() -> Status {
     if (c.collective)  // tensor-parallel: this rank's experts, then every pair's output gathered (tp_forward.h)
       return tp_routed_experts(c, M, x, pair_row, pair_expert, pair_weight, P, scratch, routed);

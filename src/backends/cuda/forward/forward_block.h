@@ -71,6 +71,8 @@ struct OpCtx {
   // Tests only: when set, op_probe() hands it named sub-layer outputs of layer `layer` (the forward
   // then runs eagerly, never captured).
   const std::function<void(int layer, const char* op, const std::vector<float>& v)>* op_probe = nullptr;
+  // Benchmarks only: when set, the MoE hands it each layer's selected experts [rows, K] after the router (synchronizing).
+  const std::function<void(int layer, const std::vector<int32_t>& experts)>* routing_probe = nullptr;
   int layer = -1;
 
   template <typename T>

@@ -46,10 +46,15 @@ family::ModelPlan bench_plan(family::Config cfg) {
 
 // Every weight of the attention, mixes, router, the active routed experts and the shared expert
 // per layer, the head (bf16); the window ring, the selected compressed rows, the scanned index keys.
-double decode_bytes_v4(const family::ModelPlan& c, int64_t L);
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L, int batch, const std::vector<double>& experts);
 
-double decode_bytes(const family::ModelPlan& c, int64_t L) {
-  if (c.window_format == KvRowFormat::model1) return decode_bytes_v4(c, L);
+// Routed experts of layer l a step reads: experts[l], or one row's n_active.
+double touched(const family::ModelPlan& c, const std::vector<double>& experts, int l) {
+  return experts.empty() ? static_cast<double>(c.n_active) : experts[static_cast<size_t>(l)];
+}
+
+double decode_bytes(const family::ModelPlan& c, int64_t L, int batch, const std::vector<double>& experts) {
+  if (c.window_format == KvRowFormat::model1) return decode_bytes_v4(c, L, batch, experts);
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
   const double fp8 = 1.0 + 1.0 / 1024, fp4 = 0.5 * (1.0 + 1.0 / 16);
@@ -61,13 +66,14 @@ double decode_bytes(const family::ModelPlan& c, int64_t L) {
     if (r.kv_source) b += (r.compress_ratio > 1 ? 2 * d * D * 4 : d * D * 2) + ihd * d * 2;
     if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
     b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
-    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
-    b += 128.0 * (d + d / 32);  // window ring
+    b += touched(c, experts, l) * 3 * I * D * fp4 + 3 * I * D * fp8;
+    double rows = 128.0 * (d + d / 32);  // a stream's window ring
     if (r.compress_ratio > 0) {
-      const double rows = static_cast<double>(L / r.compress_ratio);
-      b += std::min(rows, static_cast<double>(c.index_topk)) * (d / 2 + d / 16);
-      if (r.index_source) b += rows * (ihd / 2 + ihd / 32);
+      const double n = static_cast<double>(L / r.compress_ratio);
+      rows += std::min(n, static_cast<double>(c.index_topk)) * (d / 2 + d / 16);
+      if (r.index_source) rows += n * (ihd / 2 + ihd / 32);
     }
+    b += batch * rows;
   }
   return b + static_cast<double>(c.vocab) * D * 2;  // bf16 head
 }
@@ -76,7 +82,7 @@ double decode_bytes(const family::ModelPlan& c, int64_t L) {
 // compressor [w, D] x2 (w = 2d at ratio 4) and position bias, ratio 4 also the indexer's compressor
 // [2*ihd, D] x2, query side and weights_proj, the min(L/4, top-k) selected rows and the L/4 index
 // keys it scans; larger ratios read every visible row (L/ratio). Hash-routed layers read no bias.
-double decode_bytes_v4(const family::ModelPlan& c, int64_t L) {
+double decode_bytes_v4(const family::ModelPlan& c, int64_t L, int batch, const std::vector<double>& experts) {
   const double D = c.dim, Q = c.q_lora, Hd = static_cast<double>(c.n_heads) * c.head_dim, d = c.head_dim;
   const double G = c.o_groups, O = c.o_lora, C = c.hc_mult, nm = C * (C + 2), I = c.moe_inter, ihd = c.index_head_dim;
   const double wb = c.weight_block, fp8 = 1.0 + 1.0 / (wb * wb), fp4 = 0.5 * (1.0 + 1.0 / 16);
@@ -94,13 +100,14 @@ double decode_bytes_v4(const family::ModelPlan& c, int64_t L) {
     }
     if (r.index_source) b += c.index_heads * ihd * Q * fp8 + c.index_heads * D * 2;
     b += 2 * nm * C * D * 4 + static_cast<double>(c.n_experts) * D * 2;  // mixes fp32, router bf16
-    b += c.n_active * 3 * I * D * fp4 + 3 * I * D * fp8;
-    b += static_cast<double>(c.window) * row;  // window ring
+    b += touched(c, experts, l) * 3 * I * D * fp4 + 3 * I * D * fp8;
+    double rows = static_cast<double>(c.window) * row;  // a stream's window ring
     if (r.compress_ratio > 0) {
-      const double rows = static_cast<double>(L / r.compress_ratio);
-      b += (r.index_source ? std::min(rows, static_cast<double>(c.index_topk)) : rows) * row;
-      if (r.index_source) b += rows * ikey;
+      const double n = static_cast<double>(L / r.compress_ratio);
+      rows += (r.index_source ? std::min(n, static_cast<double>(c.index_topk)) : n) * row;
+      if (r.index_source) rows += n * ikey;
     }
+    b += batch * rows;
   }
   return b + C * C * D * 4 + static_cast<double>(c.vocab) * D * 2;  // hc_head fn, bf16 head
 }
@@ -182,8 +189,8 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   auto fail = [](const Status& s) { return s; };
   // Decode (1 row per stream) and verify windows at each context, batch.
-  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | floor ms | x floor | eager ms/step | graph replays |\n"
-                    "|---|---|---|---|---|---|---|---|---|\n");
+  std::fprintf(out, "\n| step | batch | context | ms/step | tokens/s | experts touched / layer | floor ms | x floor | eager "
+                    "ms/step | graph replays |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t L : f.contexts) {
     for (int rows_per : {1, f.verify_rows}) {
       for (int b : f.batches) {
@@ -209,18 +216,32 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
           for (const engine::Piece& p : call) (void)F.truncate(p.stream, L);
           return true;
         };
+        // The experts the step's routing touches (every step routes the same tokens alike): the floor's expert bytes.
+        std::vector<std::set<int32_t>> seen(cfg.n_layers);
+        F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
+          for (int32_t x : e)
+            if (x >= 0) seen[static_cast<size_t>(layer)].insert(x);
+        });
+        const bool routed = step();
+        F.set_routing_probe(nullptr);
+        if (!routed) return fail(last);
+        std::vector<double> experts;
+        double mean = 0;
+        for (const std::set<int32_t>& e : seen) {
+          experts.push_back(static_cast<double>(e.size()));
+          mean += static_cast<double>(e.size()) / cfg.n_layers;
+        }
         const double ms = time_ms(f.iters, 2, step);
         if (ms < 0) return fail(last);
         const int64_t replays = F.graph_stats().replays;
         F.set_cuda_graphs(false);
         const double eager_ms = time_ms(f.iters, 1, step);
         if (eager_ms < 0) return fail(last);
-        const double floor_ms = b == 1 && rows_per == 1 ? decode_bytes(cfg, L) / bw * 1e3 : 0;
-        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %s | %s | %.3f | %lld |\n", rows_per == 1 ? "decode" : ("verify-" + std::to_string(rows_per)).c_str(),
-                    b, static_cast<long long>(L), ms, b * rows_per * 1e3 / ms,
-                    floor_ms > 0 ? std::to_string(floor_ms).c_str() : "-",
-                    floor_ms > 0 ? std::to_string(ms / floor_ms).c_str() : "-", eager_ms,
-                    static_cast<long long>(replays));
+        const double floor_ms = decode_bytes(cfg, L, b, experts) / bw * 1e3;
+        std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %.1f | %.3f | %.2f | %.3f | %lld |\n",
+                     rows_per == 1 ? "decode" : ("verify-" + std::to_string(rows_per)).c_str(), b,
+                     static_cast<long long>(L), ms, b * rows_per * 1e3 / ms, mean, floor_ms, ms / floor_ms, eager_ms,
+                     static_cast<long long>(replays));
         std::fflush(out);
       }
     }
@@ -229,6 +250,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   if (!f.contexts.empty() && !f.batches.empty()) {
     const int64_t L = f.contexts.front();
     std::vector<std::map<std::string, double>> per_batch;
+    std::vector<double> union_per_layer;  // per batch: the routed experts a step touches, mean over layers
     std::map<std::string, double> v4ops;  // batch 1 only
     for (int b : f.batches) {
       ForwardOptions o;
@@ -245,6 +267,18 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
         call.push_back(engine::Piece{*s, {1000 + i}, {0}});
       }
+      std::vector<std::set<int32_t>> seen(cfg.n_layers);  // one untimed step's routing
+      F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
+        for (int32_t x : e)
+          if (x >= 0) seen[static_cast<size_t>(layer)].insert(x);
+      });
+      auto routed = F.forward(call);
+      F.set_routing_probe(nullptr);
+      if (!routed.ok()) return routed.status();
+      for (const engine::Piece& p : call) DSV4_RETURN_IF_ERROR(F.truncate(p.stream, L));
+      double mean = 0;
+      for (const std::set<int32_t>& e : seen) mean += static_cast<double>(e.size()) / cfg.n_layers;
+      union_per_layer.push_back(mean);
       std::map<std::string, double> prof;
       F.set_profile(&prof, false);  // events around each op, no synchronization
       const bool v4_timing = b == 1 && cfg.window_format == KvRowFormat::model1;
@@ -290,6 +324,18 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
     }
     std::fprintf(out, "| sum of the ops |");
     for (double t : totals) std::fprintf(out, " %.3f | |", t);
+    std::fprintf(out, "\n");
+    // The routed experts' floor: the experts the step's routing touched, each read once (w1, w3, w2 FP4 with their
+    // scales), at the copy bandwidth above.
+    const double expert_bytes = 3.0 * cfg.moe_inter * cfg.dim * 0.5 * (1.0 + 1.0 / 16);
+    std::fprintf(out, "| routed experts touched / layer (counted) |");
+    for (double u : union_per_layer) std::fprintf(out, " %.1f | |", u);
+    std::fprintf(out, "\n| routed experts floor (ms), x floor |");
+    for (size_t i = 0; i < per_batch.size(); ++i) {
+      const double fl = union_per_layer[i] * cfg.n_layers * expert_bytes / bw * 1e3;
+      const auto it = per_batch[i].find("moe routed experts");
+      std::fprintf(out, " %.3f | %.2fx |", fl, it == per_batch[i].end() || fl <= 0 ? 0.0 : it->second / fl);
+    }
     std::fprintf(out, "\n");
     if (!v4ops.empty()) {  // inside "attention": each launch of the V4 layers, summed over layers of a ratio
       const int n = std::max(1, f.iters);

@@ -44,10 +44,12 @@ family::ModelPlan bench_config(int layers, family::Variant variant = family::Var
 // generates neither).
 family::ModelPlan bench_plan(family::Config cfg);
 
-// Bytes one batch-1 decode step at context L reads (weights touched, KV rows, head). V4 / 0731:
-// 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its
+// Bytes a decode step of `batch` streams at context L must read: the dense weights once (head included), each MoE
+// layer's routed experts the step touches once (experts[l] of layer l: counted from the step's routing; empty: the
+// n_active of one row) with its shared expert, and every stream's window ring, selected compressed rows and index
+// keys. V4 / 0731: 128x128 FP8 blocks, 584-byte KV rows, every compressed layer's bf16 compressor (ratio 4 also its
 // indexer's), every visible row of the larger ratios, hc_head.
-double decode_bytes(const family::ModelPlan& c, int64_t L);
+double decode_bytes(const family::ModelPlan& c, int64_t L, int batch = 1, const std::vector<double>& experts = {});
 
 // Runs every measurement, printing markdown tables to `out`.
 Status run_forward_bench(const ForwardBenchOptions& options, std::FILE* out);

@@ -11,7 +11,7 @@ namespace dsv4::cuda {
 
 StatusOr<int32_t> Forward::open_stream() {
   std::lock_guard<std::mutex> lock(mu_);
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> c, StreamCaches::create(*geo_, stream_));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> c, StreamCaches::create(*geo_, pages_, pool_.get(), stream_));
   const int32_t id = next_id_++;
   streams_[id].caches = std::move(c);
   return id;
@@ -49,9 +49,23 @@ Status Forward::assume_length(int32_t stream, int64_t length) {
   if (it->second.caches->length() != 0) return error(StatusCode::invalid_argument, "stream {} is not empty", stream);
   if (length < 0 || length > options_.max_context)
     return error(StatusCode::out_of_range, "length {} outside the context of {}", length, options_.max_context);
+  DSV4_RETURN_IF_ERROR(it->second.caches->reserve(length, stream_));
   DSV4_RETURN_IF_ERROR(it->second.caches->commit(length));
   it->second.history.assign(length, -1);
   return ok_status();
+}
+
+Status Forward::refill(StreamSlot& slot, const std::function<Status(StreamCaches&)>& fill) {
+  slot.caches.reset();  // its slab and pages back to the pool first: a full pool still restores into an open stream
+  slot.history.clear();
+  DSV4_ASSIGN_OR_RETURN(slot.caches, StreamCaches::create(*geo_, pages_, pool_.get(), stream_));
+  Status st = fill(*slot.caches);
+  if (st.ok()) return st;
+  slot.caches.reset();
+  StatusOr<std::unique_ptr<StreamCaches>> empty = StreamCaches::create(*geo_, pages_, pool_.get(), stream_);
+  if (!empty.ok()) return empty.status();  // unreachable: the slab given back above is free
+  slot.caches = std::move(empty).value();
+  return st;
 }
 
 namespace {
@@ -86,14 +100,14 @@ Status Forward::restore(int32_t stream, const std::vector<uint8_t>& bytes) {
   std::memcpy(&cb, &bytes[16], 8);
   if (n > (bytes.size() - 24) / 8 || bytes.size() != 24 + n * 8 + cb)
     return error(StatusCode::data_loss, "stream snapshot: truncated or mismatched");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
-  DSV4_RETURN_IF_ERROR(fresh->from_bytes(std::span<const uint8_t>(bytes).subspan(24 + n * 8), stream_));
-  if (fresh->length() != static_cast<int64_t>(n))
-    return error(StatusCode::data_loss, "stream snapshot: {} history ids for {} rows", n, fresh->length());
-  std::vector<int64_t> hist(n);
-  if (n) std::memcpy(hist.data(), &bytes[24], n * 8);
-  it->second.caches = std::move(fresh);
-  it->second.history = std::move(hist);
+  DSV4_RETURN_IF_ERROR(refill(it->second, [&](StreamCaches& c) -> Status {
+    DSV4_RETURN_IF_ERROR(c.from_bytes(std::span<const uint8_t>(bytes).subspan(24 + n * 8), stream_));
+    if (c.length() != static_cast<int64_t>(n))
+      return error(StatusCode::data_loss, "stream snapshot: {} history ids for {} rows", n, c.length());
+    return ok_status();
+  }));
+  it->second.history.resize(n);
+  if (n) std::memcpy(it->second.history.data(), &bytes[24], n * 8);
   return ok_status();
 }
 
@@ -118,20 +132,21 @@ Status Forward::restore_parts(int32_t stream, std::span<const uint8_t> bounded,
   auto it = streams_.find(stream);
   if (it == streams_.end()) return error(StatusCode::not_found, "no stream {}", stream);
   if (tables.empty()) return error(StatusCode::data_loss, "stream snapshot: no token history");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<StreamCaches> fresh, StreamCaches::create(*geo_, stream_));
-  DSV4_RETURN_IF_ERROR(fresh->from_parts(bounded, tables.subspan(1), stream_));
-  size_t bytes = 0;
-  for (std::span<const uint8_t> c : tables[0]) bytes += c.size();
-  if (bytes != static_cast<size_t>(fresh->length()) * 8)
-    return error(StatusCode::data_loss, "stream snapshot: {} bytes of token history for {} rows", bytes, fresh->length());
-  std::vector<int64_t> hist(static_cast<size_t>(fresh->length()));
+  DSV4_RETURN_IF_ERROR(refill(it->second, [&](StreamCaches& c) -> Status {
+    DSV4_RETURN_IF_ERROR(c.from_parts(bounded, tables.subspan(1), stream_));
+    size_t bytes = 0;
+    for (std::span<const uint8_t> ch : tables[0]) bytes += ch.size();
+    if (bytes != static_cast<size_t>(c.length()) * 8)
+      return error(StatusCode::data_loss, "stream snapshot: {} bytes of token history for {} rows", bytes, c.length());
+    return ok_status();
+  }));
+  std::vector<int64_t>& hist = it->second.history;
+  hist.resize(static_cast<size_t>(it->second.caches->length()));
   uint8_t* at = reinterpret_cast<uint8_t*>(hist.data());
   for (std::span<const uint8_t> c : tables[0]) {
     if (!c.empty()) std::memcpy(at, c.data(), c.size());
     at += c.size();
   }
-  it->second.caches = std::move(fresh);
-  it->second.history = std::move(hist);
   return ok_status();
 }
 

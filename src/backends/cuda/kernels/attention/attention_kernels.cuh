@@ -8,14 +8,16 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/attention/row_pages.cuh"
+
 namespace dsv4::cuda {
 
 // One piece of the call as one layer's kernels see it.
 struct PieceDev {
   int64_t start = 0, T = 0, row0 = 0;
   uint8_t* window = nullptr;       // this layer's ring [cap, window_row]
-  uint8_t* comp = nullptr;         // compressed rows of the layer's KV source [*, comp_row]
-  uint8_t* ikeys = nullptr;        // index-key rows of the layer's KV source [*, index_row]
+  RowPages comp;                   // compressed rows of the layer's KV source, comp_row bytes each
+  RowPages ikeys;                  // index-key rows of the layer's KV source, index_row bytes each
   float* comp_kv = nullptr;        // ratio-2 KV source projection rings [cap, d]
   float* comp_gate = nullptr;
 };

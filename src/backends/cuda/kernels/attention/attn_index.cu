@@ -63,10 +63,10 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
   }
   __syncthreads();
   const int64_t lc = (pos[r] + 1) / ratio;
-  const uint8_t* keys = pieces[row_piece[r]].ikeys;
+  const RowPages keys = pieces[row_piece[r]].ikeys;
   if (split == 1) {  // one thread per key row, every head
     const int64_t t = static_cast<int64_t>(blockIdx.x) * kScoreThreads + threadIdx.x;
-    if (t < lc) score[r * stride + t] = rb(index_terms<IHD>(keys + t * (IHD / 2 + IHD / 32), q, w, qw, qe, 0, IH, nullptr));
+    if (t < lc) score[r * stride + t] = rb(index_terms<IHD>(keys.row(t, IHD / 2 + IHD / 32), q, w, qw, qe, 0, IH, nullptr));
     return;
   }
   // Four threads per key row, a quarter of the heads each; the terms summed in head order after.
@@ -74,7 +74,7 @@ index_scores_kernel(const float* qi, const float* wt, float wscale, const PieceD
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kScoreKeys + tl;
   const int64_t hpq = (IH + 3) / 4, h_begin = hq * hpq, h_end = h_begin + hpq < IH ? h_begin + hpq : IH;
   float* terms = reinterpret_cast<float*>(qe + IH * G);  // [kScoreKeys][IH + 1]
-  if (t < lc) (void)index_terms<IHD>(keys + t * (IHD / 2 + IHD / 32), q, w, qw, qe, h_begin, h_end, terms + tl * (IH + 1));
+  if (t < lc) (void)index_terms<IHD>(keys.row(t, IHD / 2 + IHD / 32), q, w, qw, qe, h_begin, h_end, terms + tl * (IH + 1));
   __syncthreads();
   if (hq != 0 || t >= lc) return;
   float s = 0.0f;

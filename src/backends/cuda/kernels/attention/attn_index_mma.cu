@@ -15,6 +15,22 @@ namespace {
 using namespace attn;
 using namespace index_detail;
 
+// dst[0, n) = src[0, n) by the block's threads, in 16- or 4-byte words where both addresses allow.
+__device__ __forceinline__ void copy_block_bytes(uint8_t* dst, const uint8_t* src, int n) {
+  int done = 0;
+  const uintptr_t both = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
+  if ((both & 15) == 0) {
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    done = n & ~15;
+  } else if ((both & 3) == 0) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+      reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(src)[i];
+    done = n & ~3;
+  }
+  for (int i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
 template <int IHD, int NHB>
 __global__ void __launch_bounds__(kMmaThreads, 2)
 index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const PieceDev* pieces, const int32_t* row_piece,
@@ -147,7 +163,7 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
     }
     const float wv = hw[w * IH + h];
     if (!(fp4 && (emax < emin || (emax - emin <= 9 && emin >= -149 && emax <= 100))))
-      return general_term<IHD>(qi + ((r0 + w) * IH + h) * IHD, pieces[s_piece[w]].ikeys + t * RB, wv);
+      return general_term<IHD>(qi + ((r0 + w) * IH + h) * IHD, pieces[s_piece[w]].ikeys.row(t, RB), wv);
     const int mt = tl >> 4, kr = tl & 15;
     float dot = 0.0f;
 #pragma unroll
@@ -179,24 +195,14 @@ index_scores_mma_kernel(const float* qi, const float* wt, float wscale, const Pi
         ++np;
         if (s_lc[u] > kmax) kmax = s_lc[u];
       }
-    const uint8_t* keys = pieces[p].ikeys;
+    const RowPages keys = pieces[p].ikeys;
     for (int64_t t0 = k_begin; t0 < k_end && t0 < kmax; t0 += kMmaKeys) {
       const int nk = static_cast<int>(kmax - t0 < kMmaKeys ? kmax - t0 : kMmaKeys);
       __syncthreads();  // the previous tile's readers are done
-      {
-        const uint8_t* src = keys + t0 * RB;
-        const int nb = nk * RB;
-        int done = 0;
-        if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-          for (int i = threadIdx.x; i < nb / 16; i += kMmaThreads)
-            reinterpret_cast<uint4*>(raw)[i] = reinterpret_cast<const uint4*>(src)[i];
-          done = nb & ~15;
-        } else if ((reinterpret_cast<uintptr_t>(src) & 3) == 0) {
-          for (int i = threadIdx.x; i < nb / 4; i += kMmaThreads)
-            reinterpret_cast<uint32_t*>(raw)[i] = reinterpret_cast<const uint32_t*>(src)[i];
-          done = nb & ~3;
-        }
-        for (int i = done + threadIdx.x; i < nb; i += kMmaThreads) raw[i] = src[i];
+      for (int k = 0; k < nk;) {  // the tile's rows by pages: a page's rows are consecutive bytes
+        const int n = static_cast<int>(nk - k < keys.run(t0 + k) ? nk - k : keys.run(t0 + k));
+        copy_block_bytes(raw + k * RB, keys.row(t0 + k, RB), n * RB);
+        k += n;
       }
       __syncthreads();
       if (threadIdx.x < kMmaKeys) {  // per key: on the integer path or not, its scale, the groups' shifts

@@ -169,14 +169,14 @@ __global__ void emit_rows_kernel(const EmitDev* emit, const PieceDev* pieces, co
   rope_tail(lat, d, freqs, n_freq, pos, false);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int64_t irow = ihd / 2 + ihd / 32;
-  uint8_t* krow = pc.ikeys + e.j * irow;
+  uint8_t* krow = pc.ikeys.row(e.j, irow);
   for (int64_t g = w; g < ihd / 32; g += nw)
     pack_fp4_ue8m0_group32(key[g * 32 + lane], lane, krow + g * 16, krow + ihd / 2 + g);
   if (fmt == CompFormat::fp8_ue8m0_32) {
-    uint8_t* row = pc.comp + e.j * (d + d / 32);
+    uint8_t* row = pc.comp.row(e.j, d + d / 32);
     for (int64_t g = w; g < d / 32; g += nw) pack_fp8_group32(lat[g * 32 + lane], lane, row + g * 32, row + d + g);
   } else {
-    uint8_t* row = pc.comp + e.j * (d / 2 + d / 16);
+    uint8_t* row = pc.comp.row(e.j, d / 2 + d / 16);
     for (int64_t g = w; g < d / 32; g += nw)
       pack_fp4_e4m3_group16x2(lat[g * 32 + lane], lane, row + g * 16,
                               row + d / 2 + 2 * g);

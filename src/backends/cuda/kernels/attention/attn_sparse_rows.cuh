@@ -72,10 +72,10 @@ __device__ __forceinline__ int list_entry(const SparseArgs& a, const PieceDev& p
   if (idx < a.W) return window_entry(a, pc, p, idx, a.d + a.d / 32, kFp8, ptr);
   if (sel < 0) return kInvalid;
   if (a.fmt == CompFormat::fp8_ue8m0_32) {
-    ptr = pc.comp + static_cast<int64_t>(sel) * (a.d + a.d / 32);
+    ptr = pc.comp.row(sel, a.d + a.d / 32);
     return kFp8;
   }
-  ptr = pc.comp + static_cast<int64_t>(sel) * (a.d / 2 + a.d / 16);
+  ptr = pc.comp.row(sel, a.d / 2 + a.d / 16);
   return kFp4;
 }
 
@@ -86,7 +86,7 @@ __device__ __forceinline__ int list_entry_v4(const SparseArgs& a, const PieceV4&
   const int64_t rowb = kv_model1_row_bytes(a.d, a.rd);
   if (idx < a.W) return window_entry(a, pc, p, idx, rowb, kModel1, ptr);
   if (sel < 0) return kInvalid;
-  ptr = pc.comp + static_cast<int64_t>(sel) * rowb;
+  ptr = pc.comp.row(sel, rowb);
   return kModel1;
 }
 

@@ -175,9 +175,9 @@ __global__ void compress_kernel(const EmitDev* emit, const PieceV4* pieces, cons
   __syncthreads();
   if (index_side) {
     hadamard_shared(sh, n);
-    pack_fp4_shared(sh, n, pc.ikeys + e.j * (n / 2 + n / 32));
+    pack_fp4_shared(sh, n, pc.ikeys.row(e.j, n / 2 + n / 32));
   } else {
-    pack_v4_shared(sh, n, rd, pc.comp + e.j * kv_model1_row_bytes(n, rd));
+    pack_v4_shared(sh, n, rd, pc.comp.row(e.j, kv_model1_row_bytes(n, rd)));
   }
 }
 
@@ -332,7 +332,7 @@ sparse_v4_kernel(const float* q, const float* kvn, const PieceV4* pieces, const 
         }
       } else {
         const int32_t t = sel[r * n_sel + (idx - W)];
-        if (t >= 0) kp = pc.comp + static_cast<int64_t>(t) * rowb;
+        if (t >= 0) kp = pc.comp.row(t, rowb);
       }
       kptr[e] = kp;
       fptr[e] = fp;

@@ -19,8 +19,8 @@ namespace dsv4::cuda {
 struct PieceV4 {
   int64_t start = 0, T = 0, row0 = 0;
   uint8_t* window = nullptr;   // ring [cap, kv_model1_row_bytes(d)]
-  uint8_t* comp = nullptr;     // compressed rows [*, kv_model1_row_bytes(d)], row j = position j*ratio
-  uint8_t* ikeys = nullptr;    // overlap layers: index-key rows [*, ihd/2 + ihd/32]
+  RowPages comp;               // compressed rows of kv_model1_row_bytes(d) bytes, row j = position j*ratio
+  RowPages ikeys;              // overlap layers: index-key rows of ihd/2 + ihd/32 bytes
   float* proj_kv = nullptr;    // main compressor projections [pcap, w] by slot q % pcap
   float* proj_gate = nullptr;
   float* iproj_kv = nullptr;   // overlap layers: indexer compressor projections [pcap, 2*ihd]
