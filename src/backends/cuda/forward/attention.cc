@@ -81,15 +81,18 @@ Status begin_attention_call(CallCtx& c) {
   if (cfg.window_format == KvRowFormat::model1) DSV4_RETURN_IF_ERROR(begin_attention_call_v4(c));  // first: its metadata offsets then depend on the key only
   // Host image: pieces [L, P], row_piece, emit lists; each part 256-aligned.
   const int L = cfg.n_layers;
-  const int64_t P = t->n_pieces;
+  const int64_t P = t->n_pieces, S = c.fixed_layout ? c.rows : P;  // S: entries per layer
+  t->stride = S;
+  if (c.fixed_layout)  // graph calls: every list `rows` long, the padding skipped by the kernels
+    for (int ratio = 1; ratio <= 2; ++ratio) emit[ratio].resize(c.rows, EmitDev{-1, 0, 0});
   std::vector<PieceDev>& pd = t->host_pieces;
-  pd.assign(L * P, PieceDev{});
+  pd.assign(L * S, PieceDev{});
   for (int l = 0; l < L; ++l) {
     const family::LayerPlan& role = (*c.roles)[l];
     for (int64_t i = 0; i < P; ++i) {
       const DevicePiece& pc = c.pieces[i];
       const LayerCachesDev& own = pc.caches->layer(l);
-      PieceDev& d = pd[l * P + i];
+      PieceDev& d = pd[l * S + i];
       d.start = pc.start;
       d.T = pc.T;
       d.row0 = pc.row0;
@@ -102,7 +105,7 @@ Status begin_attention_call(CallCtx& c) {
       }
     }
   }
-  const int64_t off_rows = align256(sizeof(PieceDev) * L * P);
+  const int64_t off_rows = align256(sizeof(PieceDev) * L * S);
   const int64_t off_emit1 = off_rows + align256(sizeof(int32_t) * c.rows);
   const int64_t off_emit2 = off_emit1 + align256(sizeof(EmitDev) * emit[1].size());
   const int64_t total = off_emit2 + align256(sizeof(EmitDev) * emit[2].size());
@@ -159,7 +162,7 @@ Status attention_layer(CallCtx& c, int layer, const float* x, float* y) {
   // The layer's rows: input rows (window keys, compressor) and output rows (queries and after); every row of
   // the call for both unless bounded replay staged them (LayerRowsDev).
   LayerRowsDev lr{RowsDev{c.rows, c.pos, t.row_piece}, RowsDev{c.rows, c.pos, t.row_piece},
-                  t.pieces + layer * t.n_pieces};
+                  t.pieces + layer * t.stride};
   if (!c.layer_rows.empty()) lr = c.layer_rows[layer];
   if (role.kv_source && lr.in.rows != c.rows)  // the groups' emit lists name call rows
     return error(StatusCode::internal, "attention layer {}: a KV source runs on every row of the call", layer);

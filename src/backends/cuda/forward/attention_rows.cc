@@ -77,7 +77,7 @@ Status begin_bounded_call(CallCtx& c, const engine::StepPlan& plan) {
     p.in_space = l == from ? -1 : l - 1 - from;
     p.out_space = l - from;
     if (!(in == plan.all)) {  // the layer's pieces over its input rows: each piece's kept suffix
-      std::vector<PieceDev> pd(t.host_pieces.begin() + l * P, t.host_pieces.begin() + (l + 1) * P);
+      std::vector<PieceDev> pd(t.host_pieces.begin() + l * t.stride, t.host_pieces.begin() + l * t.stride + P);
       for (int64_t i = 0; i < P; ++i) {
         pd[i].start += in.first[i];
         pd[i].T -= in.first[i];
@@ -107,7 +107,7 @@ Status begin_bounded_call(CallCtx& c, const engine::StepPlan& plan) {
   c.layer_rows.assign(L, LayerRowsDev{call_rows, call_rows, nullptr});
   for (int l = 0; l < L; ++l) {
     LayerRowsDev& r = c.layer_rows[l];
-    r.pieces = t.pieces + l * P;
+    r.pieces = t.pieces + l * t.stride;
     if (l < from) continue;
     const LayerParts& p = parts[l];
     r.in = space(p.in_space);

@@ -13,14 +13,15 @@ namespace dsv4::cuda {
 // piece of every row, and per compression ratio the groups this call completes.
 struct AttentionCallTables {
   int64_t n_pieces = 0;
-  PieceDev* pieces = nullptr;     // device [n_layers, n_pieces]
+  int64_t stride = 0;             // entries per layer in `pieces`: n_pieces, or rows (CallCtx::fixed_layout)
+  PieceDev* pieces = nullptr;     // device [n_layers, stride]
   int32_t* row_piece = nullptr;   // device [rows]
   EmitDev* emit[3] = {};          // device, by ratio (1, 2)
   int64_t n_emit[3] = {};
   int64_t max_lc[3] = {};         // by ratio: max over rows of (p + 1) / ratio
   int64_t cap = 0;                // ring capacity of every stream of the call
   std::vector<uint8_t> staging;   // host image of the tables
-  std::vector<PieceDev> host_pieces;  // host copy of `pieces` [n_layers, n_pieces]
+  std::vector<PieceDev> host_pieces;  // host copy of `pieces` [n_layers, stride]
 };
 
 }  // namespace dsv4::cuda

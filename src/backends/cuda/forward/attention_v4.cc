@@ -31,8 +31,9 @@ namespace dsv4::cuda {
 // compressed-row count (max_lc, widened to pos_bound / ratio when a position bound is set).
 struct V4CallTables {
   int64_t n_pieces = 0;
-  PieceV4* pv = nullptr;         // device [n_layers, n_pieces]
-  PieceDev* pd = nullptr;        // device [n_layers, n_pieces]
+  int64_t stride = 0;            // entries per layer: n_pieces, or rows (CallCtx::fixed_layout)
+  PieceV4* pv = nullptr;         // device [n_layers, stride]
+  PieceDev* pd = nullptr;        // device [n_layers, stride]
   int32_t* row_piece = nullptr;  // device [rows]
   std::vector<int> ratios;       // distinct ratios > 0 of the layers, ascending
   std::vector<EmitDev*> emit;    // device, by ratios[i]
@@ -136,11 +137,13 @@ Status begin_attention_call_v4(CallCtx& c) {
   auto t = std::make_shared<V4CallTables>();
   const int L = cfg.n_layers;
   const int64_t P = static_cast<int64_t>(c.pieces.size()), R = c.rows;
+  const int64_t S = c.fixed_layout ? R : P;  // entries per layer (CallCtx::fixed_layout)
   t->n_pieces = P;
+  t->stride = S;
   t->ratios = v4_ratios(cfg);
   const size_t nr = t->ratios.size();
-  std::vector<PieceV4> pv(L * P);
-  std::vector<PieceDev> pd(L * P);
+  std::vector<PieceV4> pv(L * S);
+  std::vector<PieceDev> pd(L * S);
   std::vector<int32_t> row_piece(R);
   std::vector<std::vector<EmitDev>> emit(nr);
   t->max_lc.assign(nr, 0);
@@ -150,9 +153,9 @@ Status begin_attention_call_v4(CallCtx& c) {
     const DevicePiece& pc = c.pieces[i];
     for (int l = 0; l < L; ++l) {
       const LayerCachesDev& own = pc.caches->layer(l);  // V4: every compressed layer is its own KV source
-      pv[l * P + i] = PieceV4{pc.start, pc.T, pc.row0, own.window, own.compressed, own.index_keys,
+      pv[l * S + i] = PieceV4{pc.start, pc.T, pc.row0, own.window, own.compressed, own.index_keys,
                               own.comp_kv, own.comp_gate, own.idx_comp_kv, own.idx_comp_gate};
-      PieceDev& d = pd[l * P + i];
+      PieceDev& d = pd[l * S + i];
       d.start = pc.start;
       d.T = pc.T;
       d.row0 = pc.row0;
@@ -170,10 +173,12 @@ Status begin_attention_call_v4(CallCtx& c) {
       }
     }
   }
-  // Host image: pv [L, P], pd [L, P], row_piece, one emit list per ratio; each part 256-aligned.
+  if (c.fixed_layout)  // graph calls: every list R long, the padding skipped by the kernels
+    for (std::vector<EmitDev>& e : emit) e.resize(R, EmitDev{-1, 0, 0});
+  // Host image: pv [L, S], pd [L, S], row_piece, one emit list per ratio; each part 256-aligned.
   std::vector<int64_t> off(3 + nr + 1, 0);
-  off[1] = off[0] + align256(sizeof(PieceV4) * L * P);
-  off[2] = off[1] + align256(sizeof(PieceDev) * L * P);
+  off[1] = off[0] + align256(sizeof(PieceV4) * L * S);
+  off[2] = off[1] + align256(sizeof(PieceDev) * L * S);
   off[3] = off[2] + align256(4 * R);
   for (size_t k = 0; k < nr; ++k) off[4 + k] = off[3 + k] + align256(sizeof(EmitDev) * emit[k].size());
   const int64_t total = off[3 + nr];
@@ -235,7 +240,7 @@ Status attention_layer_v4(CallCtx& c, int layer, const float* x, float* y) {
     const int32_t* row_piece;
     const EmitDev* emit = nullptr;
     int64_t n_emit = 0, max_lc = 0;
-  } t{ct.pv + layer * ct.n_pieces, ct.pd + layer * ct.n_pieces, ct.row_piece};
+  } t{ct.pv + layer * ct.stride, ct.pd + layer * ct.stride, ct.row_piece};
   if (ratio > 0) {
     const int k = ct.slot(ratio);
     if (k < 0) return error(StatusCode::internal, "V4 attention layer {}: no call tables for ratio {}", layer, ratio);

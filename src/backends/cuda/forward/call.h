@@ -75,6 +75,10 @@ struct CallCtx {
   // instead of the call's largest position, so a call's launch sizes repeat over many steps (graph
   // keys); rows still score only their own (pos + 1) / ratio entries.
   int64_t pos_bound = 0;
+  // Graph calls: the call tables' layout is a function of `rows` alone (the graph key) — the per-layer piece tables
+  // at a stride of `rows` entries, every emit list padded to `rows` entries with skipped ones — so calls of any
+  // piece count and any groups completed replay one graph.
+  bool fixed_layout = false;
   std::vector<DevicePiece> pieces;  // host copy of the call's pieces, rows in order
 
   // Published by index sources / the candidate source for the following layers (allocated from

@@ -348,7 +348,7 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   // row pieces, groups completed per ratio).
   const int64_t P = static_cast<int64_t>(c.pieces.size());
   size_t meta_bytes = CallMeta::padded(rows * 4) + CallMeta::padded(rows * 8) + CallMeta::padded(n_logits * 8) +
-                      CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * P) + CallMeta::padded(rows * 4) +
+                      CallMeta::padded(sizeof(PieceDev) * cfg.n_layers * rows) + CallMeta::padded(rows * 4) +
                       2 * CallMeta::padded(sizeof(EmitDev) * rows) + 256;
   meta_bytes += CallMeta::padded(draws.size() * sizeof(RowDrawDev)) + CallMeta::padded(draws.size() * 4) +
                 CallMeta::padded(masks.size() * 8);  // row draws
@@ -358,7 +358,7 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   meta_bytes += CallMeta::padded(n_given * D * 2) + CallMeta::padded(n_given * 8) + CallMeta::padded(plan.image.size());
   for (size_t e = 0; e < n_engram; ++e)
     meta_bytes += CallMeta::padded(engram_codes[e].size()) + CallMeta::padded(engram_scales[e].size());
-  if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, P);
+  if (cfg.window_format == KvRowFormat::model1) meta_bytes += attention_v4_meta_bytes(cfg, rows, rows);  // P <= rows
   // Bounded replay: the layers' row tables, the tapped rows' positions and places, the logit rows' places.
   meta_bytes += bounded_meta_bytes(cfg, rows, P) + (cfg.dspark_target_layers.size() + 1) * CallMeta::padded(rows * 8);
   bool moved = false;
@@ -409,22 +409,6 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
     }
   }
   DSV4_ASSIGN_OR_RETURN(d.index, meta_->put_n(head_rows.data(), head_rows.size(), "logit rows"));
-  // Row draws: each logit row's reduction, and the rows that go whole (gathered for one copy).
-  const RowDrawDev* d_draws = nullptr;
-  const uint64_t* d_masks = nullptr;
-  const int32_t* d_whole = nullptr;
-  std::vector<int32_t> whole;
-  for (size_t j = 0; j < draws.size(); ++j)
-    if (draws[j].kind == kDrawWhole) whole.push_back(static_cast<int32_t>(j));
-  if (!draws.empty()) {
-    DSV4_ASSIGN_OR_RETURN(d_draws, meta_->put_n(draws.data(), draws.size(), "row draws"));
-    if (!masks.empty()) {
-      DSV4_ASSIGN_OR_RETURN(d_masks, meta_->put_n(masks.data(), masks.size(), "token masks"));
-    }
-    if (!whole.empty()) {
-      DSV4_ASSIGN_OR_RETURN(d_whole, meta_->put_n(whole.data(), whole.size(), "whole logit rows"));
-    }
-  }
   // The tapped rows (each piece's last ring rows, or every row): their places among each tap layer's input rows.
   d.tap_at.assign(cfg.n_layers, nullptr);
   if (M.dspark)
@@ -458,14 +442,10 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
                      plan.image.empty();
   int64_t max_pos = 0;
   for (int64_t p : pos) max_pos = std::max(max_pos, p);
-  // Groups completed per compression ratio above 1 (the compressor's launch sizes).
-  std::vector<int64_t> dims{P};
-  for (int ratio : std::set<int>(cfg.compress_ratios.begin(), cfg.compress_ratios.end())) {
-    if (ratio <= 1) continue;
-    int64_t ends = 0;
-    for (int64_t p : pos) ends += (p + 1) % ratio == 0;
-    dims.push_back(ends);
-  }
+  // The key is the call's rows with the position bound and the logit rows: its tables take a layout of rows alone
+  // (CallCtx::fixed_layout), so calls of any piece count and any groups completed replay one graph.
+  c.fixed_layout = graph;
+  std::vector<int64_t> dims;
   if (graph) {
     const int64_t g = std::max<int64_t>(options_.graph_pos_granule, 1);
     c.pos_bound = std::min((max_pos + 1 + g - 1) / g * g, std::max(options_.max_context, max_pos + 1));
@@ -480,6 +460,24 @@ Status Forward::run(const engine::StepPlan& plan, std::span<const RowDrawDev> dr
   DSV4_ASSIGN_OR_RETURN(d.logits, o.alloc<float>(n_logits * V, "logits"));
   DSV4_RETURN_IF_ERROR(begin_attention_call(c));
   DSV4_RETURN_IF_ERROR(begin_bounded_call(c, plan));
+  // Row draws: each logit row's reduction, and the rows that go whole (gathered for one copy). Read only by the
+  // launches after the graph, they come after every part a graph reads: their sizes (masks, whole rows) are not in
+  // the graph key and must not move those parts.
+  const RowDrawDev* d_draws = nullptr;
+  const uint64_t* d_masks = nullptr;
+  const int32_t* d_whole = nullptr;
+  std::vector<int32_t> whole;
+  for (size_t j = 0; j < draws.size(); ++j)
+    if (draws[j].kind == kDrawWhole) whole.push_back(static_cast<int32_t>(j));
+  if (!draws.empty()) {
+    DSV4_ASSIGN_OR_RETURN(d_draws, meta_->put_n(draws.data(), draws.size(), "row draws"));
+    if (!masks.empty()) {
+      DSV4_ASSIGN_OR_RETURN(d_masks, meta_->put_n(masks.data(), masks.size(), "token masks"));
+    }
+    if (!whole.empty()) {
+      DSV4_ASSIGN_OR_RETURN(d_whole, meta_->put_n(whole.data(), whole.size(), "whole logit rows"));
+    }
+  }
   layer_rows_.assign(cfg.n_layers, rows);
   for (int l = 0; l < cfg.n_layers && !c.layer_rows.empty(); ++l) layer_rows_[l] = c.layer_rows[l].out.rows;
   DSV4_RETURN_IF_ERROR(meta_->upload(stream_));

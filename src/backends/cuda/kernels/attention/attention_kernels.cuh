@@ -22,7 +22,8 @@ struct PieceDev {
   float* comp_gate = nullptr;
 };
 
-// A group completed in this call: the call row of its last token, its piece and group index j.
+// A group completed in this call: the call row of its last token, its piece and group index j. Graph calls pad
+// their lists to a fixed length with entries of row -1, which the kernels skip.
 struct EmitDev {
   int32_t row = 0, piece = 0;
   int64_t j = 0;

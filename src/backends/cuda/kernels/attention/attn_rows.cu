@@ -115,6 +115,7 @@ __global__ void compress_pool2_kernel(const EmitDev* emit, const PieceDev* piece
   extern __shared__ float sh[];
   __shared__ float red[33];
   const EmitDev e = emit[blockIdx.x];
+  if (e.row < 0) return;  // a padding entry (graph calls: lists of a fixed length)
   const PieceDev pc = pieces[e.piece];
   const float* k[2];
   const float* g[2];
@@ -147,6 +148,7 @@ __global__ void compress_norm1_kernel(const EmitDev* emit, const float* lat, int
                                       float* out) {
   extern __shared__ float sh[];
   __shared__ float red[33];
+  if (emit[blockIdx.x].row < 0) return;  // a padding entry
   norm_into(lat + static_cast<int64_t>(emit[blockIdx.x].row) * d, d, norm, eps, sh, red);
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = sh[c];
 }
@@ -157,6 +159,7 @@ __global__ void emit_rows_kernel(const EmitDev* emit, const PieceDev* pieces, co
   extern __shared__ float sh[];  // [d] latent, [ihd] index key
   __shared__ float red[33];
   const EmitDev e = emit[blockIdx.x];
+  if (e.row < 0) return;  // a padding entry
   const PieceDev pc = pieces[e.piece];
   const int64_t pos = e.j * ratio;
   float* lat = sh;

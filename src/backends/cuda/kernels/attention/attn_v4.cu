@@ -118,6 +118,7 @@ __global__ void compress_kernel(const EmitDev* emit, const PieceV4* pieces, cons
   extern __shared__ float sh[];
   __shared__ float red[33];
   const EmitDev e = emit[blockIdx.x];
+  if (e.row < 0) return;  // a padding entry (graph calls: lists of a fixed length)
   const PieceV4 pc = pieces[e.piece];
   const int64_t n = overlap ? w / 2 : w;
   const int slots = overlap ? 2 * ratio : ratio;
