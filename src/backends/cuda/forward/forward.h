@@ -47,9 +47,10 @@ struct ForwardOptions {
   int64_t max_rollback = 128;    // rows a stream can be truncated back by
   int64_t max_call_rows = 2048;  // rows of one forward call, all pieces together (sizes the scratch)
   // Calls of at most graph_max_rows rows (decode and verify rounds) run as CUDA graphs keyed by
-  // their launch sizes: rows, pieces, groups completed per compression ratio, logit rows and the
-  // position bound (the largest position rounded up to graph_pos_granule). A key runs eagerly once
-  // before it is captured (one-off shapes are never captured).
+  // their rows, logit rows and position bound (the largest position rounded up to graph_pos_granule):
+  // their tables take a layout of rows alone (CallCtx::fixed_layout), whatever the pieces and the
+  // groups they complete. A key runs eagerly once before it is captured (one-off shapes are never
+  // captured).
   bool cuda_graphs = true;
   int64_t graph_max_rows = 256;
   int64_t graph_pos_granule = 256;
