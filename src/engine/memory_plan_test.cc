@@ -32,13 +32,13 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 //   projection rings 3 x 2 x 256 x 512 x 4 = 3,145,728 + its page table of 256 pointers, 2,048;
 // - scratch: the CUDA backend's sizing (backends/cuda/forward/forward.cc, attention.cc, dspark_device.cc) evaluated by hand
 //   for a rank's config (8 heads, 1 output group): forward 3,613,097,984 (886,497,280 floats: 231,112,704 of
-//   streams, taps and Engram rows + 655,384,576 of head rows, + 64 MiB); attention 2,045,551,616 (call tables
-//   287,510,528 with 268,439,552 of index-score mask bytes; per layer 1,758,041,088 with 1,073,758,208 of
+//   streams, taps and Engram rows + 655,384,576 of head rows, + 64 MiB); attention 2,050,794,496 (call tables
+//   292,753,408 with 268,439,552 of index-score mask bytes; per layer 1,758,041,088 with 1,073,758,208 of
 //   index scores [4096, 65537] f32 and 92,274,688 of bounded replay's kept rows [4096, 5120] + [4096, 512]);
-//   tensor-parallel gathers 7,675,674,624; drafter 27,204,112; call metadata 15,859,712 (10,485,760 of
-//   piece tables 4096 x 40 x 64 B, 5,242,880 of bounded replay's row tables 4096 x 40 x 32 B, 131,072 of
+//   tensor-parallel gathers 7,675,674,624; drafter 27,204,112; call metadata 21,102,592 (15,728,640 of
+//   piece tables 4096 x 40 x 96 B, 5,242,880 of bounded replay's row tables 4096 x 40 x 32 B, 131,072 of
 //   tapped and logit rows 4 x 4096 x 8 B) + the many-row GEMM's pooled quantized rows 268,435,456 (256 MiB) =
-//   284,295,168; total 13,645,823,504;
+//   289,538,048; total 13,656,309,264;
 // - runtime: 1 GiB context + 256 MiB graphs + 1 GiB NCCL = 2,415,919,104; margin 2% of the sum above.
 TEST(MemoryPlan, V41Tp8ByHand) {
   MemoryPlanInputs in = v41(8, 65536, 4);
@@ -48,17 +48,17 @@ TEST(MemoryPlan, V41Tp8ByHand) {
   EXPECT_EQ(p->stream_bytes, 67287040);
   EXPECT_EQ(p->stream_bytes_per_position, 890);
   EXPECT_EQ(p->scratch.forward, 3613097984);
-  EXPECT_EQ(p->scratch.attention, 2045551616);
+  EXPECT_EQ(p->scratch.attention, 2050794496);
   EXPECT_EQ(p->scratch.tensor_parallel, 7675674624);
   EXPECT_EQ(p->scratch.drafter, 27204112);
-  EXPECT_EQ(p->scratch.other, 15859712 + 268435456);
+  EXPECT_EQ(p->scratch.other, 21102592 + 268435456);
   ASSERT_EQ(p->ranks.size(), 8u);
   for (const RankMemory& r : p->ranks) {
     EXPECT_EQ(r.weights, 42579942312);
     EXPECT_EQ(r.caches, 4 * 67287040);
-    EXPECT_EQ(r.scratch, 13645823504);
+    EXPECT_EQ(r.scratch, 13656309264);
     EXPECT_EQ(r.runtime, 2415919104);
-    const int64_t rest = 42579942312 + 4 * 67287040 + 13645823504 + 2415919104;  // 58,910,833,080
+    const int64_t rest = 42579942312 + 4 * 67287040 + 13656309264 + 2415919104;  // 58,921,318,840
     EXPECT_EQ(r.margin, rest / 50);                                                // 2%
   }
   // Host: one pinned copy of the Engram tables and scales (202,758,032,400 B, model-spec.md §7.3), 8 rank
@@ -99,10 +99,10 @@ TEST(MemoryPlan, RefusesOneGpuAndSuggestsMoreRanks) {
   EXPECT_TRUE(has(m, "weights 286.85 GiB")) << m;  // 307,998,885,192 / 2^30
   EXPECT_TRUE(has(m, "has 80.00 GiB")) << m;
   EXPECT_TRUE(has(m, "--tp 2 would need")) << m;
-  // V41Tp8ByHand's GPU total (the Engram tables stay on the host either way): 58,910,833,080 + 2% margin =
-  // 60,089,049,741 B = 55.96 GiB (55.71 before the many-row GEMM's 256 MiB pool, 55.61 before bounded replay's
+  // V41Tp8ByHand's GPU total (the Engram tables stay on the host either way): 58,921,318,840 + 2% margin =
+  // 60,099,745,216 B = 55.97 GiB (55.96 before the KV pool's piece records grew to 96 B, 55.71 before the many-row GEMM's 256 MiB pool, 55.61 before bounded replay's
   // 97,648,640 B of gathers and row tables).
-  EXPECT_TRUE(has(m, "--tp 8 would need 55.96 GiB per GPU (fits)")) << m;
+  EXPECT_TRUE(has(m, "--tp 8 would need 55.97 GiB per GPU (fits)")) << m;
   EXPECT_TRUE(has(m, "EXL3 pack")) << m;
   EXPECT_TRUE(has(m, "--context 16 would save")) << m;  // not enough: nothing shorter fits
   EXPECT_TRUE(has(m, "--parallel 1 would save")) << m;

@@ -14,9 +14,10 @@ namespace {
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 int64_t f32s(int64_t n) { return align256(n * 4); }
 
-// Sizes of the device records the attention call tables hold (attention_kernels.cuh PieceDev: 3 int64 + 5
-// pointers; attn_v4.cuh PieceV4: 3 int64 + 7 pointers; EmitDev: 2 int32 + 1 int64).
-constexpr int64_t kPieceDev = 64, kPieceV4 = 80, kEmitDev = 16;
+// Sizes of the device records the attention call tables hold (attention_kernels.cuh PieceDev: 3 int64, 3 pointers
+// and 2 RowPages of 24 B (a pointer, an int64, an int32 and padding); attn_v4.cuh PieceV4: 3 int64, 5 pointers and 2
+// RowPages; EmitDev: 2 int32 + 1 int64).
+constexpr int64_t kPieceDev = 96, kPieceV4 = 112, kEmitDev = 16;
 // attn_topk.cu: rows of more than 8,192 scores take the two-level top-k with 16 chunks; attn_sparse*.cu:
 // calls of at most 64 rows with selected rows run the two-pass kernels with a [64, H, W + k] score buffer.
 constexpr int64_t kTopkDirectMax = 8192, kTopkChunks = 16, kTwoPassRows = 64;

@@ -125,8 +125,8 @@ struct GpuRunner {
   family::StateGeometry geo;
   Arena weights{size_t{256} << 20}, scratch{size_t{256} << 20};
   std::vector<AttentionDevice> attn;
-  // Pages of 16 positions (8 rows of a ratio-2 table): every call and tile crosses pages, placed by a pool shared
-  // by the streams in the order they grow.
+  // Pages of 16 positions (8 rows of a ratio-2 table; the largest ratio where that is larger): every call and tile
+  // crosses pages, placed by a pool shared by the streams in the order they grow.
   family::PageLayout layout;
   std::unique_ptr<KvPool> pool;
   std::map<int, std::unique_ptr<StreamCaches>> streams;
@@ -137,7 +137,9 @@ struct GpuRunner {
     auto g = device_state_geometry(cfg, max_context, rollback);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     geo = *g;
-    auto pl = family::page_layout(geo, 16);
+    int64_t page = 16;
+    for (const family::LayerStateShape& l : geo.layers) page = std::max<int64_t>(page, l.ratio);
+    auto pl = family::page_layout(geo, page);
     EXPECT_TRUE(pl.ok()) << pl.status().to_string();
     layout = *pl;
     auto kp = KvPool::create({layout.slab_bytes, layout.page_bytes});
