@@ -1,5 +1,5 @@
 // `dsv4 synth --profile`: listed in the help, bad values and combinations refused with a message
-// naming the flag, and `--profile gate` writes the files of cpu::write_gate_checkpoint byte for byte.
+// naming the flag, and `--profile gate` writes the files of family::write_gate_checkpoint byte for byte.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "backends/cpu/gate_checkpoint.h"
+#include "family/deepseek_v41/gate_checkpoint.h"
 #include "family/deepseek_v41/preset.h"
 
 #include "cli_testing.h"
@@ -63,7 +63,7 @@ TEST(SynthProfileCli, GateWritesTheGateCheckpoint) {
   dsv4::family::SynthOptions o;
   o.sync = false;
   const auto c = dsv4::family::preset_config(dsv4::family::Preset::tiny, dsv4::family::Variant::v41);
-  ASSERT_TRUE(dsv4::cpu::write_gate_checkpoint(c, (root / "lib").string(), o).ok());
+  ASSERT_TRUE(dsv4::family::write_gate_checkpoint(c, (root / "lib").string(), o).ok());
   int files = 0;
   for (const auto& e : fs::directory_iterator(root / "lib")) {
     EXPECT_EQ(slurp(e.path()), slurp(root / "cli" / e.path().filename())) << e.path().filename();

@@ -11,9 +11,9 @@
 #include <string>
 #include <thread>
 
-#include "backends/cpu/gate.h"
-#include "backends/cpu/gate_checkpoint.h"
 #include "cli/command.h"
+#include "family/deepseek_v41/gate_checkpoint.h"
+#include "family/deepseek_v41/gate_weights.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth.h"
 #include "family/deepseek_v41/synth_exl3.h"
@@ -114,12 +114,12 @@ int run_synth(int argc, char** argv) {
       std::fprintf(stderr, "dsv4 synth: --profile gate is for the tiny and small presets, not full\n");
       return 2;
     }
-    if (app.count("--seed") && seed != cpu::gate::kSeed) {
+    if (app.count("--seed") && seed != kGateSeed) {
       std::fprintf(stderr, "dsv4 synth: --profile gate writes the gate weights of seed %llu; --seed is for "
-                   "--profile random\n", static_cast<unsigned long long>(cpu::gate::kSeed));
+                   "--profile random\n", static_cast<unsigned long long>(kGateSeed));
       return 2;
     }
-    seed = cpu::gate::kSeed;
+    seed = kGateSeed;
     if (c.has_engram())
       std::fprintf(stderr, "note: the Engram hash multipliers are the release's (derived from the layer ids; no file "
                    "holds them): every tensor is the gate weights', but V4.1 logits differ from those of the in-memory "
@@ -153,7 +153,7 @@ int run_synth(int argc, char** argv) {
       if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
       std::fflush(stderr);
     };
-    auto r = gate ? cpu::write_gate_exl3_pack(c, out, xo) : write_synthetic_exl3_pack(c, out, xo);
+    auto r = gate ? write_gate_exl3_pack(c, out, xo) : write_synthetic_exl3_pack(c, out, xo);
     if (!r.ok()) {
       std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
       return 1;
@@ -176,7 +176,7 @@ int run_synth(int argc, char** argv) {
     if (p.shard == p.num_shards) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
-  auto r = gate ? cpu::write_gate_checkpoint(c, out, o) : write_synthetic_checkpoint(c, out, o);
+  auto r = gate ? write_gate_checkpoint(c, out, o) : write_synthetic_checkpoint(c, out, o);
   if (!r.ok()) {
     std::fprintf(stderr, "dsv4 synth: %s\n", r.status().to_string().c_str());
     return 1;

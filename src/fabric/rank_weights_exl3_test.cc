@@ -1,6 +1,6 @@
 // An EXL3 pack cut for tensor-parallel ranks (rank_weights.h, exl3_cut.h) at TP 2 and 4, on the tiny V4.1
 // shape with 4 heads in 4 output groups and the drafter, every linear of the Mia layout EXL3-coded
-// (cpu::reencode_as_exl3, as a loaded pack holds it): each rank holds the expected shapes (wq_b and wo_a cut
+// (family::reencode_as_exl3, as a loaded pack holds it): each rank holds the expected shapes (wq_b and wo_a cut
 // along EXL3's out, the head cut at TP 2 and whole at TP 4, where its vocabulary slices are not on
 // 128-column blocks; each routed expert whole on its owner and empty elsewhere; replicated linears shared);
 // the ranks' slices of every wq_b, wo_a and head side by side give back the whole linear's stored words and
@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "backends/cpu/exl3_linear.h"
-#include "family/deepseek_v41/synthetic_weights.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "fabric/exl3_cut.h"
 #include "fabric/rank_weights.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 #include "family/deepseek_v41/tensors.h"
 
 namespace dsv4::fabric {
@@ -37,7 +37,7 @@ family::Config tiny4() {
 const family::Model& whole() {
   static const std::shared_ptr<const family::Model> w = [] {
     const family::Config c = tiny4();
-    auto m = cpu::reencode_as_exl3(c, *family::synthetic_weights(c, 7, true), 7);
+    auto m = family::reencode_as_exl3(c, *family::synthetic_weights(c, 7, true), 7);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     return *m;
   }();

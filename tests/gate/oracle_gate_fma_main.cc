@@ -5,7 +5,7 @@
 // equal the plain build's ref64 bit for bit (so the distances are to the gate's reference).
 //
 // Usage: oracle_gate_fma PRESET VARIANT [PROMPTS [exl3]]   (tiny|small, v41|v4-0731; PROMPTS <= 8;
-//        exl3: the EXL3 gate weights, cpu::exl3_gate_weights, V4.1 only)
+//        exl3: the EXL3 gate weights, family::exl3_gate_weights, V4.1 only)
 // Output: one line per prompt "prompt K err2 ref2 rows top1 ref64_hash top1_hash" (top1_hash: of
 // its ref64's top-1 ids, gate::top1_ids); exit 77 without FMA.
 #include <cinttypes>
@@ -15,9 +15,9 @@
 
 #include "backends/cpu/gate.h"
 #include "family/deepseek_v41/layer_plan.h"
-#include "family/deepseek_v41/synthetic_weights.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace {
 
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   const family::Config fc = family::preset_config(*preset, *variant);
   std::shared_ptr<const family::Model> w;
   if (exl3) {
-    auto e = cpu::exl3_gate_weights(fc);
+    auto e = family::exl3_gate_weights(fc);
     if (!e.ok()) {
       std::fprintf(stderr, "oracle_gate_fma: %s\n", e.status().to_string().c_str());
       return 1;

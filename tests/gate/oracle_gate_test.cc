@@ -7,7 +7,7 @@
 //   bf16 spacing off (one op kind computed from wrongly rounded parameters), and the oracle with
 //   every quantization step skipped (act_quant, KV and index QDQ: what an unquantized port computes).
 // Printed as information: logits stored in bf16, a defect below the gate's resolution.
-// The same three on the EXL3 gate weights (exl3_gate_weights: the gate weights with the Mia layout's
+// The same three on the EXL3 gate weights (family::exl3_gate_weights: the gate weights with the Mia layout's
 // linears re-encoded as EXL3, V4.1), so the gate is meetable and still sees defects on EXL3 linears
 // (exl3_forward_cuda_test runs the CUDA forward on them).
 // DSV4_GATE_PRESETS=tiny,small adds the small presets (minutes on 2 cores; docs/numerics.md).
@@ -23,9 +23,9 @@
 #include "backends/cpu/gate.h"
 #include "backends/cpu/numerics.h"
 #include "core/tensor_store.h"
-#include "family/deepseek_v41/synthetic_weights.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace dsv4::cpu {
 namespace {
@@ -171,7 +171,7 @@ TEST(OracleGate, Exl3GateWeightsAreMeetable) {
     const std::string pname(family::preset_name(p));
     if (!wanted(pname.c_str())) continue;
     SCOPED_TRACE(pname + " v41 EXL3");
-    auto w = exl3_gate_weights(family::preset_config(p, family::Variant::v41));
+    auto w = family::exl3_gate_weights(family::preset_config(p, family::Variant::v41));
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     const family::ModelWeights& ww = (*w)->weights;
     ASSERT_TRUE(ww.head.exl3 && ww.layers[0].wq_a.exl3 && ww.layers[0].experts[0].w1.exl3);

@@ -1,7 +1,7 @@
 // The CUDA forward on EXL3 linears (Mia layout; tiny by default, DSV4_GPU_PRESET=small the larger
 // preset) against the CPU oracle on the same weights. The whole-model gate (docs/numerics.md): the
 // gate weights with every linear the Mia layout stores as EXL3 re-encoded as the pack writer encodes
-// it (cpu::exl3_gate_weights), gate::kPrompts prompts pooled, NRMS(CUDA, ref64) <= 1.05 F and top-1 on
+// it (family::exl3_gate_weights), gate::kPrompts prompts pooled, NRMS(CUDA, ref64) <= 1.05 F and top-1 on
 // every row. On a synthetic pack written by write_synthetic_exl3_pack (random-profile values, loaded
 // by family::open_model as `--backend cuda` does): the EXL3 pieces alone against the oracle's formula in
 // double (cpu::exl3_linear_bf16/_acc) — the linear kinds through their ordinary calls (FP8, FP4, bf16
@@ -24,9 +24,7 @@
 
 #include "forward_testing.h"
 #include "backends/cpu/forward.h"
-#include "backends/cpu/gate_checkpoint.h"
 #include "backends/cpu/moe.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/runtime/arena.h"
 #include "backends/cuda/runtime/device_buffer.h"
 #include "backends/cuda/exl3/exl3_view.h"
@@ -35,8 +33,10 @@
 #include "backends/cuda/model/upload.h"
 #include "core/bf16.h"
 #include "core/thread_pool.h"
+#include "family/deepseek_v41/gate_checkpoint.h"
 #include "family/deepseek_v41/preset.h"
 #include "family/deepseek_v41/synth_exl3.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -87,14 +87,14 @@ std::shared_ptr<const family::Model> weights() {
   return w;
 }
 
-// The EXL3 gate weights of the preset (cpu::exl3_gate_weights: V4.1, no drafter).
+// The EXL3 gate weights of the preset (family::exl3_gate_weights: V4.1, no drafter).
 std::shared_ptr<const family::Model> gate_weights() {
   static std::shared_ptr<const family::Model> w = [] {
     auto preset = family::parse_preset(preset_name());
     EXPECT_TRUE(preset.ok());
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = cpu::exl3_gate_weights(family::preset_config(preset.ok() ? *preset : family::Preset::tiny,
-                                                          family::Variant::v41));
+    auto r = family::exl3_gate_weights(family::preset_config(preset.ok() ? *preset : family::Preset::tiny,
+                                                             family::Variant::v41));
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     std::printf("EXL3 gate weights (preset %s): encoded in %.1f s\n", preset_name().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -287,9 +287,9 @@ TEST(CudaExl3Forward, WholeModelGate) {
 }
 
 // The gate on files: the gate pack `dsv4 synth --profile gate --format exl3` writes
-// (cpu::write_gate_exl3_pack), opened by family::open_model with its Engram release shards as
+// (family::write_gate_exl3_pack), opened by family::open_model with its Engram release shards as
 // `--backend cuda` loads a pack, uploaded, and gated against the oracle on the loaded weights
-// (which are cpu::written_exl3_gate_weights: docs/numerics.md, "The gate on written files").
+// (which are family::written_exl3_gate_weights: docs/numerics.md, "The gate on written files").
 TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
   auto preset = family::parse_preset(preset_name());
   ASSERT_TRUE(preset.ok());
@@ -300,7 +300,7 @@ TEST(CudaExl3Forward, WholeModelGateOnWrittenPack) {
   o.sync = false;
   o.release_dir = dir + "/release-engram";
   const auto t0 = std::chrono::steady_clock::now();
-  auto written = cpu::write_gate_exl3_pack(family::preset_config(*preset, family::Variant::v41), dir, o);
+  auto written = family::write_gate_exl3_pack(family::preset_config(*preset, family::Variant::v41), dir, o);
   ASSERT_TRUE(written.ok()) << written.status().to_string();
   auto loaded = family::open_model(dir, family::OpenOptions{o.release_dir});
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();

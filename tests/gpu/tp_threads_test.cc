@@ -4,7 +4,7 @@
 // per-rank arithmetic is the same code a rank process runs on its own GPU, so this shows what a 2-GPU
 // machine cannot: TP 4 logits equal TP 1's bit for bit (every rank identical, pieces == whole), on random
 // weights and on the gate weights, where TP N also passes the whole-model gate (docs/numerics.md); and the
-// same on the EXL3 gate weights (cpu::exl3_gate_weights, the Mia layout's linears EXL3-coded) of the tiny
+// same on the EXL3 gate weights (family::exl3_gate_weights, the Mia layout's linears EXL3-coded) of the tiny
 // and small presets at TP 2 and 4, where wq_b, wo_a and the head are cut along EXL3's out dimension and the
 // routed experts run through exl3_routed_experts (fabric/exl3_cut.h). NCCL itself is covered by
 // tests/gpu/tp/tp_forward_test on two GPUs.
@@ -23,8 +23,8 @@
 
 #include "backends/cpu/gate.h"
 #include "family/deepseek_v41/layer_plan.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
 #include "family/deepseek_v41/synthetic_weights.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "backends/cuda/tp/collective.h"
 #include "backends/cuda/forward/forward.h"
 #include "backends/cuda/model/model.h"
@@ -320,7 +320,7 @@ const Exl3Case& exl3_case(family::Preset p, const Prompts& prompts) {
   auto it = cases.find(p);
   if (it != cases.end()) return it->second;
   Exl3Case k;
-  auto w = cpu::exl3_gate_weights(exl3_config(p));
+  auto w = family::exl3_gate_weights(exl3_config(p));
   EXPECT_TRUE(w.ok()) << w.status().to_string();
   if (w.ok()) {
     k.weights = *w;

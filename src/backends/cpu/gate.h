@@ -10,11 +10,12 @@
 
 #include "backends/cpu/forward.h"
 #include "core/status.h"
+#include "family/deepseek_v41/gate_weights.h"
 
 namespace dsv4::cpu::gate {
 
-// Gate weights: family::synthetic_weights(cfg, kSeed, ..., family::WeightProfile::gate).
-inline constexpr uint64_t kSeed = 1;
+// Gate weights: family::synthetic_weights(cfg, kSeed, ..., family::WeightProfile::gate), the family's seed.
+inline constexpr uint64_t kSeed = family::kGateSeed;
 // kPrompts fixed prompts of kPromptLength tokens, every row's logits, pooled.
 inline constexpr int kPrompts = 8;
 inline constexpr int kPromptLength = 64;

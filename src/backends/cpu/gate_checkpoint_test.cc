@@ -1,7 +1,7 @@
 // The gate weights written as files (`dsv4 synth --profile gate`) load, through load_weights, to the
 // weights they were written from, bit for bit, and give the same logits; what cannot be held exactly
 // is refused by name. Tiny presets (DSV4_GATE_PRESETS=tiny,small adds small).
-#include "backends/cpu/gate_checkpoint.h"
+#include "family/deepseek_v41/gate_checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,12 +12,13 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cpu/gate.h"
-#include "family/deepseek_v41/layer_plan.h"
-#include "backends/cpu/release_encode.h"
-#include "family/deepseek_v41/synthetic_weights.h"
-#include "backends/cpu/synthetic_exl3.h"
 #include "backends/cpu/weights_testing.h"
+#include "family/deepseek_v41/gate_weights.h"
+#include "family/deepseek_v41/layer_plan.h"
 #include "family/deepseek_v41/preset.h"
+#include "family/deepseek_v41/release_encode.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
+#include "family/deepseek_v41/synthetic_weights.h"
 
 namespace dsv4::cpu {
 namespace {
@@ -71,12 +72,12 @@ TEST(GateCheckpoint, ReleaseLoadsToTheGateWeights) {
       const family::Config c = family::preset_config(p, v);
       const std::string title = std::string(family::preset_name(p)) + " " + std::string(family::variant_name(v));
       const std::string dir = temp_dir("release");
-      auto r = write_gate_checkpoint(c, dir, fast());
+      auto r = family::write_gate_checkpoint(c, dir, fast());
       ASSERT_TRUE(r.ok()) << title << ": " << r.status().to_string();
       auto loaded = family::open_model(dir);
       fs::remove_all(dir);
       ASSERT_TRUE(loaded.ok()) << title << ": " << loaded.status().to_string();
-      auto written = written_gate_weights(c);
+      auto written = family::written_gate_weights(c);
       ASSERT_TRUE(written.ok()) << written.status().to_string();
       // Every tensor, the drafter and the Engram hash layout: the weights the files were written from (V4-0731's
       // drafter is written with random values and not run: compared on V4.1 only).
@@ -84,7 +85,7 @@ TEST(GateCheckpoint, ReleaseLoadsToTheGateWeights) {
       EXPECT_TRUE(d.empty()) << title << ", loaded differs in:\n" << joined(d);
       // Those are the gate weights in every tensor; on V4.1 the Engram hash multipliers are the
       // release's (no file holds the gate weights' own), on V4-0731 they are the gate weights outright.
-      const auto gate = family::synthetic_weights(c, gate::kSeed, false, family::WeightProfile::gate);
+      const auto gate = family::synthetic_weights(c, family::kGateSeed, false, family::WeightProfile::gate);
       const auto g = differences(**written, *gate, {.dspark = false, .engram_multipliers = false});
       EXPECT_TRUE(g.empty()) << title << ", differs from the gate weights in:\n" << joined(g);
       EXPECT_EQ(c.has_engram(), !differences(**written, *gate, {.dspark = false}).empty()) << title;
@@ -105,12 +106,12 @@ TEST(GateCheckpoint, Exl3PackGivesTheExl3GateLogits) {
     o.sync = false;
     o.seed = 12345;  // replaced by the gate's seed
     o.release_dir = dir + "/release-engram";
-    auto r = write_gate_exl3_pack(c, dir, o);
+    auto r = family::write_gate_exl3_pack(c, dir, o);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     auto loaded = family::open_model(dir, family::OpenOptions{o.release_dir});
     fs::remove_all(dir);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    auto want = written_exl3_gate_weights(c);
+    auto want = family::written_exl3_gate_weights(c);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const auto d = differences(**loaded, **want, {.dspark = false});
     EXPECT_TRUE(d.empty()) << "the loaded pack differs from exl3_gate_weights in:\n" << joined(d);
@@ -122,26 +123,26 @@ TEST(GateCheckpoint, Exl3PackGivesTheExl3GateLogits) {
     }
   }
   // V4-0731 has no pack layout.
-  EXPECT_FALSE(write_gate_exl3_pack(family::preset_config(family::Preset::tiny, family::Variant::v4),
-                                    temp_dir("v4"), family::Exl3SynthOptions{}).ok());
+  EXPECT_FALSE(family::write_gate_exl3_pack(family::preset_config(family::Preset::tiny, family::Variant::v4),
+                                            temp_dir("v4"), family::Exl3SynthOptions{}).ok());
 }
 
 TEST(GateCheckpoint, WhatAFileCannotHoldIsRefusedByName) {
   const family::Config c = family::preset_config(family::Preset::tiny, family::Variant::v41);
   // The in-memory gate weights themselves: their Engram hash multipliers are their own.
-  auto gate = family::synthetic_weights(c, gate::kSeed, true, family::WeightProfile::gate);
-  auto s = release_tensor_source(c, *gate, gate::kSeed);
+  auto gate = family::synthetic_weights(c, family::kGateSeed, true, family::WeightProfile::gate);
+  auto s = family::release_tensor_source(c, *gate, family::kGateSeed);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("layers.1.engram: hash multipliers"), std::string::npos) << s.status().message();
   EXPECT_NE(s.status().message().find("layers.4.engram: hash multipliers"), std::string::npos) << s.status().message();
 
-  auto w = written_gate_weights(c);
+  auto w = family::written_gate_weights(c);
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(release_tensor_source(c, **w, gate::kSeed).ok());
+  ASSERT_TRUE(family::release_tensor_source(c, **w, family::kGateSeed).ok());
   // Linears re-encoded as EXL3 have no release bytes.
-  auto x = exl3_gate_weights(c);
+  auto x = family::exl3_gate_weights(c);
   ASSERT_TRUE(x.ok()) << x.status().to_string();
-  s = release_tensor_source(c, **x, gate::kSeed);
+  s = family::release_tensor_source(c, **x, family::kGateSeed);
   ASSERT_FALSE(s.ok());
   const std::string msg = s.status().message();
   for (const char* n : {"layers.0.attn.wq_a.weight: an EXL3 linear", "layers.5.attn.wo_a.weight: an EXL3 linear",
@@ -151,7 +152,7 @@ TEST(GateCheckpoint, WhatAFileCannotHoldIsRefusedByName) {
   family::Config other = c;
   other.num_hidden_layers -= 1;
   other.compress_ratios.erase(other.compress_ratios.begin());
-  EXPECT_FALSE(release_tensor_source(other, **w, gate::kSeed).ok());
+  EXPECT_FALSE(family::release_tensor_source(other, **w, family::kGateSeed).ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // In-memory EXL3 re-encoding: on the synthetic release's weights it gives what the synthetic pack of
 // the same seed loads to (the same stored linears, the same logits bit for bit), and the gate weights
 // hold every Mia-layout linear as EXL3 with no dense values left.
-#include "backends/cpu/synthetic_exl3.h"
+#include "family/deepseek_v41/synthetic_exl3.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -75,7 +75,7 @@ TEST(SyntheticExl3, ReencodedReleaseEqualsTheLoadedPack) {
   ASSERT_TRUE(rel.ok()) << rel.status().to_string();
   ASSERT_TRUE(pack.ok()) << pack.status().to_string();
   ASSERT_FALSE((*rel)->weights.head.exl3);
-  auto re = reencode_as_exl3(c, **rel, seed);
+  auto re = family::reencode_as_exl3(c, **rel, seed);
   ASSERT_TRUE(re.ok()) << re.status().to_string();
   const family::ModelWeights &R = (*re)->weights, &P = (*pack)->weights;
   EXPECT_FALSE(family::present(R.head.weight)) << "a re-encoded linear keeps no dense views";
@@ -103,7 +103,7 @@ TEST(SyntheticExl3, ReencodedReleaseEqualsTheLoadedPack) {
 
 TEST(SyntheticExl3, GateWeightsHoldTheLayoutsLinearsAsExl3) {
   const family::Config c = tiny_small_vocab();
-  auto w = exl3_gate_weights(c);
+  auto w = family::exl3_gate_weights(c);
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   const family::ModelWeights& m = (*w)->weights;
   EXPECT_TRUE(m.dspark.empty());
@@ -116,7 +116,7 @@ TEST(SyntheticExl3, GateWeightsHoldTheLayoutsLinearsAsExl3) {
   }
   EXPECT_TRUE(m.head.exl3);
   // V4 / 0731 has no pack layout: refused, as exl3_pack_plan refuses it.
-  EXPECT_FALSE(exl3_gate_weights(family::preset_config(family::Preset::tiny, family::Variant::v4)).ok());
+  EXPECT_FALSE(family::exl3_gate_weights(family::preset_config(family::Preset::tiny, family::Variant::v4)).ok());
 }
 
 }  // namespace

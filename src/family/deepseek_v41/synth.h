@@ -69,7 +69,7 @@ int64_t synth_disk_bytes(const Config& c, SynthSparse sparse);
 Status check_synth_space(std::string_view out, std::string_view where, int64_t need, int64_t available);
 
 // Where a checkpoint writer takes each tensor's stored bytes from: the random values of synth_values.h,
-// or weights a backend encodes (`dsv4 synth --profile gate`, backends/cpu/release_encode.h).
+// or the bytes a model already holds (`dsv4 synth --profile gate`, release_encode.h).
 struct TensorSource {
   // Fills payload bytes [offset, offset + out.size()) of `t`, a tensor of expected_tensors(c); any
   // boundaries (the writers ask chunk by chunk, tensor after tensor).

@@ -1,16 +1,14 @@
 // write_exl3_pack: release bytes of a tensor source -> dense linears -> EXL3 tensors, native tensors copied.
 #include "family/deepseek_v41/synth_exl3.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
-#include "core/bf16.h"
-#include "core/fp4.h"
-#include "core/fp8.h"
 #include "core/safetensors_writer.h"
 #include "core/sha256.h"
-#include "core/ue8m0.h"
 #include "family/deepseek_v41/exl3_sources.h"
+#include "family/deepseek_v41/linear_values.h"
 #include "formats/exl3/quantize.h"
 #include "tokenizer/engram_token_map.h"
 
@@ -39,31 +37,14 @@ StatusOr<std::vector<float>> release_dense(const Config& c, const TensorTable& t
   DSV4_CHECK(w != nullptr);
   const int64_t out = w->shape[0];
   DSV4_ASSIGN_OR_RETURN(const std::vector<uint8_t> wb, all_bytes(src, *w));
-  if (w->role == TensorRole::linear) {
-    std::vector<float> v(wb.size() / 2);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(static_cast<uint16_t>(wb[2 * i] | wb[2 * i + 1] << 8));
-    return v;
-  }
+  if (w->role == TensorRole::linear) return matrix_values(wb.data(), DType::bf16, static_cast<int64_t>(wb.size() / 2));
   const TensorSpec* s = t.find(group + ".scale");
   DSV4_CHECK(s != nullptr);
   DSV4_ASSIGN_OR_RETURN(const std::vector<uint8_t> sb, all_bytes(src, *s));
   const int64_t scols = s->shape[1];
-  if (w->role == TensorRole::fp4_weight) {
-    const int64_t in = w->shape[1] * 2;
-    std::vector<float> v(out * in);
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) {
-        const uint8_t byte = wb[o * (in / 2) + i / 2];
-        v[o * in + i] = e2m1_to_f32(i % 2 ? byte >> 4 : byte & 15) * ue8m0_to_f32(sb[o * scols + i / 32]);
-      }
-    return v;
-  }
-  const int64_t in = w->shape[1], bo = c.quant.weight_block_out, bi = c.quant.weight_block_in;
-  std::vector<float> v(out * in);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i)
-      v[o * in + i] = e4m3_to_f32(wb[o * in + i]) * ue8m0_to_f32(sb[(o / bo) * scols + i / bi]);
-  return v;
+  if (w->role == TensorRole::fp4_weight) return fp4_linear_values(wb.data(), sb.data(), out, w->shape[1] * 2, scols);
+  return fp8_linear_values(wb.data(), sb.data(), out, w->shape[1], c.quant.weight_block_out, c.quant.weight_block_in,
+                           scols);
 }
 
 std::vector<uint8_t> u16_bytes(const std::vector<uint16_t>& v) {

@@ -40,7 +40,7 @@ int exl3_synth_bits(const Exl3Group& g);
 // `dense` [release out, in] (row-major; wo_a's slice g reads rows [g·g.out, (g+1)·g.out)): transposed
 // to W [in, out], zero-padded to g's padded dims and encoded by exl3::quantize_linear with
 // exl3_synth_bits(g) and the synthetic codebook (mul1; shared experts MCG; the head 3INST). A pure
-// function of (g, dense, seed): the pack writer and in-memory re-encodings (cpu/synthetic_exl3.h) share it.
+// function of (g, dense, seed): the pack writer and in-memory re-encodings (synthetic_exl3.h) share it.
 exl3::Linear encode_synth_exl3(const Exl3Group& g, std::span<const float> dense, uint64_t seed);
 
 // Writes the pack of `c` into `dir` (config.json with an EXL3 quantization_config, quantization_config.json

@@ -1,5 +1,5 @@
 // release_tensor_source: every tensor the oracle reads, as the model stores it, by name.
-#include "backends/cpu/release_encode.h"
+#include "family/deepseek_v41/release_encode.h"
 
 #include <fmt/ranges.h>
 
@@ -16,11 +16,11 @@
 #include "family/deepseek_v41/engram_layout.h"
 #include "family/deepseek_v41/tensors.h"
 
-namespace dsv4::cpu {
+namespace dsv4::family {
 namespace {
 
 // Tensors the oracle never reads for this config, written with the random profile's values.
-bool unread_by_the_oracle(const family::Model& m, const std::string& name) {
+bool unread_by_the_oracle(const Model& m, const std::string& name) {
   for (const char* p : {"vision.", "aligner.", "image_"})
     if (name.rfind(p, 0) == 0) return true;
   return m.plan.dspark.empty() && name.rfind("mtp.", 0) == 0;  // no drafter drawn (V4-0731's is not run)
@@ -28,8 +28,8 @@ bool unread_by_the_oracle(const family::Model& m, const std::string& name) {
 
 }  // namespace
 
-StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, const family::Model& w, uint64_t seed) {
-  const family::TensorTable table = family::expected_tensors(fc);
+StatusOr<TensorSource> release_tensor_source(const Config& fc, const Model& w, uint64_t seed) {
+  const TensorTable table = expected_tensors(fc);
   std::vector<std::string> problems;
   const auto problem = [&](const std::string& name, std::string_view what) {
     problems.push_back(fmt::format("{}: {}", name, what));
@@ -38,21 +38,21 @@ StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, c
     return error(StatusCode::invalid_argument, "the weights have {} layers, the config {}", w.config.num_hidden_layers,
                  fc.num_hidden_layers);
   // Linears re-encoded as EXL3 have no release bytes.
-  family::ModelWeights views = w.weights;
+  ModelWeights views = w.weights;
   std::set<std::string> exl3;
-  family::for_each_linear(views, w.plan, [&](const std::string& group, family::LinearRef ref) {
+  for_each_linear(views, w.plan, [&](const std::string& group, LinearRef ref) {
     if (std::visit([](auto* l) { return l->exl3 != nullptr; }, ref)) exl3.insert(group);
   });
   for (const std::string& g : exl3) problem(g + ".weight", "an EXL3 linear (a release checkpoint holds it dense)");
   if (fc.has_engram()) {
-    const family::EngramLayout want = family::compute_engram_layout(fc);
+    const EngramLayout want = compute_engram_layout(fc);
     for (size_t i = 0; i < want.layers.size(); ++i) {
       const std::string p = fmt::format("layers.{}.engram", fc.engram_layer_ids[i]);
       if (i >= w.engram.layers.size()) {
         problem(p, "missing from the weights");
         continue;
       }
-      const family::EngramLayerLayout& L = w.engram.layers[i];
+      const EngramLayerLayout& L = w.engram.layers[i];
       if (L.primes != want.layers[i].primes || L.offsets != want.layers[i].offsets)
         problem(p + ".embed.weight", fmt::format("hash primes [{}] / offsets [{}], the config's are [{}] / [{}]",
                                                  fmt::join(L.primes, ", "), fmt::join(L.offsets, ", "),
@@ -64,7 +64,7 @@ StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, c
                                fmt::join(L.multipliers, ", "), fmt::join(want.layers[i].multipliers, ", ")));
     }
   }
-  for (const family::TensorSpec& t : table.tensors) {
+  for (const TensorSpec& t : table.tensors) {
     if (!w.store->contains(t.name)) {
       if (unread_by_the_oracle(w, t.name)) continue;
       std::string group = t.name;
@@ -81,7 +81,7 @@ StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, c
                                            shape_string(v->shape), dtype_name(t.dtype), shape_string(t.shape))
                              : v.status().message());
   }
-  family::TensorSource src;
+  TensorSource src;
   if (fc.has_engram()) {
     EngramTokenMap map;
     map.token_map = w.engram_token_map;
@@ -98,8 +98,8 @@ StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, c
                  "problems):\n  {}", problems.size(), fmt::join(problems, "\n  "));
   // The model (and with it the store its views point into) stays alive as long as the source.
   std::shared_ptr<const TensorStore> held = w.store;
-  family::TensorSource random = family::synthetic_tensor_source(fc, seed);
-  src.fill = [held, random = std::move(random.fill)](const family::TensorSpec& t, int64_t off, std::span<uint8_t> out) {
+  TensorSource random = synthetic_tensor_source(fc, seed);
+  src.fill = [held, random = std::move(random.fill)](const TensorSpec& t, int64_t off, std::span<uint8_t> out) {
     if (!held->contains(t.name)) return random(t, off, out);
     DSV4_ASSIGN_OR_RETURN(TensorView v, held->tensor(t.name));
     if (off < 0 || off + static_cast<int64_t>(out.size()) > v.nbytes)
@@ -110,4 +110,4 @@ StatusOr<family::TensorSource> release_tensor_source(const family::Config& fc, c
   return src;
 }
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4::family
