@@ -180,6 +180,8 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return error(StatusCode::unavailable, "no CUDA device is visible; the benchmark needs an NVIDIA GPU");
   const double bw = copy_bandwidth();
+  engine::RowDraw greedy;  // decode and verify steps draw their logit row on the device (lanes' greedy argmax)
+  greedy.kind = engine::RowDraw::Kind::argmax;
   std::fprintf(out, "device-to-device copy bandwidth: %.0f GB/s\n", bw / 1e9);
   const auto t0 = std::chrono::steady_clock::now();
   auto made = ModelDevice::synthesize(cfg, f.seed);
@@ -207,7 +209,8 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
           auto s = F.open_stream();
           if (!s.ok()) return fail(s.status());
           ok = F.assume_length(*s, L).ok();
-          call.push_back(engine::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}});
+          // The logit row drawn greedily where the logits are, as serving does: its id comes back, not its logits.
+          call.push_back(engine::Piece{*s, std::vector<int32_t>(rows_per, 1000 + i), {rows_per - 1}, {}, {greedy}});
         }
         Status last = ok_status();
         auto step = [&] {
@@ -265,7 +268,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         auto s = F.open_stream();
         if (!s.ok()) return s.status();
         DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
-        call.push_back(engine::Piece{*s, {1000 + i}, {0}});
+        call.push_back(engine::Piece{*s, {1000 + i}, {0}, {}, {greedy}});
       }
       std::vector<std::set<int32_t>> seen(cfg.n_layers);  // one untimed step's routing
       F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
