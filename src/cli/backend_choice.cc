@@ -13,6 +13,7 @@
 #ifdef DSV4_WITH_CUDA
 #include "backends/cuda/runtime/device_info.h"
 #include "backends/cuda/forward/forward.h"
+#include "backends/cuda/forward/forward_perf.h"
 #include "backends/cuda/model/model.h"
 #include "backends/cuda/vision/vision_seam.h"
 #endif
@@ -80,6 +81,28 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
   return cuda::cuda_stream_forward(std::move(f));
 #else
   return error(StatusCode::unimplemented, "--backend cuda: this dsv4 was built without the CUDA backend");
+#endif
+}
+
+StatusOr<std::unique_ptr<engine::StreamForward>> make_synthetic_stream_forward(const BackendChoice& choice, int layers,
+                                                                            int decoder_layers,
+                                                                            family::ModelPlan* plan) {
+#ifdef DSV4_WITH_CUDA
+  if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "synthetic layers: no CUDA device is visible");
+  *plan = cuda::bench_config(layers, family::Variant::v41, decoder_layers);
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::synthesize(*plan, 0, choice.device));
+  cuda::ForwardOptions fo;
+  fo.max_context = choice.max_context;
+  fo.max_rollback = choice.max_rollback;
+  fo.max_call_rows = choice.max_call_rows;
+  fo.kv_pool_streams = choice.kv_pool_streams;
+  fo.kv_pool_positions = choice.kv_pool_positions;
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
+                        cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
+  return cuda::cuda_stream_forward(std::move(f));
+#else
+  (void)choice, (void)layers, (void)decoder_layers, (void)plan;
+  return error(StatusCode::unimplemented, "synthetic layers need the CUDA backend; this dsv4 was built without it");
 #endif
 }
 

@@ -51,6 +51,13 @@ struct BackendChoice {
 StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
                                                                   std::shared_ptr<const family::Model> model);
 
+// Benchmarks (CUDA builds): the CUDA forward on full-width V4.1 layers with synthetic weights generated on the GPU
+// as `dsv4 bench` builds them (the plan's first `layers` layers and first `decoder_layers` decoder layers, without
+// Engram and drafter; cuda::bench_config), no files read; the plan in *plan.
+StatusOr<std::unique_ptr<engine::StreamForward>> make_synthetic_stream_forward(const BackendChoice& choice, int layers,
+                                                                            int decoder_layers,
+                                                                            family::ModelPlan* plan);
+
 // The vision tower images are encoded with on `model` for the chosen backend: the CPU oracle's (ref64 when the oracle
 // runs ref64) for cpu; for cuda the device tower (backends/cuda/vision/) on the backend's GPU, its weights uploaded
 // here, or the oracle's on the host when the environment sets DSV4_VISION_TOWER=host. Either way the forward takes

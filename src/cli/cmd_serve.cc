@@ -48,6 +48,8 @@ struct ServeFlags {
   bool fake_engine = false;
   bool lanes_fake_backend = false;
   std::string backend = "cpu";
+  int32_t synthetic_layers = 0;          // benchmarks: full-width synthetic V4.1 layers on the GPU (no model files)
+  int32_t synthetic_decoder_layers = 0;
   server::FakeEngineOptions fake;
   int32_t fake_load_ms = 0;
   double image_fetch_timeout = 15;  // seconds (server.images.fetch_timeout)
@@ -163,6 +165,9 @@ void add_flags(CLI::App& app, ServeFlags& f) {
                  "seconds one image fetch may take, from connecting to the last byte")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
+  // Benchmarks only (hidden): full-width V4.1 layers with weights generated on the GPU, as `dsv4 bench` builds them.
+  app.add_option("--synthetic-layers", f.synthetic_layers)->group("");
+  app.add_option("--synthetic-decoder-layers", f.synthetic_decoder_layers)->group("");
   // Test-only: serve the scripted fake engine (server/fake_engine.h) instead of a model.
   app.add_flag("--fake-engine", f.fake_engine,
                "FOR TESTS ONLY: serve a scripted fake engine with byte tokens, not a model");
@@ -209,12 +214,48 @@ void set_step_budget(const ServeFlags& f, lanes::LaneHostOptions& ho) {
   ho.step_ns = static_cast<int64_t>(f.step_ms * 1e6 + 0.5);
 }
 
+// Verify rows a step may carry: every decoding stream's window (its pending row and up to `depth` drafts) each round,
+// at least the lane adapter's default of 64.
+int32_t verify_rows(int32_t parallel, int32_t depth) { return std::max(64, parallel * (1 + std::max(0, depth))); }
+
+// Benchmarks: full-width V4.1 layers with synthetic weights generated on the GPU (make_synthetic_stream_forward), served
+// with the V4.1 tokenizer and chat format; no files, no memory plan, no images.
+Status load_synthetic(const ServeFlags& flags, server::TextSide& text, std::unique_ptr<lanes::Backend>& backend,
+                      std::string* resolved_dir) {
+  if (flags.backend != "cuda") return error(StatusCode::invalid_argument, "--synthetic-layers needs --backend cuda");
+  DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, chat::ChatFormat::v41));
+  DSV4_ASSIGN_OR_RETURN(int32_t eos, v41_eos_id());
+  BackendChoice bc;
+  bc.name = "cuda";
+  bc.max_context = flags.context;
+  engine::LaneBackendOptions bo;
+  bo.model_id = fmt::format("synthetic-v41-{}+{}", flags.synthetic_layers, flags.synthetic_decoder_layers);
+  bo.eos_ids = {eos};
+  bo.max_context = flags.context;
+  bo.max_streams = flags.parallel;
+  bo.reduce_rows = !flags.host_draws;
+  bo.draw_threads = flags.draw_threads;
+  bo.max_verify_rows = verify_rows(flags.parallel, 0);  // the synthetic layers have no drafter
+  bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;
+  bc.kv_pool_streams = flags.parallel;
+  bc.kv_pool_positions = flags.kv_pool_tokens;
+  family::ModelPlan plan;
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd,
+                        make_synthetic_stream_forward(bc, flags.synthetic_layers, flags.synthetic_decoder_layers, &plan));
+  DSV4_ASSIGN_OR_RETURN(backend, engine::LaneBackend::create(std::move(fwd), bc.max_rollback, bo));
+  if (resolved_dir != nullptr) *resolved_dir = bo.model_id;
+  std::fprintf(stderr, "dsv4 serve: %s: %d full-width V4.1 layers with synthetic weights on %s, context %d, %d parallel\n",
+               bo.model_id.c_str(), plan.n_layers, backend_description(bc).c_str(), flags.context, flags.parallel);
+  return ok_status();
+}
+
 // Loads the checkpoint (the embedded default model when --model is absent) onto the CPU oracle,
 // printing progress and a one-line summary on stderr.
 Status load_model(const ServeFlags& flags, server::TextSide& text,
                   std::unique_ptr<lanes::Backend>& backend, std::string* resolved_dir = nullptr,
                   fabric::Control* control = nullptr, server::ImageSide* images = nullptr) {
   namespace fs = std::filesystem;
+  if (flags.synthetic_layers > 0) return load_synthetic(flags, text, backend, resolved_dir);
   std::string dir = flags.model_dir;
   if (dir.empty()) {
     std::fprintf(stderr, "dsv4 serve: no --model: using the embedded default model (tiny V4.1)\n");
@@ -248,6 +289,7 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   bo.eos_ids = {eos};
   bo.max_context = flags.context;
   bo.max_streams = flags.parallel;
+  bo.max_verify_rows = verify_rows(flags.parallel, c.dspark_block_size);
   bo.reduce_rows = !flags.host_draws;
   bo.draw_threads = flags.draw_threads;
   BackendChoice bc;
