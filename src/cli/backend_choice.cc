@@ -20,6 +20,24 @@
 
 namespace dsv4::cli {
 
+#ifdef DSV4_WITH_CUDA
+namespace {
+
+// The CUDA forward's options from the choice.
+cuda::ForwardOptions forward_options(const BackendChoice& choice) {
+  cuda::ForwardOptions fo;
+  fo.collective = choice.collective;
+  fo.max_context = choice.max_context;
+  fo.max_rollback = choice.max_rollback;
+  fo.max_call_rows = choice.max_call_rows;
+  fo.kv_pool_streams = choice.kv_pool_streams;
+  fo.kv_pool_positions = choice.kv_pool_positions;
+  return fo;
+}
+
+}  // namespace
+#endif
+
 StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const BackendChoice& choice,
                                                                   std::shared_ptr<const family::Model> model) {
   if (choice.name == "cpu") {
@@ -67,15 +85,9 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_stream_forward(const Backe
                  st.memory_bytes / 1048576.0, st.seconds, st.seconds > 0 ? st.file_bytes / 1073741824.0 / st.seconds : 0.0,
                  choice.pin_engram ? "pinned in host memory" : "read from their files per step");
   }
-  cuda::ForwardOptions fo;
-  fo.collective = choice.collective;
-  fo.max_context = choice.max_context;
-  fo.max_rollback = choice.max_rollback;
-  fo.max_call_rows = choice.max_call_rows;
-  fo.kv_pool_streams = choice.kv_pool_streams;
-  fo.kv_pool_positions = choice.kv_pool_positions;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
-                        cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
+                        cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)),
+                                              forward_options(choice)));
   if (choice.layer_probe) f->set_layer_probe(choice.layer_probe);
   if (choice.op_probe) f->set_op_probe(choice.op_probe);
   return cuda::cuda_stream_forward(std::move(f));
@@ -91,14 +103,9 @@ StatusOr<std::unique_ptr<engine::StreamForward>> make_synthetic_stream_forward(c
   if (cuda::list_devices().empty()) return error(StatusCode::unavailable, "synthetic layers: no CUDA device is visible");
   *plan = cuda::bench_config(layers, family::Variant::v41, decoder_layers);
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ModelDevice> m, cuda::ModelDevice::synthesize(*plan, 0, choice.device));
-  cuda::ForwardOptions fo;
-  fo.max_context = choice.max_context;
-  fo.max_rollback = choice.max_rollback;
-  fo.max_call_rows = choice.max_call_rows;
-  fo.kv_pool_streams = choice.kv_pool_streams;
-  fo.kv_pool_positions = choice.kv_pool_positions;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Forward> f,
-                        cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)), fo));
+                        cuda::Forward::create(std::shared_ptr<const cuda::ModelDevice>(std::move(m)),
+                                              forward_options(choice)));
   return cuda::cuda_stream_forward(std::move(f));
 #else
   (void)choice, (void)layers, (void)decoder_layers, (void)plan;

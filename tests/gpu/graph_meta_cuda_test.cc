@@ -22,22 +22,38 @@ using namespace gpu_testing;  // prompt, argmax
 using engine::Piece;
 using engine::RowDraw;
 
-TEST(GraphMeta, ReplaysFollowTheCallsTablesPastMasks) {
-  std::shared_ptr<const ModelDevice> model = gpu_testing::upload(chosen_preset_weights(3));
-  ASSERT_TRUE(model);
+// The same weights in two forwards: g with CUDA graphs, e eager.
+struct Twins {
+  std::shared_ptr<const ModelDevice> model;
+  std::unique_ptr<Forward> g, e;
+};
+Twins twins() {
+  Twins t;
+  t.model = gpu_testing::upload(chosen_preset_weights(3));
+  if (!t.model) return t;
   ForwardOptions o;
   o.max_context = 1024;
   o.max_rollback = 16;
   o.max_call_rows = 256;
-  auto g = Forward::create(model, o), e = Forward::create(model, o);
-  ASSERT_TRUE(g.ok() && e.ok());
-  (*e)->set_cuda_graphs(false);
+  auto g = Forward::create(t.model, o), e = Forward::create(t.model, o);
+  if (!g.ok() || !e.ok()) return t;
+  t.g = std::move(*g);
+  t.e = std::move(*e);
+  t.e->set_cuda_graphs(false);
+  return t;
+}
+
+TEST(GraphMeta, ReplaysFollowTheCallsTablesPastMasks) {
+  Twins t = twins();
+  ASSERT_TRUE(t.g && t.e);
+  Forward &G = *t.g, &E = *t.e;
+  const std::shared_ptr<const ModelDevice>& model = t.model;
   const int64_t V = model->config.vocab;
   lanes::TokenMask every(static_cast<int32_t>(V));  // allows every id: the same token as no mask
   for (int32_t t = 0; t < V; ++t) every.allow(t);
   int32_t a[2], b[2];
   for (int k = 0; k < 2; ++k) {
-    Forward& f = k == 0 ? **g : **e;
+    Forward& f = k == 0 ? G : E;
     a[k] = *f.open_stream();
     b[k] = *f.open_stream();
     ASSERT_TRUE(f.forward({Piece{a[k], prompt(40, 1), {}}, Piece{b[k], prompt(41, 2), {}}}).ok());
@@ -53,7 +69,7 @@ TEST(GraphMeta, ReplaysFollowTheCallsTablesPastMasks) {
       argmax.kind = RowDraw::Kind::argmax;
       if (masked) argmax.mask = &every;
       RowDraw whole;  // Kind::whole
-      auto r = (k == 0 ? **g : **e).forward({Piece{a[k], {ta}, {0}, {}, {argmax}}, Piece{b[k], {tb}, {0}, {}, {whole}}});
+      auto r = (k == 0 ? G : E).forward({Piece{a[k], {ta}, {0}, {}, {argmax}}, Piece{b[k], {tb}, {0}, {}, {whole}}});
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       out[k] = std::move(*r);
     }
@@ -65,23 +81,18 @@ TEST(GraphMeta, ReplaysFollowTheCallsTablesPastMasks) {
     ta = out[1][0].picks[0].token;
     tb = static_cast<int32_t>(argmax(out[1][1].logits.data(), V));
   }
-  EXPECT_GT((*g)->graph_stats().replays, 0);
+  EXPECT_GT(G.graph_stats().replays, 0);
 }
 
 TEST(GraphMeta, OneGraphPerRowCount) {
-  std::shared_ptr<const ModelDevice> model = gpu_testing::upload(chosen_preset_weights(3));
-  ASSERT_TRUE(model);
-  ForwardOptions o;
-  o.max_context = 1024;
-  o.max_rollback = 16;
-  o.max_call_rows = 256;
-  auto g = Forward::create(model, o), e = Forward::create(model, o);
-  ASSERT_TRUE(g.ok() && e.ok());
-  (*e)->set_cuda_graphs(false);
+  Twins t = twins();
+  ASSERT_TRUE(t.g && t.e);
+  Forward &G = *t.g, &E = *t.e;
+  const std::shared_ptr<const ModelDevice>& model = t.model;
   const int64_t V = model->config.vocab;
   int32_t s[2][4];
   for (int k = 0; k < 2; ++k) {
-    Forward& f = k == 0 ? **g : **e;
+    Forward& f = k == 0 ? G : E;
     std::vector<Piece> fill;
     for (int i = 0; i < 4; ++i) {
       s[k][i] = *f.open_stream();
@@ -96,7 +107,7 @@ TEST(GraphMeta, OneGraphPerRowCount) {
     const int shape = step % 3;
     std::vector<engine::PieceResult> out[2];
     for (int k = 0; k < 2; ++k) {
-      Forward& f = k == 0 ? **g : **e;
+      Forward& f = k == 0 ? G : E;
       std::vector<Piece> call;
       const int n = shape == 0 ? 4 : shape == 1 ? 2 : 1, T = 4 / n;
       for (int i = 0; i < n; ++i) {
@@ -117,8 +128,8 @@ TEST(GraphMeta, OneGraphPerRowCount) {
     next = static_cast<int32_t>(argmax(out[1][0].logits.data(), V));
   }
   // Every call had 4 rows and 4 logit rows under one position bound: one graph, captured once.
-  EXPECT_EQ((*g)->graph_stats().captures, 1);
-  EXPECT_GT((*g)->graph_stats().replays, 0);
+  EXPECT_EQ(G.graph_stats().captures, 1);
+  EXPECT_GT(G.graph_stats().replays, 0);
 }
 
 }  // namespace
