@@ -214,9 +214,32 @@ void set_step_budget(const ServeFlags& f, lanes::LaneHostOptions& ho) {
   ho.step_ns = static_cast<int64_t>(f.step_ms * 1e6 + 0.5);
 }
 
-// Verify rows a step may carry: every decoding stream's window (its pending row and up to `depth` drafts) each round,
-// at least the lane adapter's default of 64.
-int32_t verify_rows(int32_t parallel, int32_t depth) { return std::max(64, parallel * (1 + std::max(0, depth))); }
+// What serving a model of `model_id` with drafts of up to `depth` tokens asks of the lane adapter and the backend: the
+// flags' streams, context and draws; verify rows for every decoding stream's window (its pending row and up to `depth`
+// drafts) each round, at least the lane adapter's default of 64; a step's rows for its prompt pieces and windows
+// together; a KV pool of --parallel streams and --kv-pool-tokens positions.
+struct ServeBackend {
+  engine::LaneBackendOptions lane;
+  BackendChoice choice;
+};
+ServeBackend serve_backend(const ServeFlags& flags, std::string model_id, int32_t eos, int32_t depth) {
+  ServeBackend b;
+  engine::LaneBackendOptions& bo = b.lane;
+  bo.model_id = std::move(model_id);
+  bo.eos_ids = {eos};
+  bo.max_context = flags.context;
+  bo.max_streams = flags.parallel;
+  bo.max_verify_rows = std::max(64, flags.parallel * (1 + std::max(0, depth)));
+  bo.reduce_rows = !flags.host_draws;
+  bo.draw_threads = flags.draw_threads;
+  BackendChoice& bc = b.choice;
+  bc.name = flags.backend;
+  bc.max_context = flags.context;
+  bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;
+  bc.kv_pool_streams = flags.parallel;
+  bc.kv_pool_positions = flags.kv_pool_tokens;
+  return b;
+}
 
 // Benchmarks: full-width V4.1 layers with synthetic weights generated on the GPU (make_synthetic_stream_forward), served
 // with the V4.1 tokenizer and chat format; no files, no memory plan, no images.
@@ -225,20 +248,9 @@ Status load_synthetic(const ServeFlags& flags, server::TextSide& text, std::uniq
   if (flags.backend != "cuda") return error(StatusCode::invalid_argument, "--synthetic-layers needs --backend cuda");
   DSV4_ASSIGN_OR_RETURN(text, make_v41_text_side(flags.context, chat::ChatFormat::v41));
   DSV4_ASSIGN_OR_RETURN(int32_t eos, v41_eos_id());
-  BackendChoice bc;
-  bc.name = "cuda";
-  bc.max_context = flags.context;
-  engine::LaneBackendOptions bo;
-  bo.model_id = fmt::format("synthetic-v41-{}+{}", flags.synthetic_layers, flags.synthetic_decoder_layers);
-  bo.eos_ids = {eos};
-  bo.max_context = flags.context;
-  bo.max_streams = flags.parallel;
-  bo.reduce_rows = !flags.host_draws;
-  bo.draw_threads = flags.draw_threads;
-  bo.max_verify_rows = verify_rows(flags.parallel, 0);  // the synthetic layers have no drafter
-  bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;
-  bc.kv_pool_streams = flags.parallel;
-  bc.kv_pool_positions = flags.kv_pool_tokens;
+  // The synthetic layers have no drafter.
+  auto [bo, bc] = serve_backend(flags, fmt::format("synthetic-v41-{}+{}", flags.synthetic_layers,
+                                                   flags.synthetic_decoder_layers), eos, 0);
   family::ModelPlan plan;
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<engine::StreamForward> fwd,
                         make_synthetic_stream_forward(bc, flags.synthetic_layers, flags.synthetic_decoder_layers, &plan));
@@ -284,21 +296,8 @@ Status load_model(const ServeFlags& flags, server::TextSide& text,
   if (c.vocab_size < text.vocab_size)
     return error(StatusCode::invalid_argument, "{}: vocab {} is smaller than the tokenizer's {}",
                  dir, c.vocab_size, text.vocab_size);
-  engine::LaneBackendOptions bo;
-  bo.model_id = fs::weakly_canonical(dir, ec).string();
-  bo.eos_ids = {eos};
-  bo.max_context = flags.context;
-  bo.max_streams = flags.parallel;
-  bo.max_verify_rows = verify_rows(flags.parallel, c.dspark_block_size);
-  bo.reduce_rows = !flags.host_draws;
-  bo.draw_threads = flags.draw_threads;
-  BackendChoice bc;
-  bc.name = flags.backend;
-  bc.max_context = flags.context;
-  bc.max_call_rows = bo.max_prefill_rows + bo.max_verify_rows;  // a step carries prompt pieces and windows together
+  auto [bo, bc] = serve_backend(flags, fs::weakly_canonical(dir, ec).string(), eos, c.dspark_block_size);
   bc.pin_engram = flags.memory.engram == "pinned";
-  bc.kv_pool_streams = flags.parallel;
-  bc.kv_pool_positions = flags.kv_pool_tokens;
   bc.log_prefix = "dsv4 serve: ";
   if (bc.name == "cuda") {
     // The memory plan before anything is allocated (every rank checks; rank 0 prints it).

@@ -83,8 +83,7 @@ void finish_plan(MemoryPlan& p) {
     m.weights = p.share.rank_device[static_cast<size_t>(r)];
     m.drafter_weights = p.share.rank_drafter[static_cast<size_t>(r)];
     m.caches = inputs.kv_pool_tokens > 0 && pages.ok()
-                   ? int64_t{inputs.parallel} * pages->slab_bytes + pages->stream_bytes(inputs.kv_pool_tokens) -
-                         pages->slab_bytes
+                   ? int64_t{inputs.parallel} * pages->slab_bytes + pages->pages_for(inputs.kv_pool_tokens) * pages->page_bytes
                    : int64_t{inputs.parallel} * p.stream_bytes;
     m.scratch = p.scratch.total();
     if (r == 0 && inputs.vision_tower && c.vision.has_value()) {

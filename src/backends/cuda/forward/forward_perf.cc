@@ -163,6 +163,29 @@ double flops_per_token(const family::ModelPlan& c) {
   return 2 * f;
 }
 
+// The distinct routed experts each layer's router picks over one untimed step of `call` (every step routes the same
+// tokens alike: the floor's expert bytes); the streams are rolled back to L after it.
+StatusOr<std::vector<double>> experts_touched(Forward& F, const std::vector<engine::Piece>& call, int64_t L) {
+  std::vector<std::set<int32_t>> seen(F.config().n_layers);
+  F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
+    for (int32_t x : e)
+      if (x >= 0) seen[static_cast<size_t>(layer)].insert(x);
+  });
+  auto routed = F.forward(call);
+  F.set_routing_probe(nullptr);
+  if (!routed.ok()) return routed.status();
+  for (const engine::Piece& p : call) DSV4_RETURN_IF_ERROR(F.truncate(p.stream, L));
+  std::vector<double> n;
+  for (const std::set<int32_t>& e : seen) n.push_back(static_cast<double>(e.size()));
+  return n;
+}
+
+double mean(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m += x / static_cast<double>(v.size());
+  return m;
+}
+
 }  // namespace
 
 Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
@@ -219,21 +242,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
           for (const engine::Piece& p : call) (void)F.truncate(p.stream, L);
           return true;
         };
-        // The experts the step's routing touches (every step routes the same tokens alike): the floor's expert bytes.
-        std::vector<std::set<int32_t>> seen(cfg.n_layers);
-        F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
-          for (int32_t x : e)
-            if (x >= 0) seen[static_cast<size_t>(layer)].insert(x);
-        });
-        const bool routed = step();
-        F.set_routing_probe(nullptr);
-        if (!routed) return fail(last);
-        std::vector<double> experts;
-        double mean = 0;
-        for (const std::set<int32_t>& e : seen) {
-          experts.push_back(static_cast<double>(e.size()));
-          mean += static_cast<double>(e.size()) / cfg.n_layers;
-        }
+        DSV4_ASSIGN_OR_RETURN(const std::vector<double> experts, experts_touched(F, call, L));
         const double ms = time_ms(f.iters, 2, step);
         if (ms < 0) return fail(last);
         const int64_t replays = F.graph_stats().replays;
@@ -243,7 +252,7 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         const double floor_ms = decode_bytes(cfg, L, b, experts) / bw * 1e3;
         std::fprintf(out, "| %s | %d | %lld | %.3f | %.1f | %.1f | %.3f | %.2f | %.3f | %lld |\n",
                      rows_per == 1 ? "decode" : ("verify-" + std::to_string(rows_per)).c_str(), b,
-                     static_cast<long long>(L), ms, b * rows_per * 1e3 / ms, mean, floor_ms, ms / floor_ms, eager_ms,
+                     static_cast<long long>(L), ms, b * rows_per * 1e3 / ms, mean(experts), floor_ms, ms / floor_ms, eager_ms,
                      static_cast<long long>(replays));
         std::fflush(out);
       }
@@ -270,18 +279,8 @@ Status run_forward_bench(const ForwardBenchOptions& f, std::FILE* out) {
         DSV4_RETURN_IF_ERROR(F.assume_length(*s, L));
         call.push_back(engine::Piece{*s, {1000 + i}, {0}, {}, {greedy}});
       }
-      std::vector<std::set<int32_t>> seen(cfg.n_layers);  // one untimed step's routing
-      F.set_routing_probe([&](int layer, const std::vector<int32_t>& e) {
-        for (int32_t x : e)
-          if (x >= 0) seen[static_cast<size_t>(layer)].insert(x);
-      });
-      auto routed = F.forward(call);
-      F.set_routing_probe(nullptr);
-      if (!routed.ok()) return routed.status();
-      for (const engine::Piece& p : call) DSV4_RETURN_IF_ERROR(F.truncate(p.stream, L));
-      double mean = 0;
-      for (const std::set<int32_t>& e : seen) mean += static_cast<double>(e.size()) / cfg.n_layers;
-      union_per_layer.push_back(mean);
+      DSV4_ASSIGN_OR_RETURN(const std::vector<double> experts, experts_touched(F, call, L));
+      union_per_layer.push_back(mean(experts));
       std::map<std::string, double> prof;
       F.set_profile(&prof, false);  // events around each op, no synchronization
       const bool v4_timing = b == 1 && cfg.window_format == KvRowFormat::model1;
